@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# One-command, idempotent set-up for gcr (Debian 12 / bookworm). See docs/setup.md.
+#
+#   scripts/setup.sh              Debian packages + CRIU (>= 4.2) + configure and build gcr into build/
+#   scripts/setup.sh --deps-only  Debian packages + CRIU only
+#
+# Environment: GCR_REBUILD_CRIU=1 (force the CRIU build), GCR_CRIU_SERIES (default 4.2),
+# GCR_ALLOW_CRIU_CHECK_FAIL=1 (do not fail when `criu check` fails), GCR_BUILD_DIR (default build).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+DEPS_ONLY=0
+for arg in "$@"; do
+    case "$arg" in
+        --deps-only) DEPS_ONLY=1 ;;
+        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
+    esac
+done
+
+SERIES="${GCR_CRIU_SERIES:-4.2}"
+PREFIX="$ROOT/.deps/criu"
+BUILD_DIR="${GCR_BUILD_DIR:-build}"
+T_START=$SECONDS
+
+log()  { printf '[setup] %s\n' "$*"; }
+warn() { printf '[setup] WARNING: %s\n' "$*" >&2; }
+die()  { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+SUDO=()
+if [[ $EUID -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+        warn "not root and no sudo: package installs and 'criu check' will fail"; fi
+fi
+
+# --- 1. Debian packages ---------------------------------------------------------------------------
+# gcr itself (C++20, CMake/Ninja, libraries, tests; clang for libFuzzer)
+GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
+          libzstd-dev libxxhash-dev liburing-dev libbpf-dev libcli11-dev catch2 clang)
+# CRIU's `make criu`: required (criu/Makefile.packages) ...
+CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
+           libnl-3-dev libcap-dev uuid-dev libnet1-dev
+# ... optional features it detects (setproctitle, TLS page server, nftables network locking) ...
+           libbsd-dev libgnutls28-dev libnftables-dev
+# ... and the tools set-up and CRIU use at run time (tarball unpacking, `ip` for network namespaces)
+           xz-utils iproute2)
+PKGS=("${GCR_PKGS[@]}" "${CRIU_PKGS[@]}")
+
+mapfile -t MISSING < <(
+    dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PKGS[@]}" 2>/dev/null |
+        awk '$2 == "installed" {print $1}' | sort -u | comm -23 <(printf '%s\n' "${PKGS[@]}" | sort -u) -)
+if [[ ${#MISSING[@]} -eq 0 ]]; then
+    log "packages: all ${#PKGS[@]} present"
+else
+    log "packages: installing ${MISSING[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -q
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${MISSING[@]}"
+fi
+
+# --- 2. CRIU ------------------------------------------------------------------------------------------
+criu_version() {   # prints e.g. 4.2.1, or nothing
+    "$1" --version 2>/dev/null | sed -n 's/^Version: *\([0-9][0-9.]*\).*/\1/p' | head -n1
+}
+version_ok() {     # $1 >= $SERIES ?
+    [[ -n "$1" ]] && dpkg --compare-versions "$1" ge "$SERIES"
+}
+CHECK_OUT=""
+criu_check() {     # runs `criu check`; output in CHECK_OUT
+    local rc=0
+    if [[ $EUID -ne 0 && ${#SUDO[@]} -eq 0 ]]; then CHECK_OUT="(skipped: not root)"; return 2; fi
+    CHECK_OUT="$("${SUDO[@]}" "$1" check 2>&1)" || rc=$?
+    return $rc
+}
+
+GCR_CRIU=""; GCR_CRIU_PLUGIN_INCLUDE=""
+# 2a. a criu on PATH that is new enough and works
+if [[ "${GCR_REBUILD_CRIU:-0}" != 1 ]] && SYS_CRIU="$(command -v criu 2>/dev/null)"; then
+    v="$(criu_version "$SYS_CRIU")"
+    if version_ok "$v" && criu_check "$SYS_CRIU"; then
+        log "criu: using $SYS_CRIU (version $v, 'criu check' passes)"
+        GCR_CRIU="$SYS_CRIU"
+        for d in "$(dirname "$(dirname "$(readlink -f "$SYS_CRIU")")")/include" /usr/include /usr/local/include; do
+            if [[ -f "$d/criu/criu-plugin.h" ]]; then GCR_CRIU_PLUGIN_INCLUDE="$d/criu"; break; fi
+        done
+        if [[ -z "$GCR_CRIU_PLUGIN_INCLUDE" ]]; then
+            [[ -f "$PREFIX/include/criu/criu-plugin.h" ]] || bash "$ROOT/scripts/build-criu.sh" --header-only
+            GCR_CRIU_PLUGIN_INCLUDE="$PREFIX/include/criu"
+        fi
+    else
+        log "criu: $SYS_CRIU is version ${v:-?}; need >= $SERIES with a passing 'criu check' -> project-local build"
+    fi
+fi
+
+# 2b. the project-local build (cached)
+if [[ -z "$GCR_CRIU" ]]; then
+    cached_ok=0
+    if [[ "${GCR_REBUILD_CRIU:-0}" != 1 && -x "$PREFIX/criu" && -f "$PREFIX/.gcr-criu-version" &&
+          -f "$PREFIX/include/criu/criu-plugin.h" ]]; then
+        v="$(criu_version "$PREFIX/criu")"
+        if version_ok "$v" && criu_check "$PREFIX/criu"; then
+            cached_ok=1
+            log "criu: cached build $PREFIX/criu (version $v) is current and 'criu check' passes; skipping build"
+        else
+            log "criu: cached build (version ${v:-unusable}) is not acceptable; rebuilding"
+        fi
+    fi
+    if [[ $cached_ok == 0 ]]; then
+        t0=$SECONDS
+        log "criu: building from Debian's source package (scripts/build-criu.sh)"
+        bash "$ROOT/scripts/build-criu.sh"
+        log "criu: build step took $((SECONDS - t0)) s"
+        v="$(criu_version "$PREFIX/criu")"
+        [[ -n "$v" ]] || die "built criu does not run: $PREFIX/criu --version"
+        if ! version_ok "$v"; then
+            warn "=================================================================================="
+            warn "criu $v is OLDER than $SERIES (fallback): no POST_FORKING plugin hook; the parallel"
+            warn "device reload on restore is unavailable. Re-run when criu $SERIES.x can be fetched."
+            warn "=================================================================================="
+        fi
+        if criu_check "$PREFIX/criu"; then :; else
+            rc=$?
+            if [[ $rc == 2 ]]; then warn "'criu check' skipped (not root)"
+            elif [[ "${GCR_ALLOW_CRIU_CHECK_FAIL:-0}" == 1 ]]; then warn "'criu check' FAILED (allowed by GCR_ALLOW_CRIU_CHECK_FAIL=1)"
+            else printf '%s\n' "$CHECK_OUT" >&2; die "'criu check' failed with the freshly built $PREFIX/criu"; fi
+        fi
+    fi
+    GCR_CRIU="$PREFIX/criu"
+    GCR_CRIU_PLUGIN_INCLUDE="$PREFIX/include/criu"
+fi
+log "criu --version: $("$GCR_CRIU" --version 2>&1 | tr '\n' ' ')"
+log "criu check: ${CHECK_OUT//$'\n'/ | }"
+
+# --- 3. .deps/env.sh ------------------------------------------------------------------------------------
+mkdir -p "$ROOT/.deps"
+cat >"$ROOT/.deps/env.sh" <<EOF
+# Written by scripts/setup.sh; source it: . .deps/env.sh
+export GCR_CRIU=$(printf '%q' "$GCR_CRIU")
+export GCR_CRIU_PLUGIN_INCLUDE=$(printf '%q' "$GCR_CRIU_PLUGIN_INCLUDE")
+EOF
+log "wrote .deps/env.sh (GCR_CRIU=$GCR_CRIU, GCR_CRIU_PLUGIN_INCLUDE=$GCR_CRIU_PLUGIN_INCLUDE)"
+
+# --- 4. Configure and build gcr ------------------------------------------------------------------------
+if [[ $DEPS_ONLY == 1 ]]; then
+    log "done (--deps-only) in $((SECONDS - T_START)) s"
+    exit 0
+fi
+# shellcheck source=/dev/null
+. "$ROOT/.deps/env.sh"
+log "cmake -S . -B $BUILD_DIR -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+log "cmake --build $BUILD_DIR -j2"
+cmake --build "$BUILD_DIR" -j2
+log "done in $((SECONDS - T_START)) s"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build gcr (configure into build/ if needed) and run the test suite with ctest.
+# Extra arguments go to ctest, e.g. scripts/test.sh -R image_store
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${GCR_BUILD_DIR:-build}"
+
+# CRIU location etc. from set-up (absent when only the unit tests are wanted)
+if [[ -f .deps/env.sh ]]; then
+    # shellcheck source=/dev/null
+    . .deps/env.sh
+else
+    echo "[test] note: .deps/env.sh missing (run scripts/setup.sh --deps-only for CRIU)" >&2
+fi
+
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    echo "[test] cmake -S . -B $BUILD_DIR -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+echo "[test] cmake --build $BUILD_DIR -j2"
+cmake --build "$BUILD_DIR" -j2
+echo "[test] ctest --test-dir $BUILD_DIR --output-on-failure -j2 $*"
+exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --no-tests=error "$@"

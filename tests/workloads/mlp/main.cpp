@@ -1,0 +1,165 @@
+// mlp_train: trains a small MLP with Adam on a synthetic regression task, printing the loss of
+// every step and, at the end, a checksum of the parameters that depends only on the flags that
+// change the math (not on --streams, --step-delay-ms or --quiet). See ../README.md.
+#include <cinttypes>
+#include <cstdio>
+#include <thread>
+
+#include "data.h"
+#include "mlp_kernels_fatbin.h"
+#include "model.h"
+#include "options.h"
+#include "workload_util.h"
+
+namespace mlp {
+namespace {
+
+constexpr float kTableScale = 0.05f;  // how strongly the ballast row perturbs the inputs
+constexpr int kTableDim = kInputDim;  // floats per ballast row
+
+// Stream roles: streams[0] computes, streams[1 % K] prefetches batches, and the Adam steps
+// rotate over all K.
+class Trainer {
+ public:
+  Trainer(const Options& o, const Kernels& k) : o_(o), k_(k), model_(k, o), teacher_(o.seed) {
+    for (int i = 0; i < o.streams; ++i) {
+      CUstream s;
+      CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+      streams_.push_back(s);
+    }
+    compute_ = streams_[0];
+    copy_ = streams_[1 % streams_.size()];
+    batch_floats_ = static_cast<std::size_t>(o.batch) * (kInputDim + kOutputDim);
+    for (Slot& slot : slots_) {
+      void* host = nullptr;
+      CU_CHECK(cuMemHostAlloc(&host, batch_floats_ * sizeof(float), 0));
+      slot.host = static_cast<float*>(host);
+      CU_CHECK(cuEventCreate(&slot.ready, CU_EVENT_DISABLE_TIMING));
+    }
+    void* losses = nullptr;
+    CU_CHECK(cuMemAllocHost(&losses, o.steps * sizeof(float)));
+    host_losses_ = static_cast<float*>(losses);
+    CU_CHECK(cuMemAlloc(&device_losses_, o.steps * sizeof(float)));
+    if (o.footprint > 0) {
+      std::uint64_t row_bytes = kTableDim * sizeof(float);
+      table_rows_ = (o.footprint + row_bytes - 1) / row_bytes;
+      std::uint64_t n = table_rows_ * kTableDim;
+      CU_CHECK(cuMemAlloc(&table_, n * sizeof(float)));
+      std::uint64_t seed = draw_state(o.seed, Draw::kTable, 0);
+      CU_CHECK(wl::launch(k_.fill_table, wl::cover(n, 256), compute_, table_, n, seed));
+    }
+  }
+
+  ~Trainer() {
+    cuCtxSynchronize();
+    if (table_) cuMemFree(table_);
+    cuMemFree(device_losses_);
+    cuMemFreeHost(host_losses_);
+    for (Slot& slot : slots_) {
+      cuMemFreeHost(slot.host);
+      cuEventDestroy(slot.ready);
+    }
+    for (CUstream s : streams_) cuStreamDestroy(s);
+  }
+
+  void run() {
+    std::printf("config steps %d batch %d hidden %d layers %d streams %d seed %" PRIu64
+                " footprint %" PRIu64 " params %zu\n",
+                o_.steps, o_.batch, o_.hidden, o_.layers, o_.streams, o_.seed, o_.footprint,
+                model_.parameter_count());
+    stage(0);
+    for (int step = 0; step < o_.steps; ++step) {
+      if (step + 1 < o_.steps) stage(step + 1);
+      train(step);
+      if (!o_.quiet || step % 50 == 0 || step == o_.steps - 1) {
+        CU_CHECK(cuStreamSynchronize(compute_));
+        std::printf("step %d loss %.9g t_ms %.1f\n", step, host_losses_[step],
+                    wl::ms_since_start());
+        std::fflush(stdout);
+      }
+      if (o_.step_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
+      }
+    }
+    CU_CHECK(cuCtxSynchronize());
+    std::printf("final_loss %.9g\n", host_losses_[o_.steps - 1]);
+    std::printf("checksum %016" PRIx64 "\n", model_.checksum());
+  }
+
+ private:
+  // A pinned host buffer for a batch ([x | y]) and its device copy; two of them, so that the
+  // next step's batch is generated and copied while this one trains.
+  struct Slot {
+    float* host = nullptr;
+    CUdeviceptr device = 0;
+    CUevent ready = nullptr;  // on the copy stream, after the H2D copy
+  };
+
+  // Generates the batch of `step` and starts copying it to the device on the copy stream.
+  void stage(int step) {
+    Slot& slot = slots_[step % 2];
+    CU_CHECK(cuEventSynchronize(slot.ready));  // the copy out of slot.host two steps ago
+    teacher_.make_batch(step, o_.batch, slot.host,
+                        slot.host + static_cast<std::size_t>(o_.batch) * kInputDim);
+    std::size_t bytes = batch_floats_ * sizeof(float);
+    CU_CHECK(cuMemAllocAsync(&slot.device, bytes, copy_));
+    CU_CHECK(cuMemcpyHtoDAsync(slot.device, slot.host, bytes, copy_));
+    CU_CHECK(cuEventRecord(slot.ready, copy_));
+  }
+
+  void train(int step) {
+    Slot& slot = slots_[step % 2];
+    CU_CHECK(cuStreamWaitEvent(compute_, slot.ready, 0));
+    CUdeviceptr x = slot.device;
+    CUdeviceptr y = x + static_cast<std::size_t>(o_.batch) * kInputDim * sizeof(float);
+    if (table_) {
+      std::uint64_t row = draw_state(o_.seed, Draw::kTableRow, step) % table_rows_;
+      CU_CHECK(wl::launch(k_.add_row, wl::cover(static_cast<std::uint64_t>(o_.batch) * kInputDim),
+                          compute_, x, table_, row * kTableDim, o_.batch, kTableDim, kTableScale));
+    }
+    StepBuffers buffers = model_.alloc_step(compute_, x);
+    model_.forward(compute_, buffers);
+    CUdeviceptr loss = device_losses_ + step * sizeof(float);
+    model_.loss(compute_, buffers, y, loss);
+    model_.backward_and_update(compute_, streams_, buffers);
+    CU_CHECK(cuMemcpyDtoHAsync(host_losses_ + step, loss, sizeof(float), compute_));
+    model_.free_step(compute_, buffers);
+    CU_CHECK(cuMemFreeAsync(slot.device, compute_));
+  }
+
+  const Options& o_;
+  const Kernels& k_;
+  Model model_;
+  Teacher teacher_;
+  std::vector<CUstream> streams_;
+  CUstream compute_ = nullptr, copy_ = nullptr;
+  Slot slots_[2];
+  std::size_t batch_floats_ = 0;
+  float* host_losses_ = nullptr;
+  CUdeviceptr device_losses_ = 0;
+  CUdeviceptr table_ = 0;
+  std::uint64_t table_rows_ = 0;
+};
+
+}  // namespace
+}  // namespace mlp
+
+int main(int argc, char** argv) {
+  wl::ms_since_start();
+  mlp::Options options = mlp::parse_options(argc, argv);
+  CU_CHECK(cuInit(0));
+  CUdevice device;
+  CU_CHECK(cuDeviceGet(&device, 0));
+  CUcontext context;
+  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  CU_CHECK(cuCtxSetCurrent(context));
+  CUmodule module = wl::load_module(embedded::mlp_kernels::fatbin);
+  {
+    mlp::Kernels kernels = mlp::Kernels::load(module);
+    mlp::Trainer trainer(options, kernels);
+    trainer.run();
+  }
+  CU_CHECK(cuModuleUnload(module));
+  CU_CHECK(cuDevicePrimaryCtxRelease(device));
+  return 0;
+}

@@ -1,0 +1,38 @@
+#include "options.h"
+
+#include "workload_util.h"
+
+namespace mlp {
+
+namespace {
+constexpr char kUsage[] =
+    "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
+    "                 [--seed S] [--footprint BYTES] [--step-delay-ms M] [--quiet]\n"
+    "  --steps N          training steps (default 200)\n"
+    "  --batch B          samples per step (default 64)\n"
+    "  --hidden H         width of the hidden layers (default 128)\n"
+    "  --layers L         linear layers, input 64 -> H ... -> output 16 (default 3)\n"
+    "  --streams K        CUDA streams: compute, H2D prefetch, Adam updates (default 3)\n"
+    "  --seed S           seed of data, initial weights and ballast (default 1)\n"
+    "  --footprint BYTES  extra device ballast, e.g. 256M or 4G, read every step (default 0)\n"
+    "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
+    "  --quiet            print every 50th step only";
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  wl::Flags flags(argc, argv, kUsage);
+  Options o;
+  o.steps = static_cast<int>(flags.integer("--steps", o.steps, 1, 10'000'000));
+  o.batch = static_cast<int>(flags.integer("--batch", o.batch, 1, 1 << 20));
+  o.hidden = static_cast<int>(flags.integer("--hidden", o.hidden, 1, 1 << 14));
+  o.layers = static_cast<int>(flags.integer("--layers", o.layers, 1, 64));
+  o.streams = static_cast<int>(flags.integer("--streams", o.streams, 1, 64));
+  o.seed = static_cast<std::uint64_t>(flags.integer("--seed", 1, 0, INT64_MAX));
+  o.footprint = flags.bytes("--footprint", o.footprint);
+  o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
+  o.quiet = flags.boolean("--quiet");
+  flags.finish();
+  return o;
+}
+
+}  // namespace mlp

@@ -1,0 +1,25 @@
+// mlp_train's command line.
+#pragma once
+
+#include <cstdint>
+
+namespace mlp {
+
+inline constexpr int kInputDim = 64;
+inline constexpr int kOutputDim = 16;
+
+struct Options {
+  int steps = 200;
+  int batch = 64;
+  int hidden = 128;
+  int layers = 3;  // linear layers: kInputDim -> hidden -> ... -> hidden -> kOutputDim
+  int streams = 3;
+  std::uint64_t seed = 1;
+  std::uint64_t footprint = 0;  // bytes of ballast table; 0: none
+  int step_delay_ms = 0;
+  bool quiet = false;
+};
+
+Options parse_options(int argc, char** argv);
+
+}  // namespace mlp

@@ -1,0 +1,373 @@
+// simgpu's internal model: the devices, the one device address space, and the driver objects
+// behind the opaque CUDA handles. Every api_*.cpp file works on these; nothing here is exported.
+//
+// Note [Device memory]
+// One range of host virtual addresses, reserved PROT_NONE at start, is the simulated GPU's
+// unified device address space: a host dereference of a device pointer faults, as on a GPU. Its
+// bytes live in memfds mapped at an alias range of the same size, at a constant offset
+// (`g_va.delta`): the simulator (copies, memsets, kernel twins) reaches device address d at
+// host address d + delta. cuMemAlloc* memory comes from one heap memfd; every cuMemCreate
+// allocation is a memfd of its own, so it can be exported as a POSIX fd and imported by another
+// process. Kernel twins receive their pointer arguments translated to the alias; a device pointer
+// stored in device memory is not translated, so twins cannot follow it (simt.h says so).
+#pragma once
+
+#include <cuda.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gcr/unique_fd.h"
+#include "module_image.h"
+
+namespace gcr::simgpu {
+
+using DevAddr = std::uint64_t;
+
+inline constexpr std::uint64_t kGranularity = 2ull << 20;  // VMM granularity, as on Hopper
+inline constexpr std::uint64_t kHeapAlign = 512;           // cuMemAlloc alignment
+inline constexpr int kDriverVersion = 13000;
+
+struct Config {
+  int device_count = 2;
+  std::uint64_t memory_bytes = 16ull << 30;  // per device
+  std::vector<CUuuid> uuids;                 // one per device
+  std::string name = "NVIDIA H200 (simgpu)";
+  int sm_major = 9, sm_minor = 0;
+  int multiprocessors = 132;
+  int worker_threads = 1;  // CPU threads a kernel twin's blocks are spread over
+};
+const Config& config();  // read once from SIMGPU_* environment variables
+
+// Logging: SIMGPU_LOG=1 traces; warnings always go to stderr once per message key.
+void log_once(const std::string& key, const std::string& message);
+
+// ---- the API gate: the driver lock of the checkpoint API ------------------------------------
+// Every exported call (but error strings, versions and the checkpoint calls) passes the gate. A
+// lock closes it: new calls block until unlock; the locker waits for calls already inside.
+class Gate {
+ public:
+  void enter() noexcept;
+  void exit() noexcept;
+  // Closes the gate and waits for calls inside to leave; false (gate reopened) on timeout.
+  bool lock(unsigned timeout_ms) noexcept;
+  void unlock() noexcept;
+  bool locked() const noexcept;
+
+ private:
+  static constexpr std::uint32_t kLocked = 1u << 31;
+  std::atomic<std::uint32_t> state_{0};  // kLocked | calls inside
+};
+extern Gate g_gate;
+extern std::atomic<bool> g_initialized;
+
+// Scope of one API call. A call that blocks for the GPU (synchronize) steps out of the gate
+// while it waits, so that a lock is never held up by a waiting thread (OutsideGate).
+class ApiCall {
+ public:
+  explicit ApiCall(bool needs_init = true) noexcept;
+  ~ApiCall() { g_gate.exit(); }
+  CUresult status() const noexcept { return status_; }
+
+ private:
+  CUresult status_ = CUDA_SUCCESS;
+};
+class OutsideGate {
+ public:
+  OutsideGate() noexcept { g_gate.exit(); }
+  ~OutsideGate() { g_gate.enter(); }
+};
+
+#define SIMGPU_API_BEGIN()                                  \
+  ::gcr::simgpu::ApiCall simgpu_call_;                      \
+  if (simgpu_call_.status() != CUDA_SUCCESS) return simgpu_call_.status()
+
+// ---- devices and memory ----------------------------------------------------------------------
+struct VaSpace {
+  DevAddr base = 0;          // device addresses [base, base + size)
+  std::uint64_t size = 0;
+  std::intptr_t delta = 0;   // alias = device address + delta
+  DevAddr heap_base = 0;     // cuMemAlloc heap: [heap_base, heap_base + heap_size)
+  std::uint64_t heap_size = 0;
+  DevAddr vmm_base = 0;      // cuMemAddressReserve area
+  std::uint64_t vmm_size = 0;
+};
+extern VaSpace g_va;
+
+inline std::byte* alias(DevAddr d) { return reinterpret_cast<std::byte*>(d + g_va.delta); }
+inline bool in_device_space(DevAddr d) { return d >= g_va.base && d - g_va.base < g_va.size; }
+
+struct Device {
+  int ordinal = 0;
+  std::atomic<std::uint64_t> used_bytes{0};
+  struct CUctx_st* primary = nullptr;
+  int primary_refs = 0;
+  unsigned primary_flags = 0;
+  struct CUmemPoolHandle_st* default_pool = nullptr;
+};
+Device& device(int ordinal);
+bool valid_device(CUdevice d);
+
+// Reserves bytes on a device, failing with CUDA_ERROR_OUT_OF_MEMORY past its capacity.
+CUresult charge_device(int ordinal, std::uint64_t bytes);
+void uncharge_device(int ordinal, std::uint64_t bytes);
+
+// A physical allocation made by cuMemCreate or imported from another process: a memfd.
+struct PhysAlloc {
+  std::uint64_t id = 0;  // the CUmemGenericAllocationHandle
+  UniqueFd fd;
+  std::uint64_t size = 0;
+  int device = 0;
+  unsigned handle_types = 0;  // CUmemAllocationHandleType bits it may be exported as
+  bool imported = false;      // charged to the exporting process, not this one
+  int handle_refs = 1;        // cuMemCreate/Import/Retain minus cuMemRelease
+  int mappings = 0;
+  std::vector<std::byte> saved;  // contents while the process is checkpointed
+};
+
+// One cuMemAlloc-family allocation in the heap.
+struct HeapAlloc {
+  DevAddr addr = 0;
+  std::uint64_t size = 0;
+  int device = 0;
+  struct CUctx_st* ctx = nullptr;
+  struct CUmemPoolHandle_st* pool = nullptr;
+  std::uint64_t buffer_id = 0;
+};
+
+// One cuMemMap: [addr, addr + size) shows phys bytes [offset, offset + size).
+struct VmmMapping {
+  DevAddr addr = 0;
+  std::uint64_t size = 0;
+  std::shared_ptr<PhysAlloc> phys;
+  std::uint64_t offset = 0;
+  unsigned access = 0;  // CU_MEM_ACCESS_FLAGS_PROT_* granted by cuMemSetAccess
+};
+
+struct VaReservation {
+  DevAddr addr = 0;
+  std::uint64_t size = 0;
+};
+
+// A resolved device range: where it lives and whether the simulator may read/write it.
+struct DeviceRange {
+  DevAddr start = 0;   // start of the allocation or mapping holding the address
+  std::uint64_t size = 0;
+  int device = 0;
+  bool readable = false, writable = false;
+  const HeapAlloc* heap = nullptr;
+  const VmmMapping* mapping = nullptr;
+};
+
+struct MemoryState {
+  std::mutex mu;
+  std::map<DevAddr, HeapAlloc> heap_allocs;      // by address
+  std::map<DevAddr, std::uint64_t> heap_free;    // free ranges of the heap, by address
+  UniqueFd heap_fd;
+  std::map<std::uint64_t, std::shared_ptr<PhysAlloc>> phys;  // live handles, by id
+  std::map<DevAddr, VmmMapping> mappings;
+  std::map<DevAddr, VaReservation> reservations;
+  std::map<DevAddr, std::uint64_t> vmm_free;     // unreserved parts of the VMM area
+  std::map<std::uintptr_t, std::pair<std::uint64_t, unsigned>> host_allocs;  // pinned: size, flags
+  std::uint64_t next_id = 1;
+  std::vector<std::shared_ptr<PhysAlloc>> orphans;  // released handles still mapped
+};
+extern MemoryState g_mem;
+
+// Finds the device range holding [d, d + bytes); nullopt-like false when none does.
+bool find_device_range(DevAddr d, std::uint64_t bytes, DeviceRange* out);
+// Is [p, p + bytes) inside pinned (page-locked) host memory known to the driver?
+bool is_pinned_host(const void* p, std::uint64_t bytes);
+
+CUresult init_memory();
+// The VMM area's free ranges: take (first fit, aligned, or exactly at `want`) and give back.
+bool take_va(std::uint64_t size, std::uint64_t align, DevAddr want, DevAddr* out);
+void give_va(DevAddr addr, std::uint64_t size);
+// Maps [addr, addr+size) of the alias to fd at offset with prot; or back to PROT_NONE.
+bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, int prot);
+void unmap_alias(DevAddr addr, std::uint64_t size);
+int prot_of(unsigned access);
+UniqueFd make_memfd(const char* name, std::uint64_t size);
+CUresult heap_alloc(int device, std::uint64_t bytes, struct CUctx_st* ctx,
+                    struct CUmemPoolHandle_st* pool, DevAddr* out);
+CUresult heap_free(DevAddr d);
+void free_context_memory(struct CUctx_st* ctx);
+
+// Driver checkpoint of this process: device memory into host memory, memfds closed; and back.
+CUresult memory_checkpoint();
+CUresult memory_restore(const std::vector<int>& device_map);  // device_map[old] = new
+
+// ---- contexts, streams, events ---------------------------------------------------------------
+class Stream;
+}  // namespace gcr::simgpu
+
+struct CUctx_st {
+  std::uint32_t magic = 0x43545831;  // "CTX1"
+  int device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  bool destroyed = false;
+  std::uint64_t id = 0;
+  std::mutex mu;  // guards streams
+  std::vector<gcr::simgpu::Stream*> streams;  // every live stream of this context
+  gcr::simgpu::Stream* legacy = nullptr;      // the NULL stream
+  std::map<int, std::size_t> limits;
+};
+
+struct CUevent_st {
+  std::uint32_t magic = 0x45565431;  // "EVT1"
+  unsigned flags = 0;
+  CUctx_st* ctx = nullptr;
+  std::mutex mu;
+  gcr::simgpu::Stream* stream = nullptr;  // of the last record; null: never recorded
+  std::uint64_t seq = 0;                  // completes when stream reaches seq
+  std::chrono::steady_clock::time_point when{};
+  bool timed = false;
+};
+
+struct CUmemPoolHandle_st {
+  std::uint32_t magic = 0x504f4f31;  // "POO1"
+  int device = 0;
+  std::uint64_t release_threshold = 0;
+  std::atomic<std::uint64_t> used{0}, high{0};
+};
+
+namespace gcr::simgpu {
+
+// A stream: an in-order queue of operations run by one worker thread.
+// Note [Legacy stream]: an operation on the legacy NULL stream waits for all work submitted
+// before it to blocking streams of its context, and work submitted afterwards to a blocking
+// stream waits for it; non-blocking streams are exempt. Both are expressed as dependencies
+// (stream, sequence number) that the worker waits for before running the operation.
+class Stream {
+ public:
+  enum class Kind { created, legacy, per_thread };
+  Stream(CUctx_st* ctx, Kind kind, unsigned flags, int priority);
+  ~Stream();  // drains, then stops the worker
+
+  struct Dep {
+    Stream* stream;
+    std::uint64_t seq;
+  };
+  // Queues op after deps; returns its sequence number.
+  std::uint64_t submit(std::function<void()> op, std::vector<Dep> deps = {});
+  void wait(std::uint64_t seq);  // blocks until seq has completed
+  void drain() { wait(submitted()); }
+  bool reached(std::uint64_t seq) const { return completed_.load() >= seq; }
+  std::uint64_t submitted() const;
+  bool idle() const { return reached(submitted()); }
+
+  CUctx_st* ctx() const { return ctx_; }
+  Kind kind() const { return kind_; }
+  unsigned flags() const { return flags_; }
+  int priority() const { return priority_; }
+  bool blocking() const { return !(flags_ & CU_STREAM_NON_BLOCKING); }
+  std::uint64_t id() const { return id_; }
+  std::uint32_t magic = 0x53545231;  // "STR1"
+
+ private:
+  void run();
+  struct Op {
+    std::uint64_t seq;
+    std::function<void()> fn;
+    std::vector<Dep> deps;
+  };
+  CUctx_st* ctx_;
+  Kind kind_;
+  unsigned flags_;
+  int priority_;
+  std::uint64_t id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  std::uint64_t next_seq_ = 0;
+  std::atomic<std::uint64_t> completed_{0};
+  bool stop_ = false;
+  std::condition_variable done_cv_;
+  std::thread worker_;
+};
+
+// Resolves a CUstream handle as the API call sees it (0, CU_STREAM_LEGACY,
+// CU_STREAM_PER_THREAD, or a created stream). per_thread_default: the _ptsz/_ptds variant.
+CUresult resolve_stream(CUstream h, bool per_thread_default, Stream** out);
+// Queues op on s with the legacy-stream dependencies of Note [Legacy stream].
+std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::Dep> extra = {});
+// Drains every stream of every context (checkpoint, cuCtxSynchronize of all).
+void drain_all_streams();
+void drain_context(CUctx_st* ctx);
+void destroy_context_streams(CUctx_st* ctx);
+
+// The current context of the calling thread (top of its stack); null if none.
+CUctx_st* current_context();
+CUresult require_context(CUctx_st** out);
+bool valid_context(CUctx_st* ctx);
+std::vector<CUctx_st*> all_contexts();
+void remap_contexts(const std::vector<int>& device_map);
+
+// ---- modules and kernels -------------------------------------------------------------------
+using TwinFn = void (*)(const void* launch, void** params);
+}  // namespace gcr::simgpu
+
+struct CUfunc_st {
+  std::uint32_t magic = 0x46554e31;  // "FUN1"
+  struct CUmod_st* module = nullptr;
+  const gcr::simgpu::KernelInfo* info = nullptr;
+  gcr::simgpu::TwinFn twin = nullptr;  // null: no CPU twin exported by the program
+  std::string twin_symbol;
+  std::map<int, int> attributes;
+};
+
+struct CUmod_st {
+  std::uint32_t magic = 0x4d4f4431;  // "MOD1"
+  CUctx_st* ctx = nullptr;
+  gcr::simgpu::ModuleImage image;
+  std::vector<std::unique_ptr<CUfunc_st>> functions;  // one per kernel, same order
+  std::map<std::string, std::pair<gcr::simgpu::DevAddr, std::uint64_t>> globals;
+  struct CUlib_st* library = nullptr;
+};
+
+struct CUlib_st {
+  std::uint32_t magic = 0x4c494231;  // "LIB1"
+  std::vector<std::byte> image_copy;
+  std::vector<std::string> kernel_names;
+  std::mutex mu;
+  std::map<CUctx_st*, CUmod_st*> modules;              // loaded lazily per context
+  std::map<std::size_t, std::unique_ptr<struct CUkern_st>> kernels;  // by kernel index
+};
+
+namespace gcr::simgpu {
+// Parses an image (fatbin, cubin or PTX) for this GPU, or says why not.
+CUresult parse_image(const void* image, ModuleImage* out);
+// Makes a module of a parsed image in ctx: functions with their twins, globals allocated.
+CUresult load_module(CUctx_st* ctx, const ModuleImage& image, CUmod_st** out);
+// The function a CUfunction or CUkernel handle names in the current context; null if invalid.
+CUfunc_st* resolve_function(CUfunction f);
+void unload_module(CUmod_st* mod);
+bool valid_function(CUfunction f);
+bool valid_module(CUmod_st* mod);
+void unload_context_modules(CUctx_st* ctx);
+
+// ---- the checkpoint worker -----------------------------------------------------------------
+// Started by cuInit: the thread inside this process that performs driver checkpoint requests of
+// other processes (cuCheckpointProcess*), found by them through a memfd mailbox.
+CUresult start_checkpoint_worker();
+
+}  // namespace gcr::simgpu
+
+struct CUkern_st {
+  std::uint32_t magic = 0x4b524e31;  // "KRN1"
+  CUlib_st* library = nullptr;
+  std::size_t index = 0;  // kernel index in the library's image
+};
