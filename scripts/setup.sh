@@ -38,7 +38,7 @@ fi
 # --- 1. Debian packages ---------------------------------------------------------------------------
 # gcr itself (C++20, CMake/Ninja, libraries, tests; clang for libFuzzer)
 GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
-          libzstd-dev libxxhash-dev liburing-dev libbpf-dev libcli11-dev catch2 clang)
+          libzstd-dev liblz4-dev libxxhash-dev liburing-dev libbpf-dev libcli11-dev catch2 clang)
 # CRIU's `make criu`: required (criu/Makefile.packages) ...
 CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
            libnl-3-dev libcap-dev uuid-dev libnet1-dev

@@ -6,13 +6,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD_DIR="${GCR_BUILD_DIR:-build}"
 
-# CRIU location etc. from set-up (absent when only the unit tests are wanted)
-if [[ -f .deps/env.sh ]]; then
-    # shellcheck source=/dev/null
-    . .deps/env.sh
-else
-    echo "[test] note: .deps/env.sh missing (run scripts/setup.sh --deps-only for CRIU)" >&2
+# Packages and CRIU first: idempotent, a fraction of a second once done, so that this one
+# command works on a fresh machine (GCR_SKIP_SETUP=1 skips it).
+if [[ "${GCR_SKIP_SETUP:-0}" != 1 ]]; then
+    bash scripts/setup.sh --deps-only
 fi
+# shellcheck source=/dev/null
+. .deps/env.sh
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     echo "[test] cmake -S . -B $BUILD_DIR -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo"

@@ -31,6 +31,7 @@ struct KernelParam {
   uint32_t ordinal;  // position in the C++ parameter list, from 0
   uint32_t offset;   // byte offset in the kernel's parameter buffer
   uint32_t size;     // bytes
+  friend bool operator==(const KernelParam&, const KernelParam&) = default;
 };
 
 struct KernelInfo {
@@ -40,7 +41,7 @@ struct KernelInfo {
 };
 
 struct GlobalInfo {
-  std::string name;             // __device__ and __constant__ variables (and __managed__ ones)
+  std::string name;  // __device__ and __constant__ variables (and __managed__ ones)
   uint64_t size = 0;
   std::vector<std::byte> init;  // `size` bytes, or empty = zero-filled
 };
@@ -48,7 +49,7 @@ struct GlobalInfo {
 struct ModuleImage {
   std::vector<KernelInfo> kernels;
   std::vector<GlobalInfo> globals;
-  int sm = 0;             // 90 for an sm_90 cubin; 0 if parsed from PTX
+  int sm = 0;  // 90 for an sm_90 cubin; 0 if parsed from PTX
   bool from_ptx = false;
 };
 

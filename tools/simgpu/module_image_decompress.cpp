@@ -59,8 +59,8 @@ Result<OwnedBytes> decompress_lz4(ByteView compressed, uint64_t decompressed_siz
   int n = LZ4_decompress_safe(reinterpret_cast<const char*>(compressed.data()),
                               reinterpret_cast<char*>(out->data.get()),
                               static_cast<int>(compressed.size()), static_cast<int>(out->size));
-  if (n < 0) return corrupt("lz4: malformed block (LZ4_decompress_safe returned " +
-                            std::to_string(n) + ")");
+  if (n < 0)
+    return corrupt("lz4: malformed block (LZ4_decompress_safe returned " + std::to_string(n) + ")");
   if (static_cast<uint64_t>(n) != decompressed_size) {
     return corrupt("lz4: decompressed " + hex(static_cast<uint64_t>(n)) +
                    " bytes, entry header says " + hex(decompressed_size));

@@ -25,6 +25,12 @@ constexpr uint64_t kMaxSections = 1u << 20;  // sanity bound for a table sized b
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint32_t kShtNobits = 8;
 constexpr uint32_t kShtSymtabShndx = 18;
+// Processor-specific section types that, like SHT_NOBITS, occupy no file bytes; relocatable
+// cubins use them for .nv.global, .nv.local.<k> and .nv.shared.<k>.
+constexpr uint32_t kShtCudaGlobal = 0x70000007;
+constexpr uint32_t kShtCudaLocal = 0x70000009;
+constexpr uint32_t kShtCudaShared = 0x7000000a;
+constexpr uint64_t kProgramHeaderBytes = 56;
 constexpr uint16_t kShnUndef = 0;
 constexpr uint16_t kShnLoreserve = 0xff00;
 constexpr uint16_t kShnXindex = 0xffff;
@@ -47,9 +53,15 @@ class Cubin {
   explicit Cubin(ByteView image) : image_(image) {}
 
   Status read_headers();
+  Status read_program_headers() const;
   Result<ModuleImage> read_module();
 
  private:
+  bool occupies_no_bytes(const Section& s) const {
+    return s.type == kShtNobits || s.type == kShtCudaGlobal || s.type == kShtCudaLocal ||
+           s.type == kShtCudaShared || s.name == ".nv.global" ||
+           s.name.substr(0, 10) == ".nv.shared" || s.name.substr(0, 9) == ".nv.local";
+  }
   std::string where(size_t index) const {
     std::string s = "section " + std::to_string(index);
     if (index < sections_.size() && !sections_[index].name.empty()) {
@@ -59,7 +71,8 @@ class Cubin {
   }
   // The file bytes of a section, checked against the image size.
   Result<ByteView> bytes_of(size_t index) const;
-  Result<std::string_view> string_at(ByteView table, uint64_t offset, const std::string& what) const;
+  Result<std::string_view> string_at(ByteView table, uint64_t offset,
+                                     const std::string& what) const;
   Status read_symbol(ByteView symtab, ByteView strtab, ByteView xindex, uint64_t i,
                      ModuleImage& module) const;
   Result<GlobalInfo> read_variable(const std::string& name, uint64_t value, uint64_t size,
@@ -79,8 +92,8 @@ std::string image_size(ByteView image) {
 Result<ByteView> Cubin::bytes_of(size_t index) const {
   const Section& s = sections_[index];
   if (!image_.contains(s.offset, s.size)) {
-    return corrupt("cubin: " + where(index) + " offset " + hex(s.offset) + " size " +
-                   hex(s.size) + " beyond image size " + image_size(image_));
+    return corrupt("cubin: " + where(index) + " offset " + hex(s.offset) + " size " + hex(s.size) +
+                   " beyond image size " + image_size(image_));
   }
   return image_.sub(s.offset, s.size);
 }
@@ -166,6 +179,32 @@ Status Cubin::read_headers() {
     sections_[i].name = *name;
     by_name_.emplace(*name, i);
   }
+  // Every section with file bytes must lie in the image, read or not: a cut-short image fails
+  // here rather than loading with some sections missing.
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const Section& s = sections_[i];
+    if (!occupies_no_bytes(s) && !image_.contains(s.offset, s.size)) {
+      return corrupt("cubin: section header " + std::to_string(i) + " (" + std::string(s.name) +
+                     ") offset " + hex(s.offset) + " size " + hex(s.size) + " beyond image size " +
+                     image_size(image_));
+    }
+  }
+  return read_program_headers();
+}
+
+// Only checked to lie in the image: a loader needs nothing from them.
+Status Cubin::read_program_headers() const {
+  uint64_t phoff = image_.load<uint64_t>(0x20);
+  uint64_t phentsize = image_.load<uint16_t>(0x36);
+  uint64_t phnum = image_.load<uint16_t>(0x38);
+  if (phnum == 0) return ok();
+  if (phentsize != kProgramHeaderBytes) {
+    return corrupt("cubin: e_phentsize " + hex(phentsize) + " at offset 0x36 (expected 0x38)");
+  }
+  if (!image_.contains(phoff, phnum * kProgramHeaderBytes)) {
+    return corrupt("cubin: program header table at offset " + hex(phoff) + " (e_phoff) with " +
+                   std::to_string(phnum) + " entries beyond image size " + image_size(image_));
+  }
   return ok();
 }
 
@@ -189,9 +228,7 @@ Result<GlobalInfo> Cubin::read_variable(const std::string& name, uint64_t value,
                    " beyond " + where(shndx) + " size " + hex(s.size));
   }
   GlobalInfo g{name, size, {}};
-  // .nv.global is NOBITS; in relocatable cubins its type is processor-specific, so go by name.
-  bool zero_filled = s.type == kShtNobits || s.name == ".nv.global";
-  if (!zero_filled && size > 0) {
+  if (!occupies_no_bytes(s) && size > 0) {
     auto bytes = bytes_of(shndx);
     if (!bytes) return std::move(bytes).error();
     const std::byte* p = bytes->data() + value;
@@ -216,8 +253,8 @@ Status Cubin::read_symbol(ByteView symtab, ByteView strtab, ByteView xindex, uin
   if (!kernel && !object) return ok();
   if (shndx == kShnXindex) {
     if (!xindex.contains(i * 4, 4)) {
-      return corrupt("cubin: symbol " + std::to_string(i) + " has SHN_XINDEX but .symtab_shndx has " +
-                     hex(xindex.size()) + " bytes");
+      return corrupt("cubin: symbol " + std::to_string(i) +
+                     " has SHN_XINDEX but .symtab_shndx has " + hex(xindex.size()) + " bytes");
     }
     shndx = xindex.load<uint32_t>(i * 4);
   } else if (shndx == kShnUndef || shndx >= kShnLoreserve) {

@@ -54,7 +54,8 @@ Result<std::vector<Entry>> read_entries(ByteView image) {
   }
   auto version = image.load<uint16_t>(4);
   if (version != kFatbinVersion) {
-    return unsupported("fatbin: version " + std::to_string(version) + " at offset 0x4 (expected 1)");
+    return unsupported("fatbin: version " + std::to_string(version) +
+                       " at offset 0x4 (expected 1)");
   }
   uint64_t header_size = image.load<uint16_t>(6);
   uint64_t fat_size = image.load<uint64_t>(8);
@@ -121,8 +122,8 @@ std::string list_contents(const std::vector<Entry>& entries) {
   std::string list;
   for (const auto& e : entries) {
     if (!list.empty()) list += ", ";
-    list += e.kind == kKindElf   ? "sm_" + std::to_string(e.arch) + " cubin"
-            : e.kind == kKindPtx ? "compute_" + std::to_string(e.arch) + " PTX"
+    list += e.kind == kKindElf     ? "sm_" + std::to_string(e.arch) + " cubin"
+            : e.kind == kKindPtx   ? "compute_" + std::to_string(e.arch) + " PTX"
             : e.kind == kKindLtoIr ? "compute_" + std::to_string(e.arch) + " LTO-IR"
                                    : "kind " + std::to_string(e.kind);
   }

@@ -105,7 +105,7 @@ Status parse_kernel_nv_info(ByteView section, const std::string& where, KernelIn
     }
     end_of_params = std::max<uint64_t>(end_of_params, uint64_t{params[i].offset} + params[i].size);
   }
-  uint64_t total = cbank_param_size ? *cbank_param_size
+  uint64_t total = cbank_param_size   ? *cbank_param_size
                    : param_cbank_size ? *param_cbank_size
                                       : end_of_params;
   if (end_of_params > total) {

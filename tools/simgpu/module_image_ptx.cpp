@@ -8,9 +8,12 @@
 // and 0dXXXXXXXXXXXXXXXX float bits, decimal floats); an address expression (`generic(x)`, `x+4`)
 // becomes zero bytes, as relocations are out of scope.
 #include <cctype>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,12 +134,28 @@ bool scalar_type(std::string_view name, ScalarType& type) {
     ScalarType type;
   };
   static constexpr Entry kTypes[] = {
-      {".b8", {1}},         {".u8", {1}},         {".s8", {1}},       {".b16", {2}},
-      {".u16", {2}},        {".s16", {2}},        {".f16", {2}},      {".bf16", {2}},
-      {".b32", {4}},        {".u32", {4}},        {".s32", {4}},      {".f16x2", {4}},
-      {".bf16x2", {4}},     {".b64", {8}},        {".u64", {8}},      {".s64", {8}},
-      {".b128", {16}},      {".texref", {8}},     {".samplerref", {8}}, {".surfref", {8}},
-      {".f32", {4, ScalarType::Class::f32}},      {".f64", {8, ScalarType::Class::f64}},
+      {".b8", {1}},
+      {".u8", {1}},
+      {".s8", {1}},
+      {".b16", {2}},
+      {".u16", {2}},
+      {".s16", {2}},
+      {".f16", {2}},
+      {".bf16", {2}},
+      {".b32", {4}},
+      {".u32", {4}},
+      {".s32", {4}},
+      {".f16x2", {4}},
+      {".bf16x2", {4}},
+      {".b64", {8}},
+      {".u64", {8}},
+      {".s64", {8}},
+      {".b128", {16}},
+      {".texref", {8}},
+      {".samplerref", {8}},
+      {".surfref", {8}},
+      {".f32", {4, ScalarType::Class::f32}},
+      {".f64", {8, ScalarType::Class::f64}},
   };
   for (const auto& e : kTypes) {
     if (e.name == name) {
@@ -148,10 +167,14 @@ bool scalar_type(std::string_view name, ScalarType& type) {
 }
 
 bool vector_width(std::string_view name, uint32_t& width) {
-  if (name == ".v2") width = 2;
-  else if (name == ".v4") width = 4;
-  else if (name == ".v8") width = 8;
-  else return false;
+  if (name == ".v2")
+    width = 2;
+  else if (name == ".v4")
+    width = 4;
+  else if (name == ".v8")
+    width = 8;
+  else
+    return false;
   return true;
 }
 
@@ -210,10 +233,14 @@ bool parse_integer(std::string_view t, uint64_t& value) {
   uint64_t v = 0;
   for (char c : t) {
     unsigned d;
-    if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      d = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      d = static_cast<unsigned>(c - 'A' + 10);
+    else
+      return false;
     if (d >= base) return false;
     if (v > (UINT64_MAX - d) / base) return false;
     v = v * base + d;
@@ -257,7 +284,8 @@ Status append_literal(std::string_view t, bool negative, const ScalarType& type,
     uint32_t b32 = static_cast<uint32_t>(bits);
     std::memcpy(&f, &b32, 4);
     real = f;
-  } else if (t.size() == 18 && t[0] == '0' && (t[1] == 'd' || t[1] == 'D') && is_hex_digits(t.substr(2))) {
+  } else if (t.size() == 18 && t[0] == '0' && (t[1] == 'd' || t[1] == 'D') &&
+             is_hex_digits(t.substr(2))) {
     kind = Kind::f64_bits;
     parse_integer("0x" + std::string(t.substr(2)), bits);
     std::memcpy(&real, &bits, 8);
@@ -274,7 +302,11 @@ Status append_literal(std::string_view t, bool negative, const ScalarType& type,
   if (negative) real = -real;
 
   if (type.cls == ScalarType::Class::f32) {
-    float f = static_cast<float>(real);
+    // A double beyond float's range converts to infinity here, not undefined behaviour.
+    float f = std::isnan(real)             ? std::numeric_limits<float>::quiet_NaN()
+              : std::fabs(real) <= FLT_MAX ? static_cast<float>(real)
+              : real > 0                   ? HUGE_VALF
+                                           : -HUGE_VALF;
     uint32_t b;
     if (kind == Kind::f32_bits && !negative) {
       b = static_cast<uint32_t>(bits);
@@ -321,8 +353,10 @@ Status ModuleReader::skip_block(Cursor& c) {
   uint64_t depth = 0;
   while (!c.done()) {
     std::string_view t = c.take().text;
-    if (t == "{") ++depth;
-    else if (t == "}" && --depth == 0) return ok();
+    if (t == "{")
+      ++depth;
+    else if (t == "}" && --depth == 0)
+      return ok();
   }
   return ptx_error(start, "'{' without a matching '}'");
 }
@@ -606,8 +640,7 @@ Status ModuleReader::initializer(Cursor& c, const ScalarType& type, uint64_t max
       append_le(out, 0, type.size);  // an address expression: relocations are not applied
     }
     if (out.size() > max_bytes) {
-      return ptx_error(line, "initializer longer than its variable (" + hex(max_bytes) +
-                                 " bytes)");
+      return ptx_error(line, "initializer longer than its variable (" + hex(max_bytes) + " bytes)");
     }
   } while (depth > 0);
   return ok();

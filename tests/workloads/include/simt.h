@@ -16,6 +16,10 @@
 // simgpu finds it with dlsym, so link the program with ENABLE_EXPORTS (-rdynamic). params[i]
 // points at the i-th argument, already translated so that device pointers are host-usable.
 //
+// Bit-identical results on both backends need exactly rounded arithmetic: nvcc --fmad=false and
+// host -ffp-contract=off (gcr_add_workload sets both), and no transcendental functions. Prefix
+// extern "C" kernel names: they are exported from the program and could interpose other symbols.
+//
 // Limits of a twin: threads of a block run one after another on one CPU thread, so a kernel may
 // not use __syncthreads(), shared memory, warp intrinsics or atomics that order threads. Each
 // output element must be computed by exactly one thread (which is also what makes results
@@ -25,10 +29,12 @@
 #if defined(__CUDACC__)
 
 #define SIMT_KERNEL __global__
-#define SIMT_DEVICE __device__ __forceinline__
+#define SIMT_DEVICE static __device__ __forceinline__
 #define SIMT_TWIN(name)
 
 #else  // host compiler: the CPU twin
+
+#include <math.h>
 
 #include <cstdint>
 #include <tuple>
@@ -84,7 +90,7 @@ using simt::gridDim;
 using simt::threadIdx;
 
 #define SIMT_KERNEL
-#define SIMT_DEVICE inline
+#define SIMT_DEVICE static inline
 #define __restrict__ __restrict
 #define SIMT_TWIN(name)                                                                  \
   extern "C" __attribute__((visibility("default"), used)) void simgpu_twin__##name(      \
