@@ -1,0 +1,26 @@
+// Device allocations of the program, backed by regions (Note [Regions and slabs]).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace gcr::interpose {
+
+// With g_region_mu held.
+CUresult alloc_device(std::uint64_t bytes, std::uint32_t device, bool async, CUdeviceptr* out);
+// Frees an allocation made by alloc_device (the caller has drained work that may use it).
+// False if `address` is not the start of one.
+bool free_device(CUdeviceptr address);
+bool owns_allocation(CUdeviceptr address);
+// The allocation holding address: its start and size. False if none.
+bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size);
+// Frees the stream-ordered frees whose streams have passed them; all of them when drained.
+void reap_async_frees(bool all);
+std::uint64_t requested_bytes();
+
+// True in a forked child that has not exec'd: gcr leaves it alone (every call goes straight
+// to the driver).
+extern bool g_unmanaged;
+
+}  // namespace gcr::interpose

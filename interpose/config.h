@@ -1,0 +1,30 @@
+// The interposer's settings, read once from GCR_* environment variables at first CUDA use.
+//   GCR_REAL_LIBCUDA   absolute path of the real libcuda.so.1 (gcr run sets it to simgpu's when
+//                      the machine has no NVIDIA driver)
+//   GCR_TRACK          "speculative" (default): const T* kernel parameters are reads;
+//                      "precise": every pointer parameter may be written;
+//                      "conservative": every launch may write every region (for kernels that
+//                      follow device pointers stored in device memory)
+//   GCR_ARENA_BYTES    size of the reserved device address arena (default: 2x total device memory)
+//   GCR_SMALL_BYTES    allocations up to this size share 2 MiB slabs (default 1 MiB)
+//   GCR_LOG            1: log each region allocation and control operation to stderr
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gcr::interpose {
+
+enum class TrackMode { speculative, precise, conservative };
+
+struct Config {
+  std::string real_libcuda;
+  TrackMode track = TrackMode::speculative;
+  std::uint64_t arena_bytes = 0;  // 0: derived from the devices' memory
+  std::uint64_t small_bytes = 1u << 20;
+  bool log = false;
+};
+
+const Config& config();
+
+}  // namespace gcr::interpose

@@ -1,0 +1,76 @@
+// cuInit and the contexts: the first CUDA call starts gcr in the process (the real driver, the
+// control thread); contexts are noted so that quiesce can drain them; fork leaves the child
+// unmanaged. Nothing here runs from a constructor: a program that never calls CUDA never loads
+// the real driver or starts a thread.
+#include <pthread.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "alloc.h"
+#include "control.h"
+#include "gate.h"
+#include "real_driver.h"
+#include "regions.h"
+
+namespace gcr::interpose {
+namespace {
+
+std::once_flag g_start_once;
+
+void atfork_prepare() { g_region_mu.lock(); }
+void atfork_parent() { g_region_mu.unlock(); }
+void atfork_child() {
+  g_region_mu.unlock();
+  // The driver is unusable in a forked child of a CUDA process; gcr steps aside until exec.
+  g_unmanaged = true;
+  control_after_fork_child();
+}
+
+void start() {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  if (Status s = start_control_thread(); !s)
+    std::fprintf(stderr, "gcr: control channel unavailable, checkpoints of this process will fail: %s\n",
+                 s.error().message.c_str());
+}
+
+}  // namespace
+}  // namespace gcr::interpose
+
+using namespace gcr::interpose;
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NO_DEVICE;
+  CUresult r = real->cuInit(flags);
+  if (r == CUDA_SUCCESS && !g_unmanaged) std::call_once(g_start_once, start);
+  return r;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuDevicePrimaryCtxRetain(pctx, dev);
+  if (r == CUDA_SUCCESS && pctx && !g_unmanaged) note_context(*pctx);
+  return r;
+}
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuCtxCreate_v4(pctx, params, flags, dev);
+  if (r == CUDA_SUCCESS && pctx && !g_unmanaged) note_context(*pctx);
+  return r;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuCtxDestroy_v2(ctx);
+  if (r == CUDA_SUCCESS) forget_context(ctx);
+  return r;
+}
+
+}  // extern "C"

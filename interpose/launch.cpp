@@ -1,0 +1,286 @@
+// Write tracking: for each launch, copy and memset, mark the regions it may write
+// (Note [Regions and slabs] for the marking; Note [Write tracking] below for what a launch may
+// write).
+//
+// Note [Write tracking]
+// A kernel may write through any device pointer among its arguments. The parameter layout comes
+// from cuFuncGetParamInfo, cached per function on its first launch; every 8-byte-aligned word of
+// the parameter buffer that points into the arena marks its region, which covers pointer
+// parameters and pointers inside struct parameters. With GCR_TRACK=speculative (the default), a
+// parameter whose demangled C++ type is a pointer to const (`float const*`) is taken as read only.
+// What this cannot see: pointers stored in device memory (a kernel walking a pointer array),
+// which GCR_TRACK=conservative covers by treating every launch as writing every region. Graph
+// launches and batched memory operations are always treated conservatively.
+#include <cxxabi.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "alloc.h"
+#include "config.h"
+#include "gate.h"
+#include "real_driver.h"
+#include "regions.h"
+
+namespace gcr::interpose {
+namespace {
+
+struct ParamSpan {
+  std::uint32_t offset;
+  std::uint32_t size;
+  bool read_only;  // pointer-to-const under GCR_TRACK=speculative
+};
+
+struct FuncInfo {
+  CUfunction function = nullptr;
+  bool known = false;  // false: the layout is unknown, so every launch marks everything
+  std::vector<ParamSpan> params;
+};
+
+// Lock-free for readers: slots are written once, under g_func_mu, and never change.
+constexpr std::size_t kFuncSlots = 1 << 14;
+std::array<std::atomic<const FuncInfo*>, kFuncSlots> g_funcs{};
+std::mutex g_func_mu;
+const FuncInfo kUnknown{};
+
+std::size_t slot_of(CUfunction f) {
+  auto v = reinterpret_cast<std::uintptr_t>(f);
+  return static_cast<std::size_t>((v >> 4) * 0x9E3779B97F4A7C15ull >> 50) & (kFuncSlots - 1);
+}
+
+// The parameter types of a demangled name "f(float*, float const*, int)", split at top level.
+std::vector<std::string> parameter_types(const std::string& demangled) {
+  std::vector<std::string> out;
+  auto open = demangled.find('(');
+  if (open == std::string::npos) return out;
+  int depth = 0;
+  std::string cur;
+  for (std::size_t i = open + 1; i < demangled.size(); ++i) {
+    char c = demangled[i];
+    if ((c == ',' || c == ')') && depth == 0) {
+      while (!cur.empty() && cur.front() == ' ') cur.erase(cur.begin());
+      out.push_back(cur);
+      cur.clear();
+      if (c == ')') break;
+      continue;
+    }
+    if (c == '(' || c == '<') ++depth;
+    if (c == ')' || c == '>') --depth;
+    cur += c;
+  }
+  return out;
+}
+
+// "float const*", "float const* __restrict__": a pointer whose pointee is const.
+bool pointer_to_const(std::string t) {
+  for (const char* q : {" __restrict__", " __restrict", " restrict", " const", " volatile"})
+    while (t.size() > std::strlen(q) && t.compare(t.size() - std::strlen(q), std::strlen(q), q) == 0)
+      t.resize(t.size() - std::strlen(q));
+  if (t.empty() || t.back() != '*') return false;
+  t.pop_back();
+  return t.size() >= 5 && t.compare(t.size() - 5, 5, "const") == 0;
+}
+
+const FuncInfo* build_info(CUfunction f) {
+  const RealDriver* real = real_driver();
+  auto* info = new FuncInfo;  // immortal: published to lock-free readers
+  info->function = f;
+  for (std::size_t i = 0;; ++i) {
+    std::size_t offset = 0, size = 0;
+    CUresult r = real->cuFuncGetParamInfo ? real->cuFuncGetParamInfo(f, i, &offset, &size)
+                                          : CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_ERROR_INVALID_VALUE && i > 0) break;  // past the last parameter
+    if (r == CUDA_ERROR_INVALID_VALUE && i == 0) {       // no parameters, or not a kernel
+      info->known = true;
+      break;
+    }
+    if (r != CUDA_SUCCESS) {
+      info->known = false;
+      info->params.clear();
+      return info;
+    }
+    info->params.push_back({static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(size), false});
+    info->known = true;
+  }
+  if (config().track == TrackMode::speculative && real->cuFuncGetName) {
+    const char* name = nullptr;
+    if (real->cuFuncGetName(&name, f) == CUDA_SUCCESS && name) {
+      int status = 0;
+      char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      if (status == 0 && d) {
+        auto types = parameter_types(d);
+        if (types.size() == info->params.size())
+          for (std::size_t i = 0; i < types.size(); ++i) info->params[i].read_only = pointer_to_const(types[i]);
+        std::free(d);
+      }
+    }
+  }
+  return info;
+}
+
+const FuncInfo* func_info(CUfunction f) {
+  std::size_t s = slot_of(f);
+  for (std::size_t probe = 0; probe < 64; ++probe) {
+    const FuncInfo* fi = g_funcs[(s + probe) & (kFuncSlots - 1)].load(std::memory_order_acquire);
+    if (!fi) break;
+    if (fi->function == f) return fi;
+  }
+  std::lock_guard lock(g_func_mu);
+  for (std::size_t probe = 0; probe < 64; ++probe) {
+    auto& slot = g_funcs[(s + probe) & (kFuncSlots - 1)];
+    const FuncInfo* fi = slot.load(std::memory_order_acquire);
+    if (fi && fi->function == f) return fi;
+    if (!fi) {
+      const FuncInfo* built = build_info(f);
+      slot.store(built, std::memory_order_release);
+      return built;
+    }
+  }
+  return &kUnknown;  // table crowded: treat this function conservatively
+}
+
+inline void mark_words(const std::byte* p, std::uint32_t offset, std::uint32_t size) {
+  // Words aligned in the parameter buffer, as the GPU would read them.
+  std::uint32_t first = (offset + 7) & ~7u;
+  for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p + (o - offset), 8);
+    mark_written(word);
+  }
+}
+
+void mark_launch(CUfunction f, void** params, void** extra) {
+  if (config().track == TrackMode::conservative || !g_arena.base) {
+    if (g_arena.base) mark_all_written();
+    return;
+  }
+  const FuncInfo* fi = func_info(f);
+  if (!fi->known) {
+    mark_all_written();
+    return;
+  }
+  if (params) {
+    for (std::size_t i = 0; i < fi->params.size(); ++i) {
+      const ParamSpan& p = fi->params[i];
+      if (p.read_only || p.size < 8 || !params[i]) continue;
+      mark_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
+    }
+  } else if (extra) {
+    const std::byte* buf = nullptr;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
+    if (!buf) return;
+    for (const ParamSpan& p : fi->params)
+      if (!p.read_only && p.size >= 8) mark_words(buf + p.offset, p.offset, p.size);
+  }
+}
+
+void mark_2d(const CUDA_MEMCPY2D* p) {
+  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED)) return;
+  if (p->Height == 0) return;
+  mark_range_written(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes,
+                     (p->Height - 1) * p->dstPitch + p->WidthInBytes);
+}
+
+void mark_3d(const CUDA_MEMCPY3D* p) {
+  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED)) return;
+  std::uint64_t slice = p->dstPitch * (p->dstHeight ? p->dstHeight : p->Height);
+  mark_range_written(p->dstDevice, slice * (p->dstZ + p->Depth));
+}
+
+}  // namespace
+}  // namespace gcr::interpose
+
+using namespace gcr::interpose;
+
+// One wrapper per exported name: mark what the call may write, then call the real function with
+// the same arguments. `real` is resolved once per name.
+#define GCR_WRAP(type_of, name, params, args, mark)                                       \
+  extern "C" CUresult name params {                                                       \
+    static const auto real = real_fn<decltype(&::type_of)>(#name);                        \
+    if (!g_unmanaged) {                                                                   \
+      GateScope gate;                                                                     \
+      mark;                                                                               \
+      return real args;                                                                   \
+    }                                                                                     \
+    return real args;                                                                     \
+  }
+// The legacy name and its per-thread-default-stream twin (same signature).
+#define GCR_WRAP2(name, suffix, params, args, mark) \
+  GCR_WRAP(name, name, params, args, mark)          \
+  GCR_WRAP(name, name##suffix, params, args, mark)
+
+GCR_WRAP2(cuLaunchKernel, _ptsz,
+          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+           unsigned shared, CUstream s, void** kp, void** extra),
+          (f, gx, gy, gz, bx, by, bz, shared, s, kp, extra), mark_launch(f, kp, extra))
+GCR_WRAP2(cuLaunchKernelEx, _ptsz, (const CUlaunchConfig* c, CUfunction f, void** kp, void** extra),
+          (c, f, kp, extra), mark_launch(f, kp, extra))
+GCR_WRAP2(cuLaunchCooperativeKernel, _ptsz,
+          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+           unsigned shared, CUstream s, void** kp),
+          (f, gx, gy, gz, bx, by, bz, shared, s, kp), mark_launch(f, kp, nullptr))
+GCR_WRAP2(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s), (g, s), mark_all_written())
+
+GCR_WRAP2(cuMemcpy, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyAsync, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st),
+          mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr d, const void* s, size_t n), (d, s, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr d, const void* s, size_t n, CUstream st), (d, s, n, st),
+          mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st),
+          mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyPeer, _ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),
+          (d, dc, s, sc, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyPeerAsync, _ptsz,
+          (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),
+          (d, dc, s, sc, n, st), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p), (p), mark_2d(p))
+GCR_WRAP2(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), (p), mark_2d(p))
+GCR_WRAP2(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream st), (p, st), mark_2d(p))
+GCR_WRAP2(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p), (p), mark_3d(p))
+GCR_WRAP2(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream st), (p, st), mark_3d(p))
+GCR_WRAP2(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p), (p), mark_all_written())
+GCR_WRAP2(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream st), (p, st), mark_all_written())
+GCR_WRAP2(cuMemcpyBatchAsync_v2, _ptsz,
+          (CUdeviceptr* d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a, size_t* ai,
+           size_t na, CUstream st),
+          (d, s, n, count, a, ai, na, st), mark_all_written())
+
+GCR_WRAP2(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n),
+          mark_range_written(d, 2 * n))
+GCR_WRAP2(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n),
+          mark_range_written(d, 4 * n))
+GCR_WRAP2(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), (d, v, n, st),
+          mark_range_written(d, n))
+GCR_WRAP2(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream st), (d, v, n, st),
+          mark_range_written(d, 2 * n))
+GCR_WRAP2(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (d, v, n, st),
+          mark_range_written(d, 4 * n))
+GCR_WRAP2(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),
+          (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + w : 0))
+GCR_WRAP2(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),
+          (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + 2 * w : 0))
+GCR_WRAP2(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),
+          (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
+GCR_WRAP2(cuMemsetD2D8Async, _ptsz, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st),
+          (d, p, v, w, h, st), mark_range_written(d, h ? (h - 1) * p + w : 0))
+GCR_WRAP2(cuMemsetD2D16Async, _ptsz,
+          (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st), (d, p, v, w, h, st),
+          mark_range_written(d, h ? (h - 1) * p + 2 * w : 0))
+GCR_WRAP2(cuMemsetD2D32Async, _ptsz,
+          (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st), (d, p, v, w, h, st),
+          mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
+
+GCR_WRAP2(cuStreamWriteValue32_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
+          mark_written(a))
+GCR_WRAP2(cuStreamWriteValue64_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
+          mark_written(a))
+GCR_WRAP2(cuStreamBatchMemOp_v2, _ptsz, (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f),
+          (st, n, p, f), mark_all_written())

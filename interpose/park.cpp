@@ -1,0 +1,229 @@
+// The region manager's side of the control channel (interpose/control_ops.h): quiesce and
+// resume, park and unpark, checkpoint epochs and status. Note [Park before lock] says when each
+// may run.
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "alloc.h"
+#include "config.h"
+#include "control_ops.h"
+#include "gate.h"
+#include "real_driver.h"
+#include "regions.h"
+
+namespace gcr::interpose {
+namespace {
+
+ProcessState g_state = ProcessState::running;
+std::string g_last_checkpoint;
+
+Error call_error(const char* what, CUresult r, std::uint64_t address = 0) {
+  const char* name = "unknown";
+  if (const RealDriver* real = real_driver()) {
+    real->cuGetErrorName(r, &name);
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s failed with %s (%d)", what, name ? name : "?", static_cast<int>(r));
+  std::string msg = buf;
+  if (address) {
+    std::snprintf(buf, sizeof buf, " for region 0x%llx", static_cast<unsigned long long>(address));
+    msg += buf;
+  }
+  return Error{Errc::driver, msg};
+}
+
+Status drain_all() {
+  const RealDriver* real = real_driver();
+  for (CUcontext ctx : known_contexts()) {
+    if (CUresult r = real->cuCtxPushCurrent_v2(ctx)) return call_error("cuCtxPushCurrent", r);
+    CUresult r = real->cuCtxSynchronize();
+    CUcontext popped;
+    real->cuCtxPopCurrent_v2(&popped);
+    if (r != CUDA_SUCCESS) return call_error("cuCtxSynchronize", r);
+  }
+  return ok();
+}
+
+}  // namespace
+
+Status op_quiesce(unsigned timeout_ms) {
+  if (g_state != ProcessState::running) return ok();  // already quiet
+  if (!real_driver()) return Error{Errc::driver, gcr::interpose::driver_error()};
+  if (!gate_close(timeout_ms))
+    return Error{Errc::timeout, "CUDA calls of the process did not finish within " +
+                                    std::to_string(timeout_ms) + " ms; retry with a longer timeout"};
+  if (Status s = drain_all(); !s) {
+    gate_open();
+    return s;
+  }
+  std::lock_guard lock(g_region_mu);
+  reap_async_frees(true);  // every stream is drained: their frees are done
+  g_state = ProcessState::quiesced;
+  return ok();
+}
+
+Status op_resume() {
+  if (g_state == ProcessState::parked)
+    return Error{Errc::invalid_argument, "the process is parked: unpark it before resuming"};
+  if (g_state == ProcessState::quiesced) gate_open();
+  g_state = ProcessState::running;
+  return ok();
+}
+
+Result<std::vector<ParkedRegion>> op_park() {
+  if (g_state != ProcessState::quiesced)
+    return Error{Errc::invalid_argument, "park needs a quiesced process (send quiesce first)"};
+  const RealDriver* real = real_driver();
+  std::lock_guard lock(g_region_mu);
+  std::vector<ParkedRegion> out;
+  std::map<std::uint32_t, CUmemGenericAllocationHandle> user_handles;
+  auto undo = [&] {
+    for (auto& [id, h] : user_handles) real->cuMemRelease(h);
+    out.clear();  // closes the exported fds
+  };
+  std::uint64_t epoch = g_epoch.load();
+  // First export everything: a failure here leaves the process exactly as it was.
+  for (std::uint32_t id : live_region_ids()) {
+    Region& reg = g_regions[id];
+    CUmemGenericAllocationHandle h = reg.handle;
+    if (reg.kind == RegionKind::user) {
+      if (CUresult r = real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address))) {
+        undo();
+        return call_error("cuMemRetainAllocationHandle", r, reg.address);
+      }
+      user_handles[id] = h;
+    }
+    int fd = -1;
+    if (CUresult r = real->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+      undo();
+      return call_error("cuMemExportToShareableHandle", r, reg.address);
+    }
+    ParkedRegion p;
+    p.region = RegionRecord{reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u};
+    p.fd = UniqueFd(fd);
+    out.push_back(std::move(p));
+  }
+  // Then let go of the memory: the fds now hold it.
+  for (std::uint32_t id : live_region_ids()) {
+    Region& reg = g_regions[id];
+    if (CUresult r = real->cuMemUnmap(reg.address, reg.size))
+      std::fprintf(stderr, "gcr: park: cuMemUnmap of region 0x%llx failed (%d)\n",
+                   static_cast<unsigned long long>(reg.address), static_cast<int>(r));
+    if (reg.kind == RegionKind::user) {
+      real->cuMemRelease(user_handles[id]);
+    } else if (reg.handle) {
+      real->cuMemRelease(reg.handle);
+      reg.handle = 0;
+    }
+    reg.parked = true;
+  }
+  g_state = ProcessState::parked;
+  if (config().log) std::fprintf(stderr, "gcr: parked %zu regions\n", out.size());
+  return out;
+}
+
+Status op_unpark(std::vector<ParkedRegion> regions) {
+  if (g_state != ProcessState::parked)
+    return Error{Errc::invalid_argument, "unpark needs a parked process"};
+  const RealDriver* real = real_driver();
+  std::lock_guard lock(g_region_mu);
+  std::map<std::uint64_t, ParkedRegion*> given;
+  for (ParkedRegion& p : regions) given[p.region.address] = &p;
+  std::vector<std::uint32_t> ids = live_region_ids();
+  for (std::uint32_t id : ids) {
+    const Region& reg = g_regions[id];
+    auto it = given.find(reg.address);
+    if (it == given.end() || it->second->region.size != reg.size)
+      return Error{Errc::invalid_argument, "unpark: region 0x" + [&] {
+        char b[32];
+        std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(reg.address));
+        return std::string(b);
+      }() + " is missing or has another size; every parked region must come back"};
+  }
+  std::vector<std::uint32_t> mapped;
+  std::map<std::uint32_t, CUmemGenericAllocationHandle> handles;
+  auto undo = [&] {
+    for (std::uint32_t id : mapped) real->cuMemUnmap(g_regions[id].address, g_regions[id].size);
+    for (auto& [id, h] : handles) real->cuMemRelease(h);
+  };
+  for (std::uint32_t id : ids) {
+    Region& reg = g_regions[id];
+    ParkedRegion& p = *given[reg.address];
+    CUmemGenericAllocationHandle h = 0;
+    void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(p.fd.get()));
+    if (CUresult r = real->cuMemImportFromShareableHandle(&h, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      undo();
+      return call_error("cuMemImportFromShareableHandle", r, reg.address);
+    }
+    handles[id] = h;
+    CUmemAllocationProp prop{};
+    int device = static_cast<int>(reg.device);
+    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS) device = prop.location.id;
+    if (CUresult r = real->cuMemMap(reg.address, reg.size, reg.phys_offset, h, 0)) {
+      undo();
+      return call_error("cuMemMap", r, reg.address);
+    }
+    mapped.push_back(id);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (CUresult r = real->cuMemSetAccess(reg.address, reg.size, &access, 1)) {
+      undo();
+      return call_error("cuMemSetAccess", r, reg.address);
+    }
+  }
+  for (std::uint32_t id : ids) {
+    Region& reg = g_regions[id];
+    if (reg.kind == RegionKind::user) {
+      real->cuMemRelease(handles[id]);  // the mapping keeps the memory alive
+    } else {
+      reg.handle = handles[id];
+    }
+    CUmemAllocationProp prop{};
+    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handles[id]) == CUDA_SUCCESS)
+      reg.device = static_cast<std::uint32_t>(prop.location.id);
+    reg.parked = false;
+  }
+  g_state = ProcessState::quiesced;
+  return ok();
+}
+
+Status op_new_epoch(const std::string& checkpoint_id) {
+  g_epoch.fetch_add(1);
+  g_all_dirty.store(false);
+  g_last_checkpoint = checkpoint_id;
+  return ok();
+}
+
+std::vector<RegionRecord> op_regions() {
+  std::lock_guard lock(g_region_mu);
+  std::vector<RegionRecord> out;
+  std::uint64_t epoch = g_epoch.load();
+  for (std::uint32_t id : live_region_ids()) {
+    const Region& reg = g_regions[id];
+    out.push_back({reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u});
+  }
+  return out;
+}
+
+StatusInfo op_status() {
+  StatusInfo s;
+  s.state = g_state;
+  s.epoch = g_epoch.load();
+  s.last_checkpoint = g_last_checkpoint;
+  s.conservative = config().track == TrackMode::conservative;
+  for (const RegionRecord& r : op_regions()) {
+    ++s.regions;
+    s.region_bytes += r.size;
+    if (r.flags & kRegionDirty) s.dirty_bytes += r.size;
+  }
+  std::lock_guard lock(g_region_mu);
+  s.requested_bytes = requested_bytes();
+  return s;
+}
+
+}  // namespace gcr::interpose

@@ -1,0 +1,237 @@
+// The arena, the region table and the granule map of Note [Regions and slabs].
+#include "regions.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "config.h"
+#include "real_driver.h"
+
+namespace gcr::interpose {
+
+Arena g_arena;
+Region* g_regions = nullptr;
+std::atomic<std::uint64_t> g_epoch{1};
+std::atomic<bool> g_all_dirty{false};
+std::mutex g_region_mu;
+
+namespace {
+
+std::map<std::uint64_t, std::uint64_t> g_arena_free;  // free ranges by address
+std::vector<std::uint32_t> g_free_ids;                 // recycled region ids
+std::uint32_t g_next_id = 1;
+std::set<CUcontext> g_contexts;
+std::mutex g_ctx_mu;
+
+void* map_zeroed(std::uint64_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+std::uint32_t new_id() {
+  if (!g_free_ids.empty()) {
+    std::uint32_t id = g_free_ids.back();
+    g_free_ids.pop_back();
+    return id;
+  }
+  return g_next_id < kMaxRegions ? g_next_id++ : 0;
+}
+
+void set_granules(std::uint64_t address, std::uint64_t size, std::uint32_t id) {
+  if (!in_arena(address)) return;
+  for (std::uint64_t a = address; a < address + size; a += kGranule)
+    g_arena.granule_region[(a - g_arena.base) / kGranule].store(id, std::memory_order_release);
+}
+
+}  // namespace
+
+bool in_arena(std::uint64_t addr) { return addr - g_arena.base < g_arena.size; }
+
+CUresult ensure_arena() {
+  if (g_arena.base) return CUDA_SUCCESS;
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  std::uint64_t size = config().arena_bytes;
+  if (!size) {
+    int count = 0;
+    if (CUresult r = real->cuDeviceGetCount(&count)) return r;
+    std::uint64_t total = 0;
+    for (int d = 0; d < count; ++d) {
+      std::size_t bytes = 0;
+      if (real->cuDeviceTotalMem_v2(&bytes, d) == CUDA_SUCCESS) total += bytes;
+    }
+    size = std::max<std::uint64_t>(2 * total, 8ull << 30);
+  }
+  size = (size + kGranule - 1) / kGranule * kGranule;
+  CUdeviceptr base = 0;
+  if (CUresult r = real->cuMemAddressReserve(&base, size, kGranule, 0, 0)) {
+    std::fprintf(stderr, "gcr: cannot reserve a %llu GiB device address arena (%d); set GCR_ARENA_BYTES lower\n",
+                 static_cast<unsigned long long>(size >> 30), static_cast<int>(r));
+    return r;
+  }
+  g_regions = static_cast<Region*>(map_zeroed(sizeof(Region) * kMaxRegions));
+  g_arena.granule_region = static_cast<std::atomic<std::uint32_t>*>(
+      map_zeroed(sizeof(std::atomic<std::uint32_t>) * (size / kGranule)));
+  if (!g_regions || !g_arena.granule_region) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_arena_free[base] = size;
+  g_arena.size = size;
+  g_arena.base = base;  // last: in_arena() is false until the table exists
+  if (config().log)
+    std::fprintf(stderr, "gcr: arena 0x%llx + %llu GiB\n", static_cast<unsigned long long>(base),
+                 static_cast<unsigned long long>(size >> 30));
+  return CUDA_SUCCESS;
+}
+
+bool arena_take(std::uint64_t size, std::uint64_t align, std::uint64_t* out) {
+  for (auto it = g_arena_free.begin(); it != g_arena_free.end(); ++it) {
+    std::uint64_t start = (it->first + align - 1) / align * align;
+    if (start + size > it->first + it->second) continue;
+    std::uint64_t r_start = it->first, r_end = it->first + it->second;
+    g_arena_free.erase(it);
+    if (start > r_start) g_arena_free[r_start] = start - r_start;
+    if (start + size < r_end) g_arena_free[start + size] = r_end - (start + size);
+    *out = start;
+    return true;
+  }
+  return false;
+}
+
+void arena_give(std::uint64_t address, std::uint64_t size) {
+  auto [it, inserted] = g_arena_free.emplace(address, size);
+  if (!inserted) return;
+  if (auto next = std::next(it); next != g_arena_free.end() && address + size == next->first) {
+    it->second += next->second;
+    g_arena_free.erase(next);
+  }
+  if (it != g_arena_free.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      g_arena_free.erase(it);
+    }
+  }
+}
+
+CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind, std::uint32_t* out) {
+  const RealDriver* real = real_driver();
+  if (CUresult r = ensure_arena()) return r;
+  std::uint64_t address;
+  if (!arena_take(size, kGranule, &address)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<int>(device);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult r = real->cuMemCreate(&handle, size, &prop, 0);
+  if (r == CUDA_SUCCESS) r = real->cuMemMap(address, size, 0, handle, 0);
+  if (r == CUDA_SUCCESS) {
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = real->cuMemSetAccess(address, size, &access, 1);
+    if (r != CUDA_SUCCESS) real->cuMemUnmap(address, size);
+  }
+  if (r != CUDA_SUCCESS) {
+    if (handle) real->cuMemRelease(handle);
+    arena_give(address, size);
+    return r;
+  }
+  std::uint32_t id = new_id();
+  if (!id) {
+    real->cuMemUnmap(address, size);
+    real->cuMemRelease(handle);
+    arena_give(address, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Region& reg = g_regions[id];
+  reg.address = address;
+  reg.size = size;
+  reg.phys_offset = 0;
+  reg.handle = handle;
+  reg.device = device;
+  reg.kind = kind;
+  reg.parked = false;
+  reg.dirty_epoch.store(g_epoch.load());  // new memory belongs to the next checkpoint
+  set_granules(address, size, id);
+  *out = id;
+  if (config().log)
+    std::fprintf(stderr, "gcr: region %u 0x%llx + %llu on device %u\n", id,
+                 static_cast<unsigned long long>(address), static_cast<unsigned long long>(size), device);
+  return CUDA_SUCCESS;
+}
+
+void destroy_region(std::uint32_t id) {
+  const RealDriver* real = real_driver();
+  Region& reg = g_regions[id];
+  set_granules(reg.address, reg.size, 0);
+  if (!reg.parked) {
+    real->cuMemUnmap(reg.address, reg.size);
+    if (reg.handle) real->cuMemRelease(reg.handle);
+  }
+  if (reg.kind != RegionKind::user) arena_give(reg.address, reg.size);
+  reg.kind = RegionKind::free;
+  reg.handle = 0;
+  g_free_ids.push_back(id);
+}
+
+std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
+                                   std::uint32_t device) {
+  std::uint32_t id = new_id();
+  if (!id) return 0;
+  Region& reg = g_regions[id];
+  reg.address = address;
+  reg.size = size;
+  reg.phys_offset = offset;
+  reg.handle = 0;  // the program owns its handle; park retains one from the address
+  reg.device = device;
+  reg.kind = RegionKind::user;
+  reg.parked = false;
+  reg.dirty_epoch.store(g_epoch.load());
+  set_granules(address, size, id);
+  return id;
+}
+
+void unregister_user_regions(std::uint64_t address, std::uint64_t size) {
+  for (std::uint32_t id = 1; id < g_next_id; ++id) {
+    Region& reg = g_regions[id];
+    if (reg.kind == RegionKind::user && reg.address >= address && reg.address + reg.size <= address + size) {
+      set_granules(reg.address, reg.size, 0);
+      reg.kind = RegionKind::free;
+      g_free_ids.push_back(id);
+    }
+  }
+}
+
+std::vector<std::uint32_t> live_region_ids() {
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t id = 1; id < g_next_id; ++id)
+    if (g_regions[id].kind != RegionKind::free) ids.push_back(id);
+  return ids;
+}
+
+bool region_dirty(const Region& r, std::uint64_t since_epoch) {
+  return g_all_dirty.load() || r.dirty_epoch.load() >= since_epoch;
+}
+
+void note_context(CUcontext ctx) {
+  if (!ctx) return;
+  std::lock_guard lock(g_ctx_mu);
+  g_contexts.insert(ctx);
+}
+
+void forget_context(CUcontext ctx) {
+  std::lock_guard lock(g_ctx_mu);
+  g_contexts.erase(ctx);
+}
+
+std::vector<CUcontext> known_contexts() {
+  std::lock_guard lock(g_ctx_mu);
+  return {g_contexts.begin(), g_contexts.end()};
+}
+
+}  // namespace gcr::interpose

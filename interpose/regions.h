@@ -1,0 +1,105 @@
+// Note [Regions and slabs]
+// - Every device allocation of the program lives in a *region*: one physical allocation
+//   (cuMemCreate with an exportable POSIX-fd handle) mapped read-write at an address gcr chooses
+//   in one arena of device virtual addresses reserved at the first allocation. The same sequence
+//   of allocations gets the same addresses in every run, and a parked region comes back at its
+//   address after a restore.
+// - Requests up to GCR_SMALL_BYTES (1 MiB) share 2 MiB slab regions, first fit, 512-byte aligned;
+//   larger ones get a region of their own, rounded up to the 2 MiB granularity. An empty slab is
+//   released. The overhead (region bytes minus requested bytes) is reported by `status`.
+// - The program's own VMM calls are regions too: cuMemCreate gains the POSIX-fd handle type,
+//   cuMemAddressReserve without an address hint is carved from the arena, cuMemMap registers the
+//   mapping.
+// - Write tracking reads one immutable-per-slot table: `granule_region[(addr - arena) >> 21]` is
+//   the id of the region covering that 2 MiB granule (0: none), and a region's `dirty_epoch` is the
+//   epoch of its last possible write. A launch marks what it may write with relaxed loads and
+//   stores: no lock, syscall or allocation. Region slots are never unmapped, so a reader racing a
+//   free marks at worst a recycled slot dirty, which over-approximates and is safe.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "control_ops.h"
+
+namespace gcr::interpose {
+
+inline constexpr std::uint64_t kGranule = 2ull << 20;
+inline constexpr std::uint32_t kMaxRegions = 1u << 20;
+
+enum class RegionKind : std::uint8_t { free = 0, slab = 1, large = 2, user = 3 };
+
+struct Region {
+  std::atomic<std::uint64_t> dirty_epoch{0};
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint64_t phys_offset = 0;  // user mappings may show part of an allocation
+  CUmemGenericAllocationHandle handle = 0;  // 0 while parked (user regions: retained at park)
+  std::uint32_t device = 0;
+  RegionKind kind = RegionKind::free;
+  bool parked = false;
+};
+
+struct Arena {
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+  std::atomic<std::uint32_t>* granule_region = nullptr;  // size / kGranule entries
+};
+
+extern Arena g_arena;
+extern Region* g_regions;  // kMaxRegions slots, index 0 unused
+extern std::atomic<std::uint64_t> g_epoch;
+extern std::atomic<bool> g_all_dirty;  // conservative marking since the epoch began
+
+// Marks the region holding addr as possibly written in this epoch. Hot path.
+inline void mark_written(std::uint64_t addr) {
+  std::uint64_t off = addr - g_arena.base;
+  if (off >= g_arena.size) return;
+  std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed);
+  if (!id) return;
+  std::uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  auto& d = g_regions[id].dirty_epoch;
+  if (d.load(std::memory_order_relaxed) != epoch) d.store(epoch, std::memory_order_relaxed);
+}
+
+// Marks every region touching [addr, addr + bytes).
+inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
+  if (bytes == 0) return;
+  std::uint64_t end = addr + bytes;
+  mark_written(addr);
+  for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule) mark_written(g);
+}
+
+inline void mark_all_written() { g_all_dirty.store(true, std::memory_order_relaxed); }
+
+// The region manager's lock: held by allocation, free, park and unpark; never by launches.
+extern std::mutex g_region_mu;
+
+// Reserves the arena on first use (needs a current context for the device query).
+CUresult ensure_arena();
+// Maps a new region of `size` bytes (a multiple of kGranule) on `device`; returns its id.
+CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind, std::uint32_t* id);
+// Unmaps and releases a region (the caller has drained the device work that may use it).
+void destroy_region(std::uint32_t id);
+// Registers a mapping the program made itself (its own cuMemMap) as a region.
+std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
+                                   std::uint32_t device);
+void unregister_user_regions(std::uint64_t address, std::uint64_t size);
+// The arena's free address ranges: carve (deterministic first fit) and give back.
+bool arena_take(std::uint64_t size, std::uint64_t align, std::uint64_t* out);
+void arena_give(std::uint64_t address, std::uint64_t size);
+bool in_arena(std::uint64_t addr);
+
+std::vector<std::uint32_t> live_region_ids();  // with g_region_mu held
+bool region_dirty(const Region& r, std::uint64_t since_epoch);
+
+// The contexts the program has used (primary or created), for draining at quiesce.
+void note_context(CUcontext ctx);
+void forget_context(CUcontext ctx);
+std::vector<CUcontext> known_contexts();
+
+}  // namespace gcr::interpose
