@@ -45,6 +45,7 @@ struct PendingFree {
 };
 std::vector<PendingFree> g_pending;
 std::set<CUdeviceptr> g_user_reservations;
+std::map<CUmemoryPool, std::uint32_t> g_pool_devices;  // the device of each pool the program has seen
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -86,6 +87,22 @@ CUresult current_device(CUdevice* dev) {
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   note_context(ctx);
   return real->cuCtxGetDevice(dev);
+}
+
+// The device a stream-ordered allocation on `stream` comes from: the stream's (its context's),
+// which need not be the current context's.
+CUresult stream_device(CUstream stream, bool ptsz, CUdevice* dev) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  static const auto get_ctx_ptsz = real_fn<decltype(&::cuStreamGetCtx)>("cuStreamGetCtx_ptsz");
+  CUcontext ctx = nullptr;
+  if ((ptsz ? get_ctx_ptsz : real->cuStreamGetCtx)(stream, &ctx) != CUDA_SUCCESS || !ctx) return current_device(dev);
+  note_context(ctx);
+  if (CUresult r = real->cuCtxPushCurrent_v2(ctx)) return r;
+  CUresult r = real->cuCtxGetDevice(dev);
+  CUcontext popped;
+  real->cuCtxPopCurrent_v2(&popped);
+  return r;
 }
 
 bool stream_capturing(CUstream stream, bool ptsz) {
@@ -194,17 +211,26 @@ CUresult alloc_sync(CUdeviceptr* dptr, std::uint64_t bytes) {
   return alloc_device(bytes, static_cast<std::uint32_t>(dev), false, dptr);
 }
 
-CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool ptsz,
+// From `pool` (null: the stream's device's current pool). The memory is on the pool's device when
+// gcr has seen where the pool lives, else on the stream's.
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, bool ptsz,
                      CUresult (*forward)(CUdeviceptr*, size_t, CUstream)) {
   // Allocations recorded into a CUDA graph become graph nodes the driver owns: leave them to it.
   if (stream_capturing(stream, ptsz)) return forward(dptr, bytes, stream);
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice dev;
-  if (CUresult r = current_device(&dev)) return r;
+  if (CUresult r = stream_device(stream, ptsz, &dev)) return r;
   std::lock_guard lock(g_region_mu);
+  if (auto it = g_pool_devices.find(pool); pool && it != g_pool_devices.end()) dev = static_cast<CUdevice>(it->second);
   reap_async_frees(false);
   // Ready at once: a valid ordering of the stream-ordered allocator.
   return alloc_device(bytes, static_cast<std::uint32_t>(dev), true, dptr);
+}
+
+void note_pool(CUmemoryPool pool, int device) {
+  if (!pool) return;
+  std::lock_guard lock(g_region_mu);
+  g_pool_devices[pool] = static_cast<std::uint32_t>(device);
 }
 
 CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz, CUresult (*forward)(CUdeviceptr, CUstream)) {
@@ -276,7 +302,7 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuMemAllocAsync(dptr, bytes, stream);
   GateScope gate;
-  return alloc_async(dptr, bytes, stream, false, real->cuMemAllocAsync);
+  return alloc_async(dptr, bytes, nullptr, stream, false, real->cuMemAllocAsync);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
@@ -284,7 +310,7 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) 
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuMemAllocAsync_ptsz(dptr, bytes, stream);
   GateScope gate;
-  return alloc_async(dptr, bytes, stream, true, real->cuMemAllocAsync_ptsz);
+  return alloc_async(dptr, bytes, nullptr, stream, true, real->cuMemAllocAsync_ptsz);
 }
 
 // Pool allocations land in regions too; the pool's attributes then describe only what the driver
@@ -295,7 +321,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool p
   if (g_unmanaged || stream_capturing(stream, false)) return real->cuMemAllocFromPoolAsync(dptr, bytes, pool, stream);
   GateScope gate;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  return alloc_async(dptr, bytes, stream, false, real->cuMemAllocAsync);
+  return alloc_async(dptr, bytes, pool, stream, false, real->cuMemAllocAsync);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
@@ -305,7 +331,47 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryP
     return real->cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream);
   GateScope gate;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  return alloc_async(dptr, bytes, stream, true, real->cuMemAllocAsync_ptsz);
+  return alloc_async(dptr, bytes, pool, stream, true, real->cuMemAllocAsync_ptsz);
+}
+
+// Where each pool lives, for cuMemAllocFromPoolAsync.
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  static const auto real = real_fn<decltype(&::cuMemPoolCreate)>("cuMemPoolCreate");
+  if (g_unmanaged) return real(pool, props);
+  GateScope gate;
+  CUresult r = real(pool, props);
+  if (r == CUDA_SUCCESS && pool && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    note_pool(*pool, props->location.id);
+  return r;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  static const auto real = real_fn<decltype(&::cuDeviceGetDefaultMemPool)>("cuDeviceGetDefaultMemPool");
+  if (g_unmanaged) return real(pool, dev);
+  GateScope gate;
+  CUresult r = real(pool, dev);
+  if (r == CUDA_SUCCESS && pool) note_pool(*pool, dev);
+  return r;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  static const auto real = real_fn<decltype(&::cuDeviceGetMemPool)>("cuDeviceGetMemPool");
+  if (g_unmanaged) return real(pool, dev);
+  GateScope gate;
+  CUresult r = real(pool, dev);
+  if (r == CUDA_SUCCESS && pool) note_pool(*pool, dev);
+  return r;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  static const auto real = real_fn<decltype(&::cuMemPoolDestroy)>("cuMemPoolDestroy");
+  if (g_unmanaged) return real(pool);
+  GateScope gate;
+  {
+    std::lock_guard lock(g_region_mu);
+    g_pool_devices.erase(pool);
+  }
+  return real(pool);
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
@@ -334,10 +400,12 @@ CUresult cuMemAllocManaged(CUdeviceptr*, size_t, unsigned int) {
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!g_unmanaged) {
+  if (g_unmanaged) return real->cuMemGetAddressRange_v2(base, size, dptr);
+  GateScope gate;
+  {
     std::lock_guard lock(g_region_mu);
-    CUdeviceptr b;
-    std::uint64_t s;
+    CUdeviceptr b = 0;
+    std::uint64_t s = 0;
     if (find_allocation(dptr, &b, &s)) {
       if (base) *base = b;
       if (size) *size = s;
@@ -354,15 +422,19 @@ static void patch_range_attribute(CUpointer_attribute attr, void* data, CUdevice
   CUdeviceptr b = 0;
   std::uint64_t s = 0;
   if (!find_allocation(ptr, &b, &s)) return;
-  if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
-    *static_cast<CUdeviceptr*>(data) = b;
-  else
-    *static_cast<size_t*>(data) = s;
+  if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
+    std::memcpy(data, &b, sizeof b);
+  } else {
+    std::size_t size = s;
+    std::memcpy(data, &size, sizeof size);
+  }
 }
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuPointerGetAttribute(data, attr, ptr);
+  GateScope gate;  // parked memory is unmapped: a query must wait for it to come back
   CUresult r = real->cuPointerGetAttribute(data, attr, ptr);
   if (r == CUDA_SUCCESS && !g_unmanaged) patch_range_attribute(attr, data, ptr);
   return r;
@@ -371,6 +443,8 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
 CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuPointerGetAttributes(n, attrs, data, ptr);
+  GateScope gate;
   CUresult r = real->cuPointerGetAttributes(n, attrs, data, ptr);
   if (r == CUDA_SUCCESS && !g_unmanaged && attrs && data)
     for (unsigned i = 0; i < n; ++i)
@@ -384,9 +458,10 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
                              unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged || addr != 0 || flags != 0 || !ptr || size == 0 || size % kGranule)
-    return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
+  if (g_unmanaged) return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   GateScope gate;
+  if (addr != 0 || flags != 0 || !ptr || size == 0 || size % kGranule)
+    return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   std::lock_guard lock(g_region_mu);
   if (ensure_arena() != CUDA_SUCCESS) return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   std::uint64_t align = alignment > kGranule ? alignment : kGranule;
@@ -400,7 +475,9 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!g_unmanaged) {
+  if (g_unmanaged) return real->cuMemAddressFree(ptr, size);
+  GateScope gate;
+  {
     std::lock_guard lock(g_region_mu);
     if (g_user_reservations.erase(ptr)) {
       arena_give(ptr, size);
@@ -414,10 +491,10 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
                      unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
-    return real->cuMemCreate(handle, size, prop, flags);
+  if (g_unmanaged) return real->cuMemCreate(handle, size, prop, flags);
   GateScope gate;
+  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+    return real->cuMemCreate(handle, size, prop, flags);
   // gcr parks memory by exporting it: every device allocation must be exportable as an fd.
   CUmemAllocationProp p = *prop;
   p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(p.requestedHandleTypes |
@@ -431,8 +508,11 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                   unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemMap(ptr, size, offset, handle, flags);
+  // A region mapped while parked would be one that unpark was not given: wait at the gate.
+  GateScope gate;
   CUresult r = real->cuMemMap(ptr, size, offset, handle, flags);
-  if (r != CUDA_SUCCESS || g_unmanaged) return r;
+  if (r != CUDA_SUCCESS) return r;
   CUmemAllocationProp prop{};
   std::uint32_t device = 0;
   if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handle) == CUDA_SUCCESS)
@@ -445,8 +525,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemUnmap(ptr, size);
+  GateScope gate;
   CUresult r = real->cuMemUnmap(ptr, size);
-  if (r == CUDA_SUCCESS && !g_unmanaged) {
+  if (r == CUDA_SUCCESS) {
     std::lock_guard lock(g_region_mu);
     unregister_user_regions(ptr, size);
   }

@@ -18,8 +18,14 @@ namespace {
 
 std::once_flag g_start_once;
 
-void atfork_prepare() { g_region_mu.lock(); }
-void atfork_parent() { g_region_mu.unlock(); }
+void atfork_prepare() {
+  control_prepare_fork();
+  g_region_mu.lock();
+}
+void atfork_parent() {
+  g_region_mu.unlock();
+  control_after_fork_parent();
+}
 void atfork_child() {
   g_region_mu.unlock();
   // The driver is unusable in a forked child of a CUDA process; gcr steps aside until exec.
@@ -52,22 +58,50 @@ CUresult cuInit(unsigned int flags) {
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuDevicePrimaryCtxRetain(pctx, dev);
+  GateScope gate;
   CUresult r = real->cuDevicePrimaryCtxRetain(pctx, dev);
-  if (r == CUDA_SUCCESS && pctx && !g_unmanaged) note_context(*pctx);
+  if (r == CUDA_SUCCESS && pctx) note_context(*pctx);
   return r;
 }
 
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuCtxCreate_v4(pctx, params, flags, dev);
+  GateScope gate;
   CUresult r = real->cuCtxCreate_v4(pctx, params, flags, dev);
-  if (r == CUDA_SUCCESS && pctx && !g_unmanaged) note_context(*pctx);
+  if (r == CUDA_SUCCESS && pctx) note_context(*pctx);
+  return r;
+}
+
+// The older variants, which programs built against CUDA 12 headers call (cuda.h 13 declares them
+// only for the driver's own build): their contexts must be drained at quiesce too.
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  using Fn = CUresult (*)(CUcontext*, unsigned int, CUdevice);
+  static const auto real = real_fn<Fn>("cuCtxCreate_v2");
+  if (g_unmanaged) return real(pctx, flags, dev);
+  GateScope gate;
+  CUresult r = real(pctx, flags, dev);
+  if (r == CUDA_SUCCESS && pctx) note_context(*pctx);
+  return r;
+}
+
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
+  using Fn = CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
+  static const auto real = real_fn<Fn>("cuCtxCreate_v3");
+  if (g_unmanaged) return real(pctx, params, n, flags, dev);
+  GateScope gate;
+  CUresult r = real(pctx, params, n, flags, dev);
+  if (r == CUDA_SUCCESS && pctx) note_context(*pctx);
   return r;
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuCtxDestroy_v2(ctx);
+  GateScope gate;  // quiesce drains every known context: none may go away under it
   CUresult r = real->cuCtxDestroy_v2(ctx);
   if (r == CUDA_SUCCESS) forget_context(ctx);
   return r;

@@ -215,7 +215,10 @@ std::vector<std::uint32_t> live_region_ids() {
 }
 
 bool region_dirty(const Region& r, std::uint64_t since_epoch) {
-  return g_all_dirty.load() || r.dirty_epoch.load() >= since_epoch;
+  // A region outside the arena (the program's own mapping at an address the driver chose, when
+  // the arena was full or the program asked for an address) has no granule entries, so nothing
+  // can mark it: it counts as written in every epoch.
+  return g_all_dirty.load() || !in_arena(r.address) || r.dirty_epoch.load() >= since_epoch;
 }
 
 void note_context(CUcontext ctx) {

@@ -28,13 +28,13 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-#define CHILD_CHECK(call)                                   \
-  do {                                                      \
-    CUresult child_r_ = (call);                             \
-    if (child_r_ != CUDA_SUCCESS) {                         \
+#define CHILD_CHECK(call)                                      \
+  do {                                                         \
+    CUresult child_r_ = (call);                                \
+    if (child_r_ != CUDA_SUCCESS) {                            \
       say(std::string("error ") + #call + " " + cu(child_r_)); \
-      std::exit(3);                                         \
-    }                                                       \
+      std::exit(3);                                            \
+    }                                                          \
   } while (0)
 
 std::string ptr_hex(CUdeviceptr d) {
@@ -70,7 +70,8 @@ CUdeviceptr vmm_alloc(std::size_t size, CUmemGenericAllocationHandle* handle) {
 // Calls made before cuInit, then cuInit.
 int mode_uninit() {
   int version = 0;
-  say("version " + cu(cuDriverGetVersion(&version)) + " " + std::to_string(version));
+  CUresult r = cuDriverGetVersion(&version);
+  say("version " + cu(r) + " " + std::to_string(version));
   int count = -1;
   say("count " + cu(cuDeviceGetCount(&count)));
   CUdevice dev;
@@ -81,7 +82,7 @@ int mode_uninit() {
   say("ctx_get_current " + cu(cuCtxGetCurrent(&ctx)));
   say("init " + cu(cuInit(0)));
   count = -1;
-  CUresult r = cuDeviceGetCount(&count);
+  r = cuDeviceGetCount(&count);
   say("count_after " + cu(r) + " " + std::to_string(count));
   return 0;
 }
@@ -127,8 +128,9 @@ int mode_deref(const std::string& kind) {
 int mode_vmm_import(int fd, std::size_t size, std::uint32_t seen_seed, std::uint32_t write_seed) {
   init_device0();
   CUmemGenericAllocationHandle h;
-  CHILD_CHECK(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  CHILD_CHECK(
+      cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
   close(fd);  // the driver keeps its own reference
   CUmemAllocationProp prop{};
   CHILD_CHECK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
@@ -161,7 +163,8 @@ int mode_vmm_import(int fd, std::size_t size, std::uint32_t seen_seed, std::uint
 //   probe   one CUDA call (a 4-byte cuMemcpyDtoH); answers "done <CUresult>"
 //   verify  checks both patterns at the same addresses and that a kernel still runs; answers
 //           "verify <heap ok> <vmm ok> <kernel ok> <heap device> <vmm device> <context device>
-//            <heap range start> <vmm range start>"
+//            <heap range start> <vmm range start> <bytes used on the context's device>
+//            <simulated GPU behind the context's ordinal>"
 //   exit    (or EOF) exits 0
 int mode_checkpoint_target() {
   constexpr std::size_t kHeapBytes = 1 << 20, kVmmBytes = 4 << 20, kScratch = 256;
@@ -210,16 +213,25 @@ int mode_checkpoint_target() {
       CHILD_CHECK(cuPointerGetAttribute(&heap_dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, heap));
       CHILD_CHECK(cuPointerGetAttribute(&vmm_dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, vmm));
       CUdeviceptr heap_start = 0, vmm_start = 0;
-      CHILD_CHECK(cuPointerGetAttribute(&heap_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, heap + 100));
-      CHILD_CHECK(cuPointerGetAttribute(&vmm_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, vmm + 100));
+      CHILD_CHECK(
+          cuPointerGetAttribute(&heap_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, heap + 100));
+      CHILD_CHECK(
+          cuPointerGetAttribute(&vmm_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, vmm + 100));
       CUcontext current;
       CHILD_CHECK(cuCtxGetCurrent(&current));
       CUdevice ctx_dev = -1;
       CHILD_CHECK(cuCtxGetDevice(&ctx_dev));
+      size_t free_bytes = 0, total = 0;
+      CHILD_CHECK(cuMemGetInfo(&free_bytes, &total));
+      // The simulated GPU behind the context's ordinal: simgpu's default UUIDs end in it.
+      CUuuid uuid{};
+      CHILD_CHECK(cuDeviceGetUuid(&uuid, ctx_dev));
+      int gpu = static_cast<unsigned char>(uuid.bytes[15]);
       say("verify " + std::to_string(heap_ok) + " " + std::to_string(vmm_ok) + " " +
           std::to_string(kernel_ok && current == ctx) + " " + std::to_string(heap_dev) + " " +
-          std::to_string(vmm_dev) + " " + std::to_string(ctx_dev) + " " + ptr_hex(heap_start) + " " +
-          ptr_hex(vmm_start));
+          std::to_string(vmm_dev) + " " + std::to_string(ctx_dev) + " " + ptr_hex(heap_start) +
+          " " + ptr_hex(vmm_start) + " " + std::to_string(total - free_bytes) + " " +
+          std::to_string(gpu));
     } else if (line == "exit") {
       break;
     } else {
@@ -235,7 +247,8 @@ int mode_busy_target() {
   CUmodule module;
   CHILD_CHECK(cuModuleLoadData(&module, embedded::fidelity_kernels::fatbin.data));
   CUfunction slow;
-  CHILD_CHECK(cuModuleGetFunction(&slow, module, embedded::fidelity_kernels::kernel::fid_slow_fill));
+  CHILD_CHECK(
+      cuModuleGetFunction(&slow, module, embedded::fidelity_kernels::kernel::fid_slow_fill));
   CUdeviceptr out;
   CHILD_CHECK(cuMemAlloc(&out, 4));
   unsigned value = 1;

@@ -38,7 +38,9 @@ CUcontext primary_context(int ordinal) {
   return contexts[ordinal];
 }
 
-void use_device0() { CU_OK(cuCtxSetCurrent(primary_context(0))); }
+void use_device0() {
+  CU_OK(cuCtxSetCurrent(primary_context(0)));
+}
 
 const Kernels& kernels() {
   static const Kernels k = [] {
@@ -60,7 +62,9 @@ std::uint32_t affine_sequence(std::uint32_t x, std::uint32_t k0, int n) {
   return x;
 }
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) { CU_OK(cuMemAlloc(&ptr_, bytes)); }
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
+  CU_OK(cuMemAlloc(&ptr_, bytes));
+}
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cuMemFree(ptr_);
 }
@@ -102,8 +106,12 @@ struct StreamLatch::State {
 };
 
 StreamLatch::StreamLatch() : state_(new State) {}
-StreamLatch::~StreamLatch() { open(); }  // state_ is leaked on purpose (see the header)
-CUresult StreamLatch::hold(CUstream stream) { return cuLaunchHostFunc(stream, &State::wait, state_); }
+StreamLatch::~StreamLatch() {
+  open();
+}  // state_ is leaked on purpose (see the header)
+CUresult StreamLatch::hold(CUstream stream) {
+  return cuLaunchHostFunc(stream, &State::wait, state_);
+}
 void StreamLatch::open() {
   std::lock_guard lock(state_->mu);
   state_->open = true;
@@ -129,14 +137,17 @@ Background::Background(std::function<void()> fn) : state_(std::make_shared<State
     s->cv.notify_all();
   });
 }
-Background::~Background() { thread_.join(); }
+Background::~Background() {
+  thread_.join();
+}
 bool Background::done() const {
   std::lock_guard lock(state_->mu);
   return state_->done;
 }
 bool Background::wait_for(int timeout_ms) {
   std::unique_lock lock(state_->mu);
-  return state_->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return state_->done; });
+  return state_->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                             [&] { return state_->done; });
 }
 
 // ---- Child --------------------------------------------------------------------------------
@@ -157,7 +168,9 @@ Child Child::mode(const std::vector<std::string>& args, const std::vector<std::s
   return start(exe, argv, env, false);
 }
 
-Child Child::program(const std::vector<std::string>& argv) { return start(argv.at(0), argv, {}, true); }
+Child Child::program(const std::vector<std::string>& argv) {
+  return start(argv.at(0), argv, {}, true);
+}
 
 Child Child::start(const std::string& path, const std::vector<std::string>& argv,
                    const std::vector<std::string>& extra_env, bool search_path) {
@@ -236,7 +249,8 @@ std::optional<std::string> Child::read_line(int timeout_ms) {
       buffer_.erase(0, nl + 1);
       return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd p{from_, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(left.count()));
@@ -266,7 +280,9 @@ int Child::wait() {
   return status;
 }
 
-void Child::kill(int sig) { ::kill(pid_, sig); }
+void Child::kill(int sig) {
+  ::kill(pid_, sig);
+}
 
 // ---- text ---------------------------------------------------------------------------------
 std::vector<std::string> words(const std::string& line) {
@@ -299,6 +315,8 @@ std::string hex(const void* data, std::size_t n) {
   return out;
 }
 
-std::string uuid_hex(const CUuuid& u) { return hex(u.bytes, sizeof u.bytes); }
+std::string uuid_hex(const CUuuid& u) {
+  return hex(u.bytes, sizeof u.bytes);
+}
 
 }  // namespace fid

@@ -128,7 +128,7 @@ class Child {
   std::optional<std::string> read_line(int timeout_ms = 10000);
   // Every line the child writes until it closes its stdout (or timeout_ms passes).
   std::vector<std::string> read_all(int timeout_ms = 10000);
-  int wait();                   // reaps; returns the wait status
+  int wait();                    // reaps; returns the wait status
   void kill(int sig = SIGKILL);  // does not reap
 
  private:

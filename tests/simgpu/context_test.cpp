@@ -100,7 +100,8 @@ TEST_CASE("contexts have distinct ids and an API version", "[context]") {
   use_device0();
 }
 
-TEST_CASE("memory belongs to the device of the context that allocates it, and dies with it", "[context]") {
+TEST_CASE("memory belongs to the device of the context that allocates it, and dies with it",
+          "[context]") {
   use_device0();
   CUcontext c1 = nullptr;
   CU_OK(cuCtxCreate(&c1, nullptr, 0, 1));

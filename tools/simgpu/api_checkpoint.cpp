@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -72,11 +73,22 @@ class MappedMailbox {
   Mailbox* box_ = nullptr;
 };
 
+// Has pid exited? A pidfd says so even while the process is a zombie its parent has not reaped,
+// when kill(pid, 0) still succeeds; kill is the fallback where pidfds are missing.
+bool exited(int pid, int pidfd) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 CUresult call(int pid, MailboxOp op, unsigned timeout_ms, const CUcheckpointGpuPair* pairs,
               unsigned pair_count) {
   if (pair_count > kMaxGpuPairs) return CUDA_ERROR_INVALID_VALUE;
   MappedMailbox box;
   if (CUresult r = box.open(pid)) return r;
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   // One caller at a time; the lock dies with a caller that dies.
   while (flock(box.fd(), LOCK_EX) != 0)
     if (errno != EINTR) return CUDA_ERROR_OPERATING_SYSTEM;
@@ -94,7 +106,7 @@ CUresult call(int pid, MailboxOp op, unsigned timeout_ms, const CUcheckpointGpuP
     timespec ts{0, 100'000'000};
     syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&box->response_seq), FUTEX_WAIT, got, &ts, nullptr,
             0);
-    if (kill(pid, 0) != 0 && errno == ESRCH) return CUDA_ERROR_INVALID_VALUE;  // the target died
+    if (exited(pid, pidfd.get())) return CUDA_ERROR_INVALID_VALUE;  // the target died
   }
   CUresult r = static_cast<CUresult>(box->result);
   flock(box.fd(), LOCK_UN);

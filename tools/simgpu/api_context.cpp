@@ -64,21 +64,6 @@ std::vector<CUctx_st*> all_contexts() {
   return {g_contexts.begin(), g_contexts.end()};
 }
 
-void remap_contexts(const std::vector<int>& device_map) {
-  std::lock_guard lock(g_ctx_mu);
-  for (CUctx_st* ctx : g_contexts) ctx->device = device_map[ctx->device];
-  // Primary contexts follow their context to the new device's slot.
-  std::vector<std::pair<CUctx_st*, int>> moved;
-  for (int d = 0; d < config().device_count; ++d) {
-    Device& dev = device(d);
-    if (dev.primary) moved.emplace_back(dev.primary, dev.primary_refs), dev.primary = nullptr;
-  }
-  for (auto [ctx, refs] : moved) {
-    device(ctx->device).primary = ctx;
-    device(ctx->device).primary_refs = refs;
-  }
-}
-
 }  // namespace gcr::simgpu
 
 using namespace gcr::simgpu;

@@ -71,7 +71,7 @@ int attribute(CUdevice_attribute a, int ordinal) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + ordinal;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + physical_device(ordinal);
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: return 0;
@@ -119,6 +119,27 @@ int attribute(CUdevice_attribute a, int ordinal) {
 Device& device(int ordinal) { return g_devices[ordinal]; }
 
 bool valid_device(CUdevice d) { return d >= 0 && d < config().device_count; }
+
+namespace {
+std::mutex g_physical_mu;
+std::vector<int> g_physical;  // physical GPU by ordinal; empty: the identity
+}  // namespace
+
+int physical_device(int ordinal) {
+  std::lock_guard lock(g_physical_mu);
+  return ordinal >= 0 && ordinal < static_cast<int>(g_physical.size()) ? g_physical[ordinal] : ordinal;
+}
+
+int ordinal_of_physical(int physical) {
+  for (int d = 0; d < config().device_count; ++d)
+    if (physical_device(d) == physical) return d;
+  return -1;
+}
+
+void set_physical_devices(const std::vector<int>& physical_by_ordinal) {
+  std::lock_guard lock(g_physical_mu);
+  g_physical = physical_by_ordinal;
+}
 
 CUresult charge_device(int ordinal, std::uint64_t bytes) {
   auto& used = device(ordinal).used_bytes;
@@ -190,7 +211,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   SIMGPU_API_BEGIN();
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *uuid = config().uuids[dev];
+  *uuid = config().uuids[physical_device(dev)];
   return CUDA_SUCCESS;
 }
 
@@ -224,7 +245,7 @@ CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   SIMGPU_API_BEGIN();
   if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(pciBusId, static_cast<std::size_t>(len), "0000:%02X:00.0", 0x18 + dev);
+  std::snprintf(pciBusId, static_cast<std::size_t>(len), "0000:%02X:00.0", 0x18 + physical_device(dev));
   return CUDA_SUCCESS;
 }
 
@@ -233,7 +254,7 @@ CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   if (!dev || !pciBusId) return CUDA_ERROR_INVALID_VALUE;
   for (int i = 0; i < config().device_count; ++i) {
     char id[32];
-    std::snprintf(id, sizeof id, "0000:%02X:00.0", 0x18 + i);
+    std::snprintf(id, sizeof id, "0000:%02X:00.0", 0x18 + physical_device(i));
     if (strcasecmp(id, pciBusId) == 0 || strcasecmp(id + 5, pciBusId) == 0) {
       *dev = i;
       return CUDA_SUCCESS;

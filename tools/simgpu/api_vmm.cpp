@@ -17,7 +17,8 @@ namespace {
 
 bool aligned(std::uint64_t v) { return v % kGranularity == 0; }
 
-// The device of an imported memfd is in its name ("simgpu-dev<N>"), which /proc shows.
+// The physical GPU of an imported memfd is in its name ("simgpu-dev<N>"), which /proc shows;
+// answered as this process's ordinal for that GPU.
 int device_of_memfd(int fd) {
   char link[64], target[256];
   std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -25,7 +26,7 @@ int device_of_memfd(int fd) {
   if (n <= 0) return -1;
   target[n] = 0;
   const char* tag = std::strstr(target, "simgpu-dev");
-  return tag ? std::atoi(tag + 10) : -1;
+  return tag ? ordinal_of_physical(std::atoi(tag + 10)) : -1;
 }
 
 void release_phys_locked(std::shared_ptr<PhysAlloc> p) {
@@ -90,7 +91,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   }
   int dev = prop->location.id;
   if (CUresult r = charge_device(dev, size)) return r;
-  std::string name = "simgpu-dev" + std::to_string(dev);
+  // Named by physical GPU: another process (which may see it under another ordinal) reads it.
+  std::string name = "simgpu-dev" + std::to_string(physical_device(dev));
   auto p = std::make_shared<PhysAlloc>();
   p->fd = make_memfd(name.c_str(), size);
   if (!p->fd) {

@@ -31,7 +31,7 @@ std::vector<bool> devices_in_use() {
   return used;
 }
 
-int ordinal_of(const CUuuid& u) {
+int physical_of_uuid(const CUuuid& u) {
   for (int d = 0; d < config().device_count; ++d)
     if (std::memcmp(config().uuids[d].bytes, u.bytes, sizeof u.bytes) == 0) return d;
   return -1;
@@ -42,10 +42,17 @@ CUresult handle(Mailbox& box) {
   switch (static_cast<MailboxOp>(box.op)) {
     case MailboxOp::lock: {
       if (state != CU_PROCESS_STATE_RUNNING) return CUDA_ERROR_ILLEGAL_STATE;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(box.timeout_ms);
       if (!g_gate.lock(box.timeout_ms)) return CUDA_ERROR_NOT_READY;
       // Work already queued runs to completion now, while every thread of the process is still
-      // running: once CRIU freezes it, no stream worker could finish it.
-      drain_all_streams();
+      // running: once CRIU freezes it, no stream worker could finish it. The timeout covers this
+      // wait too: past it the process is left RUNNING, as documented.
+      if (box.timeout_ms == 0) {
+        drain_all_streams();
+      } else if (!drain_all_streams_until(deadline)) {
+        g_gate.unlock();
+        return CUDA_ERROR_NOT_READY;
+      }
       box.state = CU_PROCESS_STATE_LOCKED;
       return CUDA_SUCCESS;
     }
@@ -58,14 +65,17 @@ CUresult handle(Mailbox& box) {
     }
     case MailboxOp::restore: {
       if (state != CU_PROCESS_STATE_CHECKPOINTED) return CUDA_ERROR_ILLEGAL_STATE;
+      // Note [Migration keeps ordinals]: gpuPairs name physical GPUs by UUID; the process keeps
+      // its device ordinals, and each ordinal now stands for the GPU its old one was paired with
+      // (a real driver does the same: cuDeviceGetUuid(ordinal) answers the new GPU).
       int n = config().device_count;
-      std::vector<int> map(n);
+      std::vector<int> map(n);  // old physical GPU -> new physical GPU
       for (int d = 0; d < n; ++d) map[d] = d;
       if (box.pair_count > kMaxGpuPairs) return CUDA_ERROR_INVALID_VALUE;
       if (box.pair_count > 0) {
         std::vector<bool> covered(n, false);
         for (unsigned i = 0; i < box.pair_count; ++i) {
-          int from = ordinal_of(box.pairs[i].oldUuid), to = ordinal_of(box.pairs[i].newUuid);
+          int from = physical_of_uuid(box.pairs[i].oldUuid), to = physical_of_uuid(box.pairs[i].newUuid);
           if (from < 0 || to < 0) return CUDA_ERROR_INVALID_DEVICE;
           map[from] = to;
           covered[from] = true;
@@ -73,10 +83,12 @@ CUresult handle(Mailbox& box) {
         // As documented: the pairs must name every GPU the process was checkpointed on.
         std::vector<bool> used = devices_in_use();
         for (int d = 0; d < n; ++d)
-          if (used[d] && !covered[d]) return CUDA_ERROR_INVALID_VALUE;
+          if (used[d] && !covered[physical_device(d)]) return CUDA_ERROR_INVALID_VALUE;
       }
-      if (CUresult r = memory_restore(map)) return r;
-      remap_contexts(map);
+      std::vector<int> next(n);
+      for (int d = 0; d < n; ++d) next[d] = map[physical_device(d)];
+      if (CUresult r = memory_restore()) return r;
+      set_physical_devices(next);
       box.state = CU_PROCESS_STATE_LOCKED;
       return CUDA_SUCCESS;
     }
@@ -91,7 +103,9 @@ CUresult handle(Mailbox& box) {
 }
 
 void worker_loop() {
-  std::uint32_t served = g_box->request_seq.load();
+  // The mailbox starts at sequence 0: a request posted before this thread first runs (as soon as
+  // cuInit has returned) is still pending, not taken as served.
+  std::uint32_t served = 0;
   for (;;) {
     std::uint32_t seq = g_box->request_seq.load(std::memory_order_acquire);
     if (seq == served) {

@@ -279,17 +279,17 @@ CUresult memory_checkpoint() {
   return CUDA_SUCCESS;
 }
 
-CUresult memory_restore(const std::vector<int>& device_map) {
+CUresult memory_restore() {
   std::lock_guard lock(g_mem.mu);
   if (!g_checkpointed) return CUDA_ERROR_ILLEGAL_STATE;
-  // Charge the target devices first: a restore that cannot fit fails before touching anything.
+  // Charge the devices first: a restore that cannot fit fails before touching anything.
   std::vector<std::uint64_t> need(config().device_count, 0);
-  for (auto& [addr, a] : g_mem.heap_allocs) need[device_map[a.device]] += a.size;
+  for (auto& [addr, a] : g_mem.heap_allocs) need[a.device] += a.size;
   auto for_each_phys = [](auto&& fn) {
     for (auto& [id, p] : g_mem.phys) fn(*p);
     for (auto& p : g_mem.orphans) fn(*p);
   };
-  for_each_phys([&](PhysAlloc& p) { need[device_map[p.device]] += p.size; });
+  for_each_phys([&](PhysAlloc& p) { need[p.device] += p.size; });
   for (int d = 0; d < config().device_count; ++d) device(d).used_bytes = 0;
   for (int d = 0; d < config().device_count; ++d)
     if (CUresult r = charge_device(d, need[d])) {
@@ -305,12 +305,10 @@ CUresult memory_restore(const std::vector<int>& device_map) {
     free_copy(c);
   }
   g_saved_heap.clear();
-  for (auto& [addr, a] : g_mem.heap_allocs) a.device = device_map[a.device];
   bool ok = true;
   for_each_phys([&](PhysAlloc& p) {
-    p.device = device_map[p.device];
     p.imported = false;  // the restored bytes are this process's own now
-    p.fd = make_memfd(("simgpu-dev" + std::to_string(p.device)).c_str(), p.size);
+    p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
     if (!p.fd || pwrite(p.fd.get(), p.saved.data(), p.size, 0) != static_cast<ssize_t>(p.size)) ok = false;
     std::vector<std::byte>().swap(p.saved);
   });

@@ -18,6 +18,7 @@ namespace {
 
 constexpr uint64_t kElfHeaderBytes = 64;
 constexpr uint64_t kSectionHeaderBytes = 64;
+constexpr uint64_t kProgramHeaderBytes = 56;
 constexpr uint64_t kSymbolBytes = 24;
 constexpr uint16_t kEmCuda = 190;
 constexpr uint64_t kMaxSections = 1u << 20;  // sanity bound for a table sized by a header field
@@ -30,7 +31,6 @@ constexpr uint32_t kShtSymtabShndx = 18;
 constexpr uint32_t kShtCudaGlobal = 0x70000007;
 constexpr uint32_t kShtCudaLocal = 0x70000009;
 constexpr uint32_t kShtCudaShared = 0x7000000a;
-constexpr uint64_t kProgramHeaderBytes = 56;
 constexpr uint16_t kShnUndef = 0;
 constexpr uint16_t kShnLoreserve = 0xff00;
 constexpr uint16_t kShnXindex = 0xffff;
@@ -53,10 +53,10 @@ class Cubin {
   explicit Cubin(ByteView image) : image_(image) {}
 
   Status read_headers();
-  Status read_program_headers() const;
   Result<ModuleImage> read_module();
 
  private:
+  Status read_program_headers() const;
   bool occupies_no_bytes(const Section& s) const {
     return s.type == kShtNobits || s.type == kShtCudaGlobal || s.type == kShtCudaLocal ||
            s.type == kShtCudaShared || s.name == ".nv.global" ||

@@ -119,6 +119,11 @@ struct Device {
 };
 Device& device(int ordinal);
 bool valid_device(CUdevice d);
+// The physical (simulated) GPU behind a device ordinal of this process: the identity until a
+// restore with gpuPairs moves the process (Note [Migration keeps ordinals]).
+int physical_device(int ordinal);
+int ordinal_of_physical(int physical);  // -1 if no ordinal of this process stands for it
+void set_physical_devices(const std::vector<int>& physical_by_ordinal);
 
 // Reserves bytes on a device, failing with CUDA_ERROR_OUT_OF_MEMORY past its capacity.
 CUresult charge_device(int ordinal, std::uint64_t bytes);
@@ -207,7 +212,7 @@ void free_context_memory(struct CUctx_st* ctx);
 
 // Driver checkpoint of this process: device memory into host memory, memfds closed; and back.
 CUresult memory_checkpoint();
-CUresult memory_restore(const std::vector<int>& device_map);  // device_map[old] = new
+CUresult memory_restore();
 
 // ---- contexts, streams, events ---------------------------------------------------------------
 class Stream;
@@ -256,6 +261,10 @@ class Stream {
   enum class Kind { created, legacy, per_thread };
   Stream(CUctx_st* ctx, Kind kind, unsigned flags, int priority);
   ~Stream();  // drains, then stops the worker
+  // cuStreamDestroy: returns at once; the worker runs what is queued, then leaves the context's
+  // stream list and exits. The object is never freed (a stale handle must fail, not crash).
+  void retire();
+  bool retired() const { return retired_; }  // read with ctx()->mu held
 
   struct Dep {
     Stream* stream;
@@ -264,6 +273,8 @@ class Stream {
   // Queues op after deps; returns its sequence number.
   std::uint64_t submit(std::function<void()> op, std::vector<Dep> deps = {});
   void wait(std::uint64_t seq);  // blocks until seq has completed
+  // Waits as wait() does, but not past deadline; false if seq has not completed by then.
+  bool wait_until(std::uint64_t seq, std::chrono::steady_clock::time_point deadline);
   void drain() { wait(submitted()); }
   bool reached(std::uint64_t seq) const { return completed_.load() >= seq; }
   std::uint64_t submitted() const;
@@ -295,6 +306,7 @@ class Stream {
   std::uint64_t next_seq_ = 0;
   std::atomic<std::uint64_t> completed_{0};
   bool stop_ = false;
+  bool retired_ = false;  // guarded by ctx_->mu
   std::condition_variable done_cv_;
   std::thread worker_;
 };
@@ -306,6 +318,7 @@ CUresult resolve_stream(CUstream h, bool per_thread_default, Stream** out);
 std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::Dep> extra = {});
 // Drains every stream of every context (checkpoint, cuCtxSynchronize of all).
 void drain_all_streams();
+bool drain_all_streams_until(std::chrono::steady_clock::time_point deadline);  // false: too late
 void drain_context(CUctx_st* ctx);
 void destroy_context_streams(CUctx_st* ctx);
 
@@ -314,7 +327,6 @@ CUctx_st* current_context();
 CUresult require_context(CUctx_st** out);
 bool valid_context(CUctx_st* ctx);
 std::vector<CUctx_st*> all_contexts();
-void remap_contexts(const std::vector<int>& device_map);
 
 // ---- modules and kernels -------------------------------------------------------------------
 using TwinFn = void (*)(const void* launch, void** params);

@@ -33,6 +33,19 @@ Stream::~Stream() {
   std::erase(ctx_->streams, this);
 }
 
+void Stream::retire() {
+  {
+    std::lock_guard lock(ctx_->mu);
+    retired_ = true;
+  }
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.detach();
+}
+
 std::uint64_t Stream::submit(std::function<void()> op, std::vector<Dep> deps) {
   std::uint64_t seq;
   {
@@ -55,13 +68,19 @@ void Stream::wait(std::uint64_t seq) {
   done_cv_.wait(lock, [&] { return completed_.load() >= seq; });
 }
 
+bool Stream::wait_until(std::uint64_t seq, std::chrono::steady_clock::time_point deadline) {
+  if (reached(seq)) return true;
+  std::unique_lock lock(mu_);
+  return done_cv_.wait_until(lock, deadline, [&] { return completed_.load() >= seq; });
+}
+
 void Stream::run() {
   for (;;) {
     Op op;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) break;
       op = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -74,6 +93,10 @@ void Stream::run() {
     }
     done_cv_.notify_all();
   }
+  // A retired stream leaves its context only now, so that synchronizing the context waited for
+  // what it had queued.
+  std::lock_guard lock(ctx_->mu);
+  if (retired_) std::erase(ctx_->streams, this);
 }
 
 CUresult resolve_stream(CUstream h, bool per_thread_default, Stream** out) {
@@ -124,11 +147,25 @@ void drain_all_streams() {
   for (CUctx_st* ctx : all_contexts()) drain_context(ctx);
 }
 
+bool drain_all_streams_until(std::chrono::steady_clock::time_point deadline) {
+  for (CUctx_st* ctx : all_contexts()) {
+    std::vector<std::pair<Stream*, std::uint64_t>> targets;
+    {
+      std::lock_guard lock(ctx->mu);
+      for (Stream* s : ctx->streams) targets.emplace_back(s, s->submitted());
+    }
+    for (auto [s, seq] : targets)
+      if (!s->wait_until(seq, deadline)) return false;
+  }
+  return true;
+}
+
 void destroy_context_streams(CUctx_st* ctx) {
   std::vector<Stream*> streams;
   {
     std::lock_guard lock(ctx->mu);
-    streams = ctx->streams;
+    for (Stream* s : ctx->streams)
+      if (!s->retired()) streams.push_back(s);  // a retired stream's worker removes it
   }
   // Per-thread streams of other threads stay referenced by their thread_local maps; they are
   // stopped here too, and such a thread's map then points at a dead stream only if the program

@@ -125,6 +125,10 @@ class CheckpointWriter {
  public:
   virtual ~CheckpointWriter() = default;  // without commit(): aborts, nothing becomes visible
 
+  // The id the checkpoint will have once committed (chosen when it begins, so that a process can
+  // be told at its cut which checkpoint its next one descends from).
+  virtual const CheckpointId& id() const = 0;
+
   // A device region's bytes. The data is read during the call (hashing, compression and I/O may
   // run in parallel inside it); the caller may reuse the buffer when it returns.
   virtual Status add_region(std::uint64_t address, std::span<const std::byte> data,

@@ -16,7 +16,8 @@ SIMT_KERNEL void fid_slow_fill(unsigned* out, unsigned value, int n, unsigned lo
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   unsigned long long h = static_cast<unsigned long long>(i);
-  for (unsigned long long j = 0; j < iters; ++j) h = h * 6364136223846793005ull + 1442695040888963407ull;
+  for (unsigned long long j = 0; j < iters; ++j)
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
   out[i] = h == 0x0123456789abcdefull ? ~value : value;  // keeps the loop; never true in practice
 }
 SIMT_TWIN(fid_slow_fill)

@@ -1,0 +1,154 @@
+#include "cmd_process.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "gcr/control.h"
+#include "json.h"
+#include "output.h"
+#include "paths.h"
+
+namespace gcr::cli {
+namespace {
+
+struct RunOptions {
+  std::vector<std::string> command;
+  std::string track;
+};
+
+Status run_program(const RunOptions& o, Context& ctx) {
+  if (o.command.empty()) return Error{Errc::invalid_argument, "no program given: gcr run -- PROGRAM ARGS..."};
+  if (!o.track.empty() && o.track != "speculative" && o.track != "precise" && o.track != "conservative")
+    return Error{Errc::invalid_argument, "--track must be speculative, precise or conservative, not '" + o.track + "'"};
+  GCR_TRY_ASSIGN(auto interposer, interposer_path());
+  bool simulated = false;
+  GCR_TRY_ASSIGN(auto driver, real_driver_path(&simulated));
+  std::string preload = interposer.string();
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += ":" + std::string(old);
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("GCR_REAL_LIBCUDA", driver.c_str(), 1);
+  if (!o.track.empty()) setenv("GCR_TRACK", o.track.c_str(), 1);
+  // A program that opens libcuda.so.1 by name finds gcr's first, also in its children.
+  std::string libpath = interposer.parent_path().string();
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) libpath += ":" + std::string(old);
+  setenv("LD_LIBRARY_PATH", libpath.c_str(), 1);
+  if (simulated && std::getenv("GCR_QUIET") == nullptr)
+    std::fprintf(stderr, "gcr: no NVIDIA driver found; running on simgpu (%s)\n", driver.c_str());
+  std::vector<char*> argv;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execvp(argv[0], argv.data());
+  return errno_error("cannot run '" + o.command[0] + "'");
+}
+
+std::string cmdline_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  for (char& c : s)
+    if (c == '\0') c = ' ';
+  return s;
+}
+
+Status list_processes(bool json, Context& ctx) {
+  struct Row {
+    pid_t pid;
+    std::string command;
+    control::StatusInfo status;
+    std::string error;
+  };
+  std::vector<Row> rows;
+  for (pid_t pid : control::find_managed_processes()) {
+    Row r{pid, cmdline_of(pid), {}, {}};
+    auto client = control::Client::connect(pid, std::chrono::seconds(2));
+    if (!client) {
+      r.error = client.error().message;
+    } else if (auto st = client->status()) {
+      r.status = *st;
+      (void)client->close();
+    } else {
+      r.error = st.error().message;
+    }
+    rows.push_back(std::move(r));
+  }
+  if (json) {
+    JsonWriter j;
+    j.begin_array();
+    for (const Row& r : rows) {
+      j.begin_object().field("pid", static_cast<std::int64_t>(r.pid)).field("command", r.command);
+      if (!r.error.empty()) {
+        j.field("error", r.error);
+      } else {
+        j.field("state", control::process_state_name(r.status.state))
+            .field("regions", r.status.regions)
+            .field("device_bytes", r.status.region_bytes)
+            .field("requested_bytes", r.status.requested_bytes)
+            .field("dirty_bytes", r.status.dirty_bytes)
+            .field("epoch", r.status.epoch)
+            .field("last_checkpoint", r.status.last_checkpoint)
+            .field("conservative_tracking", r.status.conservative);
+      }
+      j.end_object();
+    }
+    j.end_array();
+    print(j.take());
+    return ok();
+  }
+  if (rows.empty()) {
+    print("no processes are running under gcr (start one with 'gcr run -- PROGRAM')\n");
+    return ok();
+  }
+  Table t({{"PID", Table::Align::right},
+           {"STATE"},
+           {"DEVICE MEMORY", Table::Align::right},
+           {"DIRTY", Table::Align::right},
+           {"LAST CHECKPOINT"},
+           {"COMMAND"}});
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      t.add_row({std::to_string(r.pid), "?", "-", "-", "-", display_safe(r.command + "  (" + r.error + ")")});
+      continue;
+    }
+    t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state), format_bytes(r.status.region_bytes),
+               format_bytes(r.status.dirty_bytes),
+               r.status.last_checkpoint.empty() ? "-" : r.status.last_checkpoint.substr(0, 12),
+               display_safe(r.command)});
+  }
+  print(t.render());
+  return ok();
+}
+
+}  // namespace
+
+void register_process_commands(CLI::App& app, Context& ctx) {
+  auto* run = app.add_subcommand("run", "Run a program under gcr, so that it can be checkpointed");
+  static RunOptions ro_storage;
+  RunOptions* ro = &ro_storage;
+  run->add_option("--track", ro->track,
+                  "Write tracking: speculative (default; const pointers are reads), precise, or "
+                  "conservative (every launch writes everything)")
+      ->type_name("MODE");
+  run->add_option("command", ro->command, "The program and its arguments (after --)")->required();
+  run->footer(
+      "Example: gcr run -- ./train --epochs 3\n"
+      "The program runs with gcr's libcuda.so.1 preloaded; without an NVIDIA driver it runs on simgpu.\n"
+      "gcr exits with the program's exit status.");
+  on_run(run, ctx, [ro, &ctx] { return run_program(*ro, ctx); });
+
+  auto* ps = app.add_subcommand("ps", "List the processes running under gcr");
+  static bool json_storage = false;
+  bool* json = &json_storage;
+  ps->add_flag("--json", *json, "Machine-readable output");
+  on_run(ps, ctx, [json, &ctx] { return list_processes(*json, ctx); });
+}
+
+}  // namespace gcr::cli

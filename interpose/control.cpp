@@ -1,0 +1,182 @@
+// The interposer's control thread: libgcr's control::Server (docs/protocol.md) on a detached
+// thread named "gcr-control", serving requests by calling the region manager's operations
+// (control_ops.h). It owns the thread, the translation between the protocol's types and the
+// region manager's, and fork handling; the protocol itself is libgcr's.
+//
+// The thread lives inside an arbitrary program, so: it blocks every signal (the program's handlers
+// never run on it), lets no exception escape (the Server catches), reports only failures nobody
+// asked about, through write(2) rather than stdio, and only the first few of them.
+#include "control.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include "control_ops.h"
+#include "gcr/control.h"
+
+namespace gcr::interpose {
+namespace {
+
+namespace ctl = gcr::control;
+
+constexpr char kThreadName[] = "gcr-control";
+constexpr int kMaxLogLines = 8;
+
+ctl::RegionRecord to_wire(const RegionRecord& r) {
+  return ctl::RegionRecord{r.address, r.size, r.device, r.flags};
+}
+
+RegionRecord from_wire(const ctl::RegionRecord& r) {
+  return RegionRecord{r.address, r.size, r.device, r.flags};
+}
+
+// The region manager's operations behind libgcr's Handler interface. Each op_* is called from the
+// control thread only, one at a time, as control_ops.h requires.
+class OpsHandler final : public ctl::Handler {
+ public:
+  Status quiesce(std::chrono::milliseconds timeout) override {
+    auto ms = std::min<long long>(timeout.count(), std::numeric_limits<unsigned>::max());
+    return op_quiesce(static_cast<unsigned>(ms < 0 ? 0 : ms));
+  }
+  Status resume() override { return op_resume(); }
+  Result<std::vector<ctl::ParkedRegion>> park() override {
+    Result<std::vector<ParkedRegion>> parked = op_park();
+    if (!parked) return std::move(parked).error();
+    std::vector<ctl::ParkedRegion> out;
+    out.reserve(parked->size());
+    for (ParkedRegion& p : *parked)
+      out.push_back(ctl::ParkedRegion{to_wire(p.region), std::move(p.fd)});
+    return out;
+  }
+  Status unpark(std::vector<ctl::ParkedRegion> regions) override {
+    std::vector<ParkedRegion> in;
+    in.reserve(regions.size());
+    for (ctl::ParkedRegion& p : regions)
+      in.push_back(ParkedRegion{from_wire(p.region), std::move(p.fd)});
+    return op_unpark(std::move(in));
+  }
+  Status new_epoch(const std::string& checkpoint_id) override {
+    return op_new_epoch(checkpoint_id);
+  }
+  ctl::StatusInfo status() override {
+    StatusInfo s = op_status();
+    return ctl::StatusInfo{static_cast<ctl::ProcessState>(s.state),
+                           s.regions,
+                           s.region_bytes,
+                           s.dirty_bytes,
+                           s.requested_bytes,
+                           s.epoch,
+                           std::move(s.last_checkpoint),
+                           s.conservative};
+  }
+  std::vector<ctl::RegionRecord> regions() override {
+    std::vector<RegionRecord> in = op_regions();
+    std::vector<ctl::RegionRecord> out;
+    out.reserve(in.size());
+    for (const RegionRecord& r : in) out.push_back(to_wire(r));
+    return out;
+  }
+};
+static_assert(static_cast<std::uint32_t>(ProcessState::parked) ==
+              static_cast<std::uint32_t>(ctl::ProcessState::parked));
+static_assert(kRegionDirty == ctl::kRegionDirty);
+
+std::atomic<int> g_log_lines{0};
+
+// Failures no caller heard about (a refused caller, a rendezvous that failed, a lost park).
+void log_line(std::string_view message) {
+  int n = g_log_lines.fetch_add(1, std::memory_order_relaxed);
+  if (n >= kMaxLogLines) return;
+  std::string line = "gcr: control: ";
+  line.append(message);
+  if (n == kMaxLogLines - 1) line += " (further control messages suppressed)";
+  line += '\n';
+  for (std::size_t off = 0; off < line.size();) {
+    ssize_t w = ::write(STDERR_FILENO, line.data() + off, line.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += static_cast<std::size_t>(w);
+  }
+}
+
+// Both live for the life of the process: the detached thread uses them until exit, so they are
+// never destroyed (a static's destructor at exit would race with it).
+ctl::Handler& handler() {
+  static ctl::Handler* h = new OpsHandler();
+  return *h;
+}
+
+std::mutex g_start_mu;       // start_control_thread, and the fork hooks
+bool g_fork_locked = false;  // guarded by g_start_mu: control_prepare_fork took it
+std::atomic<ctl::Server*> g_server{nullptr};
+std::atomic<bool> g_forked_child{false};
+
+void* control_thread_main(void* arg) {
+  static_cast<ctl::Server*>(arg)->serve_forever(handler());
+  return nullptr;
+}
+
+}  // namespace
+
+Status start_control_thread() {
+  if (g_forked_child.load(std::memory_order_acquire))
+    return make_error(Errc::unsupported,
+                      "this process was forked from a gcr-managed process without exec; gcr does "
+                      "not manage it");
+  std::lock_guard lock(g_start_mu);
+  if (g_server.load(std::memory_order_acquire)) return ok();
+
+  ctl::ServerOptions options;
+  options.software = "gcr interposer";
+  options.log = log_line;
+  Result<std::unique_ptr<ctl::Server>> server = ctl::Server::create(std::move(options));
+  if (!server) return std::move(server).context("creating the gcr-control mailbox").error();
+  (void)handler();
+
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the new thread inherits: no signal ever runs on it
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  int rc = pthread_create(&thread, &attr, control_thread_main, server->get());
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) return errno_error("starting the gcr-control thread", rc);
+  pthread_setname_np(thread, kThreadName);
+  g_server.store(server->release(), std::memory_order_release);  // the thread owns it from now on
+  return ok();
+}
+
+void control_prepare_fork() noexcept {
+  g_start_mu.lock();
+  g_fork_locked = true;
+  if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->prepare_fork();
+}
+
+void control_after_fork_parent() noexcept {
+  if (!g_fork_locked) return;
+  if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->after_fork_parent();
+  g_fork_locked = false;
+  g_start_mu.unlock();
+}
+
+void control_after_fork_child() noexcept {
+  g_forked_child.store(true, std::memory_order_release);
+  // The Server object is left allocated: the parent's thread, which owned it, is not here.
+  if (ctl::Server* s = g_server.exchange(nullptr)) s->after_fork_child();
+  if (g_fork_locked) {
+    g_fork_locked = false;
+    g_start_mu.unlock();
+  }
+}
+
+}  // namespace gcr::interpose

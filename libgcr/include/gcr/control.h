@@ -1,0 +1,217 @@
+// The control channel between gcr's tools and a process running under gcr (docs/protocol.md).
+//
+// The interposer inside the process owns a Server: a 4 KiB memfd named "gcr-control" (the
+// mailbox) and a thread that waits on it. A caller finds the mailbox through /proc/<pid>/fd, locks
+// it, and names an abstract unix socket it listens on; the server connects there, and the two
+// authenticate each other (SO_PEERCRED) and talk in framed, versioned messages. Nothing in the
+// process listens on a fixed name and nothing in it stays connected to gcr between sessions, so
+// CRIU can dump it, and restore one image twice at once (docs/protocol.md §1).
+//
+//   auto client = Client::connect(pid, std::chrono::seconds(5));
+//   if (!client) return std::move(client).error();  // says what to do, e.g. "start it with 'gcr
+//   run'" GCR_TRY(client->quiesce(std::chrono::seconds(10))); auto parked = client->park();    //
+//   region records and their fds; the process keeps none GCR_TRY(client->close());        // before
+//   CRIU dumps the process (docs/protocol.md §6)
+//
+// This header is the whole public surface: the types the protocol carries, the Client (gcr, gcrd,
+// tests), the Handler a server dispatches to and the Server (the interposer, test fakes), and the
+// /proc lookups `gcr ps` needs. It does not know the region table: the interposer implements
+// Handler over interpose/control_ops.h, so libgcr never depends on the interposer.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+
+namespace gcr::control {
+
+// The values are on the wire: fixed, append only.
+enum class ProcessState : std::uint32_t { running = 0, quiesced = 1, parked = 2 };
+// "running", "quiesced", "parked"; "unknown" otherwise.
+const char* process_state_name(ProcessState state) noexcept;
+
+// One region: a physical allocation mapped at [address, address + size) on `device`.
+struct RegionRecord {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint32_t device = 0;
+  std::uint32_t flags = 0;  // kRegionDirty; readers ignore bits they do not know
+  friend bool operator==(const RegionRecord&, const RegionRecord&) = default;
+};
+inline constexpr std::uint32_t kRegionDirty = 1u << 0;  // written since the last checkpoint epoch
+
+// A region and its physical allocation, exported as a POSIX file descriptor.
+struct ParkedRegion {
+  RegionRecord region;
+  UniqueFd fd;
+};
+
+struct StatusInfo {
+  ProcessState state = ProcessState::running;
+  std::uint64_t regions = 0;
+  std::uint64_t region_bytes = 0;  // device memory held in regions
+  std::uint64_t dirty_bytes = 0;   // in regions written since the last checkpoint epoch
+  std::uint64_t requested_bytes =
+      0;                        // what the program asked for (slab overhead = region - requested)
+  std::uint64_t epoch = 0;      // checkpoint epoch; a checkpoint cut starts a new one
+  std::string last_checkpoint;  // id of the last checkpoint taken, empty if none
+  bool conservative = false;    // write tracking treats every launch as writing everything
+};
+
+// What the server said about itself when the connection opened.
+struct ServerInfo {
+  std::uint32_t pid = 0;  // in the server's own pid namespace
+  ProcessState state = ProcessState::running;
+  std::uint32_t uid = 0;
+  std::string software;
+};
+
+// ---- caller side ------------------------------------------------------------------------------
+
+class Channel;         // a connected socket carrying framed messages (libgcr/control/channel.h)
+struct MailboxLayout;  // libgcr/control/mailbox.h
+
+// One session with one process. Sessions are exclusive: a second Client::connect to the same
+// process waits (up to its timeout) until the first is closed. Move-only; not for concurrent use
+// by several threads. Every method fails with a message naming the process and what to do.
+class Client {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultReplyTimeout{60'000};
+
+  // Finds the mailbox of `pid` (as this process sees it), waits for the session lock, and meets
+  // the process's control thread on a fresh rendezvous socket; `timeout` bounds all of that.
+  // Errors: not_found (no such process, it exited, or it is not running under gcr),
+  // permission_denied (only root or the process owner may control it), busy (another gcr holds
+  // the session past the timeout), timeout (the control thread did not answer: process stopped or
+  // frozen), unsupported (another protocol version), io_error.
+  static Result<Client> connect(pid_t pid, std::chrono::milliseconds timeout);
+  // As connect(), with the mailbox already open (open_mailbox(), or an fd handed over by a more
+  // privileged process); the server still checks this process's credentials.
+  static Result<Client> connect_mailbox(pid_t pid, UniqueFd mailbox,
+                                        std::chrono::milliseconds timeout);
+
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  // Drops the connection without a goodbye; the server then resumes a quiesced process.
+  ~Client();
+
+  pid_t pid() const noexcept { return pid_; }
+  const ServerInfo& server() const noexcept { return server_; }
+  // How long a reply may take (default kDefaultReplyTimeout; quiesce adds its own timeout).
+  void set_reply_timeout(std::chrono::milliseconds timeout) noexcept { reply_timeout_ = timeout; }
+
+  Result<StatusInfo> status();
+  Result<std::vector<RegionRecord>> regions();
+  // Closes the process's CUDA API gate and drains its GPU work; the process's timeout error
+  // (Errc::timeout) leaves it running. A quiesced process is resumed by the server when the
+  // session ends, however it ends, unless it was parked (docs/protocol.md §5).
+  Status quiesce(std::chrono::milliseconds timeout);
+  Status resume();
+  // Requires quiesced. Returns every region with its allocation as an fd; the process keeps no
+  // reference, so these fds are the only ones: losing them loses the data. Should this session
+  // end before every batch arrived, the process maps its regions back.
+  Result<std::vector<ParkedRegion>> park();
+  // Requires parked: gives the regions of the park back (the fds are sent, not consumed; this side
+  // keeps its own). The process ends quiesced; resume() lets it run.
+  Status unpark(const std::vector<ParkedRegion>& regions);
+  // Starts a new checkpoint epoch (dirty bits cleared) and records the checkpoint's id
+  // (1..128 of [A-Za-z0-9._:-]).
+  Status new_epoch(std::string_view checkpoint_id);
+  // Says goodbye and waits until the process has closed its end of the connection, then releases
+  // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
+  // it). Idempotent.
+  Status close();
+
+ private:
+  friend struct ClientExchange;  // client.cpp's helpers
+  Client() noexcept;
+
+  pid_t pid_ = 0;
+  UniqueFd mailbox_;                  // holds the session lock (flock)
+  std::unique_ptr<Channel> channel_;  // null once closed or broken
+  ServerInfo server_;
+  std::chrono::milliseconds reply_timeout_ = kDefaultReplyTimeout;
+};
+
+// Opens the mailbox of `pid` for reading and writing. Fails like Client::connect.
+Result<UniqueFd> open_mailbox(pid_t pid);
+
+// Every process (as this process's /proc shows them) with a gcr-control mailbox that this process
+// may look at, sorted; for `gcr ps`. Processes it may not inspect are left out silently.
+std::vector<pid_t> find_managed_processes();
+
+// ---- server side ------------------------------------------------------------------------------
+
+// What a server does for its callers; the interposer implements it over interpose/control_ops.h
+// (interpose/control.cpp), tests with fakes. Called from the serving thread only, one call at a
+// time. Implementations return errors that say what the caller should do.
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  virtual Status quiesce(std::chrono::milliseconds timeout) = 0;
+  virtual Status resume() = 0;
+  virtual Result<std::vector<ParkedRegion>> park() = 0;
+  virtual Status unpark(std::vector<ParkedRegion> regions) = 0;
+  virtual Status new_epoch(const std::string& checkpoint_id) = 0;
+  virtual StatusInfo status() = 0;
+  virtual std::vector<RegionRecord> regions() = 0;
+};
+
+struct ServerOptions {
+  std::string software = "gcr";  // sent in the hello
+  // Told what went wrong where no caller could hear it (a rendezvous that failed, a caller
+  // refused). Called from the serving thread; may be null.
+  void (*log)(std::string_view message) = nullptr;
+  // How long the server waits on a caller in the middle of an exchange (a send, the batches of an
+  // unpark, the confirmation of a park) before it gives up on the session.
+  std::chrono::milliseconds io_timeout{30'000};
+};
+
+// The mailbox and the loop that serves it. Address-stable (it holds a mutex): create() returns it
+// by unique_ptr. Thread-safety: serve_forever on one thread; the fork hooks on the forking thread.
+class Server {
+ public:
+  // Creates the mailbox (a sealed 4 KiB memfd "gcr-control", close-on-exec).
+  static Result<std::unique_ptr<Server>> create(ServerOptions options = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int mailbox_fd() const noexcept { return mailbox_fd_.get(); }
+
+  // The serving thread's body: waits on the mailbox and serves one caller at a time, forever.
+  // Never throws; returns only in a forked child after after_fork_child() (never, in practice).
+  void serve_forever(Handler& handler) noexcept;
+
+  // Fork hooks (pthread_atfork). prepare/parent keep a connection being opened or closed from
+  // straddling a fork; child closes what the child inherited (mailbox, mapping, connection) and
+  // is safe even if prepare was not called.
+  void prepare_fork() noexcept;
+  void after_fork_parent() noexcept;
+  void after_fork_child() noexcept;
+
+ private:
+  Server() = default;
+  void serve_request(Handler& handler, std::uint32_t seq) noexcept;
+  void finish_request(std::uint32_t seq, Errc code, std::string_view message) noexcept;
+  void log(std::string_view message) noexcept;
+
+  ServerOptions options_;
+  UniqueFd mailbox_fd_;
+  MailboxLayout* box_ = nullptr;  // the mapped mailbox
+  std::mutex fork_mu_;            // held while the connection is opened or closed, and across fork
+  int session_fd_ = -1;           // the connection being served; guarded by fork_mu_
+  bool fork_locked_ = false;
+  bool abandoned_ = false;  // in a forked child
+};
+
+}  // namespace gcr::control

@@ -1,0 +1,45 @@
+// Running CRIU: finding the binary and gcr's plugin, building the command lines gcr needs, and
+// turning a failure into an error that quotes CRIU's own log.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gcr/result.h"
+
+namespace gcr::criu {
+
+struct Tools {
+  std::filesystem::path criu;        // the criu binary (GCR_CRIU, else .deps/criu/criu, else PATH)
+  std::filesystem::path plugin_dir;  // a directory holding only gcr's plugin (GCR_CRIU_PLUGIN_DIR)
+};
+
+// Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
+// used to find a build tree's .deps/ and criu-plugin/). Fails with what to install or set.
+Result<Tools> find_tools(const std::filesystem::path& self_dir);
+
+struct DumpOptions {
+  pid_t pid = 0;
+  std::filesystem::path image_dir;
+  bool leave_running = false;
+  std::map<std::string, std::string> env;  // extra environment for CRIU and its plugin
+};
+Status dump(const Tools& tools, const DumpOptions& options);
+
+struct RestoreOptions {
+  std::filesystem::path image_dir;
+  std::map<std::string, std::string> env;
+  pid_t* restored_pid = nullptr;  // filled from --pidfile when given
+};
+Status restore(const Tools& tools, const RestoreOptions& options);
+
+// Runs a command (argv[0] a path) with extra environment, waits, and returns its exit status;
+// stdout/stderr go to `log` (appended) when not empty.
+Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                const std::filesystem::path& log);
+
+}  // namespace gcr::criu

@@ -1,0 +1,51 @@
+// GCR_FAULT crash points: see fault.h.
+#include "store/fault.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+
+namespace gcr::store {
+namespace {
+
+constexpr Fault kAll[] = {Fault::after_pack_create,      Fault::after_chunk_write,
+                          Fault::after_pack_sync,        Fault::after_index_rename,
+                          Fault::before_manifest_rename, Fault::after_manifest_rename,
+                          Fault::after_tag_rename,       Fault::gc_after_rewrite,
+                          Fault::gc_after_index_delete};
+
+std::optional<Fault> configured() {
+  static const std::optional<Fault> fault = []() -> std::optional<Fault> {
+    const char* v = std::getenv("GCR_FAULT");
+    if (v == nullptr) return std::nullopt;
+    for (Fault f : kAll) {
+      if (fault_name(f) == v) return f;
+    }
+    return std::nullopt;
+  }();
+  return fault;
+}
+
+}  // namespace
+
+std::string_view fault_name(Fault f) {
+  switch (f) {
+    case Fault::after_pack_create: return "after-pack-create";
+    case Fault::after_chunk_write: return "after-chunk-write";
+    case Fault::after_pack_sync: return "after-pack-sync";
+    case Fault::after_index_rename: return "after-index-rename";
+    case Fault::before_manifest_rename: return "before-manifest-rename";
+    case Fault::after_manifest_rename: return "after-manifest-rename";
+    case Fault::after_tag_rename: return "after-tag-rename";
+    case Fault::gc_after_rewrite: return "gc-after-rewrite";
+    case Fault::gc_after_index_delete: return "gc-after-index-delete";
+  }
+  return "";
+}
+
+void fault_point(Fault f) {
+  if (configured() == f) ::_exit(kFaultExitCode);
+}
+
+}  // namespace gcr::store

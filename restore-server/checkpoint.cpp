@@ -1,0 +1,263 @@
+// The checkpoint protocol (checkpoint.h). Every failure before the CRIU dump leaves the process
+// running: a parked process is unparked and resumed, a quiesced one resumed.
+#include "checkpoint.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "device.h"
+#include "gcr/control.h"
+#include "work_dir.h"
+
+namespace gcr::gcrd {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::uint64_t ns_since(Clock::time_point t) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+Error with_context(Error e, const std::string& what) {
+  e.message = what + ": " + e.message;
+  return e;
+}
+
+std::string hex(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// Host memory for one region's bytes on their way to the store.
+class HostBuffer {
+ public:
+  explicit HostBuffer(std::uint64_t size) : size_(size) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  }
+  ~HostBuffer() {
+    if (data_) munmap(data_, size_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  std::span<std::byte> span() { return {data_, size_}; }
+  bool ok() const { return data_ != nullptr; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind) {
+  std::map<std::string, std::string> meta;
+  meta["pid"] = std::to_string(pid);
+  meta["cmdline"] = process_cmdline(pid);
+  meta["kind"] = kind;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  meta["host"] = host;
+  meta["created_unix_ns"] = std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  if (auto gpu = Gpu::get()) {
+    meta["driver_version"] = std::to_string((*gpu)->driver_version());
+    for (int d = 0; d < (*gpu)->device_count(); ++d) {
+      meta["gpu." + std::to_string(d) + ".name"] = (*gpu)->name(d);
+      meta["gpu." + std::to_string(d) + ".uuid"] = (*gpu)->uuid(d);
+    }
+  }
+  return meta;
+}
+
+Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::string rel = fs::relative(entry.path(), dir).string();
+    if (rel == "criu.out") continue;  // gcr's own capture of CRIU's output
+    auto perms = static_cast<std::uint32_t>(entry.status().permissions()) & 0777;
+    GCR_TRY(w.add_file(rel, perms, entry.path()).context("storing CRIU image file " + rel));
+  }
+  return ok();
+}
+
+// The stop-copy baseline: the driver moves device memory into the process, CRIU dumps it all.
+Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::Tools& tools,
+                                              const CheckpointRequest& req, const Progress& progress,
+                                              const std::string& kind) {
+  CheckpointReport rep;
+  rep.pid = req.pid;
+  rep.kind = kind;
+  auto t0 = Clock::now();
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
+  auto meta = base_meta(req.pid, kind);
+  progress("dumping process " + std::to_string(req.pid) + " with CRIU (driver copies device memory to host)");
+  auto td = Clock::now();
+  GCR_TRY(criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()}));
+  rep.times_ns["dump"] = ns_since(td);
+  rep.times_ns["stall"] = ns_since(t0);
+  auto ts = Clock::now();
+  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, std::nullopt));
+  GCR_TRY(store_criu_images(*writer, work.path()));
+  rep.times_ns["store"] = ns_since(ts);
+  rep.times_ns["total"] = ns_since(t0);
+  for (const auto& [k, v] : rep.times_ns) writer->set_meta("timing." + k + "_ns", std::to_string(v));
+  GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
+  rep.id = info.id.hex();
+  rep.stats = info.stats;
+  return rep;
+}
+
+}  // namespace
+
+std::string process_cmdline(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
+                                            const CheckpointRequest& req, const Progress& progress) {
+  if (req.pid <= 0 || kill(req.pid, 0) != 0) {
+    if (errno == EPERM)
+      return Error{Errc::permission_denied, "process " + std::to_string(req.pid) +
+                                                " belongs to another user; only root or its owner may checkpoint it"};
+    return Error{Errc::not_found, "no process " + std::to_string(req.pid)};
+  }
+  if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
+
+  auto connected = control::Client::connect(req.pid, std::chrono::seconds(5));
+  if (!connected) {
+    if (connected.error().code != Errc::not_found) return std::move(connected).error();
+    // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
+    progress("process " + std::to_string(req.pid) + " is not running under gcr: using the driver's checkpoint");
+    return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
+  }
+  control::Client client = std::move(connected).value();
+  CheckpointReport rep;
+  rep.pid = req.pid;
+  rep.kind = "gcr";
+  GCR_TRY_ASSIGN(control::StatusInfo before, client.status());
+
+  // Parent: the process's previous checkpoint, if it is still in the store.
+  std::optional<store::CheckpointId> parent;
+  if (!before.last_checkpoint.empty())
+    if (auto id = store.resolve(before.last_checkpoint)) parent = *id;
+
+  auto t0 = Clock::now();
+  progress("quiescing process " + std::to_string(req.pid));
+  GCR_TRY(client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
+  rep.times_ns["quiesce"] = ns_since(t0);
+  auto resume_on_error = [&](Error e) -> Error {
+    (void)client.resume();
+    return e;
+  };
+  auto tp = Clock::now();
+  auto parked_r = client.park();
+  if (!parked_r) return resume_on_error(with_context(std::move(parked_r).error(), "parking"));
+  std::vector<control::ParkedRegion> parked = std::move(parked_r).value();
+  rep.times_ns["park"] = ns_since(tp);
+  auto unpark_on_error = [&](Error e) -> Error {
+    (void)client.unpark(parked);
+    (void)client.resume();
+    return e;
+  };
+  for (const auto& p : parked) {
+    ++rep.regions;
+    rep.region_bytes += p.region.size;
+    if ((p.region.flags & control::kRegionDirty) || !parent) rep.dirty_bytes += p.region.size;
+  }
+
+  GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
+  // Import every region into gcrd: it is how gcrd reads them, and holds them.
+  std::vector<MappedAllocation> held;
+  for (const auto& p : parked) {
+    auto m = MappedAllocation::import(p.fd.get(), p.region.size);
+    if (!m) return unpark_on_error(with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
+    held.push_back(std::move(m).value());
+  }
+  // With --leave-running the process gets its memory back before gcrd has read it: snapshot the
+  // regions that will be stored (device to device) first.
+  std::vector<MappedAllocation> snapshot(held.size());
+  if (req.leave_running) {
+    auto ts = Clock::now();
+    for (std::size_t i = 0; i < parked.size(); ++i) {
+      bool store_it = (parked[i].region.flags & control::kRegionDirty) || !parent;
+      if (!store_it) continue;
+      if (Status s = gpu->use(held[i].device()); !s) return unpark_on_error(std::move(s).error());
+      auto copy = MappedAllocation::create(held[i].size(), held[i].device());
+      if (!copy) return unpark_on_error(with_context(std::move(copy).error(), "snapshot of region " + hex(parked[i].region.address)));
+      if (Status s = copy->copy_from(held[i]); !s) return unpark_on_error(std::move(s).error());
+      snapshot[i] = std::move(copy).value();
+    }
+    rep.times_ns["snapshot"] = ns_since(ts);
+  }
+  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr"), parent));
+  std::string id = writer->id().hex();
+  if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
+  if (Status s = client.close(); !s) return unpark_on_error(std::move(s).error());
+
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
+  progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
+  auto td = Clock::now();
+  Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()});
+  rep.times_ns["dump"] = ns_since(td);
+  if (!dumped) {
+    // CRIU's plugin unlocked the process on failure; it is parked: give its memory back.
+    if (auto again = control::Client::connect(req.pid, std::chrono::seconds(10))) {
+      (void)again->unpark(parked);
+      (void)again->resume();
+      (void)again->close();
+    }
+    return std::move(dumped).error();
+  }
+  if (req.leave_running) {
+    auto tu = Clock::now();
+    GCR_TRY_ASSIGN(control::Client again, control::Client::connect(req.pid, std::chrono::seconds(10)));
+    GCR_TRY(again.unpark(parked).context("giving process " + std::to_string(req.pid) + " its memory back"));
+    GCR_TRY(again.resume());
+    GCR_TRY(again.close());
+    rep.times_ns["unpark"] = ns_since(tu);
+  }
+  rep.times_ns["stall"] = ns_since(t0);
+
+  // Drain: regions, then CRIU's images, then the manifest.
+  progress("storing " + std::to_string(rep.dirty_bytes >> 20) + " MiB of device memory and the CRIU image");
+  auto tstore = Clock::now();
+  for (std::size_t i = 0; i < parked.size(); ++i) {
+    const auto& r = parked[i].region;
+    bool store_it = (r.flags & control::kRegionDirty) || !parent;
+    if (!store_it) {
+      GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
+      continue;
+    }
+    const MappedAllocation& src = req.leave_running ? snapshot[i] : held[i];
+    GCR_TRY(gpu->use(src.device()));
+    HostBuffer buf(r.size);
+    if (!buf.ok()) return Error{Errc::out_of_memory, "no host memory to stage region " + hex(r.address)};
+    GCR_TRY(src.read(0, buf.span()));
+    GCR_TRY(writer->add_region(r.address, buf.span(), r.device, true).context("storing region " + hex(r.address)));
+    snapshot[i].reset();
+  }
+  GCR_TRY(store_criu_images(*writer, work.path()));
+  rep.times_ns["store"] = ns_since(tstore);
+  rep.times_ns["total"] = ns_since(t0);
+  for (const auto& [k, v] : rep.times_ns) writer->set_meta("timing." + k + "_ns", std::to_string(v));
+  GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
+  rep.id = info.id.hex();
+  rep.stats = info.stats;
+  return rep;
+}
+
+}  // namespace gcr::gcrd

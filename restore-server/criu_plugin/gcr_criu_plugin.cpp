@@ -1,0 +1,188 @@
+// gcr's CRIU plugin: the hooks, and nothing else. Plain `criu dump` / `criu restore -L <dir>`
+// (and runc, podman, Kubernetes through them) then checkpoint and restore a CUDA process's
+// driver state themselves, as CRIU's own cuda plugin does, but by calling the driver's checkpoint
+// API in-process (no cuda-checkpoint fork+exec per action, research §2).
+//
+// Each hook is a noexcept function that makes one call on DeviceSteps and turns its Result into
+// CRIU's code in one place, to_errno(): 0 done, -ENOTSUP "not mine" (CRIU asks the next plugin),
+// another negative errno for a failure (logged here, once). No exception crosses into CRIU.
+//
+// The plugin is disabled (every hook answers -ENOTSUP) for pre-dump, for a restore whose image
+// it did not dump, and for a dump when no driver with the checkpoint API loads. A restore of an
+// image it did dump fails at init when that driver is missing: better than resuming a process
+// without its GPU state.
+//
+// Not registered: POST_FORKING (CRIU 4.2's hook in the restore master right after forking the
+// tasks). gcr's parallel device reload will start there, asking gcrd to allocate and load device
+// memory while CRIU restores CPU state (DESIGN.md §5); until then there is nothing to do in it.
+#include <errno.h>
+
+#include <cstring>
+#include <exception>
+#include <optional>
+
+extern "C" {
+#include <criu/criu-plugin.h>
+}
+
+#include "config.h"
+#include "criu_exports.h"
+#include "device_steps.h"
+#include "driver.h"
+#include "final_state.h"
+#include "log.h"
+
+namespace gcr::criu_plugin {
+namespace {
+
+constexpr char kPluginName[] = "gcr_criu_plugin";
+
+// Set while enabled, from init to exit. CRIU calls every hook from its main thread.
+std::optional<DeviceSteps> g_steps;
+bool g_in_inventory = false;
+
+int to_errno(const Result<Outcome>& r) noexcept {
+  if (r) return *r == Outcome::not_mine ? -ENOTSUP : 0;
+  log_error("%s", r.error().message.c_str());
+  switch (r.error().code) {  // never -ENOTSUP: a failure must not read as "not mine"
+    case Errc::timeout:
+      return -ETIMEDOUT;
+    case Errc::permission_denied:
+      return -EPERM;
+    case Errc::out_of_memory:
+      return -ENOMEM;
+    case Errc::busy:
+      return -EAGAIN;
+    case Errc::invalid_argument:
+      return -EINVAL;
+    default:
+      return -EIO;
+  }
+}
+
+template <typename Fn>
+Result<Outcome> guarded(const char* hook, Fn&& fn) noexcept {
+  try {
+    if (!g_steps) return Outcome::not_mine;
+    return fn(*g_steps);
+  } catch (const std::exception& e) {
+    return make_error(Errc::internal, std::string(hook) + ": " + e.what());
+  } catch (...) {
+    return make_error(Errc::internal, std::string(hook) + ": unknown exception");
+  }
+}
+
+Status enable(int stage) {
+  if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
+    log_info("disabled for pre-dump: device state is dumped only by a full dump");
+    return ok();
+  }
+  if (stage == CR_PLUGIN_STAGE__RESTORE && check_and_remove_inventory_plugin &&
+      !check_and_remove_inventory_plugin(kPluginName, sizeof kPluginName)) {
+    log_info("disabled: the image was not dumped with %s", kPluginName);
+    return ok();
+  }
+  GCR_TRY_ASSIGN(Config config,
+                 load_config(stage == CR_PLUGIN_STAGE__DUMP ? Stage::dump : Stage::restore));
+  auto driver = Driver::load();
+  if (!driver) {
+    if (stage == CR_PLUGIN_STAGE__RESTORE)
+      return make_error(driver.error().code, "the image holds CUDA state that only " +
+                                                 std::string(kPluginName) +
+                                                 " can restore, but: " + driver.error().message);
+    log_info("disabled: %s", driver.error().message.c_str());
+    return ok();
+  }
+  // With the cgroup freezer a frozen task's restore thread could not be run (Note [Restore
+  // thread]).
+  if (stage == CR_PLUGIN_STAGE__DUMP && set_compel_interrupt_only_mode)
+    set_compel_interrupt_only_mode();
+  log_info("enabled for %s with the driver %s", stage == CR_PLUGIN_STAGE__DUMP ? "dump" : "restore",
+           driver->path().c_str());
+  g_steps.emplace(std::move(*driver), std::move(config));
+  return ok();
+}
+
+}  // namespace
+}  // namespace gcr::criu_plugin
+
+using namespace gcr::criu_plugin;
+using gcr::Result;
+
+namespace {
+
+int gcr_plugin_init(int stage) noexcept {
+  try {
+    g_steps.reset();
+    g_in_inventory = false;
+    if (gcr::Status s = enable(stage); !s) {
+      log_error("%s", s.error().message.c_str());
+      return -1;
+    }
+    return 0;
+  } catch (...) {
+    log_error("init: unexpected exception");
+    return -1;
+  }
+}
+
+void gcr_plugin_exit(int stage, int ret) noexcept {
+  try {
+    if (g_steps && stage == CR_PLUGIN_STAGE__DUMP && g_steps->any_paused()) {
+      FinalStateGuess guess = guess_final_state(g_steps->config().leave_running);
+      if (ret != 0 || guess.state != FinalState::killed) {
+        const char* why = ret != 0                          ? "the dump failed"
+                          : guess.state == FinalState::kept ? "they keep running"
+                                                            : "they may keep running";
+        log_info("putting paused CUDA processes back (%s; %s)", why, guess.why.c_str());
+        (void)g_steps->release_paused();  // each failure is logged
+      } else {
+        log_info("leaving CUDA processes checkpointed: CRIU kills them (%s)", guess.why.c_str());
+      }
+    }
+  } catch (...) {
+    log_error("exit: unexpected exception; paused CUDA processes may hang");
+  }
+  g_steps.reset();
+}
+
+int gcr_plugin_pause_devices(int pid) noexcept {
+  Result<Outcome> r = guarded("PAUSE_DEVICES", [&](DeviceSteps& steps) -> Result<Outcome> {
+    GCR_TRY_ASSIGN(Outcome o, steps.pause(pid));
+    // Restore then requires this plugin ("Missing required plugin" without it).
+    if (o == Outcome::done && !g_in_inventory && add_inventory_plugin) {
+      if (add_inventory_plugin(kPluginName) != 0)
+        return make_error(gcr::Errc::internal, "cannot record the plugin in the inventory image");
+      g_in_inventory = true;
+    }
+    return o;
+  });
+  return to_errno(r);
+}
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, gcr_plugin_pause_devices)
+
+int gcr_plugin_checkpoint_devices(int pid) noexcept {
+  return to_errno(
+      guarded("CHECKPOINT_DEVICES", [&](DeviceSteps& steps) { return steps.checkpoint(pid); }));
+}
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, gcr_plugin_checkpoint_devices)
+
+// CRIU ignores this hook's failures (cr-restore.c logs them at debug level and resumes the tasks):
+// resume_restored kills a task it cannot restore, which makes the restore fail.
+int gcr_plugin_resume_devices_late(int pid) noexcept {
+  return to_errno(guarded("RESUME_DEVICES_LATE",
+                          [&](DeviceSteps& steps) { return steps.resume_restored(pid); }));
+}
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, gcr_plugin_resume_devices_late)
+
+}  // namespace
+
+// The one exported symbol (exports.map). max_hooks is the CR_PLUGIN_HOOK__MAX of the header it
+// is built against: a newer CRIU accepts it, an older one refuses it (plugin.c, verify_plugin).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored \
+    "-Wmissing-field-initializers"  // hooks[]: set by the constructors above
+extern "C" {
+CR_PLUGIN_REGISTER(kPluginName, gcr_plugin_init, gcr_plugin_exit)
+}
+#pragma GCC diagnostic pop

@@ -1,0 +1,227 @@
+// gcrd: gcr's daemon. It keeps a warm CUDA context per device, runs the checkpoint and restore
+// protocols (checkpoint.h, restore.h) for the gcr command, and holds processes' parked device
+// memory while it does. One thread per client; the store takes concurrent writers.
+//
+//   gcrd [--socket PATH] [--detach]      (normally started by `gcr`, or `gcr daemon`)
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "checkpoint.h"
+#include "device.h"
+#include "gcr/unique_fd.h"
+#include "gcrd_client.h"
+#include "gcrd_protocol.h"
+#include "restore.h"
+
+namespace fs = std::filesystem;
+using namespace gcr;
+using namespace gcr::gcrd;
+
+namespace {
+
+fs::path g_self_dir;
+std::mutex g_log_mu;
+
+void log(const std::string& line) {
+  std::lock_guard lock(g_log_mu);
+  std::fprintf(stderr, "gcrd: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+bool send_line(int fd, const std::string& line) {
+  std::string s = line + "\n";
+  for (std::size_t done = 0; done < s.size();) {
+    ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string read_request(int fd) {
+  std::string line;
+  char c;
+  while (line.size() < 65536) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || c == '\n') break;
+    line += c;
+  }
+  return line;
+}
+
+uid_t owner_of(pid_t pid) {
+  struct stat st;
+  std::string p = "/proc/" + std::to_string(pid);
+  return stat(p.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+Result<std::shared_ptr<store::Store>> open_store(const std::map<std::string, std::string>& f) {
+  store::StoreOptions o;
+  auto it = f.find("store");
+  o.root = it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
+  return store::Store::open(o, true);
+}
+
+Result<std::map<std::string, std::string>> serve(const std::string& verb, const std::map<std::string, std::string>& f,
+                                                 uid_t client_uid, const Progress& progress) {
+  std::map<std::string, std::string> out;
+  if (verb == "ping") {
+    out["pid"] = std::to_string(getpid());
+    return out;
+  }
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(g_self_dir));
+  GCR_TRY_ASSIGN(auto st, open_store(f));
+  if (verb == "checkpoint") {
+    CheckpointRequest req;
+    req.pid = f.count("pid") ? std::atoi(f.at("pid").c_str()) : 0;
+    if (f.count("tag") && !f.at("tag").empty()) req.tag = f.at("tag");
+    req.leave_running = f.count("leave_running") && f.at("leave_running") == "1";
+    req.stop_copy = f.count("stop_copy") && f.at("stop_copy") == "1";
+    if (client_uid != 0 && owner_of(req.pid) != client_uid)
+      return Error{Errc::permission_denied, "process " + std::to_string(req.pid) +
+                                                " is not yours; only root or its owner may checkpoint it"};
+    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
+    out["id"] = rep.id;
+    out["kind"] = rep.kind;
+    out["pid"] = std::to_string(rep.pid);
+    out["regions"] = std::to_string(rep.regions);
+    out["region_bytes"] = std::to_string(rep.region_bytes);
+    out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
+    for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+    for (const auto& [k, v] : rep.stats) out["stat." + k] = std::to_string(v);
+    return out;
+  }
+  if (verb == "restore") {
+    RestoreRequest req;
+    req.name = f.count("name") ? f.at("name") : "";
+    if (f.count("device") && !f.at("device").empty()) req.device = std::atoi(f.at("device").c_str());
+    GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
+    out["id"] = rep.id;
+    out["kind"] = rep.kind;
+    out["pid"] = std::to_string(rep.pid);
+    out["region_bytes"] = std::to_string(rep.region_bytes);
+    for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+    return out;
+  }
+  return Error{Errc::invalid_argument, "unknown request '" + verb + "'"};
+}
+
+void handle_client(UniqueFd fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != 0 && cred.uid != geteuid())) {
+    send_line(fd.get(), "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
+                            encode_value("gcrd serves root and its own user only"));
+    return;
+  }
+  std::string line = read_request(fd.get());
+  std::string proto, verb, rest;
+  auto sp1 = line.find(' ');
+  proto = line.substr(0, sp1);
+  if (proto != kProtocol) {
+    send_line(fd.get(), "error " + std::to_string(static_cast<int>(Errc::unsupported)) + " " +
+                            encode_value("gcrd speaks " + std::string(kProtocol) + ", the client sent '" + proto + "'"));
+    return;
+  }
+  auto sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
+  verb = line.substr(sp1 + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp1 - 1);
+  if (sp2 != std::string::npos) rest = line.substr(sp2 + 1);
+  int cfd = fd.get();
+  auto progress = [cfd](const std::string& text) { send_line(cfd, "progress " + encode_value(text)); };
+  log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
+  auto result = serve(verb, decode_fields(rest), cred.uid, progress);
+  if (result) {
+    send_line(cfd, "ok " + encode_fields(*result));
+  } else {
+    log(verb + " failed: " + result.error().message);
+    send_line(cfd, "error " + std::to_string(static_cast<int>(result.error().code)) + " " +
+                       encode_value(result.error().message));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fs::path socket_path = default_socket_path();
+  bool detach = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--socket" && i + 1 < argc) {
+      socket_path = argv[++i];
+    } else if (a == "--detach") {
+      detach = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: gcrd [--socket PATH] [--detach]\n  gcr's daemon; normally started by gcr on demand.\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "gcrd: unknown argument '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  std::error_code ec;
+  g_self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
+  signal(SIGPIPE, SIG_IGN);
+  fs::create_directories(socket_path.parent_path(), ec);
+  chmod(socket_path.parent_path().c_str(), 0700);
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.string().size() >= sizeof addr.sun_path) {
+    std::fprintf(stderr, "gcrd: socket path too long: %s\n", socket_path.c_str());
+    return 1;
+  }
+  std::strcpy(addr.sun_path, socket_path.c_str());
+  // A socket file left by a gcrd that died: nothing answers on it, so take it over.
+  if (access(socket_path.c_str(), F_OK) == 0) {
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      std::fprintf(stderr, "gcrd: another gcrd already listens on %s\n", socket_path.c_str());
+      return 1;
+    }
+    unlink(socket_path.c_str());
+  }
+  mode_t old = umask(0077);
+  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 64) != 0) {
+    std::fprintf(stderr, "gcrd: cannot listen on %s: %s\n", socket_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  umask(old);
+  if (detach) {
+    pid_t child = fork();
+    if (child < 0) return 1;
+    if (child > 0) _exit(0);  // the socket listens already: the starter may connect
+    fs::path logfile = socket_path.parent_path() / "gcrd.log";
+    int lfd = open(logfile.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (lfd >= 0) {
+      dup2(lfd, 2);
+      close(lfd);
+    }
+  }
+  // Warm the GPU now, off any request's path.
+  if (auto gpu = Gpu::get(); !gpu) log("GPU unavailable: " + gpu.error().message);
+  log("listening on " + socket_path.string());
+  for (;;) {
+    int c = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR) continue;
+      log(std::string("accept: ") + std::strerror(errno));
+      continue;
+    }
+    std::thread([c] { handle_client(UniqueFd(c)); }).detach();
+  }
+}

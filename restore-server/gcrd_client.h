@@ -1,0 +1,27 @@
+// The client side of gcrd's socket (gcrd_protocol.h), for the gcr command: finds or starts gcrd,
+// sends one request, relays progress, and returns the final fields or the error.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "gcr/result.h"
+
+namespace gcr::gcrd {
+
+// GCR_GCRD_SOCKET, else /run/gcr/gcrd.sock for root, else $XDG_RUNTIME_DIR/gcr/gcrd.sock, else
+// /tmp/gcr-<uid>/gcrd.sock.
+std::filesystem::path default_socket_path();
+
+// Connects to gcrd at `socket`, starting `gcrd_binary` (detached, with `env`) when nothing
+// listens there yet, and waits up to 10 s for it.
+Result<int> connect_or_start(const std::filesystem::path& socket, const std::filesystem::path& gcrd_binary,
+                             const std::map<std::string, std::string>& env);
+
+Result<std::map<std::string, std::string>> call(int fd, const std::string& verb,
+                                                const std::map<std::string, std::string>& fields,
+                                                const std::function<void(const std::string&)>& progress);
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The core test: mlp_train under `gcr run` is checkpointed at random moments (with and without
+# --leave-running, several times in one run, and the --stop-copy baseline), restored (on the same
+# simulated GPU and on another), and must finish with the checksum of an uninterrupted run.
+# Also: the second checkpoint of a run stores only what changed.
+#
+#   checkpoint_restore_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+BUILD=$(cd "$1" && pwd)
+[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
+GCR=$BUILD/bin/gcr
+[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
+
+T=$(mktemp -d /var/tmp/gcr-ckpt-test.XXXXXX)
+export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
+export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
+STEPS=120
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 32M --streams 2)
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  if [[ $rc != 0 ]]; then
+    echo "--- logs (kept in $T) ---"
+    tail -n 5 "$T"/*.log 2>/dev/null || true
+    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
+  else
+    rm -rf "$T"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
+steps_in() { grep -c '^step' "$1" 2>/dev/null || true; }
+wait_steps() {  # LOG N: wait until the log shows N steps
+  for _ in $(seq 1 600); do
+    [[ $(steps_in "$1") -ge $2 ]] && return 0
+    sleep 0.02
+  done
+  fail "$1 did not reach step $2"
+}
+wait_exit() {  # PID LOG: wait until the process is gone and the log has a checksum
+  for _ in $(seq 1 1500); do
+    if ! kill -0 "$1" 2>/dev/null && [[ -n $(checksum_of "$2") ]]; then return 0; fi
+    sleep 0.02
+  done
+  fail "process $1 did not finish (log $2)"
+}
+start() {  # LOG: start mlp_train under gcr, print its pid
+  # Appending: CRIU checks the size of a file a process writes to, except of such log files,
+  # which may grow between a --leave-running checkpoint and its restore.
+  setsid "$GCR" run -- "${MLP[@]}" >> "$1" 2>&1 < /dev/null &
+  local p=$!
+  pids+=("$p")
+  echo "$p"
+}
+json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
+
+echo "== reference: mlp_train without gcr"
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "reference run printed no checksum"
+echo "reference checksum $REF"
+
+echo "== checkpoint (process stops), restore, finish"
+P=$(start "$T/a.log")
+wait_steps "$T/a.log" $((RANDOM % 40 + 10))
+"$GCR" checkpoint "$P" --name a1 || fail "checkpoint a1"
+for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
+kill -0 "$P" 2>/dev/null && fail "process $P still runs after a checkpoint without --leave-running"
+"$GCR" restore a1 || fail "restore a1"
+wait_exit "$P" "$T/a.log"
+[[ $(checksum_of "$T/a.log") == "$REF" ]] || fail "restored run ended with $(checksum_of "$T/a.log"), expected $REF"
+echo "ok: restored run matches"
+
+echo "== two checkpoints with --leave-running; the run goes on undisturbed"
+P=$(start "$T/b.log")
+wait_steps "$T/b.log" $((RANDOM % 20 + 10))
+"$GCR" checkpoint "$P" --name b1 -R --json > "$T/b1.json" || fail "checkpoint b1"
+wait_steps "$T/b.log" 60
+"$GCR" checkpoint "$P" --name b2 -R --json > "$T/b2.json" || fail "checkpoint b2"
+wait_exit "$P" "$T/b.log"
+[[ $(checksum_of "$T/b.log") == "$REF" ]] || fail "run with two live checkpoints ended with $(checksum_of "$T/b.log")"
+echo "ok: live checkpoints leave the result unchanged"
+NEW1=$(json_field stat.new_bytes < "$T/b1.json")
+NEW2=$(json_field stat.new_bytes < "$T/b2.json")
+DEV1=$(json_field region_bytes < "$T/b1.json")
+DIRTY2=$(json_field dirty_bytes < "$T/b2.json")
+echo "first checkpoint stored $NEW1 new bytes, the second $NEW2 (device memory $DEV1, changed $DIRTY2)"
+(( NEW2 < NEW1 )) || fail "the second checkpoint stored $NEW2 bytes, not less than the first's $NEW1"
+
+echo "== restore the first of them, then the second on the other GPU"
+"$GCR" restore b1 || fail "restore b1"
+wait_exit "$P" "$T/b.log"
+[[ $(checksum_of "$T/b.log") == "$REF" ]] || fail "restore of b1 ended with $(checksum_of "$T/b.log")"
+"$GCR" restore b2 --device 1 || fail "restore b2 --device 1"
+wait_exit "$P" "$T/b.log"
+[[ $(checksum_of "$T/b.log") == "$REF" ]] || fail "restore of b2 on device 1 ended with $(checksum_of "$T/b.log")"
+echo "ok: both restores match"
+
+echo "== the --stop-copy baseline"
+P=$(start "$T/c.log")
+wait_steps "$T/c.log" $((RANDOM % 40 + 10))
+"$GCR" checkpoint "$P" --name c1 --stop-copy || fail "stop-copy checkpoint"
+for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
+"$GCR" restore c1 || fail "restore c1"
+wait_exit "$P" "$T/c.log"
+[[ $(checksum_of "$T/c.log") == "$REF" ]] || fail "stop-copy restore ended with $(checksum_of "$T/c.log")"
+echo "ok: stop-copy round trip matches"
+
+"$GCR" image verify > /dev/null || fail "gcr image verify after the test"
+echo "PASS"

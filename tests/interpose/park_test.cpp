@@ -1,0 +1,197 @@
+// Park and unpark (interpose/park.cpp): a quiesced process hands every region over as an fd and
+// keeps no device memory; given the fds back, it maps them at the same addresses and goes on
+// computing on the same data.
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "common.h"
+
+namespace ipt {
+namespace {
+
+// simgpu's device memory a process holds: its allocations are memfds named simgpu-dev<N>, held
+// open by the driver while a handle or a mapping needs them, and mapped into its private alias.
+struct Held {
+  std::vector<ino_t> memfds;       // inodes of the simgpu-dev memfds among its fds
+  std::vector<std::string> maps;   // its mappings of them
+};
+
+Held device_memory_held(pid_t pid) {
+  Held h;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd/";
+  for (const std::string& fd : fd_names(pid)) {
+    char target[256];
+    ssize_t n = readlink((dir + fd).c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = 0;
+    struct stat st{};
+    if (std::strstr(target, "memfd:simgpu-dev") && stat((dir + fd).c_str(), &st) == 0) h.memfds.push_back(st.st_ino);
+  }
+  h.maps = maps_lines(pid, "simgpu-dev");
+  return h;
+}
+
+ino_t inode_of(int fd) {
+  struct stat st{};
+  REQUIRE(fstat(fd, &st) == 0);
+  return st.st_ino;
+}
+
+// After park the process holds none of gcr's regions. What it may still hold is the allocation
+// behind its own VMM mapping: its cuMemCreate handle, which only the program can release, keeps
+// the memory alive (gcr unmapped it and let go of its own reference). Returns how many such.
+std::size_t check_nothing_of_gcr_held(pid_t pid, const std::vector<control::ParkedRegion>& parked,
+                                      std::uint64_t user_address) {
+  Held h = device_memory_held(pid);
+  INFO("mappings left: " << (h.maps.empty() ? std::string("none") : h.maps.front()));
+  CHECK(h.maps.empty());
+  std::size_t user_held = 0;
+  for (ino_t ino : h.memfds) {
+    const control::ParkedRegion* which = nullptr;
+    for (const auto& p : parked)
+      if (inode_of(p.fd.get()) == ino) which = &p;
+    INFO("a simgpu-dev memfd of inode " << ino << " is still open in the process");
+    REQUIRE(which != nullptr);
+    INFO("it is region " << hex(which->region.address));
+    CHECK(which->region.address == user_address);
+    ++user_held;
+  }
+  return user_held;
+}
+
+// The pattern `seed` read through a parked region's fd at the pointer's offset.
+void check_through_fd(const control::ParkedRegion& parked, const PrintedPtr& p, unsigned seed) {
+  struct stat st{};
+  REQUIRE(fstat(parked.fd.get(), &st) == 0);
+  REQUIRE(static_cast<std::uint64_t>(st.st_size) >= parked.region.size);
+  void* map = mmap(nullptr, parked.region.size, PROT_READ, MAP_SHARED, parked.fd.get(), 0);
+  REQUIRE(map != MAP_FAILED);
+  const auto* words = reinterpret_cast<const unsigned*>(static_cast<const char*>(map) + (p.address - parked.region.address));
+  std::size_t bad = 0, first_bad = 0;
+  for (std::size_t i = 0; i < p.bytes / 4; ++i)
+    if (words[i] != probe_word(seed, static_cast<unsigned>(i)) && bad++ == 0) first_bad = i;
+  munmap(map, parked.region.size);
+  INFO(p.label << ": " << bad << " words differ, the first at word " << first_bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("park hands over every region with its data, and unpark brings it back at the same addresses", "[park]") {
+  Child child = Child::mode({"park"}, gcr_env());
+  std::vector<std::string> lines;
+  REQUIRE(child.read_until("ready", 30000, &lines));
+  std::vector<PrintedPtr> ptrs;
+  for (auto& l : lines)
+    if (auto p = parse_ptr(l)) ptrs.push_back(*p);
+  REQUIRE(ptrs.size() == 5);
+  REQUIRE_FALSE(device_memory_held(child.pid()).memfds.empty());
+  std::uint64_t user_address = 0;
+  for (const PrintedPtr& p : ptrs)
+    if (p.label == "vmm_user") user_address = p.address;
+
+  control::Client client = connect(child.pid());
+  auto before = client.regions();
+  REQUIRE(before);
+  REQUIRE(client.quiesce(std::chrono::seconds(10)));
+  auto parked = client.park();
+  REQUIRE(parked);
+  auto status = client.status();
+  REQUIRE(status);
+  CHECK(status->state == control::ProcessState::parked);
+
+  // Every region came out, and the process holds no device memory any more.
+  REQUIRE(parked->size() == before->size());
+  std::vector<control::RegionRecord> parked_records;
+  for (const auto& p : *parked) {
+    parked_records.push_back(p.region);
+    CHECK(p.fd.valid());
+  }
+  for (std::size_t i = 0; i < before->size(); ++i) {
+    CHECK(hex(parked_records[i].address) == hex((*before)[i].address));
+    CHECK(parked_records[i].size == (*before)[i].size);
+    CHECK(parked_records[i].device == (*before)[i].device);
+  }
+  std::size_t user_held = check_nothing_of_gcr_held(child.pid(), *parked, user_address);
+  std::printf("park: %zu regions handed over; the process still holds %zu allocation(s), its own "
+              "cuMemCreate handle's\n", parked->size(), user_held);
+
+  // The data is in the fds (simgpu's allocations are memfds: the bytes are right there).
+  for (const PrintedPtr& p : ptrs) {
+    const control::ParkedRegion* holder = nullptr;
+    for (const auto& r : *parked)
+      if (p.address >= r.region.address && p.address + p.bytes <= r.region.address + r.region.size) holder = &r;
+    INFO(p.label);
+    REQUIRE(holder != nullptr);
+    CHECK(holder->region.device == std::stoul(p.extra.at(1)));
+    check_through_fd(*holder, p, static_cast<unsigned>(std::stoul(p.extra.at(0))));
+  }
+
+  REQUIRE(client.unpark(*parked));
+  status = client.status();
+  REQUIRE(status);
+  CHECK(status->state == control::ProcessState::quiesced);
+  auto after = client.regions();
+  REQUIRE(after);
+  REQUIRE(after->size() == before->size());
+  for (std::size_t i = 0; i < after->size(); ++i) {
+    CHECK(hex((*after)[i].address) == hex((*before)[i].address));
+    CHECK((*after)[i].size == (*before)[i].size);
+    CHECK((*after)[i].device == (*before)[i].device);
+  }
+  CHECK(device_memory_held(child.pid()).memfds.size() >= parked->size());
+  CHECK_FALSE(device_memory_held(child.pid()).maps.empty());
+  REQUIRE(client.resume());
+  REQUIRE(client.close());
+  parked->clear();  // the test's copies of the fds
+
+  // The program finds its data where it left it, and computes on it.
+  child.send("verify");
+  std::vector<std::string> out;
+  auto verified = child.read_until("verified", 60000, &out);
+  INFO("last line: " << (out.empty() ? std::string() : out.back()));
+  CHECK(verified == std::optional<std::string>("verified ok"));
+  child.send("exit");
+  CHECK(describe_status(child.wait()) == "exit 0");
+}
+
+TEST_CASE("park twice in one process: the second round trip works like the first", "[park]") {
+  Child child = Child::mode({"park"}, gcr_env());
+  std::vector<std::string> lines;
+  REQUIRE(child.read_until("ready", 30000, &lines));
+  std::uint64_t user_address = 0;
+  for (auto& l : lines)
+    if (auto p = parse_ptr(l); p && p->label == "vmm_user") user_address = p->address;
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    control::Client client = connect(child.pid());
+    REQUIRE(client.quiesce(std::chrono::seconds(10)));
+    auto parked = client.park();
+    REQUIRE(parked);
+    check_nothing_of_gcr_held(child.pid(), *parked, user_address);
+    REQUIRE(client.unpark(*parked));
+    REQUIRE(client.resume());
+    REQUIRE(client.close());
+    child.send("verify");
+    CHECK(child.read_until("verified", 60000) == std::optional<std::string>("verified ok"));
+  }
+  child.send("exit");
+  CHECK(describe_status(child.wait()) == "exit 0");
+}
+
+TEST_CASE("park refuses a process that is not quiesced", "[park]") {
+  Child child = Child::mode({"wait"}, gcr_env());
+  REQUIRE(child.read_until("ready", 30000));
+  control::Client client = connect(child.pid());
+  auto parked = client.park();
+  REQUIRE_FALSE(parked);
+  CHECK(parked.error().message.find("quiesce") != std::string::npos);
+  REQUIRE(client.close());
+  child.send("exit");
+  CHECK(describe_status(child.wait()) == "exit 0");
+}
+
+}  // namespace
+}  // namespace ipt

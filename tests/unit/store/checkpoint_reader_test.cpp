@@ -1,0 +1,145 @@
+// Round trips: regions, files and blobs come back bit-exact, whole or in part, and
+// materialize_files recreates a CRIU image directory.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "test_util.h"
+
+using namespace gcr;
+using namespace gcr::store;
+
+namespace {
+
+const ObjectEntry& find(const Manifest& m, ObjectKind kind, const std::string& name,
+                        std::uint64_t address = 0) {
+  for (const auto& o : m.objects) {
+    if (o.kind == kind && o.name == name && o.address == address) return o;
+  }
+  throw std::runtime_error("object not found");
+}
+
+}  // namespace
+
+TEST_CASE("regions, files and blobs read back bit-exact", "[reader]") {
+  test::TempDir dir;
+  StoreOptions opts;
+  opts.chunk_bytes = 64 * 1024;  // many chunks per region, fast
+  auto store = test::open_store(dir.path() / "s", opts);
+  auto big = test::random_bytes(3 * 64 * 1024 + 123, 1);
+  auto text = test::text_bytes(200000, 2);
+  std::vector<std::byte> zeros(300000);
+  std::vector<std::byte> empty;
+  auto pages = test::random_bytes(2 << 20, 3);
+  auto other = test::text_bytes(5000, 4);
+  test::write_file(dir.path() / "pages-1.img", pages);
+  test::write_file(dir.path() / "core-1.img", other);
+  test::write_file(dir.path() / "empty.img", empty);
+
+  auto w = store->begin_checkpoint({{"kind", "test"}}, std::nullopt);
+  REQUIRE(w);
+  REQUIRE((*w)->add_region(0x7f0000000000, big, 0, true));
+  REQUIRE((*w)->add_region(0x7f0000100000, text, 1, false));
+  REQUIRE((*w)->add_region(0x7f0000200000, zeros, 0, true));
+  REQUIRE((*w)->add_region(0x7f0000300000, empty, 0, true));
+  REQUIRE((*w)->add_file("pages-1.img", 0600, dir.path() / "pages-1.img"));
+  REQUIRE((*w)->add_file("core-1.img", 0644, dir.path() / "core-1.img"));
+  REQUIRE((*w)->add_file("empty.img", 0600, dir.path() / "empty.img"));
+  REQUIRE((*w)->add_blob("gcr.state", text));
+  auto c = (*w)->commit("rt");
+  REQUIRE(c);
+
+  auto r = store->open_checkpoint(c->id);
+  REQUIRE(r);
+  const Manifest& m = (*r)->manifest();
+  CHECK(m.meta.at("kind") == "test");
+  CHECK(test::read_object(**r, find(m, ObjectKind::device_region, "", 0x7f0000000000)) == big);
+  CHECK(test::read_object(**r, find(m, ObjectKind::device_region, "", 0x7f0000100000)) == text);
+  CHECK(test::read_object(**r, find(m, ObjectKind::device_region, "", 0x7f0000200000)) == zeros);
+  CHECK(test::read_object(**r, find(m, ObjectKind::device_region, "", 0x7f0000300000)).empty());
+  CHECK(test::read_object(**r, find(m, ObjectKind::file, "pages-1.img")) == pages);
+  CHECK(test::read_object(**r, find(m, ObjectKind::file, "core-1.img")) == other);
+  CHECK(test::read_object(**r, find(m, ObjectKind::blob, "gcr.state")) == text);
+  CHECK(find(m, ObjectKind::device_region, "", 0x7f0000100000).device == 1);
+  CHECK_FALSE(find(m, ObjectKind::device_region, "", 0x7f0000100000).dirty);
+
+  SECTION("partial reads at odd offsets cross chunk boundaries") {
+    const auto& o = find(m, ObjectKind::device_region, "", 0x7f0000000000);
+    for (auto [off, len] : {std::pair<std::size_t, std::size_t>{0, 1},
+                            {65535, 2},
+                            {1000, 150000},
+                            {big.size() - 7, 7},
+                            {64 * 1024, 64 * 1024}}) {
+      std::vector<std::byte> out(len);
+      REQUIRE((*r)->read(o, off, out));
+      CHECK(std::equal(out.begin(), out.end(), big.begin() + static_cast<std::ptrdiff_t>(off)));
+    }
+    std::vector<std::byte> out(8);
+    CHECK((*r)->read(o, big.size() - 7, out).error().code == Errc::invalid_argument);
+  }
+
+  SECTION("materialize_files recreates the image directory with its modes") {
+    auto out = dir.path() / "restore" / "images";
+    REQUIRE((*r)->materialize_files(out));
+    CHECK(test::slurp(out / "pages-1.img") == pages);
+    CHECK(test::slurp(out / "core-1.img") == other);
+    CHECK(std::filesystem::file_size(out / "empty.img") == 0);
+    struct stat st {};
+    REQUIRE(::stat((out / "core-1.img").c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0644);
+    REQUIRE(::stat(out.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+    CHECK_FALSE(std::filesystem::exists(out / "gcr.state"));  // blobs are not image files
+  }
+}
+
+TEST_CASE("a file with trailing zero pages materializes to its full size", "[reader]") {
+  test::TempDir dir;
+  auto store = test::open_store(dir.path() / "s");
+  auto data = test::random_bytes(100000, 5);
+  data.resize(3 << 20);  // zeros after the data: zero chunks, never written
+  test::write_file(dir.path() / "pages-2.img", data);
+  auto w = store->begin_checkpoint({}, std::nullopt);
+  REQUIRE((*w)->add_file("sub/pages-2.img", 0600, dir.path() / "pages-2.img"));
+  auto c = (*w)->commit({});
+  REQUIRE(c);
+  CHECK(c->stats.at("zero_bytes") > 1u << 20);  // whole zero chunks past the data
+  auto r = store->open_checkpoint(c->id);
+  REQUIRE(r);
+  REQUIRE((*r)->materialize_files(dir.path() / "out"));
+  CHECK(test::slurp(dir.path() / "out" / "sub" / "pages-2.img") == data);
+}
+
+TEST_CASE("many files materialize in parallel", "[reader]") {
+  test::TempDir dir;
+  auto store = test::open_store(dir.path() / "s");
+  auto w = store->begin_checkpoint({}, std::nullopt);
+  std::vector<std::vector<std::byte>> contents;
+  for (int i = 0; i < 300; ++i) {
+    contents.push_back(test::random_bytes(1000 + 37 * i, 100 + i));
+    auto p = dir.path() / ("f" + std::to_string(i));
+    test::write_file(p, contents.back());
+    REQUIRE((*w)->add_file("img-" + std::to_string(i) + ".img", 0600, p));
+  }
+  auto c = (*w)->commit({});
+  REQUIRE(c);
+  auto r = store->open_checkpoint(c->id);
+  REQUIRE((*r)->materialize_files(dir.path() / "out"));
+  for (int i = 0; i < 300; ++i) {
+    CHECK(test::slurp(dir.path() / "out" / ("img-" + std::to_string(i) + ".img")) == contents[i]);
+  }
+}
+
+TEST_CASE("an object from another checkpoint's manifest is refused", "[reader]") {
+  test::TempDir dir;
+  auto store = test::open_store(dir.path() / "s");
+  auto w = store->begin_checkpoint({}, std::nullopt);
+  auto data = test::random_bytes(1000, 1);
+  REQUIRE((*w)->add_blob("a", data));
+  auto c = (*w)->commit({});
+  auto r = store->open_checkpoint(c->id);
+  ObjectEntry bogus = (*r)->manifest().objects[0];
+  bogus.chunk_count = 5;
+  std::vector<std::byte> out(10);
+  CHECK((*r)->read(bogus, 0, out).error().code == Errc::invalid_argument);
+}
