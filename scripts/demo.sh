@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job: set up (packages, CRIU, build), then train mlp_train on the GPU — the simulated
-# one (simgpu) when this machine has no NVIDIA driver — and show that its result is bit-identical
-# across runs and stream counts, which is what every checkpoint/restore test of gcr relies on.
+# The main job: set up (packages, CRIU, build), then show gcr's whole story on the GPU — the
+# simulated one (simgpu) when this machine has no NVIDIA driver:
+#   1. train mlp_train once without gcr: the reference checksum;
+#   2. train it again under `gcr run`, checkpoint it while it runs (--leave-running), then kill it;
+#   3. `gcr restore` the checkpoint: the run resumes where the checkpoint was taken and finishes
+#      with the reference checksum, bit for bit.
 #
 #   scripts/demo.sh [--steps N] [--footprint SIZE] [--no-setup]
 set -euo pipefail
@@ -9,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD_DIR="${GCR_BUILD_DIR:-build}"
 
-STEPS=200
+STEPS=300
 FOOTPRINT=256M
 SETUP=1
 while [[ $# -gt 0 ]]; do
@@ -17,10 +20,11 @@ while [[ $# -gt 0 ]]; do
         --steps) STEPS="$2"; shift 2 ;;
         --footprint) FOOTPRINT="$2"; shift 2 ;;
         --no-setup) SETUP=0; shift ;;
-        -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "demo.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+(( STEPS >= 60 )) || { echo "demo.sh: --steps must be at least 60" >&2; exit 2; }
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -29,29 +33,66 @@ if [[ $SETUP == 1 ]]; then
     bash scripts/setup.sh
 fi
 
-# The GPU: a real NVIDIA driver when there is one, else simgpu's libcuda.so.1.
+B="$ROOT/$BUILD_DIR"
+GCR="$B/bin/gcr"
+MLP=("$B/tests/workloads/mlp_train" --steps "$STEPS" --footprint "$FOOTPRINT" --step-delay-ms 10 --streams 2)
+[[ -x "$GCR" && -x "${MLP[0]}" ]] || { echo "demo.sh: gcr is not built in $B; run scripts/setup.sh" >&2; exit 1; }
+
 if [[ -e /dev/nvidiactl ]] && ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '; then
-    BACKEND="NVIDIA driver"
-    export -n LD_LIBRARY_PATH 2>/dev/null || true
+    BACKEND="the NVIDIA driver"
+    DIRECT=()
 else
     BACKEND="simgpu (a simulated H200; no NVIDIA driver found)"
-    export LD_LIBRARY_PATH="$ROOT/$BUILD_DIR/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    DIRECT=(env "LD_LIBRARY_PATH=$B/simgpu")
+    export SIMGPU_DEVICES=${SIMGPU_DEVICES:-2} SIMGPU_MEMORY=${SIMGPU_MEMORY:-8G}
 fi
-MLP="$ROOT/$BUILD_DIR/tests/workloads/mlp_train"
-[[ -x "$MLP" ]] || { echo "demo.sh: $MLP not built; run scripts/setup.sh" >&2; exit 1; }
 
-say "mlp_train on $BACKEND: $STEPS steps, footprint $FOOTPRINT, 1 stream"
-start=$SECONDS
-"$MLP" --steps "$STEPS" --footprint "$FOOTPRINT" --streams 1 | tee /tmp/gcr-demo-1.log | awk 'NR % 50 == 1 || /checksum|final_loss/'
-say "again with 4 streams (different scheduling, same arithmetic)"
-"$MLP" --steps "$STEPS" --footprint "$FOOTPRINT" --streams 4 --quiet | tee /tmp/gcr-demo-4.log | grep -E 'checksum|final_loss'
+# A private store, daemon and scratch space, so the demo leaves nothing behind.
+D=$(mktemp -d /var/tmp/gcr-demo.XXXXXX)
+export GCR_STORE=$D/store GCR_GCRD_SOCKET=$D/gcrd.sock GCR_WORK_DIR=$D/work GCR_QUIET=1
+P=""
+cleanup() {
+    [[ -n $P ]] && kill -9 "$P" 2>/dev/null || true
+    pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+    rm -rf "$D"
+}
+trap cleanup EXIT
+checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
+last_step() { awk '/^step/ {s=$2} END {print s+0}' "$1"; }
+wait_step() { while (( $(last_step "$1") < $2 )); do sleep 0.05; done; }
 
-a=$(awk '/^checksum/ {print $2}' /tmp/gcr-demo-1.log)
-b=$(awk '/^checksum/ {print $2}' /tmp/gcr-demo-4.log)
+say "1. mlp_train on $BACKEND without gcr: $STEPS steps, $FOOTPRINT of device memory"
+"${DIRECT[@]}" "${MLP[@]}" > "$D/reference.log"
+REF=$(checksum_of "$D/reference.log")
+echo "reference checksum $REF"
+
+if [[ $(id -u) != 0 ]]; then
+    say "checkpoint/restore needs root (CRIU); run the demo as root to see steps 2 and 3"
+    exit 0
+fi
+
+say "2. the same run under gcr, checkpointed live at step $((STEPS / 4)), killed at step $((STEPS / 2))"
+setsid "$GCR" run -- "${MLP[@]}" >> "$D/run.log" 2>&1 < /dev/null &
+P=$!
+disown "$P"  # the kill below is part of the story, not news for the shell
+wait_step "$D/run.log" $((STEPS / 4))
+"$GCR" checkpoint "$P" --name demo --leave-running
+wait_step "$D/run.log" $((STEPS / 2))
+kill -9 "$P"
+while [[ -e /proc/$P ]]; do sleep 0.05; done
+echo "process $P killed at step $(last_step "$D/run.log") of $STEPS"
+"$GCR" ps
+
+say "3. gcr restore demo: the run resumes from the checkpoint"
+"$GCR" restore demo
+while kill -0 "$P" 2>/dev/null; do sleep 0.1; done
+GOT=$(checksum_of "$D/run.log")
+"$GCR" image ls
+
 say "result"
-if [[ -n "$a" && "$a" == "$b" ]]; then
-    echo "checksums identical ($a) in $((SECONDS - start)) s: the run is deterministic, so a restored run can be checked bit for bit"
+if [[ -n $GOT && $GOT == "$REF" ]]; then
+    echo "restored run finished with checksum $GOT: bit-identical to the uninterrupted run"
 else
-    echo "checksums differ: 1 stream $a, 4 streams $b" >&2
+    echo "restored run finished with checksum '${GOT}', expected $REF" >&2
     exit 1
 fi
