@@ -251,7 +251,10 @@ class StepLog:
             if alive is not None and not alive():
                 raise Failure(f"the process exited while waiting for {what}")
             time.sleep(0.002)
-        raise Failure(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        last = self.last()
+        since = "" if last is None else (f" (the last step line, step {last[0]}, came "
+                                         f"{time.monotonic() - last[2]:.0f} s before)")
+        raise Failure(f"timed out after {timeout_s:.0f} s waiting for {what}{since}")
 
     def wait_step(self, n, timeout_s, alive=None):
         return self.wait(lambda i, e: e[0] >= n, timeout_s, f"step {n}", alive)
@@ -367,10 +370,14 @@ def measure(footprint, mode, args, build, timeouts):
                 "normal_gap_median_ms": period,
                 "normal_gap_max_ms": max(gp for _, gp in normal),
                 "normal_gap_count": len(normal),
+                "normal_gaps_ms": [round(gp, 1) for _, gp in normal],  # ending at steps 6...
                 "max_gap_ms": worst, "max_gap_at_step": worst_step,
                 "stall_ms": worst - period,
                 "lost_ms": sum(max(0.0, gp - period) for _, gp in window),
-                "window_gaps_ms": [[st, round(gp, 3)] for st, gp in window],
+                "window_gap_median_ms": statistics.median(gp for _, gp in window),
+                # gap i ends at step window_first_step + i
+                "window_first_step": window[0][0],
+                "window_gaps_ms": [round(gp, 1) for _, gp in window],
             }
             k1 = slog.last()[0]
 
@@ -463,7 +470,7 @@ def ns_ms(v):
     return None if v is None else v / 1e6
 
 
-def report(results, footprints, load_before, load_after, cpus):
+def report(results, footprints, load_before, load_after, cpus, args_keep_work=False):
     by = {(r["footprint_bytes"], r["mode"]): r for r in results}
     fps = [f for f in footprints if any((f, m) in by for m in MODES)]
     out = []
@@ -584,7 +591,8 @@ def report(results, footprints, load_before, load_after, cpus):
     for r in results:
         if not r["ok"]:
             w(f"\nFAILED: {fmt_bytes(r['footprint_bytes'])} {r['mode']}: {r.get('error')}")
-            w(f"  logs kept in {r['dir']}")
+            w(f"  logs kept in {r['dir']}" + ("" if args_keep_work else
+              " (the work dir with CRIU's logs too with --keep-work)"))
             w("  gcrd.log:\n" + r.get("gcrd_log_tail", ""))
             w("  app.log:\n" + r.get("app_log_tail", ""))
         elif g(r, "restore", "warning"):
@@ -694,7 +702,7 @@ def main():
         REAPER.kill_all()
 
     load_after = os.getloadavg()[0]
-    text, goals = report(results, footprints, load_before, load_after, cpus)
+    text, goals = report(results, footprints, load_before, load_after, cpus, args.keep_work)
     print(text)
     print(f"total {time.monotonic() - started:.0f} s")
 
@@ -726,10 +734,13 @@ def main():
         os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
         paths.append(os.path.join(HERE, "results", "ckpt-" + datetime.datetime.now().strftime(
             "%Y-%m-%dT%H%M%S") + ".json"))
+    # Arrays of numbers (the gaps) on one line each, not one number a line.
+    text_doc = re.sub(r"\[\s*([-0-9.eE]+(?:,\s*[-0-9.eE]+)*)\s*\]",
+                      lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
+                      json.dumps(doc, indent=2))
     for p in paths:
         with open(p, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
+            f.write(text_doc + "\n")
         print(f"wrote {p}")
     return 0 if all(r["ok"] for r in results) else 1
 

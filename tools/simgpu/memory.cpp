@@ -309,7 +309,16 @@ CUresult memory_restore() {
   for_each_phys([&](PhysAlloc& p) {
     p.imported = false;  // the restored bytes are this process's own now
     p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
-    if (!p.fd || pwrite(p.fd.get(), p.saved.data(), p.size, 0) != static_cast<ssize_t>(p.size)) ok = false;
+    // pwrite moves at most 0x7ffff000 bytes a call: loop, as save_phys's pread does.
+    for (std::uint64_t done = 0; p.fd && done < p.size;) {
+      ssize_t n = pwrite(p.fd.get(), p.saved.data() + done, p.size - done, static_cast<off_t>(done));
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      done += static_cast<std::uint64_t>(n);
+    }
+    if (!p.fd) ok = false;
     std::vector<std::byte>().swap(p.saved);
   });
   for (auto& [addr, m] : g_mem.mappings)
