@@ -435,6 +435,9 @@ def measure(footprint, mode, args, build, timeouts):
         r["ok"] = True
     except Failure as e:
         r["error"] = str(e)
+    except KeyboardInterrupt:
+        r["interrupted"] = True
+        raise
     finally:
         if restored_pid is not None:
             REAPER.kill(restored_pid)
@@ -445,7 +448,7 @@ def measure(footprint, mode, args, build, timeouts):
         if slog is not None:
             slog.stop()
         r["run_s"] = time.monotonic() - t_run
-        if r["ok"] and not args.keep_work:
+        if (r["ok"] and not args.keep_work) or r.get("interrupted"):
             shutil.rmtree(root, ignore_errors=True)
         else:
             # Keep the logs for diagnosis, not the store (gigabytes).
@@ -702,6 +705,9 @@ def main():
         REAPER.kill_all()
 
     load_after = os.getloadavg()[0]
+    if not results:
+        print("bench_ckpt: nothing measured")
+        return 0
     text, goals = report(results, footprints, load_before, load_after, cpus, args.keep_work)
     print(text)
     print(f"total {time.monotonic() - started:.0f} s")
