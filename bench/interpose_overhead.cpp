@@ -89,7 +89,8 @@ Output run(const std::vector<std::string>& argv, const std::vector<std::string>&
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
     bool drop = false;
-    for (const char* p : {"LD_PRELOAD=", "LD_LIBRARY_PATH=", "GCR_", "SIMGPU_"}) drop = drop || s.rfind(p, 0) == 0;
+    for (const char* p : {"LD_PRELOAD=", "LD_LIBRARY_PATH=", "GCR_", "SIMGPU_"})
+      drop = drop || s.rfind(p, 0) == 0;
     if (!drop) env_strings.push_back(s);
   }
   env_strings.insert(env_strings.end(), env.begin(), env.end());
@@ -144,12 +145,18 @@ std::vector<std::string> words(const std::string& line) {
   return w;
 }
 
-std::string dir_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+std::string dir_of(const std::string& path) {
+  return path.substr(0, path.rfind('/'));
+}
 
 // ---- statistics ---------------------------------------------------------------------------------
 
-double best_low(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
-double best_high(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+double best_low(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
+double best_high(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -195,7 +202,8 @@ std::optional<ProbeRun> parse_probe(const Output& o, const std::string& what) {
     if (w.size() >= 2 && w[0] == "libcuda") r.libcuda = w[1];
     for (const char* c : kCalls)
       if (!w.empty() && w[0] == c)
-        for (std::size_t i = 1; i < w.size(); ++i) r.samples[c].push_back(std::strtod(w[i].c_str(), nullptr));
+        for (std::size_t i = 1; i < w.size(); ++i)
+          r.samples[c].push_back(std::strtod(w[i].c_str(), nullptr));
   }
   return r;
 }
@@ -275,13 +283,17 @@ int main(int argc, char** argv) {
   long iters = 200000, simgpu_iters = 20000;
   int reps = 5, mlp_runs = 5, mlp_steps = 300;
   bool no_results = false, skip_simgpu = false;
-  CLI::App app{"bench_interpose: the interposer's added cost per CUDA call and end to end, against the same "
-               "programs without it"};
-  app.add_option("--build", build, "The build directory holding the programs")->capture_default_str();
+  CLI::App app{
+      "bench_interpose: the interposer's added cost per CUDA call and end to end, against the same "
+      "programs without it"};
+  app.add_option("--build", build, "The build directory holding the programs")
+      ->capture_default_str();
   app.add_option("--iters", iters, "Calls per sample on the null driver")->capture_default_str();
-  app.add_option("--simgpu-iters", simgpu_iters, "Calls per sample on simgpu")->capture_default_str();
+  app.add_option("--simgpu-iters", simgpu_iters, "Calls per sample on simgpu")
+      ->capture_default_str();
   app.add_option("--reps", reps, "Samples per call and configuration")->capture_default_str();
-  app.add_option("--mlp-runs", mlp_runs, "mlp_train runs with and without gcr (0: skip)")->capture_default_str();
+  app.add_option("--mlp-runs", mlp_runs, "mlp_train runs with and without gcr (0: skip)")
+      ->capture_default_str();
   app.add_option("--mlp-steps", mlp_steps, "Steps per mlp_train run")->capture_default_str();
   app.add_flag("--skip-simgpu", skip_simgpu, "Time the calls on the null driver only");
   app.add_option("--json", json_path, "Also write all numbers to this file");
@@ -295,7 +307,9 @@ int main(int argc, char** argv) {
   const std::string mlp = build + "/tests/workloads/mlp_train";
   for (const std::string& p : {interposer, simgpu, null_driver, probe, mlp})
     if (!fs::exists(p)) {
-      std::fprintf(stderr, "bench_interpose: %s is missing; build it (ninja -C %s bench_interpose) or pass --build\n",
+      std::fprintf(stderr,
+                   "bench_interpose: %s is missing; build it (ninja -C %s bench_interpose) or pass "
+                   "--build\n",
                    p.c_str(), build.c_str());
       return 2;
     }
@@ -316,8 +330,8 @@ int main(int argc, char** argv) {
   ::gethostname(host, sizeof host - 1);
   const double load_before = load_average();
   std::printf("bench_interpose: what gcr's interposer adds per CUDA call and end to end\n");
-  std::printf("  %s, %u CPUs, load average %.2f, %s\n\n", host, std::thread::hardware_concurrency(), load_before,
-              now_text("%Y-%m-%d %H:%M").c_str());
+  std::printf("  %s, %u CPUs, load average %.2f, %s\n\n", host, std::thread::hardware_concurrency(),
+              load_before, now_text("%Y-%m-%d %H:%M").c_str());
 
   bool failed = false;
   std::vector<DriverResult> drivers;
@@ -328,7 +342,8 @@ int main(int argc, char** argv) {
     d.name = name;
     d.path = path;
     d.iters = name == "null" ? iters : simgpu_iters;
-    std::vector<std::string> argv = {probe, "--iters", std::to_string(d.iters), "--reps", std::to_string(reps)};
+    std::vector<std::string> argv = {probe, "--iters", std::to_string(d.iters), "--reps",
+                                     std::to_string(reps)};
     auto direct = parse_probe(run(argv, direct_env(path)), "probe on " + name);
     auto gcr = parse_probe(run(argv, gcr_env(path)), "probe on " + name + " under gcr");
     if (!direct || !gcr) {
@@ -336,8 +351,10 @@ int main(int argc, char** argv) {
       continue;
     }
     if (!same_file(direct->libcuda, path) || !same_file(gcr->libcuda, interposer)) {
-      std::fprintf(stderr, "bench_interpose: the probe ran on %s directly and %s under gcr; expected %s and %s\n",
-                   direct->libcuda.c_str(), gcr->libcuda.c_str(), path.c_str(), interposer.c_str());
+      std::fprintf(
+          stderr,
+          "bench_interpose: the probe ran on %s directly and %s under gcr; expected %s and %s\n",
+          direct->libcuda.c_str(), gcr->libcuda.c_str(), path.c_str(), interposer.c_str());
       failed = true;
       continue;
     }
@@ -345,19 +362,21 @@ int main(int argc, char** argv) {
     d.gcr = *gcr;
     drivers.push_back(d);
 
-    std::printf("%s driver: ns per call, best of %d samples of %ld calls (min / median / max beside)\n", name.c_str(),
-                reps, d.iters);
-    std::printf("  %-30s %9s %9s %9s   %-22s %-22s %s\n", "call", "direct", "gcr", "added", "direct min/med/max",
-                "gcr min/med/max", name == "null" ? "goal" : "");
+    std::printf(
+        "%s driver: ns per call, best of %d samples of %ld calls (min / median / max beside)\n",
+        name.c_str(), reps, d.iters);
+    std::printf("  %-30s %9s %9s %9s   %-22s %-22s %s\n", "call", "direct", "gcr", "added",
+                "direct min/med/max", "gcr min/med/max", name == "null" ? "goal" : "");
     for (std::size_t i = 0; i < std::size(kCalls); ++i) {
       const auto& a = d.direct.samples[kCalls[i]];
       const auto& b = d.gcr.samples[kCalls[i]];
       double added = best_low(b) - best_low(a);
       std::string goal;
       if (name == "null")
-        goal = "<= " + fixed(kLaunchGoalNs, "%.0f") + " ns added: " + (added <= kLaunchGoalNs ? "met" : "MISSED");
-      std::printf("  %-30s %9.1f %9.1f %+9.1f   %-22s %-22s %s\n", kCallNames[i], best_low(a), best_low(b), added,
-                  spread(a).c_str(), spread(b).c_str(), goal.c_str());
+        goal = "<= " + fixed(kLaunchGoalNs, "%.0f") +
+               " ns added: " + (added <= kLaunchGoalNs ? "met" : "MISSED");
+      std::printf("  %-30s %9.1f %9.1f %+9.1f   %-22s %-22s %s\n", kCallNames[i], best_low(a),
+                  best_low(b), added, spread(a).c_str(), spread(b).c_str(), goal.c_str());
     }
     std::printf("\n");
   }
@@ -386,15 +405,18 @@ int main(int argc, char** argv) {
   if (!mlp_direct.empty()) {
     mlp_ratio = best_high(mlp_gcr) / best_high(mlp_direct);
     mlp_slowdown = 1 - mlp_ratio;
-    std::printf("mlp_train on simgpu, %d steps: steps per second, best of %zu runs (min / median / max beside)\n",
-                mlp_steps, mlp_direct.size());
+    std::printf(
+        "mlp_train on simgpu, %d steps: steps per second, best of %zu runs (min / median / max "
+        "beside)\n",
+        mlp_steps, mlp_direct.size());
     std::printf("  direct %9.1f   (%s)\n", best_high(mlp_direct), spread(mlp_direct).c_str());
     std::printf("  gcr    %9.1f   (%s)\n", best_high(mlp_gcr), spread(mlp_gcr).c_str());
-    std::printf("  gcr / direct %.3f: %s%.1f%%; goal <= %.0f%% slower: %s\n", mlp_ratio, mlp_slowdown >= 0 ? "-" : "+",
-                std::abs(mlp_slowdown) * 100, kEndToEndGoal * 100,
+    std::printf("  gcr / direct %.3f: %s%.1f%%; goal <= %.0f%% slower: %s\n", mlp_ratio,
+                mlp_slowdown >= 0 ? "-" : "+", std::abs(mlp_slowdown) * 100, kEndToEndGoal * 100,
                 mlp_slowdown <= kEndToEndGoal ? "met" : "MISSED");
-    std::printf("  checksum %s%s\n", checksum_direct.c_str(),
-                checksums_equal ? ", the same under gcr" : (" DIFFERS under gcr: " + checksum_gcr).c_str());
+    std::printf(
+        "  checksum %s%s\n", checksum_direct.c_str(),
+        checksums_equal ? ", the same under gcr" : (" DIFFERS under gcr: " + checksum_gcr).c_str());
     if (!checksums_equal) failed = true;
   }
 
@@ -413,7 +435,10 @@ int main(int argc, char** argv) {
       .field("reps", reps);
   j.key("drivers").begin_array();
   for (const DriverResult& d : drivers) {
-    j.begin_object().field("driver", d.name).field("path", d.path).field("calls_per_sample", static_cast<std::int64_t>(d.iters));
+    j.begin_object()
+        .field("driver", d.name)
+        .field("path", d.path)
+        .field("calls_per_sample", static_cast<std::int64_t>(d.iters));
     j.key("calls").begin_array();
     for (const char* c : kCalls) {
       auto a = d.direct.samples.at(c), b = d.gcr.samples.at(c);
@@ -431,7 +456,10 @@ int main(int argc, char** argv) {
     j.end_array().end_object();
   }
   j.end_array();
-  j.key("mlp_train").begin_object().field("steps", mlp_steps).field("runs", static_cast<std::int64_t>(mlp_direct.size()));
+  j.key("mlp_train")
+      .begin_object()
+      .field("steps", mlp_steps)
+      .field("runs", static_cast<std::int64_t>(mlp_direct.size()));
   j.field("direct_best_steps_per_s", best_high(mlp_direct))
       .field("gcr_best_steps_per_s", best_high(mlp_gcr))
       .field("gcr_vs_direct", mlp_ratio)
@@ -443,11 +471,14 @@ int main(int argc, char** argv) {
   for (const DriverResult& d : drivers)
     if (d.name == "null") {
       double added = 0;
-      for (const char* c : kCalls) added = std::max(added, best_low(d.gcr.samples.at(c)) - best_low(d.direct.samples.at(c)));
+      for (const char* c : kCalls)
+        added = std::max(added, best_low(d.gcr.samples.at(c)) - best_low(d.direct.samples.at(c)));
       j.field("added_ns_per_call_worst", added).field("per_call_met", added <= kLaunchGoalNs);
     }
   j.field("end_to_end_slowdown_max", kEndToEndGoal);
-  if (!mlp_direct.empty()) j.field("end_to_end_slowdown", mlp_slowdown).field("end_to_end_met", mlp_slowdown <= kEndToEndGoal);
+  if (!mlp_direct.empty())
+    j.field("end_to_end_slowdown", mlp_slowdown)
+        .field("end_to_end_met", mlp_slowdown <= kEndToEndGoal);
   j.end_object();
   j.end_object();
   std::string doc = j.take();
@@ -468,7 +499,8 @@ int main(int argc, char** argv) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec)
-      std::fprintf(stderr, "bench_interpose: could not create %s: %s\n", dir.c_str(), ec.message().c_str());
+      std::fprintf(stderr, "bench_interpose: could not create %s: %s\n", dir.c_str(),
+                   ec.message().c_str());
     else
       write_doc(dir / ("interpose-" + now_text("%Y-%m-%dT%H%M%S") + ".json"));
   }

@@ -25,8 +25,12 @@ std::atomic<unsigned long long> g_next_va{0x100000000000ull};
 std::atomic<unsigned long long> g_next_handle{1};
 int g_context_tag;
 
-CUfunction as_function(NullFunction* f) { return reinterpret_cast<CUfunction>(f); }
-NullFunction* from_function(CUfunction f) { return reinterpret_cast<NullFunction*>(f); }
+CUfunction as_function(NullFunction* f) {
+  return reinterpret_cast<CUfunction>(f);
+}
+NullFunction* from_function(CUfunction f) {
+  return reinterpret_cast<NullFunction*>(f);
+}
 
 }  // namespace
 
@@ -34,7 +38,9 @@ extern "C" {
 
 #define NULL_API __attribute__((visibility("default")))
 
-NULL_API CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
+NULL_API CUresult cuInit(unsigned int) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuDriverGetVersion(int* v) {
   *v = CUDA_VERSION;
   return CUDA_SUCCESS;
@@ -55,7 +61,9 @@ NULL_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice) {
   *ctx = reinterpret_cast<CUcontext>(&g_context_tag);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+NULL_API CUresult cuCtxSetCurrent(CUcontext) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
   *ctx = reinterpret_cast<CUcontext>(&g_context_tag);
   return CUDA_SUCCESS;
@@ -64,18 +72,24 @@ NULL_API CUresult cuCtxGetDevice(CUdevice* d) {
   *d = 0;
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuCtxPushCurrent_v2(CUcontext) { return CUDA_SUCCESS; }
+NULL_API CUresult cuCtxPushCurrent_v2(CUcontext) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
   if (ctx) *ctx = reinterpret_cast<CUcontext>(&g_context_tag);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+NULL_API CUresult cuCtxSynchronize() {
+  return CUDA_SUCCESS;
+}
 
 NULL_API CUresult cuModuleLoadData(CUmodule* m, const void*) {
   *m = reinterpret_cast<CUmodule>(&g_context_tag);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuModuleUnload(CUmodule) { return CUDA_SUCCESS; }
+NULL_API CUresult cuModuleUnload(CUmodule) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
   *f = as_function(std::strstr(name, "bench_args") ? &g_args : &g_empty);
   return CUDA_SUCCESS;
@@ -96,25 +110,33 @@ NULL_API CUresult cuStreamCreate(CUstream* s, unsigned int) {
   *s = reinterpret_cast<CUstream>(&g_context_tag);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuStreamDestroy_v2(CUstream) { return CUDA_SUCCESS; }
-NULL_API CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+NULL_API CUresult cuStreamDestroy_v2(CUstream) {
+  return CUDA_SUCCESS;
+}
+NULL_API CUresult cuStreamSynchronize(CUstream) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* st) {
   *st = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 
-NULL_API CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                 CUstream, void**, void**) {
+NULL_API CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, CUstream, void**, void**) {
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void*, size_t, CUstream) { return CUDA_SUCCESS; }
+NULL_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void*, size_t, CUstream) {
+  return CUDA_SUCCESS;
+}
 
 // Memory: made-up device addresses (never dereferenced), real host memory for pinned buffers.
 NULL_API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   *p = g_next_va.fetch_add((bytes + 0xfffff) & ~0xfffffull);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemFree_v2(CUdeviceptr) { return CUDA_SUCCESS; }
+NULL_API CUresult cuMemFree_v2(CUdeviceptr) {
+  return CUDA_SUCCESS;
+}
 NULL_API CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
   *p = std::malloc(bytes);
   return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -123,21 +145,32 @@ NULL_API CUresult cuMemFreeHost(void* p) {
   std::free(p);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr, unsigned long long) {
+NULL_API CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdeviceptr,
+                                      unsigned long long) {
   *p = g_next_va.fetch_add((size + (2ull << 20) - 1) & ~((2ull << 20) - 1));
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemAddressFree(CUdeviceptr, size_t) { return CUDA_SUCCESS; }
-NULL_API CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t, const CUmemAllocationProp*, unsigned long long) {
+NULL_API CUresult cuMemAddressFree(CUdeviceptr, size_t) {
+  return CUDA_SUCCESS;
+}
+NULL_API CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t, const CUmemAllocationProp*,
+                              unsigned long long) {
   *h = g_next_handle.fetch_add(1);
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemRelease(CUmemGenericAllocationHandle) { return CUDA_SUCCESS; }
-NULL_API CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) {
+NULL_API CUresult cuMemRelease(CUmemGenericAllocationHandle) {
   return CUDA_SUCCESS;
 }
-NULL_API CUresult cuMemUnmap(CUdeviceptr, size_t) { return CUDA_SUCCESS; }
-NULL_API CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) { return CUDA_SUCCESS; }
+NULL_API CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                           unsigned long long) {
+  return CUDA_SUCCESS;
+}
+NULL_API CUresult cuMemUnmap(CUdeviceptr, size_t) {
+  return CUDA_SUCCESS;
+}
+NULL_API CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) {
+  return CUDA_SUCCESS;
+}
 
 NULL_API CUresult cuGetErrorName(CUresult, const char** s) {
   *s = "CUDA_ERROR (null driver)";

@@ -46,15 +46,19 @@ std::string field(const std::map<std::string, std::string>& f, const std::string
 Result<UniqueFd> gcrd_connection() {
   GCR_TRY_ASSIGN(auto driver, real_driver_path());
   GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
-  GCR_TRY_ASSIGN(int fd, gcrd::connect_or_start(gcrd::default_socket_path(), gcrd, gcrd_environment(driver)));
+  GCR_TRY_ASSIGN(
+      int fd, gcrd::connect_or_start(gcrd::default_socket_path(), gcrd, gcrd_environment(driver)));
   return UniqueFd(fd);
 }
 
-std::chrono::nanoseconds ns(std::uint64_t v) { return std::chrono::nanoseconds(v); }
+std::chrono::nanoseconds ns(std::uint64_t v) {
+  return std::chrono::nanoseconds(v);
+}
 
 void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
   for (const auto& [k, v] : f) {
-    bool numeric = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && k != "id";
+    bool numeric =
+        !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && k != "id";
     if (numeric)
       j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
     else
@@ -63,10 +67,12 @@ void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
 }
 
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
-  if (o.pids.empty()) return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
+  if (o.pids.empty())
+    return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
   std::string store = ctx.store_root().string();
   std::mutex mu;
-  std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(), Error{Errc::internal, "not run"});
+  std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
+                                                                  Error{Errc::internal, "not run"});
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < o.pids.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -75,12 +81,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
         results[i] = std::move(conn).error();
         return;
       }
-      std::map<std::string, std::string> fields = {
-          {"pid", std::to_string(o.pids[i])},
-          {"leave_running", o.leave_running ? "1" : "0"},
-          {"stop_copy", o.stop_copy ? "1" : "0"},
-          {"store", store}};
-      if (!o.name.empty()) fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
+      std::map<std::string, std::string> fields = {{"pid", std::to_string(o.pids[i])},
+                                                   {"leave_running", o.leave_running ? "1" : "0"},
+                                                   {"stop_copy", o.stop_copy ? "1" : "0"},
+                                                   {"store", store}};
+      if (!o.name.empty())
+        fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
       results[i] = gcrd::call(conn->get(), "checkpoint", fields, [&](const std::string& line) {
         if (o.json || !ctx.stderr_tty) return;
         std::lock_guard lock(mu);
@@ -98,7 +104,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       if (results[i]) {
         json_fields(j, *results[i]);
       } else {
-        j.field("pid", static_cast<std::int64_t>(o.pids[i])).field("error", results[i].error().message);
+        j.field("pid", static_cast<std::int64_t>(o.pids[i]))
+            .field("error", results[i].error().message);
       }
       j.end_object();
     }
@@ -108,24 +115,28 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
     for (std::size_t i = 0; i < o.pids.size(); ++i) {
       if (!results[i]) continue;
       const auto& f = *results[i];
-      std::string line = "checkpoint " + field(f, "id").substr(0, 12) + " of pid " + field(f, "pid") + " (" +
-                         field(f, "kind") + "): stall " + format_duration(ns(field_u64(f, "time.stall_ns"))) +
-                         ", total " + format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
-      line += "  device memory " + format_bytes(field_u64(f, "region_bytes")) + " in " + field(f, "regions") +
-              " regions, " + format_bytes(field_u64(f, "dirty_bytes")) + " changed since the last checkpoint\n";
-      line += "  stored " + format_bytes(field_u64(f, "stat.new_bytes")) + " new of " +
-              format_bytes(field_u64(f, "stat.logical_bytes")) + " (zero " +
-              format_bytes(field_u64(f, "stat.zero_bytes")) + ", deduplicated " +
-              format_bytes(field_u64(f, "stat.dup_self_bytes") + field_u64(f, "stat.dup_parent_bytes") +
-                           field_u64(f, "stat.dup_other_bytes")) +
-              ")\n";
+      std::string line = "checkpoint " + field(f, "id").substr(0, 12) + " of pid " +
+                         field(f, "pid") + " (" + field(f, "kind") + "): stall " +
+                         format_duration(ns(field_u64(f, "time.stall_ns"))) + ", total " +
+                         format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
+      line += "  device memory " + format_bytes(field_u64(f, "region_bytes")) + " in " +
+              field(f, "regions") + " regions, " + format_bytes(field_u64(f, "dirty_bytes")) +
+              " changed since the last checkpoint\n";
+      line +=
+          "  stored " + format_bytes(field_u64(f, "stat.new_bytes")) + " new of " +
+          format_bytes(field_u64(f, "stat.logical_bytes")) + " (zero " +
+          format_bytes(field_u64(f, "stat.zero_bytes")) + ", deduplicated " +
+          format_bytes(field_u64(f, "stat.dup_self_bytes") + field_u64(f, "stat.dup_parent_bytes") +
+                       field_u64(f, "stat.dup_other_bytes")) +
+          ")\n";
       print(line);
     }
   }
   for (std::size_t i = 0; i < o.pids.size(); ++i)
     if (!results[i] && first_error.code == Errc::ok) {
       first_error = results[i].error();
-      first_error.message = "checkpoint of pid " + std::to_string(o.pids[i]) + ": " + first_error.message;
+      first_error.message =
+          "checkpoint of pid " + std::to_string(o.pids[i]) + ": " + first_error.message;
     }
   if (first_error.code != Errc::ok) return first_error;
   return ok();
@@ -133,7 +144,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
 
 Status restore(const RestoreOptions& o, Context& ctx) {
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
-  std::map<std::string, std::string> fields = {{"name", o.name}, {"store", ctx.store_root().string()}};
+  std::map<std::string, std::string> fields = {{"name", o.name},
+                                               {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
   GCR_TRY_ASSIGN(auto f, gcrd::call(conn.get(), "restore", fields, [&](const std::string& line) {
                    if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
@@ -146,10 +158,12 @@ Status restore(const RestoreOptions& o, Context& ctx) {
     print(j.take());
     return ok();
   }
-  print("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") + ") as pid " +
-        field(f, "pid") + " in " + format_duration(ns(field_u64(f, "time.total_ns"))) + "\n  device memory " +
-        format_bytes(field_u64(f, "region_bytes")) + " loaded in " + format_duration(ns(field_u64(f, "time.load_ns"))) +
-        ", CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) + "\n");
+  print("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
+        ") as pid " + field(f, "pid") + " in " +
+        format_duration(ns(field_u64(f, "time.total_ns"))) + "\n  device memory " +
+        format_bytes(field_u64(f, "region_bytes")) + " loaded in " +
+        format_duration(ns(field_u64(f, "time.load_ns"))) + ", CRIU restore " +
+        format_duration(ns(field_u64(f, "time.criu_ns"))) + "\n");
   return ok();
 }
 
@@ -170,8 +184,10 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   static CheckpointOptions co;
   auto* c = app.add_subcommand("checkpoint", "Checkpoint running processes into the image store");
   c->add_option("pid", co.pids, "Processes to checkpoint (concurrently)")->required();
-  c->add_option("--name", co.name, "Tag the checkpoint (NAME-PID with several pids)")->type_name("NAME");
-  c->add_flag("--leave-running,-R", co.leave_running, "Keep the process running after the checkpoint");
+  c->add_option("--name", co.name, "Tag the checkpoint (NAME-PID with several pids)")
+      ->type_name("NAME");
+  c->add_flag("--leave-running,-R", co.leave_running,
+              "Keep the process running after the checkpoint");
   c->add_flag("--stop-copy", co.stop_copy,
               "The baseline: the driver copies device memory through host RAM into CRIU's image "
               "(cuda-checkpoint + CRIU)");
@@ -182,13 +198,15 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   static RestoreOptions ro;
   auto* r = app.add_subcommand("restore", "Restore a checkpoint as a running process");
   r->add_option("name", ro.name, "Tag or id of the checkpoint")->required();
-  r->add_option("--device", ro.device, "Restore onto this GPU (ordinal) instead of the original one")
+  r->add_option("--device", ro.device,
+                "Restore onto this GPU (ordinal) instead of the original one")
       ->type_name("N");
   r->add_flag("--json", ro.json, "Machine-readable output");
   r->footer("The restored process gets its original pid: that pid must be free.");
   on_run(r, ctx, [&ctx] { return restore(ro, ctx); });
 
-  auto* d = app.add_subcommand("daemon", "Run gcrd in the foreground (gcr starts it on demand otherwise)");
+  auto* d = app.add_subcommand("daemon",
+                               "Run gcrd in the foreground (gcr starts it on demand otherwise)");
   on_run(d, ctx, [&ctx] { return daemon(ctx); });
 }
 

@@ -820,8 +820,10 @@ void register_image_commands(CLI::App& app, Context& ctx) {
     CLI::App* ls = image->add_subcommand("ls", "List checkpoints, oldest first");
     ls->alias("list");
     ls->footer(
-        "SIZE is a checkpoint's logical size (all the bytes it names); WRITTEN is what it added to\n"
-        "the store, after dedup and compression. PARENT is the same process's previous checkpoint.");
+        "SIZE is a checkpoint's logical size (all the bytes it names); WRITTEN is what it added "
+        "to\n"
+        "the store, after dedup and compression. PARENT is the same process's previous "
+        "checkpoint.");
     ls->add_flag(
         "--json", *json,
         "Print JSON: {store, checkpoints: [{id, tags, parent, created, meta, stats, ...}]}");

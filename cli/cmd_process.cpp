@@ -23,9 +23,12 @@ struct RunOptions {
 };
 
 Status run_program(const RunOptions& o, Context& ctx) {
-  if (o.command.empty()) return Error{Errc::invalid_argument, "no program given: gcr run -- PROGRAM ARGS..."};
-  if (!o.track.empty() && o.track != "speculative" && o.track != "precise" && o.track != "conservative")
-    return Error{Errc::invalid_argument, "--track must be speculative, precise or conservative, not '" + o.track + "'"};
+  if (o.command.empty())
+    return Error{Errc::invalid_argument, "no program given: gcr run -- PROGRAM ARGS..."};
+  if (!o.track.empty() && o.track != "speculative" && o.track != "precise" &&
+      o.track != "conservative")
+    return Error{Errc::invalid_argument,
+                 "--track must be speculative, precise or conservative, not '" + o.track + "'"};
   GCR_TRY_ASSIGN(auto interposer, interposer_path());
   bool simulated = false;
   GCR_TRY_ASSIGN(auto driver, real_driver_path(&simulated));
@@ -36,7 +39,8 @@ Status run_program(const RunOptions& o, Context& ctx) {
   if (!o.track.empty()) setenv("GCR_TRACK", o.track.c_str(), 1);
   // A program that opens libcuda.so.1 by name finds gcr's first, also in its children.
   std::string libpath = interposer.parent_path().string();
-  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) libpath += ":" + std::string(old);
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old)
+    libpath += ":" + std::string(old);
   setenv("LD_LIBRARY_PATH", libpath.c_str(), 1);
   if (simulated && std::getenv("GCR_QUIET") == nullptr)
     std::fprintf(stderr, "gcr: no NVIDIA driver found; running on simgpu (%s)\n", driver.c_str());
@@ -115,11 +119,12 @@ Status list_processes(bool json, Context& ctx) {
            {"COMMAND"}});
   for (const Row& r : rows) {
     if (!r.error.empty()) {
-      t.add_row({std::to_string(r.pid), "?", "-", "-", "-", display_safe(r.command + "  (" + r.error + ")")});
+      t.add_row({std::to_string(r.pid), "?", "-", "-", "-",
+                 display_safe(r.command + "  (" + r.error + ")")});
       continue;
     }
-    t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state), format_bytes(r.status.region_bytes),
-               format_bytes(r.status.dirty_bytes),
+    t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state),
+               format_bytes(r.status.region_bytes), format_bytes(r.status.dirty_bytes),
                r.status.last_checkpoint.empty() ? "-" : r.status.last_checkpoint.substr(0, 12),
                display_safe(r.command)});
   }
@@ -140,7 +145,8 @@ void register_process_commands(CLI::App& app, Context& ctx) {
   run->add_option("command", ro->command, "The program and its arguments (after --)")->required();
   run->footer(
       "Example: gcr run -- ./train --epochs 3\n"
-      "The program runs with gcr's libcuda.so.1 preloaded; without an NVIDIA driver it runs on simgpu.\n"
+      "The program runs with gcr's libcuda.so.1 preloaded; without an NVIDIA driver it runs on "
+      "simgpu.\n"
       "gcr exits with the program's exit status.");
   on_run(run, ctx, [ro, &ctx] { return run_program(*ro, ctx); });
 

@@ -1,4 +1,5 @@
-// `gcr run` (start a program under gcr's interposer) and `gcr ps` (the processes running under gcr).
+// `gcr run` (start a program under gcr's interposer) and `gcr ps` (the processes running under
+// gcr).
 #pragma once
 
 #include <CLI/CLI.hpp>

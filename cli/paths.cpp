@@ -8,7 +8,9 @@ namespace gcr::cli {
 namespace fs = std::filesystem;
 
 namespace {
-bool readable(const fs::path& p) { return access(p.c_str(), R_OK) == 0; }
+bool readable(const fs::path& p) {
+  return access(p.c_str(), R_OK) == 0;
+}
 
 Result<fs::path> first_existing(std::initializer_list<fs::path> candidates, const std::string& what,
                                 const std::string& hint) {
@@ -27,8 +29,8 @@ fs::path self_dir() {
 Result<fs::path> interposer_path() {
   if (const char* p = std::getenv("GCR_INTERPOSER"); p && *p) return fs::path(p);
   fs::path d = self_dir();
-  return first_existing({d / "../interpose/libcuda.so.1", d / "../lib/gcr/libcuda.so.1"}, "gcr's interposer",
-                        "build gcr (scripts/setup.sh) or set GCR_INTERPOSER");
+  return first_existing({d / "../interpose/libcuda.so.1", d / "../lib/gcr/libcuda.so.1"},
+                        "gcr's interposer", "build gcr (scripts/setup.sh) or set GCR_INTERPOSER");
 }
 
 Result<fs::path> real_driver_path(bool* simulated) {

@@ -23,7 +23,7 @@ namespace {
 constexpr std::uint64_t kAlign = 512;
 
 struct Allocation {
-  std::uint64_t size = 0;       // rounded
+  std::uint64_t size = 0;  // rounded
   std::uint64_t requested = 0;
   std::uint32_t region = 0;
   bool slab = false;
@@ -45,9 +45,12 @@ struct PendingFree {
 };
 std::vector<PendingFree> g_pending;
 std::set<CUdeviceptr> g_user_reservations;
-std::map<CUmemoryPool, std::uint32_t> g_pool_devices;  // the device of each pool the program has seen
+std::map<CUmemoryPool, std::uint32_t>
+    g_pool_devices;  // the device of each pool the program has seen
 
-std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+std::uint64_t round_up(std::uint64_t v, std::uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 bool slab_take(Slab& s, std::uint64_t size, std::uint64_t* offset) {
   for (auto it = s.free.begin(); it != s.free.end(); ++it) {
@@ -96,7 +99,8 @@ CUresult stream_device(CUstream stream, bool ptsz, CUdevice* dev) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   static const auto get_ctx_ptsz = real_fn<decltype(&::cuStreamGetCtx)>("cuStreamGetCtx_ptsz");
   CUcontext ctx = nullptr;
-  if ((ptsz ? get_ctx_ptsz : real->cuStreamGetCtx)(stream, &ctx) != CUDA_SUCCESS || !ctx) return current_device(dev);
+  if ((ptsz ? get_ctx_ptsz : real->cuStreamGetCtx)(stream, &ctx) != CUDA_SUCCESS || !ctx)
+    return current_device(dev);
   note_context(ctx);
   if (CUresult r = real->cuCtxPushCurrent_v2(ctx)) return r;
   CUresult r = real->cuCtxGetDevice(dev);
@@ -140,7 +144,8 @@ CUresult alloc_device(std::uint64_t bytes, std::uint32_t device, bool async, CUd
     return CUDA_SUCCESS;
   }
   std::uint32_t id;
-  if (CUresult r = create_region(round_up(bytes, kGranule), device, RegionKind::large, &id)) return r;
+  if (CUresult r = create_region(round_up(bytes, kGranule), device, RegionKind::large, &id))
+    return r;
   *out = g_regions[id].address;
   g_allocs[*out] = Allocation{g_regions[id].size, bytes, id, false};
   g_requested += bytes;
@@ -167,13 +172,16 @@ bool free_device(CUdeviceptr address) {
   return true;
 }
 
-bool owns_allocation(CUdeviceptr address) { return g_allocs.count(address) != 0; }
+bool owns_allocation(CUdeviceptr address) {
+  return g_allocs.count(address) != 0;
+}
 
 bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size) {
   auto it = g_allocs.upper_bound(address);
   if (it == g_allocs.begin()) return false;
   --it;
-  if (address >= it->first + it->second.requested && !(it->second.requested == 0 && address == it->first))
+  if (address >= it->first + it->second.requested &&
+      !(it->second.requested == 0 && address == it->first))
     return false;
   *base = it->first;
   *size = it->second.requested;
@@ -194,7 +202,9 @@ void reap_async_frees(bool all) {
   g_pending.swap(keep);
 }
 
-std::uint64_t requested_bytes() { return g_requested; }
+std::uint64_t requested_bytes() {
+  return g_requested;
+}
 
 }  // namespace gcr::interpose
 
@@ -221,7 +231,8 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstrea
   CUdevice dev;
   if (CUresult r = stream_device(stream, ptsz, &dev)) return r;
   std::lock_guard lock(g_region_mu);
-  if (auto it = g_pool_devices.find(pool); pool && it != g_pool_devices.end()) dev = static_cast<CUdevice>(it->second);
+  if (auto it = g_pool_devices.find(pool); pool && it != g_pool_devices.end())
+    dev = static_cast<CUdevice>(it->second);
   reap_async_frees(false);
   // Ready at once: a valid ordering of the stream-ordered allocator.
   return alloc_device(bytes, static_cast<std::uint32_t>(dev), true, dptr);
@@ -233,14 +244,17 @@ void note_pool(CUmemoryPool pool, int device) {
   g_pool_devices[pool] = static_cast<std::uint32_t>(device);
 }
 
-CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz, CUresult (*forward)(CUdeviceptr, CUstream)) {
+CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz,
+                    CUresult (*forward)(CUdeviceptr, CUstream)) {
   const RealDriver* real = real_driver();
   {
     std::lock_guard lock(g_region_mu);
     if (!owns_allocation(dptr)) return forward(dptr, stream);
   }
   if (stream_capturing(stream, ptsz)) {
-    std::fprintf(stderr, "gcr: cuMemFreeAsync of gcr-managed memory inside a stream capture is not supported\n");
+    std::fprintf(
+        stderr,
+        "gcr: cuMemFreeAsync of gcr-managed memory inside a stream capture is not supported\n");
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   // The memory is reusable once the stream has passed this point: an event marks it.
@@ -275,7 +289,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
   if (g_unmanaged) return real->cuMemAllocPitch_v2(dptr, pitch, width, height, element_bytes);
   GateScope gate;
   if (!pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
+    return CUDA_ERROR_INVALID_VALUE;
   std::size_t p = (width + 511) / 512 * 512;
   if (CUresult r = alloc_sync(dptr, p * height)) return r;
   *pitch = p;
@@ -292,7 +307,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     if (!owns_allocation(dptr)) return real->cuMemFree_v2(dptr);
   }
   // cuMemFree synchronizes; unmapping does not, so work still queued could touch freed memory.
-  if (CUresult r = real->cuCtxSynchronize(); r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT) return r;
+  if (CUresult r = real->cuCtxSynchronize(); r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT)
+    return r;
   std::lock_guard lock(g_region_mu);
   return free_device(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -315,16 +331,19 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) 
 
 // Pool allocations land in regions too; the pool's attributes then describe only what the driver
 // itself allocated from it.
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                 CUstream stream) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged || stream_capturing(stream, false)) return real->cuMemAllocFromPoolAsync(dptr, bytes, pool, stream);
+  if (g_unmanaged || stream_capturing(stream, false))
+    return real->cuMemAllocFromPoolAsync(dptr, bytes, pool, stream);
   GateScope gate;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   return alloc_async(dptr, bytes, pool, stream, false, real->cuMemAllocAsync);
 }
 
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                      CUstream stream) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged || stream_capturing(stream, true))
@@ -346,7 +365,8 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
 }
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
-  static const auto real = real_fn<decltype(&::cuDeviceGetDefaultMemPool)>("cuDeviceGetDefaultMemPool");
+  static const auto real =
+      real_fn<decltype(&::cuDeviceGetDefaultMemPool)>("cuDeviceGetDefaultMemPool");
   if (g_unmanaged) return real(pool, dev);
   GateScope gate;
   CUresult r = real(pool, dev);
@@ -391,9 +411,10 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr*, size_t, unsigned int) {
-  std::fprintf(stderr,
-               "gcr: cuMemAllocManaged: managed (unified) memory cannot be checkpointed by gcr and is "
-               "refused; allocate with cuMemAlloc/cudaMalloc, or run the program without gcr\n");
+  std::fprintf(
+      stderr,
+      "gcr: cuMemAllocManaged: managed (unified) memory cannot be checkpointed by gcr and is "
+      "refused; allocate with cuMemAlloc/cudaMalloc, or run the program without gcr\n");
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -417,15 +438,20 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dp
 
 // The range attributes describe the program's allocation, not the slab region behind it.
 static void patch_range_attribute(CUpointer_attribute attr, void* data, CUdeviceptr ptr) {
-  if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE) return;
-  std::lock_guard lock(g_region_mu);
-  CUdeviceptr b = 0;
-  std::uint64_t s = 0;
-  if (!find_allocation(ptr, &b, &s)) return;
+  if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+    return;
+  std::uint64_t range[2];  // start, size
+  {
+    std::lock_guard lock(g_region_mu);
+    CUdeviceptr start = 0;
+    if (!find_allocation(ptr, &start, &range[1])) return;
+    range[0] = start;
+  }
   if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
-    std::memcpy(data, &b, sizeof b);
+    CUdeviceptr start = range[0];
+    std::memcpy(data, &start, sizeof start);
   } else {
-    std::size_t size = s;
+    std::size_t size = range[1];
     std::memcpy(data, &size, sizeof size);
   }
 }
@@ -440,7 +466,8 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
   return r;
 }
 
-CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
+CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data,
+                                CUdeviceptr ptr) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuPointerGetAttributes(n, attrs, data, ptr);
@@ -463,10 +490,12 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   if (addr != 0 || flags != 0 || !ptr || size == 0 || size % kGranule)
     return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   std::lock_guard lock(g_region_mu);
-  if (ensure_arena() != CUDA_SUCCESS) return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
+  if (ensure_arena() != CUDA_SUCCESS)
+    return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   std::uint64_t align = alignment > kGranule ? alignment : kGranule;
   std::uint64_t got;
-  if (!arena_take(size, align, &got)) return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
+  if (!arena_take(size, align, &got))
+    return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   g_user_reservations.insert(got);
   *ptr = got;
   return CUDA_SUCCESS;
@@ -487,20 +516,22 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   return real->cuMemAddressFree(ptr, size);
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                     unsigned long long flags) {
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuMemCreate(handle, size, prop, flags);
   GateScope gate;
-  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
     return real->cuMemCreate(handle, size, prop, flags);
   // gcr parks memory by exporting it: every device allocation must be exportable as an fd.
   CUmemAllocationProp p = *prop;
-  p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(p.requestedHandleTypes |
-                                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(
+      p.requestedHandleTypes | CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   CUresult r = real->cuMemCreate(handle, size, &p, flags);
-  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) r = real->cuMemCreate(handle, size, prop, flags);
+  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+    r = real->cuMemCreate(handle, size, prop, flags);
   return r;
 }
 

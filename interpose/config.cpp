@@ -12,11 +12,24 @@ std::uint64_t parse_bytes(const char* s, std::uint64_t fallback) {
   double v = std::strtod(s, &end);
   if (end == s || v < 0) return fallback;
   switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
+    case 'k':
+    case 'K':
+      v *= 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024.0 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    case 't':
+    case 'T':
+      v *= 1024.0 * 1024 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<std::uint64_t>(v);
 }
@@ -25,8 +38,10 @@ Config load() {
   Config c;
   if (const char* s = std::getenv("GCR_REAL_LIBCUDA")) c.real_libcuda = s;
   if (const char* s = std::getenv("GCR_TRACK")) {
-    if (!std::strcmp(s, "conservative")) c.track = TrackMode::conservative;
-    else if (!std::strcmp(s, "precise")) c.track = TrackMode::precise;
+    if (!std::strcmp(s, "conservative"))
+      c.track = TrackMode::conservative;
+    else if (!std::strcmp(s, "precise"))
+      c.track = TrackMode::precise;
   }
   c.arena_bytes = parse_bytes(std::getenv("GCR_ARENA_BYTES"), 0);
   c.small_bytes = parse_bytes(std::getenv("GCR_SMALL_BYTES"), c.small_bytes);

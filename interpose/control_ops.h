@@ -38,12 +38,13 @@ struct ParkedRegion {
 struct StatusInfo {
   ProcessState state = ProcessState::running;
   std::uint64_t regions = 0;
-  std::uint64_t region_bytes = 0;    // device memory held in regions
-  std::uint64_t dirty_bytes = 0;     // in regions written since the last checkpoint epoch
-  std::uint64_t requested_bytes = 0; // what the program asked for (slab overhead = region - requested)
-  std::uint64_t epoch = 0;           // checkpoint epoch; a checkpoint cut starts a new one
-  std::string last_checkpoint;       // id of the last checkpoint taken, empty if none
-  bool conservative = false;         // write tracking treats every launch as writing everything
+  std::uint64_t region_bytes = 0;  // device memory held in regions
+  std::uint64_t dirty_bytes = 0;   // in regions written since the last checkpoint epoch
+  std::uint64_t requested_bytes =
+      0;                        // what the program asked for (slab overhead = region - requested)
+  std::uint64_t epoch = 0;      // checkpoint epoch; a checkpoint cut starts a new one
+  std::string last_checkpoint;  // id of the last checkpoint taken, empty if none
+  bool conservative = false;    // write tracking treats every launch as writing everything
 };
 
 // Closes the API gate (new calls wait), waits up to timeout_ms for calls inside to leave, then

@@ -24,8 +24,9 @@ const OwnSymbol kOwn[] = {
 }  // namespace
 
 void* own_symbol(const char* name) {
-  auto it = std::lower_bound(std::begin(kOwn), std::end(kOwn), name,
-                             [](const OwnSymbol& s, const char* n) { return std::strcmp(s.name, n) < 0; });
+  auto it = std::lower_bound(
+      std::begin(kOwn), std::end(kOwn), name,
+      [](const OwnSymbol& s, const char* n) { return std::strcmp(s.name, n) < 0; });
   return it != std::end(kOwn) && std::strcmp(it->name, name) == 0 ? it->address : nullptr;
 }
 

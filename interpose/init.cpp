@@ -36,7 +36,8 @@ void atfork_child() {
 void start() {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (Status s = start_control_thread(); !s)
-    std::fprintf(stderr, "gcr: control channel unavailable, checkpoints of this process will fail: %s\n",
+    std::fprintf(stderr,
+                 "gcr: control channel unavailable, checkpoints of this process will fail: %s\n",
                  s.error().message.c_str());
 }
 
@@ -65,7 +66,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return r;
 }
 
-CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                        CUdevice dev) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuCtxCreate_v4(pctx, params, flags, dev);
@@ -87,7 +89,8 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   return r;
 }
 
-CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags,
+                        CUdevice dev) {
   using Fn = CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
   static const auto real = real_fn<Fn>("cuCtxCreate_v3");
   if (g_unmanaged) return real(pctx, params, n, flags, dev);

@@ -78,7 +78,8 @@ std::vector<std::string> parameter_types(const std::string& demangled) {
 // "float const*", "float const* __restrict__": a pointer whose pointee is const.
 bool pointer_to_const(std::string t) {
   for (const char* q : {" __restrict__", " __restrict", " restrict", " const", " volatile"})
-    while (t.size() > std::strlen(q) && t.compare(t.size() - std::strlen(q), std::strlen(q), q) == 0)
+    while (t.size() > std::strlen(q) &&
+           t.compare(t.size() - std::strlen(q), std::strlen(q), q) == 0)
       t.resize(t.size() - std::strlen(q));
   if (t.empty() || t.back() != '*') return false;
   t.pop_back();
@@ -94,7 +95,7 @@ const FuncInfo* build_info(CUfunction f) {
     CUresult r = real->cuFuncGetParamInfo ? real->cuFuncGetParamInfo(f, i, &offset, &size)
                                           : CUDA_ERROR_NOT_SUPPORTED;
     if (r == CUDA_ERROR_INVALID_VALUE && i > 0) break;  // past the last parameter
-    if (r == CUDA_ERROR_INVALID_VALUE && i == 0) {       // no parameters, or not a kernel
+    if (r == CUDA_ERROR_INVALID_VALUE && i == 0) {      // no parameters, or not a kernel
       info->known = true;
       break;
     }
@@ -103,7 +104,8 @@ const FuncInfo* build_info(CUfunction f) {
       info->params.clear();
       return info;
     }
-    info->params.push_back({static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(size), false});
+    info->params.push_back(
+        {static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(size), false});
     info->known = true;
   }
   if (config().track == TrackMode::speculative && real->cuFuncGetName) {
@@ -114,7 +116,8 @@ const FuncInfo* build_info(CUfunction f) {
       if (status == 0 && d) {
         auto types = parameter_types(d);
         if (types.size() == info->params.size())
-          for (std::size_t i = 0; i < types.size(); ++i) info->params[i].read_only = pointer_to_const(types[i]);
+          for (std::size_t i = 0; i < types.size(); ++i)
+            info->params[i].read_only = pointer_to_const(types[i]);
         std::free(d);
       }
     }
@@ -180,14 +183,16 @@ void mark_launch(CUfunction f, void** params, void** extra) {
 }
 
 void mark_2d(const CUDA_MEMCPY2D* p) {
-  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED)) return;
+  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
+    return;
   if (p->Height == 0) return;
   mark_range_written(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes,
                      (p->Height - 1) * p->dstPitch + p->WidthInBytes);
 }
 
 void mark_3d(const CUDA_MEMCPY3D* p) {
-  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED)) return;
+  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
+    return;
   std::uint64_t slice = p->dstPitch * (p->dstHeight ? p->dstHeight : p->Height);
   mark_range_written(p->dstDevice, slice * (p->dstZ + p->Depth));
 }
@@ -199,15 +204,15 @@ using namespace gcr::interpose;
 
 // One wrapper per exported name: mark what the call may write, then call the real function with
 // the same arguments. `real` is resolved once per name.
-#define GCR_WRAP(type_of, name, params, args, mark)                                       \
-  extern "C" CUresult name params {                                                       \
-    static const auto real = real_fn<decltype(&::type_of)>(#name);                        \
-    if (!g_unmanaged) {                                                                   \
-      GateScope gate;                                                                     \
-      mark;                                                                               \
-      return real args;                                                                   \
-    }                                                                                     \
-    return real args;                                                                     \
+#define GCR_WRAP(type_of, name, params, args, mark)                \
+  extern "C" CUresult name params {                                \
+    static const auto real = real_fn<decltype(&::type_of)>(#name); \
+    if (!g_unmanaged) {                                            \
+      GateScope gate;                                              \
+      mark;                                                        \
+      return real args;                                            \
+    }                                                              \
+    return real args;                                              \
   }
 // The legacy name and its per-thread-default-stream twin (same signature).
 #define GCR_WRAP2(name, suffix, params, args, mark) \
@@ -215,26 +220,29 @@ using namespace gcr::interpose;
   GCR_WRAP(name, name##suffix, params, args, mark)
 
 GCR_WRAP2(cuLaunchKernel, _ptsz,
-          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-           unsigned shared, CUstream s, void** kp, void** extra),
+          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+           unsigned bz, unsigned shared, CUstream s, void** kp, void** extra),
           (f, gx, gy, gz, bx, by, bz, shared, s, kp, extra), mark_launch(f, kp, extra))
 GCR_WRAP2(cuLaunchKernelEx, _ptsz, (const CUlaunchConfig* c, CUfunction f, void** kp, void** extra),
           (c, f, kp, extra), mark_launch(f, kp, extra))
 GCR_WRAP2(cuLaunchCooperativeKernel, _ptsz,
-          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-           unsigned shared, CUstream s, void** kp),
+          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+           unsigned bz, unsigned shared, CUstream s, void** kp),
           (f, gx, gy, gz, bx, by, bz, shared, s, kp), mark_launch(f, kp, nullptr))
 GCR_WRAP2(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s), (g, s), mark_all_written())
 
-GCR_WRAP2(cuMemcpy, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), mark_range_written(d, n))
-GCR_WRAP2(cuMemcpyAsync, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st),
+GCR_WRAP2(cuMemcpy, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),
           mark_range_written(d, n))
-GCR_WRAP2(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr d, const void* s, size_t n), (d, s, n), mark_range_written(d, n))
-GCR_WRAP2(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr d, const void* s, size_t n, CUstream st), (d, s, n, st),
+GCR_WRAP2(cuMemcpyAsync, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
+          (d, s, n, st), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr d, const void* s, size_t n), (d, s, n),
           mark_range_written(d, n))
-GCR_WRAP2(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), mark_range_written(d, n))
-GCR_WRAP2(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st),
+GCR_WRAP2(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr d, const void* s, size_t n, CUstream st),
+          (d, s, n, st), mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),
           mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
+          (d, s, n, st), mark_range_written(d, n))
 GCR_WRAP2(cuMemcpyPeer, _ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),
           (d, dc, s, sc, n), mark_range_written(d, n))
 GCR_WRAP2(cuMemcpyPeerAsync, _ptsz,
@@ -246,41 +254,45 @@ GCR_WRAP2(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream st), (p, 
 GCR_WRAP2(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p), (p), mark_3d(p))
 GCR_WRAP2(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream st), (p, st), mark_3d(p))
 GCR_WRAP2(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p), (p), mark_all_written())
-GCR_WRAP2(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream st), (p, st), mark_all_written())
+GCR_WRAP2(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream st), (p, st),
+          mark_all_written())
 GCR_WRAP2(cuMemcpyBatchAsync_v2, _ptsz,
-          (CUdeviceptr* d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a, size_t* ai,
-           size_t na, CUstream st),
+          (CUdeviceptr * d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a,
+           size_t* ai, size_t na, CUstream st),
           (d, s, n, count, a, ai, na, st), mark_all_written())
 
-GCR_WRAP2(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), mark_range_written(d, n))
+GCR_WRAP2(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n),
+          mark_range_written(d, n))
 GCR_WRAP2(cuMemsetD16_v2, _ptds, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n),
           mark_range_written(d, 2 * n))
 GCR_WRAP2(cuMemsetD32_v2, _ptds, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n),
           mark_range_written(d, 4 * n))
-GCR_WRAP2(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), (d, v, n, st),
-          mark_range_written(d, n))
-GCR_WRAP2(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream st), (d, v, n, st),
-          mark_range_written(d, 2 * n))
-GCR_WRAP2(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (d, v, n, st),
-          mark_range_written(d, 4 * n))
+GCR_WRAP2(cuMemsetD8Async, _ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream st),
+          (d, v, n, st), mark_range_written(d, n))
+GCR_WRAP2(cuMemsetD16Async, _ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream st),
+          (d, v, n, st), mark_range_written(d, 2 * n))
+GCR_WRAP2(cuMemsetD32Async, _ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream st),
+          (d, v, n, st), mark_range_written(d, 4 * n))
 GCR_WRAP2(cuMemsetD2D8_v2, _ptds, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),
           (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + w : 0))
 GCR_WRAP2(cuMemsetD2D16_v2, _ptds, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),
           (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + 2 * w : 0))
 GCR_WRAP2(cuMemsetD2D32_v2, _ptds, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),
           (d, p, v, w, h), mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
-GCR_WRAP2(cuMemsetD2D8Async, _ptsz, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st),
+GCR_WRAP2(cuMemsetD2D8Async, _ptsz,
+          (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st),
           (d, p, v, w, h, st), mark_range_written(d, h ? (h - 1) * p + w : 0))
 GCR_WRAP2(cuMemsetD2D16Async, _ptsz,
-          (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st), (d, p, v, w, h, st),
-          mark_range_written(d, h ? (h - 1) * p + 2 * w : 0))
+          (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st),
+          (d, p, v, w, h, st), mark_range_written(d, h ? (h - 1) * p + 2 * w : 0))
 GCR_WRAP2(cuMemsetD2D32Async, _ptsz,
-          (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st), (d, p, v, w, h, st),
-          mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
+          (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),
+          (d, p, v, w, h, st), mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
 
-GCR_WRAP2(cuStreamWriteValue32_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-          mark_written(a))
-GCR_WRAP2(cuStreamWriteValue64_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-          mark_written(a))
-GCR_WRAP2(cuStreamBatchMemOp_v2, _ptsz, (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f),
-          (st, n, p, f), mark_all_written())
+GCR_WRAP2(cuStreamWriteValue32_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f),
+          (st, a, v, f), mark_written(a))
+GCR_WRAP2(cuStreamWriteValue64_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f),
+          (st, a, v, f), mark_written(a))
+GCR_WRAP2(cuStreamBatchMemOp_v2, _ptsz,
+          (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
+          mark_all_written())

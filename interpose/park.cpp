@@ -26,7 +26,8 @@ Error call_error(const char* what, CUresult r, std::uint64_t address = 0) {
     real->cuGetErrorName(r, &name);
   }
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%s failed with %s (%d)", what, name ? name : "?", static_cast<int>(r));
+  std::snprintf(buf, sizeof buf, "%s failed with %s (%d)", what, name ? name : "?",
+                static_cast<int>(r));
   std::string msg = buf;
   if (address) {
     std::snprintf(buf, sizeof buf, " for region 0x%llx", static_cast<unsigned long long>(address));
@@ -54,7 +55,8 @@ Status op_quiesce(unsigned timeout_ms) {
   if (!real_driver()) return Error{Errc::driver, gcr::interpose::driver_error()};
   if (!gate_close(timeout_ms))
     return Error{Errc::timeout, "CUDA calls of the process did not finish within " +
-                                    std::to_string(timeout_ms) + " ms; retry with a longer timeout"};
+                                    std::to_string(timeout_ms) +
+                                    " ms; retry with a longer timeout"};
   if (Status s = drain_all(); !s) {
     gate_open();
     return s;
@@ -90,19 +92,22 @@ Result<std::vector<ParkedRegion>> op_park() {
     Region& reg = g_regions[id];
     CUmemGenericAllocationHandle h = reg.handle;
     if (reg.kind == RegionKind::user) {
-      if (CUresult r = real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address))) {
+      if (CUresult r =
+              real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address))) {
         undo();
         return call_error("cuMemRetainAllocationHandle", r, reg.address);
       }
       user_handles[id] = h;
     }
     int fd = -1;
-    if (CUresult r = real->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+    if (CUresult r = real->cuMemExportToShareableHandle(
+            &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
       undo();
       return call_error("cuMemExportToShareableHandle", r, reg.address);
     }
     ParkedRegion p;
-    p.region = RegionRecord{reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u};
+    p.region = RegionRecord{reg.address, reg.size, reg.device,
+                            region_dirty(reg, epoch) ? kRegionDirty : 0u};
     p.fd = UniqueFd(fd);
     out.push_back(std::move(p));
   }
@@ -138,10 +143,11 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
     auto it = given.find(reg.address);
     if (it == given.end() || it->second->region.size != reg.size)
       return Error{Errc::invalid_argument, "unpark: region 0x" + [&] {
-        char b[32];
-        std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(reg.address));
-        return std::string(b);
-      }() + " is missing or has another size; every parked region must come back"};
+                     char b[32];
+                     std::snprintf(b, sizeof b, "%llx",
+                                   static_cast<unsigned long long>(reg.address));
+                     return std::string(b);
+                   }() + " is missing or has another size; every parked region must come back"};
   }
   std::vector<std::uint32_t> mapped;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> handles;
@@ -154,14 +160,16 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
     ParkedRegion& p = *given[reg.address];
     CUmemGenericAllocationHandle h = 0;
     void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(p.fd.get()));
-    if (CUresult r = real->cuMemImportFromShareableHandle(&h, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+    if (CUresult r = real->cuMemImportFromShareableHandle(
+            &h, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
       undo();
       return call_error("cuMemImportFromShareableHandle", r, reg.address);
     }
     handles[id] = h;
     CUmemAllocationProp prop{};
     int device = static_cast<int>(reg.device);
-    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS) device = prop.location.id;
+    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
+      device = prop.location.id;
     if (CUresult r = real->cuMemMap(reg.address, reg.size, reg.phys_offset, h, 0)) {
       undo();
       return call_error("cuMemMap", r, reg.address);
@@ -205,7 +213,8 @@ std::vector<RegionRecord> op_regions() {
   std::uint64_t epoch = g_epoch.load();
   for (std::uint32_t id : live_region_ids()) {
     const Region& reg = g_regions[id];
-    out.push_back({reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u});
+    out.push_back(
+        {reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u});
   }
   return out;
 }

@@ -36,7 +36,9 @@ std::string g_error;
 std::once_flag g_once;
 std::unordered_map<const void*, unsigned>* g_reverse = nullptr;  // immortal: used after exit
 
-CUresult missing_symbol() { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult missing_symbol() {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 bool same_file(const char* a, const char* b) {
   struct stat sa, sb;
@@ -55,9 +57,12 @@ void load() {
   if (!config().real_libcuda.empty()) {
     candidates.push_back(config().real_libcuda);
   } else {
-    candidates = {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
-                  "/usr/lib/libcuda.so.1",  "/usr/local/nvidia/lib64/libcuda.so.1",
-                  "/usr/lib/wsl/lib/libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"};
+    candidates = {"/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                  "/usr/lib64/libcuda.so.1",
+                  "/usr/lib/libcuda.so.1",
+                  "/usr/local/nvidia/lib64/libcuda.so.1",
+                  "/usr/lib/wsl/lib/libcuda.so.1",
+                  "/usr/local/cuda/compat/libcuda.so.1"};
   }
   for (const std::string& path : candidates) {
     if (path.empty() || path[0] != '/') {
@@ -78,8 +83,9 @@ void load() {
   }
   if (!g_real.handle) {
     if (g_error.empty())
-      g_error = "no CUDA driver found (looked in the standard locations); set GCR_REAL_LIBCUDA to "
-                "the absolute path of the real libcuda.so.1";
+      g_error =
+          "no CUDA driver found (looked in the standard locations); set GCR_REAL_LIBCUDA to "
+          "the absolute path of the real libcuda.so.1";
     std::fprintf(stderr, "gcr: %s\n", g_error.c_str());
     return;
   }
@@ -105,7 +111,9 @@ const RealDriver* real_driver() {
   return g_real.handle ? &g_real : nullptr;
 }
 
-const std::string& driver_error() { return g_error; }
+const std::string& driver_error() {
+  return g_error;
+}
 
 void* real_symbol(unsigned index) {
   if (index >= kSymbolCount) return reinterpret_cast<void*>(&missing_symbol);
@@ -122,7 +130,9 @@ unsigned symbol_index(const char* name) {
              : ~0u;
 }
 
-const char* symbol_name(unsigned index) { return index < kSymbolCount ? kSymbolNames[index] : nullptr; }
+const char* symbol_name(unsigned index) {
+  return index < kSymbolCount ? kSymbolNames[index] : nullptr;
+}
 
 const char* symbol_for_real_address(const void* address) {
   if (!real_driver() || !g_reverse) return nullptr;

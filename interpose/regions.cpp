@@ -22,13 +22,14 @@ std::mutex g_region_mu;
 namespace {
 
 std::map<std::uint64_t, std::uint64_t> g_arena_free;  // free ranges by address
-std::vector<std::uint32_t> g_free_ids;                 // recycled region ids
+std::vector<std::uint32_t> g_free_ids;                // recycled region ids
 std::uint32_t g_next_id = 1;
 std::set<CUcontext> g_contexts;
 std::mutex g_ctx_mu;
 
 void* map_zeroed(std::uint64_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -49,7 +50,9 @@ void set_granules(std::uint64_t address, std::uint64_t size, std::uint32_t id) {
 
 }  // namespace
 
-bool in_arena(std::uint64_t addr) { return addr - g_arena.base < g_arena.size; }
+bool in_arena(std::uint64_t addr) {
+  return addr - g_arena.base < g_arena.size;
+}
 
 CUresult ensure_arena() {
   if (g_arena.base) return CUDA_SUCCESS;
@@ -69,8 +72,10 @@ CUresult ensure_arena() {
   size = (size + kGranule - 1) / kGranule * kGranule;
   CUdeviceptr base = 0;
   if (CUresult r = real->cuMemAddressReserve(&base, size, kGranule, 0, 0)) {
-    std::fprintf(stderr, "gcr: cannot reserve a %llu GiB device address arena (%d); set GCR_ARENA_BYTES lower\n",
-                 static_cast<unsigned long long>(size >> 30), static_cast<int>(r));
+    std::fprintf(
+        stderr,
+        "gcr: cannot reserve a %llu GiB device address arena (%d); set GCR_ARENA_BYTES lower\n",
+        static_cast<unsigned long long>(size >> 30), static_cast<int>(r));
     return r;
   }
   g_regions = static_cast<Region*>(map_zeroed(sizeof(Region) * kMaxRegions));
@@ -116,7 +121,8 @@ void arena_give(std::uint64_t address, std::uint64_t size) {
   }
 }
 
-CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind, std::uint32_t* out) {
+CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind,
+                       std::uint32_t* out) {
   const RealDriver* real = real_driver();
   if (CUresult r = ensure_arena()) return r;
   std::uint64_t address;
@@ -161,7 +167,8 @@ CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind
   *out = id;
   if (config().log)
     std::fprintf(stderr, "gcr: region %u 0x%llx + %llu on device %u\n", id,
-                 static_cast<unsigned long long>(address), static_cast<unsigned long long>(size), device);
+                 static_cast<unsigned long long>(address), static_cast<unsigned long long>(size),
+                 device);
   return CUDA_SUCCESS;
 }
 
@@ -199,7 +206,8 @@ std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, st
 void unregister_user_regions(std::uint64_t address, std::uint64_t size) {
   for (std::uint32_t id = 1; id < g_next_id; ++id) {
     Region& reg = g_regions[id];
-    if (reg.kind == RegionKind::user && reg.address >= address && reg.address + reg.size <= address + size) {
+    if (reg.kind == RegionKind::user && reg.address >= address &&
+        reg.address + reg.size <= address + size) {
       set_granules(reg.address, reg.size, 0);
       reg.kind = RegionKind::free;
       g_free_ids.push_back(id);

@@ -37,7 +37,7 @@ struct Region {
   std::atomic<std::uint64_t> dirty_epoch{0};
   std::uint64_t address = 0;
   std::uint64_t size = 0;
-  std::uint64_t phys_offset = 0;  // user mappings may show part of an allocation
+  std::uint64_t phys_offset = 0;            // user mappings may show part of an allocation
   CUmemGenericAllocationHandle handle = 0;  // 0 while parked (user regions: retained at park)
   std::uint32_t device = 0;
   RegionKind kind = RegionKind::free;
@@ -71,10 +71,13 @@ inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
   if (bytes == 0) return;
   std::uint64_t end = addr + bytes;
   mark_written(addr);
-  for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule) mark_written(g);
+  for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule)
+    mark_written(g);
 }
 
-inline void mark_all_written() { g_all_dirty.store(true, std::memory_order_relaxed); }
+inline void mark_all_written() {
+  g_all_dirty.store(true, std::memory_order_relaxed);
+}
 
 // The region manager's lock: held by allocation, free, park and unpark; never by launches.
 extern std::mutex g_region_mu;
@@ -82,7 +85,8 @@ extern std::mutex g_region_mu;
 // Reserves the arena on first use (needs a current context for the device query).
 CUresult ensure_arena();
 // Maps a new region of `size` bytes (a multiple of kGranule) on `device`; returns its id.
-CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind, std::uint32_t* id);
+CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind,
+                       std::uint32_t* id);
 // Unmaps and releases a region (the caller has drained the device work that may use it).
 void destroy_region(std::uint32_t id);
 // Registers a mapping the program made itself (its own cuMemMap) as a region.

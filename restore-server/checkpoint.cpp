@@ -23,7 +23,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::uint64_t ns_since(Clock::time_point t) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
 Error with_context(Error e, const std::string& what) {
@@ -66,8 +67,8 @@ std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind)
   gethostname(host, sizeof host - 1);
   meta["host"] = host;
   meta["created_unix_ns"] = std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
   if (auto gpu = Gpu::get()) {
     meta["driver_version"] = std::to_string((*gpu)->driver_version());
     for (int d = 0; d < (*gpu)->device_count(); ++d) {
@@ -91,15 +92,16 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
 
 // The stop-copy baseline: the driver moves device memory into the process, CRIU dumps it all.
 Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::Tools& tools,
-                                              const CheckpointRequest& req, const Progress& progress,
-                                              const std::string& kind) {
+                                              const CheckpointRequest& req,
+                                              const Progress& progress, const std::string& kind) {
   CheckpointReport rep;
   rep.pid = req.pid;
   rep.kind = kind;
   auto t0 = Clock::now();
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
   auto meta = base_meta(req.pid, kind);
-  progress("dumping process " + std::to_string(req.pid) + " with CRIU (driver copies device memory to host)");
+  progress("dumping process " + std::to_string(req.pid) +
+           " with CRIU (driver copies device memory to host)");
   auto td = Clock::now();
   GCR_TRY(criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()}));
   rep.times_ns["dump"] = ns_since(td);
@@ -109,7 +111,8 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   GCR_TRY(store_criu_images(*writer, work.path()));
   rep.times_ns["store"] = ns_since(ts);
   rep.times_ns["total"] = ns_since(t0);
-  for (const auto& [k, v] : rep.times_ns) writer->set_meta("timing." + k + "_ns", std::to_string(v));
+  for (const auto& [k, v] : rep.times_ns)
+    writer->set_meta("timing." + k + "_ns", std::to_string(v));
   GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
   rep.id = info.id.hex();
   rep.stats = info.stats;
@@ -128,11 +131,13 @@ std::string process_cmdline(pid_t pid) {
 }
 
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
-                                            const CheckpointRequest& req, const Progress& progress) {
+                                            const CheckpointRequest& req,
+                                            const Progress& progress) {
   if (req.pid <= 0 || kill(req.pid, 0) != 0) {
     if (errno == EPERM)
-      return Error{Errc::permission_denied, "process " + std::to_string(req.pid) +
-                                                " belongs to another user; only root or its owner may checkpoint it"};
+      return Error{Errc::permission_denied,
+                   "process " + std::to_string(req.pid) +
+                       " belongs to another user; only root or its owner may checkpoint it"};
     return Error{Errc::not_found, "no process " + std::to_string(req.pid)};
   }
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
@@ -141,7 +146,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (!connected) {
     if (connected.error().code != Errc::not_found) return std::move(connected).error();
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
-    progress("process " + std::to_string(req.pid) + " is not running under gcr: using the driver's checkpoint");
+    progress("process " + std::to_string(req.pid) +
+             " is not running under gcr: using the driver's checkpoint");
     return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
   }
   control::Client client = std::move(connected).value();
@@ -157,7 +163,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
 
   auto t0 = Clock::now();
   progress("quiescing process " + std::to_string(req.pid));
-  GCR_TRY(client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
+  GCR_TRY(
+      client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
   rep.times_ns["quiesce"] = ns_since(t0);
   auto resume_on_error = [&](Error e) -> Error {
     (void)client.resume();
@@ -184,7 +191,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   std::vector<MappedAllocation> held;
   for (const auto& p : parked) {
     auto m = MappedAllocation::import(p.fd.get(), p.region.size);
-    if (!m) return unpark_on_error(with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
+    if (!m)
+      return unpark_on_error(
+          with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
     held.push_back(std::move(m).value());
   }
   // With --leave-running the process gets its memory back before gcrd has read it: snapshot the
@@ -197,7 +206,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       if (!store_it) continue;
       if (Status s = gpu->use(held[i].device()); !s) return unpark_on_error(std::move(s).error());
       auto copy = MappedAllocation::create(held[i].size(), held[i].device());
-      if (!copy) return unpark_on_error(with_context(std::move(copy).error(), "snapshot of region " + hex(parked[i].region.address)));
+      if (!copy)
+        return unpark_on_error(with_context(std::move(copy).error(),
+                                            "snapshot of region " + hex(parked[i].region.address)));
       if (Status s = copy->copy_from(held[i]); !s) return unpark_on_error(std::move(s).error());
       snapshot[i] = std::move(copy).value();
     }
@@ -224,8 +235,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (req.leave_running) {
     auto tu = Clock::now();
-    GCR_TRY_ASSIGN(control::Client again, control::Client::connect(req.pid, std::chrono::seconds(10)));
-    GCR_TRY(again.unpark(parked).context("giving process " + std::to_string(req.pid) + " its memory back"));
+    GCR_TRY_ASSIGN(control::Client again,
+                   control::Client::connect(req.pid, std::chrono::seconds(10)));
+    GCR_TRY(again.unpark(parked).context("giving process " + std::to_string(req.pid) +
+                                         " its memory back"));
     GCR_TRY(again.resume());
     GCR_TRY(again.close());
     rep.times_ns["unpark"] = ns_since(tu);
@@ -233,7 +246,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.times_ns["stall"] = ns_since(t0);
 
   // Drain: regions, then CRIU's images, then the manifest.
-  progress("storing " + std::to_string(rep.dirty_bytes >> 20) + " MiB of device memory and the CRIU image");
+  progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
+           " MiB of device memory and the CRIU image");
   auto tstore = Clock::now();
   for (std::size_t i = 0; i < parked.size(); ++i) {
     const auto& r = parked[i].region;
@@ -245,15 +259,18 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     const MappedAllocation& src = req.leave_running ? snapshot[i] : held[i];
     GCR_TRY(gpu->use(src.device()));
     HostBuffer buf(r.size);
-    if (!buf.ok()) return Error{Errc::out_of_memory, "no host memory to stage region " + hex(r.address)};
+    if (!buf.ok())
+      return Error{Errc::out_of_memory, "no host memory to stage region " + hex(r.address)};
     GCR_TRY(src.read(0, buf.span()));
-    GCR_TRY(writer->add_region(r.address, buf.span(), r.device, true).context("storing region " + hex(r.address)));
+    GCR_TRY(writer->add_region(r.address, buf.span(), r.device, true)
+                .context("storing region " + hex(r.address)));
     snapshot[i].reset();
   }
   GCR_TRY(store_criu_images(*writer, work.path()));
   rep.times_ns["store"] = ns_since(tstore);
   rep.times_ns["total"] = ns_since(t0);
-  for (const auto& [k, v] : rep.times_ns) writer->set_meta("timing." + k + "_ns", std::to_string(v));
+  for (const auto& [k, v] : rep.times_ns)
+    writer->set_meta("timing." + k + "_ns", std::to_string(v));
   GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
   rep.id = info.id.hex();
   rep.stats = info.stats;

@@ -38,7 +38,8 @@ struct CheckpointReport {
   pid_t pid = 0;
   std::string id;
   std::string kind;  // "gcr" or "stop-copy"
-  std::map<std::string, std::uint64_t> times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
+  std::map<std::string, std::uint64_t>
+      times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
   std::uint64_t regions = 0, region_bytes = 0, dirty_bytes = 0;
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
 };
@@ -46,7 +47,8 @@ struct CheckpointReport {
 using Progress = std::function<void(const std::string& line)>;
 
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
-                                            const CheckpointRequest& request, const Progress& progress);
+                                            const CheckpointRequest& request,
+                                            const Progress& progress);
 
 // The command line of pid, NUL-separated as in /proc; empty if unreadable.
 std::string process_cmdline(pid_t pid);

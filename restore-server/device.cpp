@@ -44,7 +44,8 @@ Result<Gpu*> Gpu::get() {
 
 Status Gpu::use(int ordinal) {
   if (ordinal < 0 || ordinal >= count_)
-    return Error{Errc::invalid_argument, "device " + std::to_string(ordinal) + " does not exist (this machine has " +
+    return Error{Errc::invalid_argument, "device " + std::to_string(ordinal) +
+                                             " does not exist (this machine has " +
                                              std::to_string(count_) + ")"};
   if (CUresult r = cuCtxSetCurrent(contexts_[ordinal])) return driver_error("cuCtxSetCurrent", r);
   return ok();
@@ -61,8 +62,10 @@ std::string Gpu::uuid(int ordinal) const {
   cuDeviceGetUuid_v2(&u, ordinal);
   char buf[64];
   auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  std::snprintf(buf, sizeof buf,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
   return buf;
 }
 
@@ -148,25 +151,31 @@ Result<MappedAllocation> MappedAllocation::create(std::uint64_t size, int device
 
 Result<UniqueFd> MappedAllocation::export_fd() const {
   int fd = -1;
-  if (CUresult r = cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+  if (CUresult r =
+          cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
     return driver_error("cuMemExportToShareableHandle", r);
   return UniqueFd(fd);
 }
 
 Status MappedAllocation::read(std::uint64_t offset, std::span<std::byte> out) const {
-  if (offset + out.size() > size_) return Error{Errc::invalid_argument, "read past the end of an allocation"};
-  if (CUresult r = cuMemcpyDtoH_v2(out.data(), va_ + offset, out.size())) return driver_error("cuMemcpyDtoH", r);
+  if (offset + out.size() > size_)
+    return Error{Errc::invalid_argument, "read past the end of an allocation"};
+  if (CUresult r = cuMemcpyDtoH_v2(out.data(), va_ + offset, out.size()))
+    return driver_error("cuMemcpyDtoH", r);
   return ok();
 }
 
 Status MappedAllocation::write(std::uint64_t offset, std::span<const std::byte> in) const {
-  if (offset + in.size() > size_) return Error{Errc::invalid_argument, "write past the end of an allocation"};
-  if (CUresult r = cuMemcpyHtoD_v2(va_ + offset, in.data(), in.size())) return driver_error("cuMemcpyHtoD", r);
+  if (offset + in.size() > size_)
+    return Error{Errc::invalid_argument, "write past the end of an allocation"};
+  if (CUresult r = cuMemcpyHtoD_v2(va_ + offset, in.data(), in.size()))
+    return driver_error("cuMemcpyHtoD", r);
   return ok();
 }
 
 Status MappedAllocation::copy_from(const MappedAllocation& src) const {
-  if (src.size_ != size_) return Error{Errc::invalid_argument, "device copy between allocations of different sizes"};
+  if (src.size_ != size_)
+    return Error{Errc::invalid_argument, "device copy between allocations of different sizes"};
   if (CUresult r = cuMemcpyDtoD_v2(va_, src.va_, size_)) return driver_error("cuMemcpyDtoD", r);
   return ok();
 }

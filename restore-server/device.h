@@ -59,9 +59,9 @@ class MappedAllocation {
   int device() const { return device_; }
   Result<UniqueFd> export_fd() const;
 
-  Status read(std::uint64_t offset, std::span<std::byte> out) const;          // device -> host
-  Status write(std::uint64_t offset, std::span<const std::byte> in) const;    // host -> device
-  Status copy_from(const MappedAllocation& src) const;                        // device -> device
+  Status read(std::uint64_t offset, std::span<std::byte> out) const;        // device -> host
+  Status write(std::uint64_t offset, std::span<const std::byte> in) const;  // host -> device
+  Status copy_from(const MappedAllocation& src) const;                      // device -> device
 
   void reset() noexcept;
 

@@ -72,11 +72,13 @@ uid_t owner_of(pid_t pid) {
 Result<std::shared_ptr<store::Store>> open_store(const std::map<std::string, std::string>& f) {
   store::StoreOptions o;
   auto it = f.find("store");
-  o.root = it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
+  o.root =
+      it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
   return store::Store::open(o, true);
 }
 
-Result<std::map<std::string, std::string>> serve(const std::string& verb, const std::map<std::string, std::string>& f,
+Result<std::map<std::string, std::string>> serve(const std::string& verb,
+                                                 const std::map<std::string, std::string>& f,
                                                  uid_t client_uid, const Progress& progress) {
   std::map<std::string, std::string> out;
   if (verb == "ping") {
@@ -92,8 +94,9 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb, const 
     req.leave_running = f.count("leave_running") && f.at("leave_running") == "1";
     req.stop_copy = f.count("stop_copy") && f.at("stop_copy") == "1";
     if (client_uid != 0 && owner_of(req.pid) != client_uid)
-      return Error{Errc::permission_denied, "process " + std::to_string(req.pid) +
-                                                " is not yours; only root or its owner may checkpoint it"};
+      return Error{Errc::permission_denied,
+                   "process " + std::to_string(req.pid) +
+                       " is not yours; only root or its owner may checkpoint it"};
     GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
@@ -108,7 +111,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb, const 
   if (verb == "restore") {
     RestoreRequest req;
     req.name = f.count("name") ? f.at("name") : "";
-    if (f.count("device") && !f.at("device").empty()) req.device = std::atoi(f.at("device").c_str());
+    if (f.count("device") && !f.at("device").empty())
+      req.device = std::atoi(f.at("device").c_str());
     GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
@@ -135,14 +139,17 @@ void handle_client(UniqueFd fd) {
   proto = line.substr(0, sp1);
   if (proto != kProtocol) {
     send_line(fd.get(), "error " + std::to_string(static_cast<int>(Errc::unsupported)) + " " +
-                            encode_value("gcrd speaks " + std::string(kProtocol) + ", the client sent '" + proto + "'"));
+                            encode_value("gcrd speaks " + std::string(kProtocol) +
+                                         ", the client sent '" + proto + "'"));
     return;
   }
   auto sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
   verb = line.substr(sp1 + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp1 - 1);
   if (sp2 != std::string::npos) rest = line.substr(sp2 + 1);
   int cfd = fd.get();
-  auto progress = [cfd](const std::string& text) { send_line(cfd, "progress " + encode_value(text)); };
+  auto progress = [cfd](const std::string& text) {
+    send_line(cfd, "progress " + encode_value(text));
+  };
   log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
   auto result = serve(verb, decode_fields(rest), cred.uid, progress);
   if (result) {
@@ -166,7 +173,9 @@ int main(int argc, char** argv) {
     } else if (a == "--detach") {
       detach = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: gcrd [--socket PATH] [--detach]\n  gcr's daemon; normally started by gcr on demand.\n");
+      std::printf(
+          "usage: gcrd [--socket PATH] [--detach]\n  gcr's daemon; normally started by gcr on "
+          "demand.\n");
       return 0;
     } else {
       std::fprintf(stderr, "gcrd: unknown argument '%s' (see --help)\n", a.c_str());
@@ -196,8 +205,10 @@ int main(int argc, char** argv) {
     unlink(socket_path.c_str());
   }
   mode_t old = umask(0077);
-  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(listener.get(), 64) != 0) {
-    std::fprintf(stderr, "gcrd: cannot listen on %s: %s\n", socket_path.c_str(), std::strerror(errno));
+  if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(listener.get(), 64) != 0) {
+    std::fprintf(stderr, "gcrd: cannot listen on %s: %s\n", socket_path.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   umask(old);

@@ -43,9 +43,11 @@ Result<int> try_connect(const fs::path& socket) {
   return fd.release();
 }
 
-Status start_gcrd(const fs::path& socket, const fs::path& binary, const std::map<std::string, std::string>& env) {
+Status start_gcrd(const fs::path& socket, const fs::path& binary,
+                  const std::map<std::string, std::string>& env) {
   if (access(binary.c_str(), X_OK) != 0)
-    return Error{Errc::not_found, "gcrd is not running and " + binary.string() + " cannot be started; run 'gcr daemon' yourself"};
+    return Error{Errc::not_found, "gcrd is not running and " + binary.string() +
+                                      " cannot be started; run 'gcr daemon' yourself"};
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -58,7 +60,8 @@ Status start_gcrd(const fs::path& socket, const fs::path& binary, const std::map
   for (auto& e : envs) cenv.push_back(e.data());
   cenv.push_back(nullptr);
   std::string sock = socket.string(), bin = binary.string();
-  std::vector<char*> argv = {bin.data(), const_cast<char*>("--socket"), sock.data(), const_cast<char*>("--detach"), nullptr};
+  std::vector<char*> argv = {bin.data(), const_cast<char*>("--socket"), sock.data(),
+                             const_cast<char*>("--detach"), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -74,7 +77,8 @@ Status start_gcrd(const fs::path& socket, const fs::path& binary, const std::map
   int status;
   waitpid(pid, &status, 0);  // gcrd --detach forks and its parent exits once it listens
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return Error{Errc::io_error, "gcrd failed to start (exit " + std::to_string(WEXITSTATUS(status)) +
+    return Error{Errc::io_error, "gcrd failed to start (exit " +
+                                     std::to_string(WEXITSTATUS(status)) +
                                      "); run 'gcr daemon' in a terminal to see why"};
   return ok();
 }
@@ -86,7 +90,9 @@ Result<std::string> read_line(int fd) {
     ssize_t n = ::read(fd, &c, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_error("reading from gcrd");
-    if (n == 0) return Error{Errc::io_error, "gcrd closed the connection before answering (did it crash? see its log)"};
+    if (n == 0)
+      return Error{Errc::io_error,
+                   "gcrd closed the connection before answering (did it crash? see its log)"};
     if (c == '\n') return line;
     line += c;
   }
@@ -107,9 +113,9 @@ Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
   }
 }
 
-Result<std::map<std::string, std::string>> call(int fd, const std::string& verb,
-                                                const std::map<std::string, std::string>& fields,
-                                                const std::function<void(const std::string&)>& progress) {
+Result<std::map<std::string, std::string>> call(
+    int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
+    const std::function<void(const std::string&)>& progress) {
   std::string req = std::string(kProtocol) + " " + verb + " " + encode_fields(fields) + "\n";
   for (std::size_t done = 0; done < req.size();) {
     ssize_t n = ::write(fd, req.data() + done, req.size() - done);
@@ -127,7 +133,8 @@ Result<std::map<std::string, std::string>> call(int fd, const std::string& verb,
       std::string rest = line.substr(6);
       auto sp = rest.find(' ');
       int code = std::atoi(rest.substr(0, sp).c_str());
-      return Error{static_cast<Errc>(code), decode_value(sp == std::string::npos ? "" : rest.substr(sp + 1))};
+      return Error{static_cast<Errc>(code),
+                   decode_value(sp == std::string::npos ? "" : rest.substr(sp + 1))};
     } else {
       return Error{Errc::protocol, "gcrd sent an unexpected line: " + line};
     }

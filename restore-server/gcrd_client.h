@@ -17,11 +17,12 @@ std::filesystem::path default_socket_path();
 
 // Connects to gcrd at `socket`, starting `gcrd_binary` (detached, with `env`) when nothing
 // listens there yet, and waits up to 10 s for it.
-Result<int> connect_or_start(const std::filesystem::path& socket, const std::filesystem::path& gcrd_binary,
+Result<int> connect_or_start(const std::filesystem::path& socket,
+                             const std::filesystem::path& gcrd_binary,
                              const std::map<std::string, std::string>& env);
 
-Result<std::map<std::string, std::string>> call(int fd, const std::string& verb,
-                                                const std::map<std::string, std::string>& fields,
-                                                const std::function<void(const std::string&)>& progress);
+Result<std::map<std::string, std::string>> call(
+    int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
+    const std::function<void(const std::string&)>& progress);
 
 }  // namespace gcr::gcrd

@@ -16,7 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 std::uint64_t ns_since(Clock::time_point t) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 }  // namespace
 
@@ -31,7 +32,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   rep.kind = m.meta_or("kind", "gcr");
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   if (req.device && (*req.device < 0 || *req.device >= gpu->device_count()))
-    return Error{Errc::invalid_argument, "--device " + std::to_string(*req.device) + ": this machine has " +
+    return Error{Errc::invalid_argument, "--device " + std::to_string(*req.device) +
+                                             ": this machine has " +
                                              std::to_string(gpu->device_count()) + " GPU(s)"};
 
   // Device memory first: if it cannot be had, nothing has been started yet.
@@ -39,19 +41,23 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::vector<MappedAllocation> allocations;
   std::map<int, std::uint64_t> need;
   for (const auto& obj : m.objects)
-    if (obj.kind == store::ObjectKind::device_region) need[req.device ? *req.device : static_cast<int>(obj.device)] += obj.size;
+    if (obj.kind == store::ObjectKind::device_region)
+      need[req.device ? *req.device : static_cast<int>(obj.device)] += obj.size;
   for (const auto& [dev, bytes] : need) {
     if (dev >= gpu->device_count())
-      return Error{Errc::invalid_argument, "checkpoint " + rep.id.substr(0, 12) + " used GPU " + std::to_string(dev) +
-                                               ", which this machine does not have; pick one with --device"};
+      return Error{Errc::invalid_argument,
+                   "checkpoint " + rep.id.substr(0, 12) + " used GPU " + std::to_string(dev) +
+                       ", which this machine does not have; pick one with --device"};
     if (bytes > gpu->free_bytes(dev))
-      return Error{Errc::out_of_memory, "checkpoint needs " + std::to_string(bytes >> 20) + " MiB on GPU " +
-                                            std::to_string(dev) + ", which has " +
-                                            std::to_string(gpu->free_bytes(dev) >> 20) +
-                                            " MiB free; free memory there or pick another with --device"};
+      return Error{Errc::out_of_memory,
+                   "checkpoint needs " + std::to_string(bytes >> 20) + " MiB on GPU " +
+                       std::to_string(dev) + ", which has " +
+                       std::to_string(gpu->free_bytes(dev) >> 20) +
+                       " MiB free; free memory there or pick another with --device"};
   }
   auto tl = Clock::now();
-  if (!need.empty()) progress("loading " + std::to_string(m.objects.size()) + " objects of device memory");
+  if (!need.empty())
+    progress("loading " + std::to_string(m.objects.size()) + " objects of device memory");
   for (const auto& obj : m.objects) {
     if (obj.kind != store::ObjectKind::device_region) continue;
     int dev = req.device ? *req.device : static_cast<int>(obj.device);
@@ -84,7 +90,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       if (obj.kind == store::ObjectKind::device_region) used.insert(static_cast<int>(obj.device));
     if (used.empty()) used.insert(0);
     if (used.size() > 1)
-      return Error{Errc::unsupported, "checkpoint " + rep.id.substr(0, 12) + " used " + std::to_string(used.size()) +
+      return Error{Errc::unsupported, "checkpoint " + rep.id.substr(0, 12) + " used " +
+                                          std::to_string(used.size()) +
                                           " GPUs; --device moves a single-GPU process only"};
     env["GCR_DEVICE_MAP"] = std::to_string(*used.begin()) + "=" + std::to_string(*req.device);
   }
@@ -103,7 +110,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       regions.push_back({records[i], std::move(fd)});
     }
     GCR_TRY_ASSIGN(control::Client client, control::Client::connect(pid, std::chrono::seconds(10)));
-    GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(pid) + " its memory"));
+    GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(pid) +
+                                           " its memory"));
     GCR_TRY(client.resume());
     GCR_TRY(client.close());
     rep.times_ns["unpark"] = ns_since(tu);

@@ -29,31 +29,42 @@
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 const char* err_name(CUresult r) {
   const char* n = "?";
   cuGetErrorName(r, &n);
   return n;
 }
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    CUresult r_ = (x);                                                                  \
-    if (r_ != CUDA_SUCCESS) {                                                           \
-      std::fprintf(stderr, "driver_ckpt_probe: %s: %s\n", #x, err_name(r_));            \
-      std::printf("@kit error=%s:%s\n", #x, err_name(r_));                              \
-      std::fflush(stdout);                                                              \
-      std::_Exit(1);                                                                    \
-    }                                                                                   \
+#define CK(x)                                                                \
+  do {                                                                       \
+    CUresult r_ = (x);                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                \
+      std::fprintf(stderr, "driver_ckpt_probe: %s: %s\n", #x, err_name(r_)); \
+      std::printf("@kit error=%s:%s\n", #x, err_name(r_));                   \
+      std::fflush(stdout);                                                   \
+      std::_Exit(1);                                                         \
+    }                                                                        \
   } while (0)
 
 size_t parse_size(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (end && *end ? *end : ' ') {
-    case 'G': case 'g': v *= 1 << 30; break;
-    case 'M': case 'm': v *= 1 << 20; break;
-    case 'K': case 'k': v *= 1 << 10; break;
+    case 'G':
+    case 'g':
+      v *= 1 << 30;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1 << 20;
+      break;
+    case 'K':
+    case 'k':
+      v *= 1 << 10;
+      break;
   }
   return static_cast<size_t>(v);
 }
@@ -171,8 +182,8 @@ int child(int in, int out, size_t bytes, bool parked) {
   std::snprintf(line, sizeof line,
                 "verified vmm_range=%s vmm_same_addr=%d data_ok=%d map_into_reservation=%s "
                 "cuda_thread_max_gap_ms=%.1f plain_thread_max_gap_ms=%.1f",
-                err_name(rr), rr == CUDA_SUCCESS && base == vmm && len == vsize, data_ok, err_name(rm),
-                cuda_gap.load(), plain_gap.load());
+                err_name(rr), rr == CUDA_SUCCESS && base == vmm && len == vsize, data_ok,
+                err_name(rm), cuda_gap.load(), plain_gap.load());
   write_line(out, line);
   return 0;
 }
@@ -182,8 +193,10 @@ int main(int argc, char** argv) {
   size_t bytes = size_t(1) << 30;
   bool parked = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--bytes") && i + 1 < argc) bytes = parse_size(argv[++i]);
-    else if (!std::strcmp(argv[i], "--parked")) parked = true;
+    if (!std::strcmp(argv[i], "--bytes") && i + 1 < argc)
+      bytes = parse_size(argv[++i]);
+    else if (!std::strcmp(argv[i], "--parked"))
+      parked = true;
     else {
       std::fprintf(stderr, "usage: driver_ckpt_probe [--bytes SIZE] [--parked]\n");
       return 2;
@@ -204,7 +217,8 @@ int main(int argc, char** argv) {
     std::printf("@kit error=child_not_ready\n");
     return 1;
   }
-  std::printf("@kit mode=%s ballast_bytes=%zu child=%d\n", parked ? "parked" : "resident", bytes, pid);
+  std::printf("@kit mode=%s ballast_bytes=%zu child=%d\n", parked ? "parked" : "resident", bytes,
+              pid);
   std::printf("@kit threads_before=%s\n", join(threads_of(pid)).c_str());
   CK(cuInit(0));
   int tid = 0;
@@ -212,7 +226,8 @@ int main(int argc, char** argv) {
   std::string comm = "-";
   for (const auto& t : threads_of(pid))
     if (t.rfind(std::to_string(tid) + ":", 0) == 0) comm = t.substr(t.find(':') + 1);
-  std::printf("@kit restore_thread=%s restore_tid=%d restore_thread_comm=%s\n", err_name(rt), tid, comm.c_str());
+  std::printf("@kit restore_thread=%s restore_tid=%d restore_thread_comm=%s\n", err_name(rt), tid,
+              comm.c_str());
 
   CUcheckpointLockArgs lock{};
   lock.timeoutMs = 10000;
@@ -231,8 +246,8 @@ int main(int argc, char** argv) {
   CK(cuCheckpointProcessUnlock(pid, nullptr));
   double unlock_ms = ms_since(t);
   std::printf("@kit threads_after=%s\n", join(threads_of(pid)).c_str());
-  std::printf("@kit lock_ms=%.2f checkpoint_ms=%.2f restore_ms=%.2f unlock_ms=%.2f\n", lock_ms, ckpt_ms,
-              restore_ms, unlock_ms);
+  std::printf("@kit lock_ms=%.2f checkpoint_ms=%.2f restore_ms=%.2f unlock_ms=%.2f\n", lock_ms,
+              ckpt_ms, restore_ms, unlock_ms);
   write_line(to_child[1], "verify");
   std::string v = read_line(from_child[0]);
   int status = 0;

@@ -3,7 +3,8 @@
 // bench/gpu/summarize.py and a human line for each.
 //
 //   nvcc -O2 -o platform_probe bench/gpu/platform_probe.cu -lcuda   (on the GPU machine)
-//   g++ -O2 -x c++ -I/usr/local/cuda/include bench/gpu/platform_probe.cu -lcuda   (anywhere; simgpu)
+//   g++ -O2 -x c++ -I/usr/local/cuda/include bench/gpu/platform_probe.cu -lcuda   (anywhere;
+//   simgpu)
 //
 // Figures: cuInit and primary-context times; host-to-device and device-to-host bandwidth from
 // pinned (cuMemHostAlloc) and pageable (malloc) memory; device-to-device copy bandwidth. Each
@@ -18,7 +19,9 @@
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 void check(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return;
@@ -33,9 +36,18 @@ size_t parse_size(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (end && *end ? *end : ' ') {
-    case 'G': case 'g': v *= 1 << 30; break;
-    case 'M': case 'm': v *= 1 << 20; break;
-    case 'K': case 'k': v *= 1 << 10; break;
+    case 'G':
+    case 'g':
+      v *= 1 << 30;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1 << 20;
+      break;
+    case 'K':
+    case 'k':
+      v *= 1 << 10;
+      break;
   }
   return static_cast<size_t>(v);
 }
@@ -58,8 +70,10 @@ int main(int argc, char** argv) {
   size_t size = size_t(1) << 30;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--size") && i + 1 < argc) size = parse_size(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--size") && i + 1 < argc)
+      size = parse_size(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: platform_probe [--size BYTES] [--reps N]\n");
       return 2;
@@ -84,7 +98,8 @@ int main(int argc, char** argv) {
   double ctx_ms = ms_since(t1);
   for (char* p = name; *p; ++p)
     if (*p == ' ') *p = '_';
-  std::printf("@kit device=%s driver_version=%d device_mem_gib=%.1f\n", name, drv, total / double(1 << 30));
+  std::printf("@kit device=%s driver_version=%d device_mem_gib=%.1f\n", name, drv,
+              total / double(1 << 30));
   std::printf("@kit cuinit_ms=%.1f primary_ctx_ms=%.1f\n", init_ms, ctx_ms);
 
   CUdeviceptr d1, d2;
@@ -105,12 +120,14 @@ int main(int argc, char** argv) {
     CK(cuMemcpyDtoD(d2, d1, size));
     CK(cuCtxSynchronize());
   });
-  std::printf("@kit copy_bytes=%zu h2d_pinned_gbps=%.2f d2h_pinned_gbps=%.2f h2d_pageable_gbps=%.2f "
-              "d2h_pageable_gbps=%.2f d2d_gbps=%.2f\n",
-              size, h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable, d2d);
-  std::printf("%s, driver %d: cuInit %.1f ms, primary context %.1f ms; GB/s H2D pinned %.2f pageable %.2f, "
-              "D2H pinned %.2f pageable %.2f, D2D %.2f\n",
-              name, drv, init_ms, ctx_ms, h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable, d2d);
+  std::printf(
+      "@kit copy_bytes=%zu h2d_pinned_gbps=%.2f d2h_pinned_gbps=%.2f h2d_pageable_gbps=%.2f "
+      "d2h_pageable_gbps=%.2f d2d_gbps=%.2f\n",
+      size, h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable, d2d);
+  std::printf(
+      "%s, driver %d: cuInit %.1f ms, primary context %.1f ms; GB/s H2D pinned %.2f pageable %.2f, "
+      "D2H pinned %.2f pageable %.2f, D2D %.2f\n",
+      name, drv, init_ms, ctx_ms, h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable, d2d);
   std::free(pageable);
   CK(cuMemFreeHost(pinned));
   CK(cuMemFree(d1));

@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool executable(const fs::path& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; }
+bool executable(const fs::path& p) {
+  return !p.empty() && access(p.c_str(), X_OK) == 0;
+}
 
 // The last lines of a CRIU log that say what went wrong.
 std::string log_tail(const fs::path& log) {
@@ -29,9 +31,11 @@ std::string log_tail(const fs::path& log) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   std::string errors;
   for (const auto& l : lines)
-    if (l.find("Error") != std::string::npos || l.find("error") != std::string::npos) errors += "\n    " + l;
+    if (l.find("Error") != std::string::npos || l.find("error") != std::string::npos)
+      errors += "\n    " + l;
   if (errors.empty())
-    for (std::size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i) errors += "\n    " + lines[i];
+    for (std::size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i)
+      errors += "\n    " + lines[i];
   return errors;
 }
 
@@ -49,24 +53,31 @@ bool has_terminal(pid_t pid) {
 Result<Tools> find_tools(const fs::path& self_dir) {
   Tools t;
   if (const char* c = std::getenv("GCR_CRIU"); c && *c) t.criu = c;
-  std::vector<fs::path> roots = {self_dir, self_dir.parent_path(), self_dir.parent_path().parent_path()};
+  std::vector<fs::path> roots = {self_dir, self_dir.parent_path(),
+                                 self_dir.parent_path().parent_path()};
   for (const fs::path& r : roots) {
     if (t.criu.empty() && executable(r / ".deps/criu/criu")) t.criu = r / ".deps/criu/criu";
   }
   if (t.criu.empty()) {
-    for (const char* p : {"/usr/local/sbin/criu", "/usr/sbin/criu", "/usr/local/bin/criu", "/usr/bin/criu"})
+    for (const char* p :
+         {"/usr/local/sbin/criu", "/usr/sbin/criu", "/usr/local/bin/criu", "/usr/bin/criu"})
       if (executable(p)) {
         t.criu = p;
         break;
       }
   }
   if (!executable(t.criu))
-    return Error{Errc::not_found, "CRIU not found; run scripts/setup.sh (it builds CRIU 4.2 into .deps/criu) or set GCR_CRIU"};
+    return Error{Errc::not_found,
+                 "CRIU not found; run scripts/setup.sh (it builds CRIU 4.2 into .deps/criu) or set "
+                 "GCR_CRIU"};
   if (const char* d = std::getenv("GCR_CRIU_PLUGIN_DIR"); d && *d) t.plugin_dir = d;
   for (const fs::path& r : roots)
-    if (t.plugin_dir.empty() && fs::exists(r / "criu-plugin/gcr_criu_plugin.so")) t.plugin_dir = r / "criu-plugin";
+    if (t.plugin_dir.empty() && fs::exists(r / "criu-plugin/gcr_criu_plugin.so"))
+      t.plugin_dir = r / "criu-plugin";
   if (t.plugin_dir.empty() || !fs::exists(t.plugin_dir / "gcr_criu_plugin.so"))
-    return Error{Errc::not_found, "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
+    return Error{
+        Errc::not_found,
+        "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
   return t;
 }
 
@@ -89,7 +100,8 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   if (!log.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   pid_t child;
@@ -105,16 +117,26 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
 
 Status dump(const Tools& tools, const DumpOptions& o) {
   fs::path log = o.image_dir / "dump.log";
-  std::vector<std::string> argv = {tools.criu.string(), "dump", "-t", std::to_string(o.pid), "-D",
-                                   o.image_dir.string(), "-L", tools.plugin_dir.string(), "-o", "dump.log", "-v4"};
+  std::vector<std::string> argv = {tools.criu.string(),
+                                   "dump",
+                                   "-t",
+                                   std::to_string(o.pid),
+                                   "-D",
+                                   o.image_dir.string(),
+                                   "-L",
+                                   tools.plugin_dir.string(),
+                                   "-o",
+                                   "dump.log",
+                                   "-v4"};
   if (o.leave_running) argv.push_back("-R");
   if (has_terminal(o.pid)) argv.push_back("--shell-job");
   auto env = o.env;
   if (o.leave_running) env["GCR_LEAVE_RUNNING"] = "1";
   GCR_TRY_ASSIGN(int rc, run(argv, env, o.image_dir / "criu.out"));
   if (rc != 0)
-    return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (exit " + std::to_string(rc) +
-                                     "); from " + log.string() + ":" + log_tail(log)};
+    return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (exit " +
+                                     std::to_string(rc) + "); from " + log.string() + ":" +
+                                     log_tail(log)};
   return ok();
 }
 
@@ -123,13 +145,22 @@ Status restore(const Tools& tools, const RestoreOptions& o) {
   fs::path pidfile = o.image_dir / "restored.pid";
   std::error_code ec;
   fs::remove(pidfile, ec);
-  std::vector<std::string> argv = {tools.criu.string(), "restore", "-D", o.image_dir.string(), "-L",
-                                   tools.plugin_dir.string(), "-d", "--pidfile", pidfile.string(),
-                                   "-o", "restore.log", "-v4"};
+  std::vector<std::string> argv = {tools.criu.string(),
+                                   "restore",
+                                   "-D",
+                                   o.image_dir.string(),
+                                   "-L",
+                                   tools.plugin_dir.string(),
+                                   "-d",
+                                   "--pidfile",
+                                   pidfile.string(),
+                                   "-o",
+                                   "restore.log",
+                                   "-v4"};
   GCR_TRY_ASSIGN(int rc, run(argv, o.env, o.image_dir / "criu.out"));
   if (rc != 0)
-    return Error{Errc::io_error, "criu restore failed (exit " + std::to_string(rc) + "); from " + log.string() + ":" +
-                                     log_tail(log)};
+    return Error{Errc::io_error, "criu restore failed (exit " + std::to_string(rc) + "); from " +
+                                     log.string() + ":" + log_tail(log)};
   if (o.restored_pid) {
     std::ifstream in(pidfile);
     pid_t pid = 0;

@@ -47,6 +47,8 @@ class BlockingQueue final : public IoQueue {
 
 }  // namespace
 
-std::unique_ptr<IoQueue> make_blocking_queue() { return std::make_unique<BlockingQueue>(); }
+std::unique_ptr<IoQueue> make_blocking_queue() {
+  return std::make_unique<BlockingQueue>();
+}
 
 }  // namespace gcr::io

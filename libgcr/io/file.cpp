@@ -60,8 +60,7 @@ Result<std::vector<std::byte>> read_file(const std::filesystem::path& path,
   std::vector<std::byte> data(size);
   std::size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pread(fd.get(), data.data() + done, data.size() - done,
-                        static_cast<off_t>(done));
+    ssize_t n = ::pread(fd.get(), data.data() + done, data.size() - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return file_error("cannot read", path, errno);
@@ -77,8 +76,8 @@ Status write_all(int fd, std::span<const std::byte> data, std::uint64_t offset,
                  const std::filesystem::path& path) {
   std::size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
-                         static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return file_error("cannot write", path, errno);

@@ -23,7 +23,8 @@ Error file_error(const std::string& what, const std::filesystem::path& path, int
 Result<UniqueFd> open_file(const std::filesystem::path& path, int flags, mode_t mode = 0600);
 
 // The whole file, refusing one larger than max_bytes (untrusted input stays bounded).
-Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::uint64_t max_bytes);
+Result<std::vector<std::byte>> read_file(const std::filesystem::path& path,
+                                         std::uint64_t max_bytes);
 
 Status write_all(int fd, std::span<const std::byte> data, std::uint64_t offset,
                  const std::filesystem::path& path);

@@ -45,8 +45,7 @@ class IoQueue {
     return read(fd, offset, std::vector<iovec>{{out.data(), out.size()}}, std::move(done));
   }
   Status write(int fd, std::uint64_t offset, std::span<const std::byte> in, Done done) {
-    return write(fd, offset,
-                 std::vector<iovec>{{const_cast<std::byte*>(in.data()), in.size()}},
+    return write(fd, offset, std::vector<iovec>{{const_cast<std::byte*>(in.data()), in.size()}},
                  std::move(done));
   }
 };
@@ -88,8 +87,8 @@ namespace gcr::io {
 inline Status wait_until_zero(IoQueue& io, const std::size_t& count) {
   while (count > 0) {
     if (io.in_flight() == 0) {
-      return make_error(Errc::internal, "I/O requests were lost (" + std::to_string(count) +
-                                            " never completed)");
+      return make_error(Errc::internal,
+                        "I/O requests were lost (" + std::to_string(count) + " never completed)");
     }
     GCR_TRY(io.wait_one());
   }

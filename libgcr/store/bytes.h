@@ -29,7 +29,9 @@ class ByteWriter {
   // Overwrites a field written earlier (lengths and hashes known only at the end).
   void put_u32_at(std::size_t at, std::uint32_t v) { put_le(at, v, 4); }
   void put_u64_at(std::size_t at, std::uint64_t v) { put_le(at, v, 8); }
-  void put_id_at(std::size_t at, const Id128& v) { std::memcpy(out_.data() + at, v.bytes.data(), 16); }
+  void put_id_at(std::size_t at, const Id128& v) {
+    std::memcpy(out_.data() + at, v.bytes.data(), 16);
+  }
 
   std::size_t size() const { return out_.size(); }
   std::vector<std::byte>& buffer() { return out_; }
@@ -123,11 +125,10 @@ class Parser {
 inline Error newer_version_error(const std::string& origin, std::uint16_t major,
                                  std::uint16_t minor, std::uint16_t our_major,
                                  std::uint16_t our_minor) {
-  return make_error(Errc::unsupported,
-                    origin + ": format version " + std::to_string(major) + "." +
-                        std::to_string(minor) + " is newer than this gcr's " +
-                        std::to_string(our_major) + "." + std::to_string(our_minor) +
-                        "; upgrade gcr to read it");
+  return make_error(Errc::unsupported, origin + ": format version " + std::to_string(major) + "." +
+                                           std::to_string(minor) + " is newer than this gcr's " +
+                                           std::to_string(our_major) + "." +
+                                           std::to_string(our_minor) + "; upgrade gcr to read it");
 }
 
 }  // namespace gcr::store

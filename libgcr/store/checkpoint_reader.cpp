@@ -45,8 +45,8 @@ class Reader final : public CheckpointReader {
   const Manifest& manifest() const override { return manifest_; }
 
   Status read(const ObjectEntry& o, std::uint64_t offset, std::span<std::byte> out) override {
-    return read_impl(o, offset, out).context("checkpoint " + manifest_.id.hex() + ": " +
-                                              object_label(o));
+    return read_impl(o, offset, out)
+        .context("checkpoint " + manifest_.id.hex() + ": " + object_label(o));
   }
 
   Status materialize_files(const std::filesystem::path& dir) override {
@@ -81,18 +81,17 @@ class Reader final : public CheckpointReader {
   Status read_impl(const ObjectEntry& o, std::uint64_t offset, std::span<std::byte> out) {
     GCR_TRY(check_object(o));
     if (offset > o.size || out.size() > o.size - offset) {
-      return make_error(Errc::invalid_argument,
-                        "read of [" + std::to_string(offset) + ", +" +
-                            std::to_string(out.size()) + ") beyond its " +
-                            std::to_string(o.size) + " bytes");
+      return make_error(Errc::invalid_argument, "read of [" + std::to_string(offset) + ", +" +
+                                                    std::to_string(out.size()) + ") beyond its " +
+                                                    std::to_string(o.size) + " bytes");
     }
     if (out.empty()) return ok();
     std::uint64_t base = prefix_[o.first_chunk];
     // The chunk holding `offset`: the last whose start is <= it.
     auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);
     auto end = begin + static_cast<std::ptrdiff_t>(o.chunk_count);
-    std::size_t i = static_cast<std::size_t>(std::upper_bound(begin, end, base + offset) -
-                                             prefix_.begin()) - 1;
+    std::size_t i =
+        static_cast<std::size_t>(std::upper_bound(begin, end, base + offset) - prefix_.begin()) - 1;
     std::vector<FetchItem> items;
     std::deque<std::vector<std::byte>> partial;  // chunks read only in part
     struct Copy {
@@ -106,8 +105,8 @@ class Reader final : public CheckpointReader {
       const ChunkRef& c = manifest_.chunks[i];
       std::uint64_t chunk_start = prefix_[i] - base;
       std::uint64_t skip = offset + done - chunk_start;
-      std::size_t n = static_cast<std::size_t>(
-          std::min<std::uint64_t>(c.raw_bytes - skip, out.size() - done));
+      std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(c.raw_bytes - skip, out.size() - done));
       if (skip == 0 && n == c.raw_bytes) {
         items.push_back(item_for(c, out.subspan(done, n)));
       } else {
@@ -169,8 +168,8 @@ class Reader final : public CheckpointReader {
         GCR_TRY(io::make_dir(parent));
       }
       auto path = dir / rel;
-      GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW,
-                                                0600));
+      GCR_TRY_ASSIGN(UniqueFd fd,
+                     io::open_file(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600));
       outs.push_back(Out{o, std::move(fd), path});
     }
 
@@ -204,8 +203,8 @@ class Reader final : public CheckpointReader {
       std::vector<FetchItem> items;
       std::size_t first = at;
       std::uint64_t bytes = 0;
-      while (at < pieces.size() && (at == first || bytes + pieces[at].chunk->raw_bytes <=
-                                                        kMaterializeWindow)) {
+      while (at < pieces.size() &&
+             (at == first || bytes + pieces[at].chunk->raw_bytes <= kMaterializeWindow)) {
         const ChunkRef& c = *pieces[at].chunk;
         auto& buf = w.buffers.emplace_back(c.raw_bytes);
         items.push_back(item_for(c, buf));
@@ -214,14 +213,15 @@ class Reader final : public CheckpointReader {
       }
       GCR_TRY(fetch_chunks(*io_, state_->pool, items));
       for (std::size_t k = 0; k < items.size(); ++k) {
-        GCR_TRY(std::move(items[k].result).context(object_label(*outs[pieces[first + k].out].object)));
+        GCR_TRY(
+            std::move(items[k].result).context(object_label(*outs[pieces[first + k].out].object)));
         Out& out = outs[pieces[first + k].out];
         ++w.writes;
-        GCR_TRY(io_->write(out.fd.get(), pieces[first + k].offset, w.buffers[k],
-                           [&out, &w](int err) {
-                             --w.writes;
-                             if (err != 0 && out.error == 0) out.error = err;
-                           }));
+        GCR_TRY(
+            io_->write(out.fd.get(), pieces[first + k].offset, w.buffers[k], [&out, &w](int err) {
+              --w.writes;
+              if (err != 0 && out.error == 0) out.error = err;
+            }));
       }
       while (windows.size() > 1) {
         GCR_TRY(io::wait_until_zero(*io_, windows.front().writes));
@@ -269,8 +269,10 @@ Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr
       if (!loc) {
         return make_error(Errc::corrupt_image,
                           "checkpoint " + id.hex() + ": " + object_label(o) + ": chunk " +
-                              c.id.hex() + " is in no sealed pack; the store is damaged, run "
-                              "'gcr image verify " + id.hex() + "'");
+                              c.id.hex() +
+                              " is in no sealed pack; the store is damaged, run "
+                              "'gcr image verify " +
+                              id.hex() + "'");
       }
       if (!packs.contains(loc->pack)) {
         GCR_TRY_ASSIGN(auto pack, PackReader::open(layout, loc->pack, loc->pack_bytes)

@@ -124,10 +124,9 @@ class Writer final : public CheckpointWriter {
                         "parent checkpoint " + parent_->id.hex() + " has no " + where);
     }
     if (from->size != size) {
-      return make_error(Errc::invalid_argument,
-                        where + " is " + std::to_string(size) + " bytes, but " +
-                            std::to_string(from->size) + " in parent checkpoint " +
-                            parent_->id.hex());
+      return make_error(Errc::invalid_argument, where + " is " + std::to_string(size) +
+                                                    " bytes, but " + std::to_string(from->size) +
+                                                    " in parent checkpoint " + parent_->id.hex());
     }
     ObjectEntry o = *from;
     o.dirty = false;
@@ -157,12 +156,11 @@ class Writer final : public CheckpointWriter {
     o.size = static_cast<std::uint64_t>(st.st_size);
     bool pages = is_page_image(relative);
     return add_object(std::move(o), [&](std::vector<ChunkRef>& refs) -> Status {
-      GCR_TRY(chunk_file(*io_, fd.get(), source, static_cast<std::uint64_t>(st.st_size), pages,
-                         state_->options.chunk_bytes,
-                         [&](std::span<const std::byte> data, std::span<const std::uint32_t> sizes,
-                             std::size_t& in_flight) {
-                           return ingest_.add(data, sizes, refs, in_flight);
-                         }));
+      GCR_TRY(chunk_file(
+          *io_, fd.get(), source, static_cast<std::uint64_t>(st.st_size), pages,
+          state_->options.chunk_bytes,
+          [&](std::span<const std::byte> data, std::span<const std::uint32_t> sizes,
+              std::size_t& in_flight) { return ingest_.add(data, sizes, refs, in_flight); }));
       return ingest_.status();
     });
   }
@@ -320,10 +318,9 @@ Result<std::unique_ptr<CheckpointWriter>> make_checkpoint_writer(
     parent_manifest = std::move(m);
   }
   auto io = state->new_io();
-  return std::unique_ptr<CheckpointWriter>(new Writer(std::move(state), std::move(lock),
-                                                      std::move(io), std::move(meta),
-                                                      std::move(parent_manifest),
-                                                      std::move(lineage)));
+  return std::unique_ptr<CheckpointWriter>(
+      new Writer(std::move(state), std::move(lock), std::move(io), std::move(meta),
+                 std::move(parent_manifest), std::move(lineage)));
 }
 
 }  // namespace gcr::store

@@ -29,8 +29,8 @@ ZSTD_DCtx* thread_dctx() {
 std::size_t try_compress(std::span<const std::byte> data, int level, std::vector<std::byte>& out,
                          std::size_t limit) {
   out.resize(ZSTD_compressBound(data.size()));
-  std::size_t n = ZSTD_compressCCtx(thread_cctx(), out.data(), out.size(), data.data(),
-                                    data.size(), level);
+  std::size_t n =
+      ZSTD_compressCCtx(thread_cctx(), out.data(), out.size(), data.data(), data.size(), level);
   if (ZSTD_isError(n) || n >= limit) return SIZE_MAX;
   out.resize(n);
   return n;
@@ -78,8 +78,7 @@ Status unpack_chunk(Codec codec, std::span<const std::byte> payload, std::span<s
       std::size_t n = ZSTD_decompressDCtx(thread_dctx(), out.data(), out.size(), payload.data(),
                                           payload.size());
       if (ZSTD_isError(n)) {
-        return make_error(Errc::corrupt_image,
-                          std::string("zstd frame: ") + ZSTD_getErrorName(n));
+        return make_error(Errc::corrupt_image, std::string("zstd frame: ") + ZSTD_getErrorName(n));
       }
       if (n != out.size()) {
         return make_error(Errc::corrupt_image, "zstd frame decodes to " + std::to_string(n) +

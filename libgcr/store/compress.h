@@ -20,8 +20,8 @@ inline constexpr std::size_t kProbeBytes = kProbeSlice * kProbeSlices;
 
 struct Packed {
   Codec codec = Codec::raw;
-  std::vector<std::byte> bytes;  // the zstd frame; empty for raw (store the input as is)
-  std::uint64_t probe_bytes = 0;  // bytes fed to the probe
+  std::vector<std::byte> bytes;      // the zstd frame; empty for raw (store the input as is)
+  std::uint64_t probe_bytes = 0;     // bytes fed to the probe
   std::uint64_t compress_bytes = 0;  // bytes fed to the full compression
 };
 

@@ -9,11 +9,10 @@
 namespace gcr::store {
 namespace {
 
-constexpr Fault kAll[] = {Fault::after_pack_create,      Fault::after_chunk_write,
-                          Fault::after_pack_sync,        Fault::after_index_rename,
-                          Fault::before_manifest_rename, Fault::after_manifest_rename,
-                          Fault::after_tag_rename,       Fault::gc_after_rewrite,
-                          Fault::gc_after_index_delete};
+constexpr Fault kAll[] = {
+    Fault::after_pack_create,  Fault::after_chunk_write,      Fault::after_pack_sync,
+    Fault::after_index_rename, Fault::before_manifest_rename, Fault::after_manifest_rename,
+    Fault::after_tag_rename,   Fault::gc_after_rewrite,       Fault::gc_after_index_delete};
 
 std::optional<Fault> configured() {
   static const std::optional<Fault> fault = []() -> std::optional<Fault> {
@@ -31,15 +30,24 @@ std::optional<Fault> configured() {
 
 std::string_view fault_name(Fault f) {
   switch (f) {
-    case Fault::after_pack_create: return "after-pack-create";
-    case Fault::after_chunk_write: return "after-chunk-write";
-    case Fault::after_pack_sync: return "after-pack-sync";
-    case Fault::after_index_rename: return "after-index-rename";
-    case Fault::before_manifest_rename: return "before-manifest-rename";
-    case Fault::after_manifest_rename: return "after-manifest-rename";
-    case Fault::after_tag_rename: return "after-tag-rename";
-    case Fault::gc_after_rewrite: return "gc-after-rewrite";
-    case Fault::gc_after_index_delete: return "gc-after-index-delete";
+    case Fault::after_pack_create:
+      return "after-pack-create";
+    case Fault::after_chunk_write:
+      return "after-chunk-write";
+    case Fault::after_pack_sync:
+      return "after-pack-sync";
+    case Fault::after_index_rename:
+      return "after-index-rename";
+    case Fault::before_manifest_rename:
+      return "before-manifest-rename";
+    case Fault::after_manifest_rename:
+      return "after-manifest-rename";
+    case Fault::after_tag_rename:
+      return "after-tag-rename";
+    case Fault::gc_after_rewrite:
+      return "gc-after-rewrite";
+    case Fault::gc_after_index_delete:
+      return "gc-after-index-delete";
   }
   return "";
 }

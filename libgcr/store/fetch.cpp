@@ -26,9 +26,11 @@ bool needs_scratch(const FetchItem& item) {
 void check_zero(FetchItem& item) {
   std::memset(item.out.data(), 0, item.out.size());
   if (item.id != zero_chunk_id(item.raw_bytes)) {
-    item.result = make_error(Errc::corrupt_image,
-                             "chunk " + item.id.hex() + " is marked as all zeros, but its id is "
-                             "not that of " + std::to_string(item.raw_bytes) + " zero bytes");
+    item.result =
+        make_error(Errc::corrupt_image, "chunk " + item.id.hex() +
+                                            " is marked as all zeros, but its id is "
+                                            "not that of " +
+                                            std::to_string(item.raw_bytes) + " zero bytes");
   }
 }
 
@@ -46,17 +48,17 @@ void check_record(FetchItem& item, Slot& slot) {
       slot.direct ? std::span<const std::byte>(item.out)
                   : std::span<const std::byte>(slot.scratch).subspan(kRecordHeaderBytes);
   if (Status s = unpack_chunk(e.codec, payload, item.out); !s) {
-    item.result = make_error(Errc::corrupt_image, origin + ": offset " + std::to_string(e.offset) +
-                                                      ": chunk " + e.id.hex() + ": " +
-                                                      s.error().message);
+    item.result =
+        make_error(Errc::corrupt_image, origin + ": offset " + std::to_string(e.offset) +
+                                            ": chunk " + e.id.hex() + ": " + s.error().message);
     return;
   }
   ChunkId got = chunk_id_of(item.out);
   if (got != item.id) {
-    item.result = make_error(Errc::corrupt_image,
-                             origin + ": offset " + std::to_string(e.offset) +
-                                 ": checksum mismatch: chunk " + item.id.hex() +
-                                 " reads back as " + got.hex());
+    item.result =
+        make_error(Errc::corrupt_image, origin + ": offset " + std::to_string(e.offset) +
+                                            ": checksum mismatch: chunk " + item.id.hex() +
+                                            " reads back as " + got.hex());
     return;
   }
   if (item.keep_stored) item.stored.assign(payload.begin(), payload.end());
@@ -103,19 +105,18 @@ Status fetch_chunks(io::IoQueue& io, WorkerPool& pool, std::span<FetchItem> item
         iov.push_back({item.out.data(), item.out.size()});
       }
       ++pending[b];
-      GCR_TRY(io.read(item.pack->fd(), item.entry.offset, std::move(iov),
-                      [&item, &pending, b](int err) {
-                        --pending[b];
-                        if (err == 0) return;
-                        std::string where = item.pack->origin() + ": offset " +
-                                            std::to_string(item.entry.offset) + ": chunk " +
-                                            item.id.hex();
-                        item.result =
-                            err == EIO ? make_error(Errc::corrupt_image,
-                                                    where + ": record ends past the end of the "
-                                                            "file (truncated pack) or I/O error")
-                                       : errno_error(where, err);
-                      }));
+      GCR_TRY(io.read(
+          item.pack->fd(), item.entry.offset, std::move(iov), [&item, &pending, b](int err) {
+            --pending[b];
+            if (err == 0) return;
+            std::string where = item.pack->origin() + ": offset " +
+                                std::to_string(item.entry.offset) + ": chunk " + item.id.hex();
+            item.result = err == EIO ? make_error(Errc::corrupt_image,
+                                                  where +
+                                                      ": record ends past the end of the "
+                                                      "file (truncated pack) or I/O error")
+                                     : errno_error(where, err);
+          }));
     }
     return ok();
   };

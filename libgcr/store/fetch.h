@@ -23,10 +23,10 @@ struct FetchItem {
   bool zero = false;                 // all zeros, in no pack: out is cleared, the id checked
   const PackReader* pack = nullptr;  // where it is (not for zero chunks)
   IndexEntry entry;
-  std::span<std::byte> out;          // exactly raw_bytes
-  bool keep_stored = false;          // also hand back the stored payload (gc's rewrite)
+  std::span<std::byte> out;  // exactly raw_bytes
+  bool keep_stored = false;  // also hand back the stored payload (gc's rewrite)
   std::vector<std::byte> stored;
-  Status result;                     // this chunk's outcome
+  Status result;  // this chunk's outcome
 };
 
 // Fetches every item into its out. Each item's own failure (I/O error, damage) lands in its

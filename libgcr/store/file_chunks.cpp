@@ -21,10 +21,10 @@ constexpr std::uint32_t kReadBytes = 1u << 20;  // one request
 
 struct Buffer {
   std::vector<std::byte> mem;
-  std::size_t window = 0;   // bytes of the file in this buffer's window
-  std::uint64_t end = 0;    // file offset just past the window
-  std::size_t reads = 0;    // reads in flight into it
-  std::size_t writes = 0;   // writes in flight from it
+  std::size_t window = 0;  // bytes of the file in this buffer's window
+  std::uint64_t end = 0;   // file offset just past the window
+  std::size_t reads = 0;   // reads in flight into it
+  std::size_t writes = 0;  // writes in flight from it
   int read_error = 0;
 };
 
@@ -51,11 +51,11 @@ Status chunk_file(io::IoQueue& io, int fd, const std::filesystem::path& path, st
     for (std::size_t at = 0; at < b.window; at += kReadBytes) {
       std::size_t n = std::min<std::size_t>(kReadBytes, b.window - at);
       ++b.reads;
-      GCR_TRY(io.read(fd, next_read + at, std::span(b.mem.data() + carry_room + at, n),
-                      [&b](int err) {
-                        --b.reads;
-                        if (err != 0 && b.read_error == 0) b.read_error = err;
-                      }));
+      GCR_TRY(
+          io.read(fd, next_read + at, std::span(b.mem.data() + carry_room + at, n), [&b](int err) {
+            --b.reads;
+            if (err != 0 && b.read_error == 0) b.read_error = err;
+          }));
     }
     next_read = b.end;
     return ok();

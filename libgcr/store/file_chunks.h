@@ -15,9 +15,8 @@ namespace gcr::store {
 
 // Called per window with whole chunks only; writes that read from data must decrement
 // `in_flight` when done (the buffer is reused once it is zero).
-using ChunkConsumer = std::function<Status(std::span<const std::byte> data,
-                                           std::span<const std::uint32_t> sizes,
-                                           std::size_t& in_flight)>;
+using ChunkConsumer = std::function<Status(
+    std::span<const std::byte> data, std::span<const std::uint32_t> sizes, std::size_t& in_flight)>;
 
 // Reads size bytes of fd (path names it in errors) and hands them to consume in chunks.
 Status chunk_file(io::IoQueue& io, int fd, const std::filesystem::path& path, std::uint64_t size,

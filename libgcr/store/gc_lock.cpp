@@ -28,7 +28,11 @@ Result<GcLock> GcLock::take(const std::filesystem::path& path, int op) {
   return lock;
 }
 
-Result<GcLock> GcLock::shared(const std::filesystem::path& path) { return take(path, LOCK_SH); }
-Result<GcLock> GcLock::exclusive(const std::filesystem::path& path) { return take(path, LOCK_EX); }
+Result<GcLock> GcLock::shared(const std::filesystem::path& path) {
+  return take(path, LOCK_SH);
+}
+Result<GcLock> GcLock::exclusive(const std::filesystem::path& path) {
+  return take(path, LOCK_EX);
+}
 
 }  // namespace gcr::store

@@ -103,9 +103,8 @@ Status Ingest::add(std::span<const std::byte> data, std::span<const std::uint32_
         payload = *owned;
       }
       ++in_flight;
-      GCR_TRY_ASSIGN(IndexEntry e,
-                     pack->append(io_, w.id, w.packed.codec, raw_bytes, payload,
-                                  [owned, &in_flight](int) { --in_flight; }));
+      GCR_TRY_ASSIGN(IndexEntry e, pack->append(io_, w.id, w.packed.codec, raw_bytes, payload,
+                                                [owned, &in_flight](int) { --in_flight; }));
       ++counters_.new_chunks;
       counters_.stored_bytes += e.stored_bytes;
       counters_.record_bytes += e.record_bytes();

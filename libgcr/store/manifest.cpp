@@ -23,11 +23,16 @@ enum Section : std::uint32_t { kMeta = 1, kObjects = 2, kChunks = 3, kStats = 4 
 
 const char* section_name(std::uint32_t type) {
   switch (type) {
-    case kMeta: return "META";
-    case kObjects: return "OBJECTS";
-    case kChunks: return "CHUNKS";
-    case kStats: return "STATS";
-    default: return "unknown";
+    case kMeta:
+      return "META";
+    case kObjects:
+      return "OBJECTS";
+    case kChunks:
+      return "CHUNKS";
+    case kStats:
+      return "STATS";
+    default:
+      return "unknown";
   }
 }
 
@@ -38,7 +43,9 @@ void put_section(ByteWriter& w, std::uint32_t type, const ByteWriter& body) {
   w.bytes(const_cast<ByteWriter&>(body).buffer());
 }
 
-std::string object_label(std::size_t i) { return "OBJECTS[" + std::to_string(i) + "]"; }
+std::string object_label(std::size_t i) {
+  return "OBJECTS[" + std::to_string(i) + "]";
+}
 
 Status parse_meta(Parser& p, Manifest& m) {
   GCR_TRY(p.need(4, "META.count"));
@@ -140,9 +147,9 @@ Status parse_chunks(Parser& p, Manifest& m) {
     std::uint16_t reserved = p.u16();
     auto label = [&] { return "CHUNKS[" + std::to_string(i) + "]"; };
     if (c.raw_bytes == 0 || c.raw_bytes > kMaxChunkBytes) {
-      return p.fail_at(at + 16, label() + ".raw_bytes",
-                       std::to_string(c.raw_bytes) + " outside 1.." +
-                           std::to_string(kMaxChunkBytes));
+      return p.fail_at(
+          at + 16, label() + ".raw_bytes",
+          std::to_string(c.raw_bytes) + " outside 1.." + std::to_string(kMaxChunkBytes));
     }
     if ((flags & ~1u) != 0) return p.fail_at(at + 20, label() + ".flags", "reserved bits set");
     c.zero = (flags & 1u) != 0;
@@ -151,8 +158,7 @@ Status parse_chunks(Parser& p, Manifest& m) {
     }
     c.dedup = static_cast<DedupClass>(dedup);
     if (c.zero != (c.dedup == DedupClass::zero)) {
-      return p.fail_at(at + 20, label() + ".flags",
-                       "zero flag and dedup class 'zero' disagree");
+      return p.fail_at(at + 20, label() + ".flags", "zero flag and dedup class 'zero' disagree");
     }
     if (reserved != 0) return p.fail_at(at + 22, label() + ".reserved", "not zero");
     m.chunks.push_back(c);
@@ -182,7 +188,8 @@ Status parse_stats(Parser& p, Manifest& m) {
 // Objects name ranges of CHUNKS whose raw sizes add up to the object's size.
 Status check_objects(const Parser& p, const Manifest& m, const std::vector<std::uint64_t>& at) {
   std::vector<std::uint64_t> prefix(m.chunks.size() + 1, 0);
-  for (std::size_t i = 0; i < m.chunks.size(); ++i) prefix[i + 1] = prefix[i] + m.chunks[i].raw_bytes;
+  for (std::size_t i = 0; i < m.chunks.size(); ++i)
+    prefix[i + 1] = prefix[i] + m.chunks[i].raw_bytes;
   for (std::size_t i = 0; i < m.objects.size(); ++i) {
     const ObjectEntry& o = m.objects[i];
     if (o.first_chunk > m.chunks.size() || o.chunk_count > m.chunks.size() - o.first_chunk) {
@@ -193,9 +200,9 @@ Status check_objects(const Parser& p, const Manifest& m, const std::vector<std::
     }
     std::uint64_t sum = prefix[o.first_chunk + o.chunk_count] - prefix[o.first_chunk];
     if (sum != o.size) {
-      return p.fail_at(at[i] + 16, object_label(i) + ".size",
-                       std::to_string(o.size) + " bytes, but its chunks hold " +
-                           std::to_string(sum));
+      return p.fail_at(
+          at[i] + 16, object_label(i) + ".size",
+          std::to_string(o.size) + " bytes, but its chunks hold " + std::to_string(sum));
     }
   }
   return ok();
@@ -318,10 +325,18 @@ Result<Manifest> decode_manifest(std::span<const std::byte> bytes, const std::st
                            " must come (sections 1-4 appear once, in order)");
     }
     switch (type) {
-      case kMeta: GCR_TRY(parse_meta(s, m)); break;
-      case kObjects: GCR_TRY(parse_objects(s, m, object_offsets)); break;
-      case kChunks: GCR_TRY(parse_chunks(s, m)); break;
-      case kStats: GCR_TRY(parse_stats(s, m)); break;
+      case kMeta:
+        GCR_TRY(parse_meta(s, m));
+        break;
+      case kObjects:
+        GCR_TRY(parse_objects(s, m, object_offsets));
+        break;
+      case kChunks:
+        GCR_TRY(parse_chunks(s, m));
+        break;
+      case kStats:
+        GCR_TRY(parse_stats(s, m));
+        break;
     }
     if (s.remaining() != 0) {
       return s.fail(std::string(section_name(type)),

@@ -17,8 +17,8 @@ Result<Manifest> load_manifest(const Layout& layout, const CheckpointId& id) {
   auto bytes = io::read_file(path, kMaxManifestBytes);
   if (!bytes) {
     if (bytes.error().code == Errc::not_found) {
-      return make_error(Errc::not_found, "checkpoint " + id.hex() + " does not exist (no '" +
-                                             path.string() + "')");
+      return make_error(Errc::not_found,
+                        "checkpoint " + id.hex() + " does not exist (no '" + path.string() + "')");
     }
     return std::move(bytes).error();
   }
@@ -76,8 +76,10 @@ std::string object_label(const ObjectEntry& o) {
                     static_cast<unsigned long long>(o.address), o.device);
       return buf;
     }
-    case ObjectKind::file: return "file " + o.name;
-    case ObjectKind::blob: return "blob " + o.name;
+    case ObjectKind::file:
+      return "file " + o.name;
+    case ObjectKind::blob:
+      return "blob " + o.name;
   }
   return "object";
 }

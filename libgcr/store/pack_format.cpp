@@ -13,7 +13,9 @@ constexpr char kPackMagic[8] = {'G', 'C', 'R', 'P', 'A', 'C', 'K', '\0'};
 constexpr char kIndexMagic[8] = {'G', 'C', 'R', 'P', 'I', 'D', 'X', '\0'};
 constexpr char kRecordMagic[4] = {'C', 'H', 'N', 'K'};
 
-std::string entry_label(std::size_t i) { return "entries[" + std::to_string(i) + "]"; }
+std::string entry_label(std::size_t i) {
+  return "entries[" + std::to_string(i) + "]";
+}
 
 }  // namespace
 
@@ -68,9 +70,9 @@ Status check_record_header(std::span<const std::byte> header, const IndexEntry& 
   }
   auto codec = p.u8();
   if (codec != static_cast<std::uint8_t>(e.codec)) {
-    return p.fail_at(e.offset + 4, "record codec",
-                     std::to_string(codec) + ", the index says " +
-                         std::to_string(static_cast<int>(e.codec)));
+    return p.fail_at(
+        e.offset + 4, "record codec",
+        std::to_string(codec) + ", the index says " + std::to_string(static_cast<int>(e.codec)));
   }
   auto reserved = p.bytes(3);
   if (reserved[0] != std::byte{0} || reserved[1] != std::byte{0} || reserved[2] != std::byte{0}) {
@@ -86,8 +88,7 @@ Status check_record_header(std::span<const std::byte> header, const IndexEntry& 
   }
   ChunkId id = p.id();
   if (id != e.id) {
-    return p.fail_at(e.offset + 16, "record chunk id",
-                     id.hex() + ", the index says " + e.id.hex());
+    return p.fail_at(e.offset + 16, "record chunk id", id.hex() + ", the index says " + e.id.hex());
   }
   return ok();
 }
@@ -162,22 +163,21 @@ Result<PackIndex> decode_pack_index(std::span<const std::byte> bytes, const std:
                        std::to_string(e.offset) + " is not a multiple of 8 at or past 32");
     }
     if (e.raw_bytes == 0 || e.raw_bytes > kMaxChunkBytes) {
-      return p.fail_at(at + 24, entry_label(i) + ".raw_bytes",
-                       std::to_string(e.raw_bytes) + " outside 1.." +
-                           std::to_string(kMaxChunkBytes));
+      return p.fail_at(
+          at + 24, entry_label(i) + ".raw_bytes",
+          std::to_string(e.raw_bytes) + " outside 1.." + std::to_string(kMaxChunkBytes));
     }
     if (codec > 1) {
-      return p.fail_at(at + 32, entry_label(i) + ".codec", "unknown codec " + std::to_string(codec));
+      return p.fail_at(at + 32, entry_label(i) + ".codec",
+                       "unknown codec " + std::to_string(codec));
     }
     e.codec = static_cast<Codec>(codec);
-    bool sizes_ok = e.codec == Codec::raw
-                        ? e.stored_bytes == e.raw_bytes
-                        : e.stored_bytes >= 1 && e.stored_bytes <= e.raw_bytes;
+    bool sizes_ok = e.codec == Codec::raw ? e.stored_bytes == e.raw_bytes
+                                          : e.stored_bytes >= 1 && e.stored_bytes <= e.raw_bytes;
     if (!sizes_ok) {
       return p.fail_at(at + 28, entry_label(i) + ".stored_bytes",
                        std::to_string(e.stored_bytes) + " does not fit codec " +
-                           std::to_string(codec) + " and raw_bytes " +
-                           std::to_string(e.raw_bytes));
+                           std::to_string(codec) + " and raw_bytes " + std::to_string(e.raw_bytes));
     }
     for (std::byte b : reserved) {
       if (b != std::byte{0}) return p.fail_at(at + 33, entry_label(i) + ".reserved", "not zero");

@@ -61,19 +61,18 @@ Result<IndexEntry> PackWriter::append(io::IoQueue& io, const ChunkId& id, Codec 
   std::uint64_t offset = end_;
   end_ += e.record_bytes();
   entries_.push_back(e);
-  GCR_TRY(io.write(fd_.get(), offset, std::move(iov),
-                   [this, frame, offset, done = std::move(done)](int err) {
-                     if (err != 0 && status_) {
-                       status_ = io::file_error("cannot write a chunk at offset " +
-                                                    std::to_string(offset) + " of pack",
-                                                path_, err);
-                     }
-                     if (err == 0 && !wrote_one_) {
-                       wrote_one_ = true;
-                       fault_point(Fault::after_chunk_write);
-                     }
-                     if (done) done(err);
-                   }));
+  GCR_TRY(io.write(
+      fd_.get(), offset, std::move(iov), [this, frame, offset, done = std::move(done)](int err) {
+        if (err != 0 && status_) {
+          status_ = io::file_error(
+              "cannot write a chunk at offset " + std::to_string(offset) + " of pack", path_, err);
+        }
+        if (err == 0 && !wrote_one_) {
+          wrote_one_ = true;
+          fault_point(Fault::after_chunk_write);
+        }
+        if (done) done(err);
+      }));
   return e;
 }
 

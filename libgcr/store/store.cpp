@@ -31,9 +31,8 @@ Result<std::shared_ptr<Store>> Store::open(StoreOptions options, bool create) {
     return make_error(Errc::invalid_argument, "no store directory given");
   }
   if (options.chunk_bytes < 4096 || options.chunk_bytes > (64u << 20)) {
-    return make_error(Errc::invalid_argument,
-                      "chunk_bytes " + std::to_string(options.chunk_bytes) +
-                          " outside 4 KiB..64 MiB");
+    return make_error(Errc::invalid_argument, "chunk_bytes " + std::to_string(options.chunk_bytes) +
+                                                  " outside 4 KiB..64 MiB");
   }
   if (options.queue_depth == 0) options.queue_depth = 1;
   if (options.queue_depth > 4096) options.queue_depth = 4096;
@@ -46,7 +45,9 @@ Result<std::shared_ptr<Store>> Store::open(StoreOptions options, bool create) {
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
-const StoreOptions& Store::options() const { return impl_->state->options; }
+const StoreOptions& Store::options() const {
+  return impl_->state->options;
+}
 
 Result<CheckpointId> Store::resolve(std::string_view name) const {
   const Layout& layout = impl_->state->layout;
@@ -58,7 +59,7 @@ Result<CheckpointId> Store::resolve(std::string_view name) const {
     if (bytes) {
       auto text = std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
       auto id = text.size() == 33 && text[32] == '\n' ? Id128::from_hex(text.substr(0, 32))
-                                                     : std::nullopt;
+                                                      : std::nullopt;
       if (!id) {
         return make_error(Errc::corrupt_image, "tag '" + std::string(name) + "' ('" +
                                                    (layout.tags() / std::string(name)).string() +
@@ -158,7 +159,9 @@ Status Store::tag(const CheckpointId& id, std::string_view name) {
   return write_tag(layout, name, id);
 }
 
-Result<GcReport> Store::gc() { return collect_garbage(*impl_->state); }
+Result<GcReport> Store::gc() {
+  return collect_garbage(*impl_->state);
+}
 
 Result<VerifyReport> Store::verify(
     std::optional<CheckpointId> id,

@@ -21,11 +21,21 @@ void add_checkpoint(Usage& u, const Manifest& m) {
   for (const ChunkRef& c : m.chunks) {
     ++u.chunks;
     switch (c.dedup) {
-      case DedupClass::fresh: u.fresh_bytes += c.raw_bytes; break;
-      case DedupClass::zero: u.zero_bytes += c.raw_bytes; break;
-      case DedupClass::self: u.self_bytes += c.raw_bytes; break;
-      case DedupClass::lineage: u.lineage_bytes += c.raw_bytes; break;
-      case DedupClass::other: u.other_bytes += c.raw_bytes; break;
+      case DedupClass::fresh:
+        u.fresh_bytes += c.raw_bytes;
+        break;
+      case DedupClass::zero:
+        u.zero_bytes += c.raw_bytes;
+        break;
+      case DedupClass::self:
+        u.self_bytes += c.raw_bytes;
+        break;
+      case DedupClass::lineage:
+        u.lineage_bytes += c.raw_bytes;
+        break;
+      case DedupClass::other:
+        u.other_bytes += c.raw_bytes;
+        break;
     }
   }
 }
@@ -87,7 +97,8 @@ Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id) {
     if (any_live) live_record_bytes += kPackHeaderBytes;
   }
   // Garbage: dead and duplicate records in sealed packs, unsealed packs, and tmp/.
-  std::uint64_t unsealed_bytes = u.pack_file_bytes > sealed_bytes ? u.pack_file_bytes - sealed_bytes : 0;
+  std::uint64_t unsealed_bytes =
+      u.pack_file_bytes > sealed_bytes ? u.pack_file_bytes - sealed_bytes : 0;
   u.garbage_bytes = (sealed_bytes > live_record_bytes ? sealed_bytes - live_record_bytes : 0) +
                     unsealed_bytes + dir_bytes(layout.tmp(), "");
   return u;

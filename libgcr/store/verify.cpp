@@ -107,7 +107,8 @@ Result<VerifyReport> verify_store(
         continue;
       }
       auto it = packs.find(loc->pack);
-      if (it == packs.end()) it = packs.emplace(loc->pack, PackReader::open(layout, loc->pack, loc->pack_bytes)).first;
+      if (it == packs.end())
+        it = packs.emplace(loc->pack, PackReader::open(layout, loc->pack, loc->pack_bytes)).first;
       if (!it->second) {
         report_bad(c.id, it->second.error().message);
         continue;

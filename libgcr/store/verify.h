@@ -10,7 +10,8 @@
 
 namespace gcr::store {
 
-Result<VerifyReport> verify_store(StoreState& state, std::optional<CheckpointId> id,
-                                  const std::function<void(std::uint64_t, std::uint64_t)>& progress);
+Result<VerifyReport> verify_store(
+    StoreState& state, std::optional<CheckpointId> id,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress);
 
 }  // namespace gcr::store

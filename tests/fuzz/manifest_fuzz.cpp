@@ -5,7 +5,8 @@
 // at the hash check. Owns nothing else; seeds in corpus/manifest/.
 //
 //   cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DGCR_FUZZ=ON
-//   ninja -C build-fuzz manifest_fuzz && build-fuzz/tests/fuzz/manifest_fuzz tests/fuzz/corpus/manifest
+//   ninja -C build-fuzz manifest_fuzz && build-fuzz/tests/fuzz/manifest_fuzz
+//   tests/fuzz/corpus/manifest
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

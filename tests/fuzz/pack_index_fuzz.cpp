@@ -4,7 +4,8 @@
 // (entries hash fixed up), so that mutations reach the entry checks. Owns nothing else; seeds in
 // corpus/pack_index/.
 //
-//   ninja -C build-fuzz pack_index_fuzz && build-fuzz/tests/fuzz/pack_index_fuzz tests/fuzz/corpus/pack_index
+//   ninja -C build-fuzz pack_index_fuzz && build-fuzz/tests/fuzz/pack_index_fuzz
+//   tests/fuzz/corpus/pack_index
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

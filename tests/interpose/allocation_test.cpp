@@ -64,7 +64,8 @@ AllocRun run_alloc_paths() {
   return run;
 }
 
-TEST_CASE("every allocation path lands in a gcr region, at the same address in every run", "[alloc]") {
+TEST_CASE("every allocation path lands in a gcr region, at the same address in every run",
+          "[alloc]") {
   AllocRun first = run_alloc_paths();
   AllocRun second = run_alloc_paths();
 
@@ -88,13 +89,16 @@ TEST_CASE("every allocation path lands in a gcr region, at the same address in e
       "%llu bytes requested through cuMemAlloc*/pitch/async/pool; slab and rounding overhead %llu "
       "bytes (%.1f%% of the requested)\n",
       static_cast<unsigned long long>(s.regions), static_cast<unsigned long long>(s.region_bytes),
-      static_cast<unsigned long long>(user_bytes), static_cast<unsigned long long>(s.requested_bytes),
+      static_cast<unsigned long long>(user_bytes),
+      static_cast<unsigned long long>(s.requested_bytes),
       static_cast<unsigned long long>(gcr_region_bytes - s.requested_bytes),
-      100.0 * static_cast<double>(gcr_region_bytes - s.requested_bytes) / static_cast<double>(s.requested_bytes));
+      100.0 * static_cast<double>(gcr_region_bytes - s.requested_bytes) /
+          static_cast<double>(s.requested_bytes));
   CHECK(gcr_region_bytes >= s.requested_bytes);
 }
 
-TEST_CASE("small allocations share 2 MiB slabs and large ones get regions of their own", "[alloc]") {
+TEST_CASE("small allocations share 2 MiB slabs and large ones get regions of their own",
+          "[alloc]") {
   Child child = Child::mode({"alloc-paths"}, gcr_env());
   std::vector<std::string> lines;
   REQUIRE(child.read_until("ready", 30000, &lines));
@@ -141,7 +145,8 @@ TEST_CASE("small allocations share 2 MiB slabs and large ones get regions of the
   CHECK(describe_status(child.wait()) == "exit 0");
 }
 
-TEST_CASE("address range queries describe the program's allocation, not the slab behind it", "[alloc]") {
+TEST_CASE("address range queries describe the program's allocation, not the slab behind it",
+          "[alloc]") {
   require_under_gcr();
   use_device(0);
   CUdeviceptr a = 0, b = 0;

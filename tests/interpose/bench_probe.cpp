@@ -36,7 +36,8 @@ void measure(const char* name, long iters, int reps, CUstream stream, F call) {
     }
     auto t1 = Clock::now();
     CU_CHECK(cuStreamSynchronize(stream));
-    std::printf(" %.2f", std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(iters));
+    std::printf(" %.2f", std::chrono::duration<double, std::nano>(t1 - t0).count() /
+                             static_cast<double>(iters));
     std::fflush(stdout);
   }
   std::printf("\n");
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
 
   CU_CHECK(cuInit(0));
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&cuInit), &info) && info.dli_fname) std::printf("libcuda %s\n", info.dli_fname);
+  if (dladdr(reinterpret_cast<void*>(&cuInit), &info) && info.dli_fname)
+    std::printf("libcuda %s\n", info.dli_fname);
   CUdevice device;
   CU_CHECK(cuDeviceGet(&device, 0));
   CUcontext context;
@@ -71,16 +73,15 @@ int main(int argc, char** argv) {
   *static_cast<unsigned*>(pinned) = 7;
 
   void* no_params[] = {nullptr};
-  measure("launch_empty_ns", iters, reps, stream, [&] {
-    return cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, no_params, nullptr);
-  });
+  measure("launch_empty_ns", iters, reps, stream,
+          [&] { return cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, no_params, nullptr); });
   int n = 1;
   unsigned k = 3;
   void* params[] = {&x, &n, &k};
-  measure("launch_args_ns", iters, reps, stream, [&] {
-    return cuLaunchKernel(with_args, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
-  });
-  measure("memcpy_async_ns", iters, reps, stream, [&] { return cuMemcpyHtoDAsync(x, pinned, 4, stream); });
+  measure("launch_args_ns", iters, reps, stream,
+          [&] { return cuLaunchKernel(with_args, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr); });
+  measure("memcpy_async_ns", iters, reps, stream,
+          [&] { return cuMemcpyHtoDAsync(x, pinned, 4, stream); });
 
   CU_CHECK(cuStreamDestroy(stream));
   CU_CHECK(cuMemFreeHost(pinned));

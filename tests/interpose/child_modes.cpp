@@ -44,13 +44,13 @@ const char* name_of(CUresult r) {
   return cuGetErrorName(r, &name) == CUDA_SUCCESS && name ? name : "unknown";
 }
 
-#define CHILD_CU(call)                                       \
-  do {                                                       \
-    CUresult child_r_ = (call);                              \
-    if (child_r_ != CUDA_SUCCESS) {                          \
-      say("error %s %s", #call, name_of(child_r_));          \
-      std::exit(2);                                          \
-    }                                                        \
+#define CHILD_CU(call)                              \
+  do {                                              \
+    CUresult child_r_ = (call);                     \
+    if (child_r_ != CUDA_SUCCESS) {                 \
+      say("error %s %s", #call, name_of(child_r_)); \
+      std::exit(2);                                 \
+    }                                               \
   } while (0)
 
 std::string next_command() {
@@ -95,9 +95,10 @@ void child_launch(CUfunction f, int n, CUstream stream, Args... args) {
   CHILD_CU(cuLaunchKernel(f, grid ? grid : 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
 }
 
-void print_ptr(const char* label, CUdeviceptr p, std::uint64_t bytes, const std::string& extra = {}) {
-  say("ptr %s 0x%llx %llu%s%s", label, static_cast<unsigned long long>(p), static_cast<unsigned long long>(bytes),
-      extra.empty() ? "" : " ", extra.c_str());
+void print_ptr(const char* label, CUdeviceptr p, std::uint64_t bytes,
+               const std::string& extra = {}) {
+  say("ptr %s 0x%llx %llu%s%s", label, static_cast<unsigned long long>(p),
+      static_cast<unsigned long long>(bytes), extra.empty() ? "" : " ", extra.c_str());
 }
 
 bool has_gcr_control_fd() {
@@ -165,7 +166,8 @@ int mode_alloc_paths() {
     CUdeviceptr p = 0;
     int device = 0;
   };
-  std::vector<Sync> sync = {{"alloc_small", 4096}, {"alloc_small2", 100000}, {"alloc_large", (3ull << 20) + 123}};
+  std::vector<Sync> sync = {
+      {"alloc_small", 4096}, {"alloc_small2", 100000}, {"alloc_large", (3ull << 20) + 123}};
   for (Sync& s : sync) CHILD_CU(cuMemAlloc_v2(&s.p, s.bytes));
 
   CUdeviceptr pitched = 0;
@@ -325,7 +327,8 @@ int mode_threads(int n_threads) {
     CHILD_CU(cuMemcpyDtoH(host.data(), buffers[t], n * 4));
     for (int i = 0; i < n; ++i)
       if (host[i] != static_cast<unsigned>(counts[t].load())) {
-        say("bad thread %d element %d: %u, want %llu", t, i, host[i], static_cast<unsigned long long>(counts[t].load()));
+        say("bad thread %d element %d: %u, want %llu", t, i, host[i],
+            static_cast<unsigned long long>(counts[t].load()));
         return 1;
       }
   }
@@ -344,11 +347,14 @@ int mode_park() {
     int device = 0;
     CUdeviceptr p = 0;
   };
-  std::vector<Buf> bufs = {{"slab_a", 65536, 11}, {"slab_b", 300 * 1024, 12}, {"large", (3ull << 20) + 4096, 13}};
+  std::vector<Buf> bufs = {
+      {"slab_a", 65536, 11}, {"slab_b", 300 * 1024, 12}, {"large", (3ull << 20) + 4096, 13}};
   for (Buf& b : bufs) CHILD_CU(cuMemAlloc_v2(&b.p, b.bytes));
   UserMapping user = map_user(0, 4ull << 20);
   bufs.push_back({"vmm_user", user.size, 14, 0, user.va});
-  for (Buf& b : bufs) child_launch(k.fill, static_cast<int>(b.bytes / 4), nullptr, b.p, b.seed, static_cast<int>(b.bytes / 4));
+  for (Buf& b : bufs)
+    child_launch(k.fill, static_cast<int>(b.bytes / 4), nullptr, b.p, b.seed,
+                 static_cast<int>(b.bytes / 4));
   CHILD_CU(cuCtxSynchronize());
 
   context_of(1);  // device 1: filled from the host
@@ -356,13 +362,15 @@ int mode_park() {
   CHILD_CU(cuMemAlloc_v2(&d1.p, d1.bytes));
   {
     std::vector<unsigned> host(d1.bytes / 4);
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = probe_word(d1.seed, static_cast<unsigned>(i));
+    for (std::size_t i = 0; i < host.size(); ++i)
+      host[i] = probe_word(d1.seed, static_cast<unsigned>(i));
     CHILD_CU(cuMemcpyHtoD(d1.p, host.data(), d1.bytes));
   }
   bufs.push_back(d1);
   context_of(0);
 
-  for (Buf& b : bufs) print_ptr(b.label, b.p, b.bytes, std::to_string(b.seed) + " " + std::to_string(b.device));
+  for (Buf& b : bufs)
+    print_ptr(b.label, b.p, b.bytes, std::to_string(b.seed) + " " + std::to_string(b.device));
   say("ready");
   for (std::string cmd = next_command(); cmd != "exit" && cmd != "eof"; cmd = next_command()) {
     if (cmd != "verify") continue;
@@ -373,7 +381,8 @@ int mode_park() {
       CHILD_CU(cuMemcpyDtoH(host.data(), b.p, b.bytes));
       for (std::size_t i = 0; i < host.size(); ++i)
         if (host[i] != probe_word(b.seed, static_cast<unsigned>(i))) {
-          say("verify bad %s word %zu: 0x%08x, want 0x%08x", b.label, i, host[i], probe_word(b.seed, static_cast<unsigned>(i)));
+          say("verify bad %s word %zu: 0x%08x, want 0x%08x", b.label, i, host[i],
+              probe_word(b.seed, static_cast<unsigned>(i)));
           return 1;
         }
       int n = static_cast<int>(b.bytes / 4);
@@ -391,7 +400,8 @@ int mode_park() {
           return 1;
         }
       // Back to the pattern, so that verify can run again.
-      if (b.device == 0) child_launch(k.fill, n, nullptr, b.p, b.seed, n);
+      if (b.device == 0)
+        child_launch(k.fill, n, nullptr, b.p, b.seed, n);
       else
         for (std::size_t i = 0; i < host.size(); ++i) host[i] -= 7;
       if (b.device == 1) CHILD_CU(cuMemcpyHtoD(b.p, host.data(), b.bytes));
@@ -438,7 +448,8 @@ int mode_fork() {
   std::vector<unsigned> host(n);
   CHILD_CU(cuMemcpyDtoH(host.data(), x, n * 4));
   bool good = true;
-  for (int i = 0; i < n; ++i) good = good && host[i] == probe_word(3u, static_cast<unsigned>(i)) + 1u;
+  for (int i = 0; i < n; ++i)
+    good = good && host[i] == probe_word(3u, static_cast<unsigned>(i)) + 1u;
   say("parent compute %s", good ? "ok" : "bad");
   say("ready");
   next_command();
@@ -461,7 +472,8 @@ int mode_gate() {
   constexpr std::size_t kSize = 2ull << 20;
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle handle = 0;
-  CHILD_CU(cuMemAddressReserve(&va, kSize, 0, 0, 0));  // reserved and created now, mapped on command
+  CHILD_CU(
+      cuMemAddressReserve(&va, kSize, 0, 0, 0));  // reserved and created now, mapped on command
   CHILD_CU(cuMemCreate(&handle, kSize, &prop, 0));
   print_ptr("x", x, 4096);
   say("ready");
@@ -497,7 +509,8 @@ int mode_gate() {
       r = cuCtxDestroy(made);
     }
     // Not name_of(): cuGetErrorName is a driver call too, and would wait at the gate itself.
-    say("returned %s %s", cmd.c_str(), r == CUDA_SUCCESS ? "CUDA_SUCCESS" : ("CUresult(" + std::to_string(r) + ")").c_str());
+    say("returned %s %s", cmd.c_str(),
+        r == CUDA_SUCCESS ? "CUDA_SUCCESS" : ("CUresult(" + std::to_string(r) + ")").c_str());
     context_of(0);  // cuCtxCreate made its context current
   }
   return 0;
@@ -522,12 +535,18 @@ int mode_connect_as(uid_t uid, pid_t pid, int mailbox_fd) {
     return 2;
   }
   say("uid %u", static_cast<unsigned>(getuid()));
-  auto via_fd = control::Client::connect_mailbox(pid, gcr::UniqueFd(mailbox_fd), std::chrono::seconds(5));
-  if (via_fd) say("mailbox connected");
-  else say("mailbox refused %s %s", gcr::errc_name(via_fd.error().code), via_fd.error().message.c_str());
+  auto via_fd =
+      control::Client::connect_mailbox(pid, gcr::UniqueFd(mailbox_fd), std::chrono::seconds(5));
+  if (via_fd)
+    say("mailbox connected");
+  else
+    say("mailbox refused %s %s", gcr::errc_name(via_fd.error().code),
+        via_fd.error().message.c_str());
   auto direct = control::Client::connect(pid, std::chrono::seconds(5));
-  if (direct) say("pid connected");
-  else say("pid refused %s %s", gcr::errc_name(direct.error().code), direct.error().message.c_str());
+  if (direct)
+    say("pid connected");
+  else
+    say("pid refused %s %s", gcr::errc_name(direct.error().code), direct.error().message.c_str());
   return 0;
 }
 
@@ -543,8 +562,8 @@ int run_child_mode(int argc, char** argv) {
   if (mode == "wait") return mode_wait();
   if (mode == "gate") return mode_gate();
   if (mode == "connect-as" && argc >= 4)
-    return mode_connect_as(static_cast<uid_t>(std::atoi(argv[1])), static_cast<pid_t>(std::atoi(argv[2])),
-                           std::atoi(argv[3]));
+    return mode_connect_as(static_cast<uid_t>(std::atoi(argv[1])),
+                           static_cast<pid_t>(std::atoi(argv[2])), std::atoi(argv[3]));
   std::fprintf(stderr, "unknown child mode '%s'\n", mode.c_str());
   return 2;
 }

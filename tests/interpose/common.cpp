@@ -23,9 +23,15 @@ extern char** environ;
 
 namespace ipt {
 
-std::string interposer_path() { return GCR_TEST_INTERPOSER; }
-std::string simgpu_path() { return GCR_TEST_SIMGPU; }
-std::string mlp_train_path() { return GCR_TEST_MLP_TRAIN; }
+std::string interposer_path() {
+  return GCR_TEST_INTERPOSER;
+}
+std::string simgpu_path() {
+  return GCR_TEST_SIMGPU;
+}
+std::string mlp_train_path() {
+  return GCR_TEST_MLP_TRAIN;
+}
 
 namespace {
 
@@ -34,7 +40,9 @@ std::vector<std::string> with(std::vector<std::string> env, const std::vector<st
   return env;
 }
 
-std::string dir_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+std::string dir_of(const std::string& path) {
+  return path.substr(0, path.rfind('/'));
+}
 
 std::string real_path(const std::string& p) {
   char buf[PATH_MAX];
@@ -50,7 +58,8 @@ std::vector<std::string> gcr_env(const std::vector<std::string>& extra) {
 }
 
 std::vector<std::string> plain_env(const std::vector<std::string>& extra) {
-  return with({"LD_LIBRARY_PATH=" + dir_of(simgpu_path()), "SIMGPU_DEVICES=2", "SIMGPU_MEMORY=2G"}, extra);
+  return with({"LD_LIBRARY_PATH=" + dir_of(simgpu_path()), "SIMGPU_DEVICES=2", "SIMGPU_MEMORY=2G"},
+              extra);
 }
 
 std::string cu(CUresult r) {
@@ -67,9 +76,11 @@ bool under_gcr() {
 
 void require_under_gcr() {
   if (!under_gcr())
-    FAIL("this test checks the process it runs in, which must run under gcr: run it through ctest, or "
-         "with LD_PRELOAD="
-         << interposer_path() << " GCR_REAL_LIBCUDA=" << simgpu_path());
+    FAIL(
+        "this test checks the process it runs in, which must run under gcr: run it through ctest, "
+        "or "
+        "with LD_PRELOAD="
+        << interposer_path() << " GCR_REAL_LIBCUDA=" << simgpu_path());
 }
 
 CUcontext use_device(int ordinal) {
@@ -163,8 +174,9 @@ Child Child::start(const std::vector<std::string>& argv, const std::vector<std::
   args.push_back(nullptr);
 
   pid_t pid = -1;
-  int rc = search_path ? posix_spawnp(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data())
-                       : posix_spawn(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data());
+  int rc = search_path
+               ? posix_spawnp(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data())
+               : posix_spawn(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(in[0]);
@@ -210,7 +222,8 @@ std::optional<std::string> Child::read_line(int timeout_ms) {
       buffer_.erase(0, nl + 1);
       return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd p{from_, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(left.count()));
@@ -228,7 +241,8 @@ std::optional<std::string> Child::read_until(const std::string& prefix, int time
                                              std::vector<std::string>* skipped) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     auto line = read_line(static_cast<int>(std::max<long long>(left.count(), 0)));
     if (!line) return std::nullopt;
     if (line->rfind(prefix, 0) == 0) return line;
@@ -261,7 +275,9 @@ int Child::wait(int timeout_ms) {
   return status;
 }
 
-void Child::kill(int sig) { ::kill(pid_, sig); }
+void Child::kill(int sig) {
+  ::kill(pid_, sig);
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));

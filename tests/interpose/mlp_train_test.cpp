@@ -44,9 +44,11 @@ TEST_CASE("mlp_train gives the same checksum under gcr as without it", "[mlp]") 
   }
 }
 
-TEST_CASE("mlp_train under gcr holds its small tensors in slabs and its ballast in a large region", "[mlp]") {
-  std::vector<std::string> argv = {mlp_train_path(), "--quiet",         "--steps", "400", "--streams", "3",
-                                   "--footprint",    "24M",             "--step-delay-ms", "5"};
+TEST_CASE("mlp_train under gcr holds its small tensors in slabs and its ballast in a large region",
+          "[mlp]") {
+  std::vector<std::string> argv = {mlp_train_path(),  "--quiet", "--steps",     "400",
+                                   "--streams",       "3",       "--footprint", "24M",
+                                   "--step-delay-ms", "5"};
   Child c = Child::program(argv, gcr_env());
   REQUIRE(c.read_until("step 0", 60000));
   control::Client client = connect(c.pid());
@@ -64,9 +66,11 @@ TEST_CASE("mlp_train under gcr holds its small tensors in slabs and its ballast 
   CHECK(large);
   CHECK(status->requested_bytes >= (24u << 20));
   CHECK(status->region_bytes >= status->requested_bytes);
-  std::printf("mlp_train --footprint 24M under gcr: %llu regions, %llu region bytes for %llu requested\n",
-              static_cast<unsigned long long>(status->regions), static_cast<unsigned long long>(status->region_bytes),
-              static_cast<unsigned long long>(status->requested_bytes));
+  std::printf(
+      "mlp_train --footprint 24M under gcr: %llu regions, %llu region bytes for %llu requested\n",
+      static_cast<unsigned long long>(status->regions),
+      static_cast<unsigned long long>(status->region_bytes),
+      static_cast<unsigned long long>(status->requested_bytes));
   c.kill();
 }
 

@@ -16,8 +16,8 @@ namespace {
 // simgpu's device memory a process holds: its allocations are memfds named simgpu-dev<N>, held
 // open by the driver while a handle or a mapping needs them, and mapped into its private alias.
 struct Held {
-  std::vector<ino_t> memfds;       // inodes of the simgpu-dev memfds among its fds
-  std::vector<std::string> maps;   // its mappings of them
+  std::vector<ino_t> memfds;      // inodes of the simgpu-dev memfds among its fds
+  std::vector<std::string> maps;  // its mappings of them
 };
 
 Held device_memory_held(pid_t pid) {
@@ -28,15 +28,16 @@ Held device_memory_held(pid_t pid) {
     ssize_t n = readlink((dir + fd).c_str(), target, sizeof target - 1);
     if (n <= 0) continue;
     target[n] = 0;
-    struct stat st{};
-    if (std::strstr(target, "memfd:simgpu-dev") && stat((dir + fd).c_str(), &st) == 0) h.memfds.push_back(st.st_ino);
+    struct stat st {};
+    if (std::strstr(target, "memfd:simgpu-dev") && stat((dir + fd).c_str(), &st) == 0)
+      h.memfds.push_back(st.st_ino);
   }
   h.maps = maps_lines(pid, "simgpu-dev");
   return h;
 }
 
 ino_t inode_of(int fd) {
-  struct stat st{};
+  struct stat st {};
   REQUIRE(fstat(fd, &st) == 0);
   return st.st_ino;
 }
@@ -65,12 +66,13 @@ std::size_t check_nothing_of_gcr_held(pid_t pid, const std::vector<control::Park
 
 // The pattern `seed` read through a parked region's fd at the pointer's offset.
 void check_through_fd(const control::ParkedRegion& parked, const PrintedPtr& p, unsigned seed) {
-  struct stat st{};
+  struct stat st {};
   REQUIRE(fstat(parked.fd.get(), &st) == 0);
   REQUIRE(static_cast<std::uint64_t>(st.st_size) >= parked.region.size);
   void* map = mmap(nullptr, parked.region.size, PROT_READ, MAP_SHARED, parked.fd.get(), 0);
   REQUIRE(map != MAP_FAILED);
-  const auto* words = reinterpret_cast<const unsigned*>(static_cast<const char*>(map) + (p.address - parked.region.address));
+  const auto* words = reinterpret_cast<const unsigned*>(static_cast<const char*>(map) +
+                                                        (p.address - parked.region.address));
   std::size_t bad = 0, first_bad = 0;
   for (std::size_t i = 0; i < p.bytes / 4; ++i)
     if (words[i] != probe_word(seed, static_cast<unsigned>(i)) && bad++ == 0) first_bad = i;
@@ -79,7 +81,9 @@ void check_through_fd(const control::ParkedRegion& parked, const PrintedPtr& p, 
   CHECK(bad == 0);
 }
 
-TEST_CASE("park hands over every region with its data, and unpark brings it back at the same addresses", "[park]") {
+TEST_CASE(
+    "park hands over every region with its data, and unpark brings it back at the same addresses",
+    "[park]") {
   Child child = Child::mode({"park"}, gcr_env());
   std::vector<std::string> lines;
   REQUIRE(child.read_until("ready", 30000, &lines));
@@ -115,14 +119,17 @@ TEST_CASE("park hands over every region with its data, and unpark brings it back
     CHECK(parked_records[i].device == (*before)[i].device);
   }
   std::size_t user_held = check_nothing_of_gcr_held(child.pid(), *parked, user_address);
-  std::printf("park: %zu regions handed over; the process still holds %zu allocation(s), its own "
-              "cuMemCreate handle's\n", parked->size(), user_held);
+  std::printf(
+      "park: %zu regions handed over; the process still holds %zu allocation(s), its own "
+      "cuMemCreate handle's\n",
+      parked->size(), user_held);
 
   // The data is in the fds (simgpu's allocations are memfds: the bytes are right there).
   for (const PrintedPtr& p : ptrs) {
     const control::ParkedRegion* holder = nullptr;
     for (const auto& r : *parked)
-      if (p.address >= r.region.address && p.address + p.bytes <= r.region.address + r.region.size) holder = &r;
+      if (p.address >= r.region.address && p.address + p.bytes <= r.region.address + r.region.size)
+        holder = &r;
     INFO(p.label);
     REQUIRE(holder != nullptr);
     CHECK(holder->region.device == std::stoul(p.extra.at(1)));

@@ -24,7 +24,8 @@ TEST_CASE("the interposer refuses a control client running as another uid", "[pe
   REQUIRE(mailbox);
   int fd = mailbox->get();
   REQUIRE(fcntl(fd, F_SETFD, 0) == 0);  // inherited by the client below
-  Child intruder = Child::mode({"connect-as", "65534", std::to_string(target.pid()), std::to_string(fd)}, plain_env());
+  Child intruder = Child::mode(
+      {"connect-as", "65534", std::to_string(target.pid()), std::to_string(fd)}, plain_env());
   mailbox->reset();
   std::vector<std::string> lines = intruder.read_all(30000);
   std::string all;

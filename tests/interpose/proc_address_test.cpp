@@ -24,7 +24,8 @@ struct Query {
   const char* variant;  // the exported name the answer must be
 };
 
-TEST_CASE("cuGetProcAddress returns the interposer's own function of the exact variant asked for", "[proc]") {
+TEST_CASE("cuGetProcAddress returns the interposer's own function of the exact variant asked for",
+          "[proc]") {
   require_under_gcr();
   use_device(0);
   const Query queries[] = {
@@ -32,15 +33,21 @@ TEST_CASE("cuGetProcAddress returns the interposer's own function of the exact v
       {"cuMemAlloc", 13000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemAlloc_v2"},
       {"cuMemAlloc", 2000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemAlloc"},
       {"cuMemFree", 3020, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemFree_v2"},
-      {"cuMemcpyHtoDAsync", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoDAsync_v2_ptsz"},
-      {"cuMemcpyHtoDAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoDAsync_v2_ptsz"},
+      {"cuMemcpyHtoDAsync", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemcpyHtoDAsync_v2_ptsz"},
+      {"cuMemcpyHtoDAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemcpyHtoDAsync_v2_ptsz"},
       {"cuMemcpyHtoDAsync", 3020, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemcpyHtoDAsync_v2"},
-      {"cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds"},
-      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz"},
+      {"cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemcpyHtoD_v2_ptds"},
+      {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuLaunchKernel_ptsz"},
       {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel"},
       {"cuMemsetD32", 3020, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemsetD32_v2"},
-      {"cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemAllocAsync_ptsz"},
-      {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamSynchronize_ptsz"},
+      {"cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuMemAllocAsync_ptsz"},
+      {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+       "cuStreamSynchronize_ptsz"},
       {"cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetProcAddress_v2"},
       {"cuGetProcAddress", 11030, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetProcAddress"},
       {"cuInit", 2000, CU_GET_PROC_ADDRESS_DEFAULT, "cuInit"},
@@ -55,7 +62,8 @@ TEST_CASE("cuGetProcAddress returns the interposer's own function of the exact v
     CHECK(status == CU_GET_PROC_ADDRESS_SUCCESS);
     CHECK(fn == want);
     // The old entry point (no status argument) answers the same.
-    auto v1 = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t)>(dlsym(interposer(), "cuGetProcAddress"));
+    auto v1 = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t)>(
+        dlsym(interposer(), "cuGetProcAddress"));
     REQUIRE(v1 != nullptr);
     void* fn1 = nullptr;
     CU_OK(v1(q.symbol, &fn1, q.version, q.flags));
@@ -63,13 +71,14 @@ TEST_CASE("cuGetProcAddress returns the interposer's own function of the exact v
   }
 }
 
-TEST_CASE("cuGetProcAddress of an unknown name is CUDA_ERROR_NOT_FOUND through the interposer", "[proc]") {
+TEST_CASE("cuGetProcAddress of an unknown name is CUDA_ERROR_NOT_FOUND through the interposer",
+          "[proc]") {
   require_under_gcr();
   use_device(0);
   void* fn = reinterpret_cast<void*>(1);
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  CHECK(cu(cuGetProcAddress_v2("cuNoSuchFunction", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status)) ==
-        "CUDA_ERROR_NOT_FOUND");
+  CHECK(cu(cuGetProcAddress_v2("cuNoSuchFunction", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT,
+                               &status)) == "CUDA_ERROR_NOT_FOUND");
   CHECK(status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   CHECK(fn == nullptr);
 }
@@ -81,9 +90,11 @@ TEST_CASE("functions from cuGetProcAddress work and allocate in gcr regions", "[
   void* p = nullptr;
   CU_OK(cuGetProcAddress_v2("cuMemAlloc", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
   auto alloc = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t)>(p);
-  CU_OK(cuGetProcAddress_v2("cuMemcpyHtoDAsync", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+  CU_OK(cuGetProcAddress_v2("cuMemcpyHtoDAsync", &p, 12000,
+                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
   auto copy_ptsz = reinterpret_cast<CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>(p);
-  CU_OK(cuGetProcAddress_v2("cuStreamSynchronize", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+  CU_OK(cuGetProcAddress_v2("cuStreamSynchronize", &p, 12000,
+                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
   auto sync_ptsz = reinterpret_cast<CUresult (*)(CUstream)>(p);
   CU_OK(cuGetProcAddress_v2("cuMemFree", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
   auto free_fn = reinterpret_cast<CUresult (*)(CUdeviceptr)>(p);

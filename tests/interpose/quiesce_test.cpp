@@ -18,7 +18,8 @@ std::vector<std::uint64_t> counts(Child& child) {
   return out;
 }
 
-bool all_advanced(const std::vector<std::uint64_t>& before, const std::vector<std::uint64_t>& after) {
+bool all_advanced(const std::vector<std::uint64_t>& before,
+                  const std::vector<std::uint64_t>& after) {
   for (std::size_t i = 0; i < before.size(); ++i)
     if (after[i] <= before[i]) return false;
   return true;
@@ -110,10 +111,10 @@ TEST_CASE("calls of every kind wait while the process is quiesced or parked", "[
   REQUIRE(child.read_until("ready", 30000));
   control::Client client = connect(child.pid());
   const std::pair<const char*, bool> calls[] = {
-      {"memset", false}, {"memset", true}, {"attribute", false}, {"attribute", true}, {"range", false},
-      {"range", true},   {"pool", false},  {"pool", true},       {"map", false},       {"unmap", false},
-      {"map", true},     {"unmap", true},       {"retain", true},     {"ctx-create", false},
-      {"ctx-destroy", true}};
+      {"memset", false}, {"memset", true},      {"attribute", false}, {"attribute", true},
+      {"range", false},  {"range", true},       {"pool", false},      {"pool", true},
+      {"map", false},    {"unmap", false},      {"map", true},        {"unmap", true},
+      {"retain", true},  {"ctx-create", false}, {"ctx-destroy", true}};
   for (const auto& [call, park] : calls) {
     INFO(call << (park ? " while parked" : " while quiesced"));
     REQUIRE(client.quiesce(std::chrono::seconds(10)));

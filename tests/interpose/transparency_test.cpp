@@ -35,8 +35,11 @@ std::string joined(const std::vector<std::string>& lines) {
 }
 
 TEST_CASE("programs that never use CUDA exit the same under gcr", "[transparent]") {
-  const std::vector<std::vector<std::string>> programs = {
-      {"/bin/true"}, {"/bin/false"}, {"sh", "-c", "echo hi"}, {"sh", "-c", "exit 3"}, {"python3", "-c", "print(1)"}};
+  const std::vector<std::vector<std::string>> programs = {{"/bin/true"},
+                                                          {"/bin/false"},
+                                                          {"sh", "-c", "echo hi"},
+                                                          {"sh", "-c", "exit 3"},
+                                                          {"python3", "-c", "print(1)"}};
   for (const auto& argv : programs) {
     INFO(argv.back());
     Run plain = run(argv, {});
@@ -46,14 +49,20 @@ TEST_CASE("programs that never use CUDA exit the same under gcr", "[transparent]
   }
 }
 
-TEST_CASE("a program that never uses CUDA loads the interposer but no driver and starts no gcr thread", "[transparent]") {
+TEST_CASE(
+    "a program that never uses CUDA loads the interposer but no driver and starts no gcr thread",
+    "[transparent]") {
   // sh: its own fds, its thread count, whether the interposer and simgpu are mapped.
   const std::string probe =
       "echo hi; "
       "for f in /proc/$$/fd/*; do readlink $f; done; "
       "echo tasks $(ls /proc/$$/task | wc -l); "
-      "grep -q '" + interposer_path() + "' /proc/$$/maps && echo interposer-mapped; "
-      "grep -q '" + simgpu_path() + "' /proc/$$/maps && echo driver-mapped; "
+      "grep -q '" +
+      interposer_path() +
+      "' /proc/$$/maps && echo interposer-mapped; "
+      "grep -q '" +
+      simgpu_path() +
+      "' /proc/$$/maps && echo driver-mapped; "
       "exit 0";
   Run sh = run({"sh", "-c", probe}, gcr_env());
   INFO(joined(sh.out));
@@ -75,24 +84,32 @@ TEST_CASE("a program that never uses CUDA loads the interposer but no driver and
       "print('gcr-control' if any('gcr-control' in l for l in links) else 'no-mailbox')\n"
       "print('tasks', len(os.listdir('/proc/self/task')))\n"
       "maps = open('/proc/self/maps').read()\n"
-      "print('interposer-mapped' if '" + interposer_path() + "' in maps else 'interposer-absent')\n"
-      "print('driver-mapped' if '" + simgpu_path() + "' in maps else 'driver-absent')\n";
+      "print('interposer-mapped' if '" +
+      interposer_path() +
+      "' in maps else 'interposer-absent')\n"
+      "print('driver-mapped' if '" +
+      simgpu_path() + "' in maps else 'driver-absent')\n";
   Run python = run({"python3", "-c", py}, gcr_env());
   INFO(joined(python.out));
   CHECK(python.status == "exit 0");
-  CHECK(python.out == std::vector<std::string>{"1", "no-mailbox", "tasks 1", "interposer-mapped", "driver-absent"});
+  CHECK(python.out == std::vector<std::string>{"1", "no-mailbox", "tasks 1", "interposer-mapped",
+                                               "driver-absent"});
 }
 
-TEST_CASE("a child forked after cuInit is unmanaged: no mailbox, and its driver calls return", "[transparent]") {
+TEST_CASE("a child forked after cuInit is unmanaged: no mailbox, and its driver calls return",
+          "[transparent]") {
   Child parent = Child::mode({"fork"}, gcr_env());
   std::vector<std::string> lines;
   auto ready = parent.read_until("ready", 30000, &lines);
   INFO(joined(lines));
   REQUIRE(ready);
   // The forked child's lines come from another process on the same pipe: wait for all of them.
-  for (int i = 0; i < 100 && std::find(lines.begin(), lines.end(), "child done") == lines.end(); ++i)
+  for (int i = 0; i < 100 && std::find(lines.begin(), lines.end(), "child done") == lines.end();
+       ++i)
     if (auto more = parent.read_line(200)) lines.push_back(*more);
-  auto has = [&](const std::string& l) { return std::find(lines.begin(), lines.end(), l) != lines.end(); };
+  auto has = [&](const std::string& l) {
+    return std::find(lines.begin(), lines.end(), l) != lines.end();
+  };
   CHECK(has("parent mailbox 1"));
   CHECK(has("parent compute ok"));
   CHECK(has("child mailbox 0"));
@@ -116,7 +133,8 @@ TEST_CASE("a child forked after cuInit is unmanaged: no mailbox, and its driver 
   CHECK(describe_status(parent.wait()) == "exit 0");
 }
 
-TEST_CASE("managed memory is refused with CUDA_ERROR_NOT_SUPPORTED and a message naming the call", "[transparent]") {
+TEST_CASE("managed memory is refused with CUDA_ERROR_NOT_SUPPORTED and a message naming the call",
+          "[transparent]") {
   require_under_gcr();
   use_device(0);
   // Catch what the interposer writes to stderr.
@@ -138,11 +156,13 @@ TEST_CASE("managed memory is refused with CUDA_ERROR_NOT_SUPPORTED and a message
   CHECK(message.find("gcr") != std::string::npos);
 }
 
-TEST_CASE("dlopen of libcuda.so or libcuda.so.1 inside a process under gcr returns the interposer", "[transparent]") {
+TEST_CASE("dlopen of libcuda.so or libcuda.so.1 inside a process under gcr returns the interposer",
+          "[transparent]") {
   require_under_gcr();
   char want[PATH_MAX];
   REQUIRE(realpath(interposer_path().c_str(), want) != nullptr);
-  for (const std::string& name : std::vector<std::string>{"libcuda.so", "libcuda.so.1", simgpu_path()}) {
+  for (const std::string& name :
+       std::vector<std::string>{"libcuda.so", "libcuda.so.1", simgpu_path()}) {
     INFO("dlopen(\"" << name << "\")");
     void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     REQUIRE(h != nullptr);

@@ -93,11 +93,13 @@ TEST_CASE("cuLaunchKernelEx marks what cuLaunchKernel marks", "[track]") {
   CHECK(t.dirty_set() == "b");
 }
 
-TEST_CASE("a const pointer parameter of a C++ kernel is a read; the written one is marked", "[track]") {
+TEST_CASE("a const pointer parameter of a C++ kernel is a read; the written one is marked",
+          "[track]") {
   require_under_gcr();
   Tracked t;
   t.new_epoch();
-  CU_OK(launch(kernels().copy, kWords, nullptr, t.a, t.b, kWords));  // probe_copy(unsigned*, const unsigned*, int)
+  CU_OK(launch(kernels().copy, kWords, nullptr, t.a, t.b,
+               kWords));  // probe_copy(unsigned*, const unsigned*, int)
   CU_OK(cuCtxSynchronize());
   CHECK(t.dirty_set() == "a");
 
@@ -108,7 +110,8 @@ TEST_CASE("a const pointer parameter of a C++ kernel is a read; the written one 
     int n;
   } packed{t.c, t.a, kWords};
   std::size_t size = sizeof packed;
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
   CU_OK(cuLaunchKernel(kernels().copy, kWords / 128, 1, 1, 128, 1, 1, 0, nullptr, nullptr, extra));
   CU_OK(cuCtxSynchronize());
   CHECK(t.dirty_set() == "c");
@@ -167,7 +170,8 @@ TEST_CASE("copies and memsets mark exactly their destination's region", "[track]
   t.new_epoch();
   auto memset_ptsz = reinterpret_cast<CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream)>(
       dlsym(RTLD_DEFAULT, "cuMemsetD32Async_ptsz"));
-  auto sync_ptsz = reinterpret_cast<CUresult (*)(CUstream)>(dlsym(RTLD_DEFAULT, "cuStreamSynchronize_ptsz"));
+  auto sync_ptsz =
+      reinterpret_cast<CUresult (*)(CUstream)>(dlsym(RTLD_DEFAULT, "cuStreamSynchronize_ptsz"));
   REQUIRE((memset_ptsz && sync_ptsz));
   CU_OK(memset_ptsz(t.a, 6u, 16, CU_STREAM_PER_THREAD));
   CU_OK(sync_ptsz(CU_STREAM_PER_THREAD));
@@ -195,7 +199,8 @@ void check_child_tracking(const std::vector<std::string>& env, const std::string
     REQUIRE(regions);
     std::string s;
     for (const char* label : {"a", "b", "c", "d"}) {
-      const control::RegionRecord* r = region_holding(*regions, ptr[label].address, ptr[label].bytes);
+      const control::RegionRecord* r =
+          region_holding(*regions, ptr[label].address, ptr[label].bytes);
       INFO("buffer " << label);
       REQUIRE(r != nullptr);
       if (r->flags & control::kRegionDirty) s += label;
@@ -209,7 +214,8 @@ void check_child_tracking(const std::vector<std::string>& env, const std::string
   REQUIRE(client.close());
   child.send("exit");
   CHECK(describe_status(child.wait()) == "exit 0");
-  if (want_dirty.find_first_of("abc") != std::string::npos || want_dirty == "none") CHECK(before == "none");
+  if (want_dirty.find_first_of("abc") != std::string::npos || want_dirty == "none")
+    CHECK(before == "none");
   CHECK(after == want_dirty);
 }
 

@@ -211,8 +211,10 @@ TEST_CASE("a call made while the target is checkpointed completes after restore 
   finish(t);
 }
 
-TEST_CASE("restore with gpuPairs moves the target's memory and context to the GPU named, keeping its ordinals",
-          "[checkpoint]") {
+TEST_CASE(
+    "restore with gpuPairs moves the target's memory and context to the GPU named, keeping its "
+    "ordinals",
+    "[checkpoint]") {
   Target t = start_target();
   const pid_t pid = t.child.pid();
   lock_and_checkpoint(pid);

@@ -28,7 +28,8 @@ CUresult open_mailbox(int pid, UniqueFd* out) {
   if (pid <= 0) return CUDA_ERROR_INVALID_VALUE;
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = opendir(dir.c_str());
-  if (!d) return errno == EACCES || errno == EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
+  if (!d)
+    return errno == EACCES || errno == EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
   CUresult result = CUDA_ERROR_INVALID_VALUE;  // a process without a mailbox is not a CUDA process
   std::string wanted = std::string("/memfd:") + kMailboxName;
   while (dirent* e = readdir(d)) {
@@ -41,7 +42,8 @@ CUresult open_mailbox(int pid, UniqueFd* out) {
     if (std::strncmp(target, wanted.c_str(), wanted.size()) != 0) continue;
     int fd = open(link.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-      result = errno == EACCES || errno == EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
+      result =
+          errno == EACCES || errno == EPERM ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
       break;
     }
     out->reset(fd);
@@ -59,7 +61,8 @@ class MappedMailbox {
     void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
     if (p == MAP_FAILED) return CUDA_ERROR_OPERATING_SYSTEM;
     box_ = static_cast<Mailbox*>(p);
-    if (box_->magic != kMailboxMagic || box_->version != kMailboxVersion) return CUDA_ERROR_INVALID_VALUE;
+    if (box_->magic != kMailboxMagic || box_->version != kMailboxVersion)
+      return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
   }
   ~MappedMailbox() {
@@ -98,14 +101,14 @@ CUresult call(int pid, MailboxOp op, unsigned timeout_ms, const CUcheckpointGpuP
   if (pair_count) std::memcpy(box->pairs, pairs, pair_count * sizeof *pairs);
   std::uint32_t seq = box->request_seq.load() + 1;
   box->request_seq.store(seq, std::memory_order_release);
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&box->request_seq), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&box->request_seq), FUTEX_WAKE, INT_MAX,
+          nullptr, nullptr, 0);
   for (;;) {
     std::uint32_t got = box->response_seq.load(std::memory_order_acquire);
     if (got == seq) break;
     timespec ts{0, 100'000'000};
-    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&box->response_seq), FUTEX_WAIT, got, &ts, nullptr,
-            0);
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&box->response_seq), FUTEX_WAIT, got, &ts,
+            nullptr, 0);
     if (exited(pid, pidfd.get())) return CUDA_ERROR_INVALID_VALUE;  // the target died
   }
   CUresult r = static_cast<CUresult>(box->result);
@@ -174,7 +177,8 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs* args) {
   const CUcheckpointGpuPair* pairs = nullptr;
   unsigned count = 0;
   if (args) {
-    if (!reserved_zero(args->reserved, sizeof args->reserved) || args->reserved1) return CUDA_ERROR_INVALID_VALUE;
+    if (!reserved_zero(args->reserved, sizeof args->reserved) || args->reserved1)
+      return CUDA_ERROR_INVALID_VALUE;
     if (args->gpuPairsCount && !args->gpuPairs) return CUDA_ERROR_INVALID_VALUE;
     pairs = args->gpuPairs;
     count = args->gpuPairsCount;

@@ -43,7 +43,9 @@ void destroy_context(CUctx_st* ctx) {
 
 }  // namespace
 
-CUctx_st* current_context() { return t_stack.empty() ? nullptr : t_stack.back(); }
+CUctx_st* current_context() {
+  return t_stack.empty() ? nullptr : t_stack.back();
+}
 
 bool valid_context(CUctx_st* ctx) {
   if (!ctx) return false;
@@ -82,7 +84,8 @@ std::mutex g_primary_mu;
 
 extern "C" {
 
-CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                        CUdevice dev) {
   SIMGPU_API_BEGIN();
   if (params && (params->execAffinityParams || params->cigParams)) {
     log_once("ctx-params", "cuCtxCreate: execution affinity and CIG parameters are not simulated");
@@ -217,10 +220,11 @@ CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* ctx;
   if (CUresult r = require_context(&ctx)) return r;
-  static const std::map<int, std::size_t> defaults = {
-      {CU_LIMIT_STACK_SIZE, 1024}, {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
-      {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20}, {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
-      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
+  static const std::map<int, std::size_t> defaults = {{CU_LIMIT_STACK_SIZE, 1024},
+                                                      {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+                                                      {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},
+                                                      {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
+                                                      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
   if (auto it = ctx->limits.find(static_cast<int>(limit)); it != ctx->limits.end()) {
     *value = it->second;
     return CUDA_SUCCESS;

@@ -43,82 +43,154 @@ void init_once() {
 int attribute(CUdevice_attribute a, int ordinal) {
   const Config& c = config();
   switch (a) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 232448;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: return 2147483647;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 2619000;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 6144;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 52428800;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
-    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: return 1;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return c.multiprocessors;
-    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: return 0;
-    case CU_DEVICE_ATTRIBUTE_INTEGRATED: return 0;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + physical_device(ordinal);
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
-    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: return 0;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 3;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return c.sm_major;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return c.sm_minor;
-    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 0;  // simgpu refuses managed memory
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 0;
-    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 0;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
-    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 0;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return 4;
-    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 0;
-    case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: return 0;
-    case CU_DEVICE_ATTRIBUTE_NUMA_ID: return -1;
-    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: return 0;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: return 0;
-    default: return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      return 64;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      return 49152;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      return 232448;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      return 233472;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      return 32;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      return 1980000;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      return 2619000;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      return 6144;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      return 52428800;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+      return 512;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      return c.multiprocessors;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+      return CU_COMPUTEMODE_DEFAULT;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      return 0x18 + physical_device(ordinal);
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      return 3;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      return c.sm_major;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      return c.sm_minor;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      return 2048;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      return 32;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+      return 0;  // simgpu refuses managed memory
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+      return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+      return 1;
+    case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT:
+      return 4;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID:
+      return -1;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
+      return 0;
+    default:
+      return 0;
   }
 }
 
 }  // namespace
 
-Device& device(int ordinal) { return g_devices[ordinal]; }
+Device& device(int ordinal) {
+  return g_devices[ordinal];
+}
 
-bool valid_device(CUdevice d) { return d >= 0 && d < config().device_count; }
+bool valid_device(CUdevice d) {
+  return d >= 0 && d < config().device_count;
+}
 
 namespace {
 std::mutex g_physical_mu;
@@ -127,7 +199,8 @@ std::vector<int> g_physical;  // physical GPU by ordinal; empty: the identity
 
 int physical_device(int ordinal) {
   std::lock_guard lock(g_physical_mu);
-  return ordinal >= 0 && ordinal < static_cast<int>(g_physical.size()) ? g_physical[ordinal] : ordinal;
+  return ordinal >= 0 && ordinal < static_cast<int>(g_physical.size()) ? g_physical[ordinal]
+                                                                       : ordinal;
 }
 
 int ordinal_of_physical(int physical) {
@@ -150,7 +223,9 @@ CUresult charge_device(int ordinal, std::uint64_t bytes) {
   return CUDA_SUCCESS;
 }
 
-void uncharge_device(int ordinal, std::uint64_t bytes) { device(ordinal).used_bytes.fetch_sub(bytes); }
+void uncharge_device(int ordinal, std::uint64_t bytes) {
+  device(ordinal).used_bytes.fetch_sub(bytes);
+}
 
 }  // namespace gcr::simgpu
 
@@ -245,7 +320,8 @@ CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   SIMGPU_API_BEGIN();
   if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(pciBusId, static_cast<std::size_t>(len), "0000:%02X:00.0", 0x18 + physical_device(dev));
+  std::snprintf(pciBusId, static_cast<std::size_t>(len), "0000:%02X:00.0",
+                0x18 + physical_device(dev));
   return CUDA_SUCCESS;
 }
 

@@ -54,14 +54,15 @@ CUresult marshal(const KernelInfo& k, void** params, void** extra, Args* out) {
     }
   }
   out->argv.resize(k.params.size());
-  for (std::size_t i = 0; i < k.params.size(); ++i) out->argv[i] = out->buffer.data() + k.params[i].offset;
+  for (std::size_t i = 0; i < k.params.size(); ++i)
+    out->argv[i] = out->buffer.data() + k.params[i].offset;
   return CUDA_SUCCESS;
 }
 
 void run_twin(TwinFn twin, TwinLaunch launch, Args& args) {
   unsigned long long blocks = 1ull * launch.grid[0] * launch.grid[1] * launch.grid[2];
-  unsigned threads = static_cast<unsigned>(
-      std::min<unsigned long long>(config().worker_threads, blocks));
+  unsigned threads =
+      static_cast<unsigned>(std::min<unsigned long long>(config().worker_threads, blocks));
   if (threads <= 1) {
     twin(&launch, args.argv.data());
     return;
@@ -84,7 +85,8 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   CUfunc_st* fn = resolve_function(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
   if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
-  if (1ull * bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
+  if (1ull * bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
+    return CUDA_ERROR_INVALID_VALUE;
   if (shared > 232448) return CUDA_ERROR_INVALID_VALUE;
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
@@ -132,9 +134,9 @@ CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** 
 
 extern "C" {
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                        unsigned int by, unsigned int bz, unsigned int shared, CUstream h, void** params,
-                        void** extra) {
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream h, void** params, void** extra) {
   return launch(f, gx, gy, gz, bx, by, bz, shared, h, params, extra, false);
 }
 
@@ -148,7 +150,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** par
   return launch_ex(config, f, params, extra, false);
 }
 
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                               void** extra) {
   return launch_ex(config, f, params, extra, true);
 }
 

@@ -86,13 +86,20 @@ CUresult endpoint_2d(CUmemorytype type, const void* host, CUdeviceptr dev, std::
   std::uintptr_t base;
   Want want;
   switch (type) {
-    case CU_MEMORYTYPE_HOST: base = reinterpret_cast<std::uintptr_t>(host), want = Want::host; break;
-    case CU_MEMORYTYPE_DEVICE: base = dev, want = Want::device; break;
-    case CU_MEMORYTYPE_UNIFIED: base = dev, want = Want::any; break;
+    case CU_MEMORYTYPE_HOST:
+      base = reinterpret_cast<std::uintptr_t>(host), want = Want::host;
+      break;
+    case CU_MEMORYTYPE_DEVICE:
+      base = dev, want = Want::device;
+      break;
+    case CU_MEMORYTYPE_UNIFIED:
+      base = dev, want = Want::any;
+      break;
     case CU_MEMORYTYPE_ARRAY:
       log_once("arrays", "CUDA arrays are not simulated (cuMemcpy2D with an array operand)");
       return CUDA_ERROR_NOT_SUPPORTED;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   if (height > 1 && pitch < width) return CUDA_ERROR_INVALID_VALUE;
   std::size_t span = (height - 1) * pitch + width;
@@ -115,8 +122,8 @@ CUresult copy_2d(const CUDA_MEMCPY2D* p, CUstream h, bool per_thread, bool wait)
 }
 
 template <typename T>
-CUresult memset_2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t width, std::size_t height,
-                   CUstream h, bool per_thread, bool wait) {
+CUresult memset_2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t width,
+                   std::size_t height, CUstream h, bool per_thread, bool wait) {
   SIMGPU_API_BEGIN();
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
@@ -143,11 +150,14 @@ CUresult memset_2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t widt
 }
 
 template <typename T>
-CUresult memset_1d(CUdeviceptr dst, T value, std::size_t n, CUstream h, bool per_thread, bool wait) {
+CUresult memset_1d(CUdeviceptr dst, T value, std::size_t n, CUstream h, bool per_thread,
+                   bool wait) {
   return memset_2d<T>(dst, n * sizeof(T), value, n, 1, h, per_thread, wait);
 }
 
-auto up(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+auto up(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
 
 }  // namespace
 
@@ -184,10 +194,18 @@ CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, si
 CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n) {
   return copy(dst, Want::device, src, Want::device, n, nullptr, true, true);
 }
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, false, true); }
-CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, true); }
-CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, false, true); }
-CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, true); }
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) {
+  return copy_2d(p, nullptr, false, true);
+}
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) {
+  return copy_2d(p, nullptr, true, true);
+}
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) {
+  return copy_2d(p, nullptr, false, true);
+}
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* p) {
+  return copy_2d(p, nullptr, true, true);
+}
 
 // ---- stream-ordered copies ----
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
@@ -214,15 +232,20 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstre
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
   return copy(dst, Want::device, src, Want::device, n, h, true, false);
 }
-CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n, CUstream h) {
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n,
+                           CUstream h) {
   return copy(dst, Want::device, src, Want::device, n, h, false, false);
 }
 CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n,
                                 CUstream h) {
   return copy(dst, Want::device, src, Want::device, n, h, true, false);
 }
-CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream h) { return copy_2d(p, h, false, false); }
-CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* p, CUstream h) { return copy_2d(p, h, true, false); }
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream h) {
+  return copy_2d(p, h, false, false);
+}
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* p, CUstream h) {
+  return copy_2d(p, h, true, false);
+}
 
 // ---- memsets ----
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
@@ -270,13 +293,16 @@ CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t 
 CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t ht) {
   return memset_2d<std::uint32_t>(d, pitch, v, w, ht, nullptr, false, true);
 }
-CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t ht, CUstream h) {
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t ht,
+                           CUstream h) {
   return memset_2d<std::uint8_t>(d, pitch, v, w, ht, h, false, false);
 }
-CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t ht, CUstream h) {
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t ht,
+                            CUstream h) {
   return memset_2d<std::uint16_t>(d, pitch, v, w, ht, h, false, false);
 }
-CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t ht, CUstream h) {
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t ht,
+                            CUstream h) {
   return memset_2d<std::uint32_t>(d, pitch, v, w, ht, h, false, false);
 }
 

@@ -22,7 +22,9 @@ CUmemPoolHandle_st* default_pool(int dev) {
   return d.default_pool;
 }
 
-bool valid_pool(CUmemoryPool p) { return p && p->magic == 0x504f4f31; }
+bool valid_pool(CUmemoryPool p) {
+  return p && p->magic == 0x504f4f31;
+}
 
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream h, bool ptsz) {
   SIMGPU_API_BEGIN();
@@ -36,7 +38,8 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstrea
   // one valid ordering of the stream-ordered allocator.
   if (CUresult r = heap_alloc(pool->device, bytes, s->ctx(), pool, &d)) return r;
   std::uint64_t used = pool->used += (bytes + kHeapAlign - 1) / kHeapAlign * kHeapAlign;
-  for (std::uint64_t h2 = pool->high.load(); used > h2 && !pool->high.compare_exchange_weak(h2, used);) {
+  for (std::uint64_t h2 = pool->high.load();
+       used > h2 && !pool->high.compare_exchange_weak(h2, used);) {
   }
   *dptr = d;
   return CUDA_SUCCESS;
@@ -146,7 +149,8 @@ CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
 
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   SIMGPU_API_BEGIN();
-  if (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+  if (flags &
+      ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
     return CUDA_ERROR_INVALID_VALUE;
   return host_alloc(pp, bytes, flags);
 }
@@ -155,7 +159,8 @@ CUresult cuMemFreeHost(void* p) {
   SIMGPU_API_BEGIN();
   std::lock_guard lock(g_mem.mu);
   auto it = g_mem.host_allocs.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == g_mem.host_allocs.end() || !(it->second.second & kOwnedHost)) return CUDA_ERROR_INVALID_VALUE;
+  if (it == g_mem.host_allocs.end() || !(it->second.second & kOwnedHost))
+    return CUDA_ERROR_INVALID_VALUE;
   munmap(p, it->second.first);
   g_mem.host_allocs.erase(it);
   return CUDA_SUCCESS;
@@ -220,12 +225,17 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool p
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   return alloc_async(dptr, bytes, pool, h, false);
 }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream h) {
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                      CUstream h) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   return alloc_async(dptr, bytes, pool, h, true);
 }
-CUresult cuMemFreeAsync(CUdeviceptr d, CUstream h) { return free_async(d, h, false); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream h) { return free_async(d, h, true); }
+CUresult cuMemFreeAsync(CUdeviceptr d, CUstream h) {
+  return free_async(d, h, false);
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream h) {
+  return free_async(d, h, true);
+}
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   SIMGPU_API_BEGIN();
@@ -235,7 +245,9 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  return cuDeviceGetDefaultMemPool(pool, dev);
+}
 
 CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
   SIMGPU_API_BEGIN();
@@ -251,7 +263,8 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   SIMGPU_API_BEGIN();
-  if (!valid_pool(pool) || pool == device(pool->device).default_pool) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_pool(pool) || pool == device(pool->device).default_pool)
+    return CUDA_ERROR_INVALID_VALUE;
   pool->magic = 0;  // outstanding allocations keep a pointer to it: leave the object
   return CUDA_SUCCESS;
 }
@@ -332,7 +345,8 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
       *static_cast<int*>(data) = 1;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = dev && r.heap ? r.heap->buffer_id : (dev ? r.mapping->phys->id : 0);
+      *static_cast<unsigned long long*>(data) =
+          dev && r.heap ? r.heap->buffer_id : (dev ? r.mapping->phys->id : 0);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *static_cast<int*>(data) = 0;
@@ -353,13 +367,15 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
       *static_cast<int*>(data) = 1;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-      *static_cast<unsigned long long*>(data) = dev && r.mapping ? r.mapping->phys->handle_types : 0;
+      *static_cast<unsigned long long*>(data) =
+          dev && r.mapping ? r.mapping->phys->handle_types : 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
       *static_cast<int*>(data) = 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-      *static_cast<int*>(data) = dev && r.mapping ? static_cast<int>(r.mapping->access) : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+      *static_cast<int*>(data) = dev && r.mapping ? static_cast<int>(r.mapping->access)
+                                                  : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *static_cast<CUmemoryPool*>(data) = dev && r.heap ? r.heap->pool : nullptr;
@@ -371,7 +387,8 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
       *static_cast<void**>(data) = reinterpret_cast<void*>(dev ? r.start : ptr);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-      *static_cast<unsigned long long*>(data) = dev && r.mapping ? r.mapping->phys->id : (dev ? r.heap->buffer_id : 0);
+      *static_cast<unsigned long long*>(data) =
+          dev && r.mapping ? r.mapping->phys->id : (dev ? r.heap->buffer_id : 0);
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;
@@ -380,13 +397,15 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr
 
 // As documented: an attribute of a pointer the driver does not know is reported as
 // zero/unregistered rather than failing the whole query.
-CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
+CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attrs, void** data,
+                                CUdeviceptr ptr) {
   if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < count; ++i) {
     CUresult r = cuPointerGetAttribute(data[i], attrs[i], ptr);
     if (r == CUDA_ERROR_NOT_INITIALIZED) return r;
     if (r != CUDA_SUCCESS && data[i]) {
-      std::size_t bytes = attrs[i] == CU_POINTER_ATTRIBUTE_CONTEXT || attrs[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
+      std::size_t bytes = attrs[i] == CU_POINTER_ATTRIBUTE_CONTEXT ||
+                                  attrs[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
                                   attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
                                   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
                                   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE ||

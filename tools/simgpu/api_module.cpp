@@ -56,7 +56,8 @@ CUresult load_module(CUctx_st* ctx, const ModuleImage& image, CUmod_st** out) {
       return r;
     }
     std::memset(alias(d), 0, g.size);
-    if (!g.init.empty()) std::memcpy(alias(d), g.init.data(), std::min<std::uint64_t>(g.size, g.init.size()));
+    if (!g.init.empty())
+      std::memcpy(alias(d), g.init.data(), std::min<std::uint64_t>(g.size, g.init.size()));
     mod->globals[g.name] = {d, g.size};
   }
   std::lock_guard lock(g_mod_mu);
@@ -92,7 +93,9 @@ void unload_context_modules(CUctx_st* ctx) {
   for (CUmod_st* m : doomed) unload_module(m);
 }
 
-bool valid_function(CUfunction f) { return f && f->magic == 0x46554e31; }
+bool valid_function(CUfunction f) {
+  return f && f->magic == 0x46554e31;
+}
 
 namespace {
 CUresult library_module(CUlib_st* lib, CUctx_st* ctx, CUmod_st** out) {
@@ -168,7 +171,8 @@ std::size_t module_image_size(const void* image) {
     std::memcpy(&payload, b + 8, 8);
     return header + payload;
   }
-  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F') {  // ELF64: the section table ends it
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' &&
+      b[3] == 'F') {  // ELF64: the section table ends it
     std::uint64_t shoff;
     std::uint16_t shentsize, shnum;
     std::memcpy(&shoff, b + 0x28, 8);
@@ -188,7 +192,8 @@ CUresult library_from_bytes(CUlibrary* library, const void* code, std::size_t kn
   auto lib = std::make_unique<CUlib_st>();
   std::size_t size = known_size ? known_size : module_image_size(code);
   if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
-  lib->image_copy.assign(static_cast<const std::byte*>(code), static_cast<const std::byte*>(code) + size);
+  lib->image_copy.assign(static_cast<const std::byte*>(code),
+                         static_cast<const std::byte*>(code) + size);
   lib->image_copy.push_back(std::byte{0});
   lib->kernel_names.reserve(image.kernels.size());
   for (const KernelInfo& k : image.kernels) lib->kernel_names.push_back(k.name);
@@ -196,7 +201,9 @@ CUresult library_from_bytes(CUlibrary* library, const void* code, std::size_t kn
   return CUDA_SUCCESS;
 }
 
-bool valid_library(CUlibrary lib) { return lib && lib->magic == 0x4c494231; }
+bool valid_library(CUlibrary lib) {
+  return lib && lib->magic == 0x4c494231;
+}
 
 }  // namespace
 
@@ -207,7 +214,8 @@ CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   return module_from_image(module, image);
 }
 
-CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*, void**) {
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*,
+                            void**) {
   SIMGPU_API_BEGIN();
   return module_from_image(module, image);  // JIT options do not apply to a simulated GPU
 }
@@ -260,7 +268,8 @@ CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int n, CUmod
   SIMGPU_API_BEGIN();
   if (!functions) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_module(mod)) return CUDA_ERROR_INVALID_HANDLE;
-  for (unsigned i = 0; i < n && i < mod->functions.size(); ++i) functions[i] = mod->functions[i].get();
+  for (unsigned i = 0; i < n && i < mod->functions.size(); ++i)
+    functions[i] = mod->functions[i].get();
   return CUDA_SUCCESS;
 }
 
@@ -275,14 +284,14 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule mod, co
   return CUDA_SUCCESS;
 }
 
-CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
-                           CUlibraryOption*, void**, unsigned int) {
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
+                           unsigned int, CUlibraryOption*, void**, unsigned int) {
   SIMGPU_API_BEGIN();
   return library_from_bytes(library, code, 0);
 }
 
-CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* path, CUjit_option*, void**, unsigned int,
-                               CUlibraryOption*, void**, unsigned int) {
+CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* path, CUjit_option*, void**,
+                               unsigned int, CUlibraryOption*, void**, unsigned int) {
   SIMGPU_API_BEGIN();
   if (!path) return CUDA_ERROR_INVALID_VALUE;
   std::vector<std::byte> bytes;
@@ -415,12 +424,22 @@ CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction f)
     return CUDA_SUCCESS;
   }
   switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = 32;
+      break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = config().sm_major * 10 + config().sm_minor; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 49152; break;
-    default: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = config().sm_major * 10 + config().sm_minor;
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *value = 49152;
+      break;
+    default:
+      *value = 0;
+      break;
   }
   return CUDA_SUCCESS;
 }

@@ -18,7 +18,8 @@ CUresult get_proc_address(const char* symbol, void** pfn, int version, cuuint64_
   switch (res.status) {
     case driver_api::ProcStatus::found:
       *pfn = own_symbol_address(res.symbol);
-      if (status) *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      if (status)
+        *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
       return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
     case driver_api::ProcStatus::version_not_sufficient:
       if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
@@ -33,7 +34,8 @@ CUresult get_proc_address(const char* symbol, void** pfn, int version, cuuint64_
 }
 }  // namespace gcr::simgpu
 
-extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags,
                                         CUdriverProcAddressQueryResult* symbolStatus) {
   return gcr::simgpu::get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
 }

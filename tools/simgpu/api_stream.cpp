@@ -5,7 +5,9 @@ using namespace gcr::simgpu;
 
 namespace {
 
-bool valid_event(CUevent e) { return e && e->magic == 0x45565431; }
+bool valid_event(CUevent e) {
+  return e && e->magic == 0x45565431;
+}
 
 CUresult stream_query(CUstream h, bool ptsz) {
   SIMGPU_API_BEGIN();
@@ -117,7 +119,9 @@ CUresult cuStreamGetFlags(CUstream h, unsigned int* flags) {
   *flags = s->flags();
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetFlags_ptsz(CUstream h, unsigned int* flags) { return cuStreamGetFlags(h, flags); }
+CUresult cuStreamGetFlags_ptsz(CUstream h, unsigned int* flags) {
+  return cuStreamGetFlags(h, flags);
+}
 
 CUresult cuStreamGetPriority(CUstream h, int* priority) {
   SIMGPU_API_BEGIN();
@@ -127,7 +131,9 @@ CUresult cuStreamGetPriority(CUstream h, int* priority) {
   *priority = s->priority();
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetPriority_ptsz(CUstream h, int* p) { return cuStreamGetPriority(h, p); }
+CUresult cuStreamGetPriority_ptsz(CUstream h, int* p) {
+  return cuStreamGetPriority(h, p);
+}
 
 CUresult cuStreamGetCtx(CUstream h, CUcontext* pctx) {
   SIMGPU_API_BEGIN();
@@ -137,7 +143,9 @@ CUresult cuStreamGetCtx(CUstream h, CUcontext* pctx) {
   *pctx = s->ctx();
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetCtx_ptsz(CUstream h, CUcontext* pctx) { return cuStreamGetCtx(h, pctx); }
+CUresult cuStreamGetCtx_ptsz(CUstream h, CUcontext* pctx) {
+  return cuStreamGetCtx(h, pctx);
+}
 
 CUresult cuStreamGetId(CUstream h, unsigned long long* id) {
   SIMGPU_API_BEGIN();
@@ -147,12 +155,22 @@ CUresult cuStreamGetId(CUstream h, unsigned long long* id) {
   *id = s->id();
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetId_ptsz(CUstream h, unsigned long long* id) { return cuStreamGetId(h, id); }
+CUresult cuStreamGetId_ptsz(CUstream h, unsigned long long* id) {
+  return cuStreamGetId(h, id);
+}
 
-CUresult cuStreamQuery(CUstream h) { return stream_query(h, false); }
-CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, true); }
-CUresult cuStreamSynchronize(CUstream h) { return stream_synchronize(h, false); }
-CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_synchronize(h, true); }
+CUresult cuStreamQuery(CUstream h) {
+  return stream_query(h, false);
+}
+CUresult cuStreamQuery_ptsz(CUstream h) {
+  return stream_query(h, true);
+}
+CUresult cuStreamSynchronize(CUstream h) {
+  return stream_synchronize(h, false);
+}
+CUresult cuStreamSynchronize_ptsz(CUstream h) {
+  return stream_synchronize(h, true);
+}
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   return stream_wait_event(h, e, flags, false);
 }
@@ -228,8 +246,12 @@ CUresult cuEventDestroy_v2(CUevent e) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventRecord(CUevent e, CUstream h) { return event_record(e, h, 0, false); }
-CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { return event_record(e, h, 0, true); }
+CUresult cuEventRecord(CUevent e, CUstream h) {
+  return event_record(e, h, 0, false);
+}
+CUresult cuEventRecord_ptsz(CUevent e, CUstream h) {
+  return event_record(e, h, 0, true);
+}
 CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags) {
   return event_record(e, h, flags, false);
 }

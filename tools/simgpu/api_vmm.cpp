@@ -15,7 +15,9 @@ using gcr::UniqueFd;
 
 namespace {
 
-bool aligned(std::uint64_t v) { return v % kGranularity == 0; }
+bool aligned(std::uint64_t v) {
+  return v % kGranularity == 0;
+}
 
 // The physical GPU of an imported memfd is in its name ("simgpu-dev<N>"), which /proc shows;
 // answered as this process's ordinal for that GPU.
@@ -54,7 +56,8 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   SIMGPU_API_BEGIN();
   if (!ptr || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (alignment == 0) alignment = kGranularity;
-  if (alignment % kGranularity != 0 || (alignment & (alignment - 1))) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment % kGranularity != 0 || (alignment & (alignment - 1)))
+    return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g_mem.mu);
   DevAddr got;
   // The address asked for is a hint, honoured when that range is free, as the driver does.
@@ -71,16 +74,18 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   auto it = g_mem.reservations.find(ptr);
   if (it == g_mem.reservations.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
   auto m = g_mem.mappings.lower_bound(ptr);
-  if (m != g_mem.mappings.end() && m->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;  // still mapped
+  if (m != g_mem.mappings.end() && m->first < ptr + size)
+    return CUDA_ERROR_INVALID_VALUE;  // still mapped
   g_mem.reservations.erase(it);
   give_va(ptr, size);
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                     unsigned long long flags) {
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
   SIMGPU_API_BEGIN();
-  if (!handle || !prop || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!handle || !prop || size == 0 || !aligned(size) || flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
@@ -184,7 +189,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(desc[i].location.id))
       return CUDA_ERROR_INVALID_DEVICE;
-    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       return CUDA_ERROR_INVALID_VALUE;
     access |= desc[i].flags;  // all simulated devices share one view of memory
@@ -197,7 +203,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     end += m->second.size;
   if (end < ptr + size) return CUDA_ERROR_INVALID_VALUE;
   for (auto m = it; m != g_mem.mappings.end() && m->first < ptr + size; ++m) {
-    if (!map_alias(m->first, m->second.size, m->second.phys->fd.get(), m->second.offset, prot_of(access)))
+    if (!map_alias(m->first, m->second.size, m->second.phys->fd.get(), m->second.offset,
+                   prot_of(access)))
       return CUDA_ERROR_OUT_OF_MEMORY;
     m->second.access = access;
   }
@@ -236,7 +243,8 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                CUmemGenericAllocationHandle handle) {
   SIMGPU_API_BEGIN();
   if (!prop) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g_mem.mu);
@@ -258,7 +266,8 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   std::lock_guard lock(g_mem.mu);
   auto it = g_mem.phys.find(handle);
   if (it == g_mem.phys.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (!(it->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) return CUDA_ERROR_INVALID_VALUE;
+  if (!(it->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    return CUDA_ERROR_INVALID_VALUE;
   // A new descriptor of the caller's to own (and close), as the driver hands out.
   int fd = fcntl(it->second->fd.get(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -75,7 +75,8 @@ CUresult handle(Mailbox& box) {
       if (box.pair_count > 0) {
         std::vector<bool> covered(n, false);
         for (unsigned i = 0; i < box.pair_count; ++i) {
-          int from = physical_of_uuid(box.pairs[i].oldUuid), to = physical_of_uuid(box.pairs[i].newUuid);
+          int from = physical_of_uuid(box.pairs[i].oldUuid),
+              to = physical_of_uuid(box.pairs[i].newUuid);
           if (from < 0 || to < 0) return CUDA_ERROR_INVALID_DEVICE;
           map[from] = to;
           covered[from] = true;
@@ -136,10 +137,13 @@ CUresult start_checkpoint_worker() {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, [](void*) -> void* {
-    worker_loop();
-    return nullptr;
-  }, nullptr);
+  int rc = pthread_create(
+      &t, &attr,
+      [](void*) -> void* {
+        worker_loop();
+        return nullptr;
+      },
+      nullptr);
   pthread_attr_destroy(&attr);
   if (rc != 0) return CUDA_ERROR_OPERATING_SYSTEM;
   pthread_setname_np(t, kWorkerThreadName);

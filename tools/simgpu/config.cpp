@@ -5,7 +5,8 @@
 //                    from the ordinal, the same on every run and host
 //   SIMGPU_NAME      device name (default "NVIDIA H200 (simgpu)")
 //   SIMGPU_THREADS   CPU threads a kernel's blocks are spread over (default: 1)
-//   SIMGPU_LOG       1: trace unsupported calls and warnings to stderr (they are logged once anyway)
+//   SIMGPU_LOG       1: trace unsupported calls and warnings to stderr (they are logged once
+//   anyway)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,11 +25,24 @@ std::uint64_t parse_size(const char* s, std::uint64_t fallback) {
   double v = std::strtod(s, &end);
   if (end == s || v <= 0) return fallback;
   switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
+    case 'k':
+    case 'K':
+      v *= 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024.0 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    case 't':
+    case 'T':
+      v *= 1024.0 * 1024 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   auto bytes = static_cast<std::uint64_t>(v);
   return (bytes + kGranularity - 1) / kGranularity * kGranularity;

@@ -36,7 +36,8 @@ void Gate::enter() noexcept {
 
 void Gate::exit() noexcept {
   std::uint32_t before = state_.fetch_sub(1, std::memory_order_acq_rel);
-  if ((before & kLocked) && (before & ~kLocked) == 1) futex(&state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+  if ((before & kLocked) && (before & ~kLocked) == 1)
+    futex(&state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
 }
 
 bool Gate::lock(unsigned timeout_ms) noexcept {
@@ -64,11 +65,14 @@ void Gate::unlock() noexcept {
   futex(&state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
 }
 
-bool Gate::locked() const noexcept { return state_.load() & kLocked; }
+bool Gate::locked() const noexcept {
+  return state_.load() & kLocked;
+}
 
 ApiCall::ApiCall(bool needs_init) noexcept {
   g_gate.enter();
-  if (needs_init && !g_initialized.load(std::memory_order_acquire)) status_ = CUDA_ERROR_NOT_INITIALIZED;
+  if (needs_init && !g_initialized.load(std::memory_order_acquire))
+    status_ = CUDA_ERROR_NOT_INITIALIZED;
 }
 
 }  // namespace gcr::simgpu

@@ -17,7 +17,9 @@ MemoryState g_mem;
 
 namespace {
 
-constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 // Where the device address space is placed when that range is free: device pointers then look
 // the same in every run and every process, which makes logs and images easier to read.
@@ -26,7 +28,8 @@ constexpr std::uintptr_t kPreferredBase = 0x200000000000ull;
 void* reserve(std::uintptr_t hint, std::uint64_t size) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
   void* p = MAP_FAILED;
-  if (hint) p = mmap(reinterpret_cast<void*>(hint), size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+  if (hint)
+    p = mmap(reinterpret_cast<void*>(hint), size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) p = mmap(nullptr, size, PROT_NONE, flags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
@@ -107,7 +110,8 @@ void give_range(std::map<DevAddr, std::uint64_t>& free, DevAddr addr, std::uint6
 
 // Returns [addr, addr + size) of the alias to PROT_NONE, dropping whatever was mapped there.
 void unmap_alias(DevAddr addr, std::uint64_t size) {
-  mmap(alias(addr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  mmap(alias(addr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+       0);
 }
 
 bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, int prot) {
@@ -130,7 +134,9 @@ int prot_of(unsigned access) {
 bool take_va(std::uint64_t size, std::uint64_t align, DevAddr want, DevAddr* out) {
   return take_range(g_mem.vmm_free, size, align, want, out);
 }
-void give_va(DevAddr addr, std::uint64_t size) { give_range(g_mem.vmm_free, addr, size); }
+void give_va(DevAddr addr, std::uint64_t size) {
+  give_range(g_mem.vmm_free, addr, size);
+}
 
 CUresult init_memory() {
   const Config& c = config();
@@ -150,8 +156,8 @@ CUresult init_memory() {
   g_va.heap_base = g_va.base;
   g_va.vmm_base = g_va.base + g_va.heap_size;
   g_mem.heap_fd = make_memfd("simgpu-heap", g_va.heap_size);
-  if (!g_mem.heap_fd || !map_alias(g_va.heap_base, g_va.heap_size, g_mem.heap_fd.get(), 0,
-                                   PROT_READ | PROT_WRITE))
+  if (!g_mem.heap_fd ||
+      !map_alias(g_va.heap_base, g_va.heap_size, g_mem.heap_fd.get(), 0, PROT_READ | PROT_WRITE))
     return CUDA_ERROR_OUT_OF_MEMORY;
   g_mem.heap_free[g_va.heap_base] = g_va.heap_size;
   g_mem.vmm_free[g_va.vmm_base] = g_va.vmm_size;
@@ -222,8 +228,8 @@ bool find_device_range(DevAddr d, std::uint64_t bytes, DeviceRange* out) {
   bool writable = m.access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   // A copy may run on across adjacent mappings of one reservation, as on a GPU.
   DevAddr end = m.addr + m.size;
-  for (auto next = std::next(it); end < d + bytes && next != g_mem.mappings.end() && next->first == end;
-       ++next) {
+  for (auto next = std::next(it);
+       end < d + bytes && next != g_mem.mappings.end() && next->first == end; ++next) {
     readable = readable && (next->second.access & CU_MEM_ACCESS_FLAGS_PROT_READ);
     writable = writable && next->second.access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     end = next->first + next->second.size;
@@ -311,7 +317,8 @@ CUresult memory_restore() {
     p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
     // pwrite moves at most 0x7ffff000 bytes a call: loop, as save_phys's pread does.
     for (std::uint64_t done = 0; p.fd && done < p.size;) {
-      ssize_t n = pwrite(p.fd.get(), p.saved.data() + done, p.size - done, static_cast<off_t>(done));
+      ssize_t n =
+          pwrite(p.fd.get(), p.saved.data() + done, p.size - done, static_cast<off_t>(done));
       if (n <= 0) {
         ok = false;
         break;

@@ -90,24 +90,28 @@ class OutsideGate {
   ~OutsideGate() { g_gate.enter(); }
 };
 
-#define SIMGPU_API_BEGIN()                                  \
-  ::gcr::simgpu::ApiCall simgpu_call_;                      \
+#define SIMGPU_API_BEGIN()             \
+  ::gcr::simgpu::ApiCall simgpu_call_; \
   if (simgpu_call_.status() != CUDA_SUCCESS) return simgpu_call_.status()
 
 // ---- devices and memory ----------------------------------------------------------------------
 struct VaSpace {
-  DevAddr base = 0;          // device addresses [base, base + size)
+  DevAddr base = 0;  // device addresses [base, base + size)
   std::uint64_t size = 0;
-  std::intptr_t delta = 0;   // alias = device address + delta
-  DevAddr heap_base = 0;     // cuMemAlloc heap: [heap_base, heap_base + heap_size)
+  std::intptr_t delta = 0;  // alias = device address + delta
+  DevAddr heap_base = 0;    // cuMemAlloc heap: [heap_base, heap_base + heap_size)
   std::uint64_t heap_size = 0;
-  DevAddr vmm_base = 0;      // cuMemAddressReserve area
+  DevAddr vmm_base = 0;  // cuMemAddressReserve area
   std::uint64_t vmm_size = 0;
 };
 extern VaSpace g_va;
 
-inline std::byte* alias(DevAddr d) { return reinterpret_cast<std::byte*>(d + g_va.delta); }
-inline bool in_device_space(DevAddr d) { return d >= g_va.base && d - g_va.base < g_va.size; }
+inline std::byte* alias(DevAddr d) {
+  return reinterpret_cast<std::byte*>(d + g_va.delta);
+}
+inline bool in_device_space(DevAddr d) {
+  return d >= g_va.base && d - g_va.base < g_va.size;
+}
 
 struct Device {
   int ordinal = 0;
@@ -168,7 +172,7 @@ struct VaReservation {
 
 // A resolved device range: where it lives and whether the simulator may read/write it.
 struct DeviceRange {
-  DevAddr start = 0;   // start of the allocation or mapping holding the address
+  DevAddr start = 0;  // start of the allocation or mapping holding the address
   std::uint64_t size = 0;
   int device = 0;
   bool readable = false, writable = false;
@@ -178,13 +182,13 @@ struct DeviceRange {
 
 struct MemoryState {
   std::mutex mu;
-  std::map<DevAddr, HeapAlloc> heap_allocs;      // by address
-  std::map<DevAddr, std::uint64_t> heap_free;    // free ranges of the heap, by address
+  std::map<DevAddr, HeapAlloc> heap_allocs;    // by address
+  std::map<DevAddr, std::uint64_t> heap_free;  // free ranges of the heap, by address
   UniqueFd heap_fd;
   std::map<std::uint64_t, std::shared_ptr<PhysAlloc>> phys;  // live handles, by id
   std::map<DevAddr, VmmMapping> mappings;
   std::map<DevAddr, VaReservation> reservations;
-  std::map<DevAddr, std::uint64_t> vmm_free;     // unreserved parts of the VMM area
+  std::map<DevAddr, std::uint64_t> vmm_free;  // unreserved parts of the VMM area
   std::map<std::uintptr_t, std::pair<std::uint64_t, unsigned>> host_allocs;  // pinned: size, flags
   std::uint64_t next_id = 1;
   std::vector<std::shared_ptr<PhysAlloc>> orphans;  // released handles still mapped
@@ -225,7 +229,7 @@ struct CUctx_st {
   bool primary = false;
   bool destroyed = false;
   std::uint64_t id = 0;
-  std::mutex mu;  // guards streams
+  std::mutex mu;                              // guards streams
   std::vector<gcr::simgpu::Stream*> streams;  // every live stream of this context
   gcr::simgpu::Stream* legacy = nullptr;      // the NULL stream
   std::map<int, std::size_t> limits;
@@ -355,7 +359,7 @@ struct CUlib_st {
   std::vector<std::byte> image_copy;
   std::vector<std::string> kernel_names;
   std::mutex mu;
-  std::map<CUctx_st*, CUmod_st*> modules;              // loaded lazily per context
+  std::map<CUctx_st*, CUmod_st*> modules;                            // loaded lazily per context
   std::map<std::size_t, std::unique_ptr<struct CUkern_st>> kernels;  // by kernel index
 };
 

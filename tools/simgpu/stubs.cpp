@@ -21,8 +21,10 @@ int unsupported(const char* name) {
 }  // namespace
 }  // namespace gcr::simgpu
 
-#define GCR_DRIVER_SYMBOL(name) \
-  extern "C" __attribute__((weak)) int name() { return gcr::simgpu::unsupported(#name); }
+#define GCR_DRIVER_SYMBOL(name)                 \
+  extern "C" __attribute__((weak)) int name() { \
+    return gcr::simgpu::unsupported(#name);     \
+  }
 #include "driver_symbols.gen.inc"
 #undef GCR_DRIVER_SYMBOL
 

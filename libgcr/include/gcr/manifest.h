@@ -34,8 +34,8 @@ struct ObjectEntry {
   std::string name;           // files: path relative to the CRIU image dir
   std::uint64_t address = 0;  // device regions
   std::uint64_t size = 0;
-  std::uint32_t device = 0;   // device regions
-  std::uint32_t mode = 0;     // files
+  std::uint32_t device = 0;  // device regions
+  std::uint32_t mode = 0;    // files
   std::uint64_t first_chunk = 0;
   std::uint64_t chunk_count = 0;
 };

@@ -51,7 +51,7 @@ Errc errc_from_errno(int err) noexcept;
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like std::expected
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design, like std::expected
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
 
   bool has_value() const noexcept { return v_.index() == 0; }
@@ -111,31 +111,34 @@ class [[nodiscard]] Result<void> {
 
 using Status = Result<void>;
 
-inline Status ok() { return {}; }
+inline Status ok() {
+  return {};
+}
 
-inline Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(Errc code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 }  // namespace gcr
 
 // Forwards a failed Result from the enclosing function; otherwise yields nothing.
-#define GCR_TRY(expr)                                         \
-  do {                                                        \
-    auto gcr_try_result_ = (expr);                            \
+#define GCR_TRY(expr)                                                \
+  do {                                                               \
+    auto gcr_try_result_ = (expr);                                   \
     if (!gcr_try_result_) return std::move(gcr_try_result_).error(); \
   } while (0)
 
 // Evaluates expr (a Result<T>), forwards its error, else assigns its value to lhs.
-#define GCR_TRY_ASSIGN(lhs, expr)                                     \
-  auto GCR_CONCAT_(gcr_try_, __LINE__) = (expr);                      \
-  if (!GCR_CONCAT_(gcr_try_, __LINE__))                               \
-    return std::move(GCR_CONCAT_(gcr_try_, __LINE__)).error();        \
+#define GCR_TRY_ASSIGN(lhs, expr)                                                                  \
+  auto GCR_CONCAT_(gcr_try_, __LINE__) = (expr);                                                   \
+  if (!GCR_CONCAT_(gcr_try_, __LINE__)) return std::move(GCR_CONCAT_(gcr_try_, __LINE__)).error(); \
   lhs = std::move(GCR_CONCAT_(gcr_try_, __LINE__)).value()
 
 #define GCR_CONCAT_INNER_(a, b) a##b
 #define GCR_CONCAT_(a, b) GCR_CONCAT_INNER_(a, b)
 
 // Returns an Error of the given code when cond is false.
-#define GCR_CHECK(cond, errc, msg)                                  \
-  do {                                                              \
-    if (!(cond)) return ::gcr::make_error((errc), (msg));           \
+#define GCR_CHECK(cond, errc, msg)                        \
+  do {                                                    \
+    if (!(cond)) return ::gcr::make_error((errc), (msg)); \
   } while (0)

@@ -30,11 +30,11 @@ namespace gcr::store {
 
 struct StoreOptions {
   std::filesystem::path root;
-  std::uint32_t chunk_bytes = 1u << 20;   // device-region chunk size
+  std::uint32_t chunk_bytes = 1u << 20;  // device-region chunk size
   int zstd_level = 1;
-  bool use_io_uring = true;               // falls back to blocking I/O when unavailable
-  unsigned queue_depth = 32;              // I/O requests in flight
-  unsigned worker_threads = 0;            // hashing/compression; 0 = number of CPUs
+  bool use_io_uring = true;                      // falls back to blocking I/O when unavailable
+  unsigned queue_depth = 32;                     // I/O requests in flight
+  unsigned worker_threads = 0;                   // hashing/compression; 0 = number of CPUs
   std::uint64_t pack_target_bytes = 1ull << 30;  // a writer starts a new pack past this size
 };
 
@@ -53,8 +53,8 @@ struct CommitInfo {
 
 // Bytes by dedup level, for a checkpoint or the whole store (`gcr image du`).
 struct Usage {
-  std::uint64_t logical_bytes = 0;   // what the checkpoints name, counted per checkpoint
-  std::uint64_t stored_bytes = 0;    // what the packs hold for them, after compression and dedup
+  std::uint64_t logical_bytes = 0;  // what the checkpoints name, counted per checkpoint
+  std::uint64_t stored_bytes = 0;   // what the packs hold for them, after compression and dedup
   std::uint64_t zero_bytes = 0, self_bytes = 0, lineage_bytes = 0, other_bytes = 0, fresh_bytes = 0;
   std::uint64_t pack_file_bytes = 0, garbage_bytes = 0;  // whole store only
   std::uint64_t checkpoints = 0, chunks = 0;
@@ -96,8 +96,8 @@ class Store {
 
   // Starts a checkpoint. `parent` (optional) is the process's previous checkpoint: chunks found
   // there count as lineage dedup, and regions not dirty may be taken from it unchanged.
-  Result<std::unique_ptr<CheckpointWriter>> begin_checkpoint(std::map<std::string, std::string> meta,
-                                                             std::optional<CheckpointId> parent);
+  Result<std::unique_ptr<CheckpointWriter>> begin_checkpoint(
+      std::map<std::string, std::string> meta, std::optional<CheckpointId> parent);
   Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const CheckpointId& id);
 
   // Removes a checkpoint (its manifest and the tags naming it); its chunks go at the next gc.
@@ -105,8 +105,9 @@ class Store {
   Status tag(const CheckpointId& id, std::string_view name);
   Result<GcReport> gc();
   // Reads back and checks every byte of one checkpoint, or of all of them.
-  Result<VerifyReport> verify(std::optional<CheckpointId> id,
-                              std::function<void(std::uint64_t done, std::uint64_t total)> progress = {});
+  Result<VerifyReport> verify(
+      std::optional<CheckpointId> id,
+      std::function<void(std::uint64_t done, std::uint64_t total)> progress = {});
   Result<Usage> usage(std::optional<CheckpointId> id) const;
 
   struct Impl;
@@ -151,7 +152,8 @@ class CheckpointReader {
   virtual ~CheckpointReader() = default;
   virtual const Manifest& manifest() const = 0;
   // Reads [offset, offset + out.size()) of an object, verifying every chunk it touches.
-  virtual Status read(const ObjectEntry& object, std::uint64_t offset, std::span<std::byte> out) = 0;
+  virtual Status read(const ObjectEntry& object, std::uint64_t offset,
+                      std::span<std::byte> out) = 0;
   // Writes the checkpoint's CRIU image files into dir (created 0700), with their modes.
   virtual Status materialize_files(const std::filesystem::path& dir) = 0;
 };

@@ -14,8 +14,8 @@ TEST_CASE("a writer killed at any moment leaves every committed checkpoint intac
   // A first checkpoint, written to completion, also times a whole run.
   auto t0 = std::chrono::steady_clock::now();
   auto first = run_writer({"write", root, "1", "2048", scratch});
-  auto run_time = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::chrono::steady_clock::now() - t0);
+  auto run_time =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
   REQUIRE(first.exited);
   REQUIRE(first.code == 0);
   std::string parent = first.out.substr(0, 32);
@@ -24,8 +24,8 @@ TEST_CASE("a writer killed at any moment leaves every committed checkpoint intac
   std::size_t committed = 1, killed = 0;
   for (int i = 0; i < 20; ++i) {
     auto delay = std::chrono::microseconds(rng() % (run_time.count() * 6 / 5 + 1));
-    auto r = run_writer({"write", root, std::to_string(100 + i), "2048", scratch, parent}, {},
-                        delay);
+    auto r =
+        run_writer({"write", root, std::to_string(100 + i), "2048", scratch, parent}, {}, delay);
     INFO("iteration " << i << ", killed after " << delay.count() << " us");
     if (r.killed) {
       ++killed;

@@ -60,7 +60,7 @@ TEST_CASE("a full disk gives a clear error and leaves no half checkpoint", "[dis
   TmpfsMount tmpfs(mnt, "4m");
   if (!tmpfs.mounted()) {
     WARN("skipped: cannot mount a 4 MiB tmpfs at " << mnt << " (" << tmpfs.error()
-                                                  << "); this test needs root");
+                                                   << "); this test needs root");
     return;
   }
   auto root = mnt / "store";

@@ -17,14 +17,15 @@ CheckpointId write_here(Store& store, std::uint64_t seed, std::uint32_t kib,
                         const std::filesystem::path& scratch, std::optional<CheckpointId> parent) {
   Content c = content_for(seed, kib);
   std::filesystem::create_directories(scratch);
-  auto w = store.begin_checkpoint({{"seed", std::to_string(seed)}, {"size_kib", std::to_string(kib)}},
-                                  parent);
+  auto w = store.begin_checkpoint(
+      {{"seed", std::to_string(seed)}, {"size_kib", std::to_string(kib)}}, parent);
   REQUIRE(w);
   for (const auto& [address, bytes] : c.regions) REQUIRE((*w)->add_region(address, bytes, 0, true));
   for (const auto& [name, bytes] : c.files) {
     auto path = scratch / (std::to_string(seed) + "-" + name);
     std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     REQUIRE((*w)->add_file(name, 0600, path));
   }
   for (const auto& [name, bytes] : c.blobs) REQUIRE((*w)->add_blob(name, bytes));

@@ -44,7 +44,7 @@ class TempDir {
 
 struct ChildResult {
   bool exited = false;
-  int code = -1;       // exit code when exited
+  int code = -1;        // exit code when exited
   bool killed = false;  // ended by our SIGKILL
   std::string out;      // stdout
 };

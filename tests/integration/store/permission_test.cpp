@@ -47,7 +47,8 @@ Outcome as_nobody(Fn fn) {
     o.errc = code;
     char buf[4096];
     ssize_t n;
-    while ((n = ::read(p[0], buf, sizeof buf)) > 0) o.message.append(buf, static_cast<std::size_t>(n));
+    while ((n = ::read(p[0], buf, sizeof buf)) > 0)
+      o.message.append(buf, static_cast<std::size_t>(n));
   }
   ::close(p[0]);
   int status = 0;

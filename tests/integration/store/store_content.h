@@ -52,11 +52,13 @@ inline Content content_for(std::uint64_t seed, std::uint32_t size_kib) {
   fill_random(pages.data() + (seed % 200) * 4096, 4096, seed);  // one page differs per seed
   c.files["pages-1.img"] = std::move(pages);
   std::string core = "core of seed " + std::to_string(seed);
-  c.files["core-1.img"] = std::vector<std::byte>(reinterpret_cast<const std::byte*>(core.data()),
-                                                 reinterpret_cast<const std::byte*>(core.data()) + core.size());
+  c.files["core-1.img"] =
+      std::vector<std::byte>(reinterpret_cast<const std::byte*>(core.data()),
+                             reinterpret_cast<const std::byte*>(core.data()) + core.size());
   std::string state = "state " + std::to_string(seed);
-  c.blobs["gcr.state"] = std::vector<std::byte>(reinterpret_cast<const std::byte*>(state.data()),
-                                                reinterpret_cast<const std::byte*>(state.data()) + state.size());
+  c.blobs["gcr.state"] =
+      std::vector<std::byte>(reinterpret_cast<const std::byte*>(state.data()),
+                             reinterpret_cast<const std::byte*>(state.data()) + state.size());
   return c;
 }
 

@@ -42,7 +42,8 @@ int write(int argc, char** argv) {
   std::filesystem::create_directories(scratch);
   for (const auto& [name, bytes] : content.files) {
     std::ofstream(scratch / name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   auto w = (*store)->begin_checkpoint(
       {{"seed", std::to_string(seed)}, {"size_kib", std::to_string(size_kib)}, {"kind", "test"}},

@@ -11,7 +11,8 @@
 using namespace gcr::store;
 
 namespace {
-std::vector<ChunkId> ids_of(std::span<const std::byte> data, const std::vector<std::uint32_t>& sizes) {
+std::vector<ChunkId> ids_of(std::span<const std::byte> data,
+                            const std::vector<std::uint32_t>& sizes) {
   std::vector<ChunkId> ids;
   std::size_t at = 0;
   for (auto s : sizes) {
@@ -28,8 +29,7 @@ TEST_CASE("fixed chunking cuts every chunk_bytes from the start", "[chunker]") {
   CHECK(cut_fixed(2500, 1024) == std::vector<std::uint32_t>{1024, 1024, 452});
 }
 
-TEST_CASE("page chunks are whole pages of 16 KiB to 1 MiB, about 64 KiB on average",
-          "[chunker]") {
+TEST_CASE("page chunks are whole pages of 16 KiB to 1 MiB, about 64 KiB on average", "[chunker]") {
   auto data = test::random_bytes(32 << 20, 7);
   auto sizes = cut_pages(data, true);
   CHECK(std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0}) == data.size());

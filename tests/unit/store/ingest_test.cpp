@@ -63,9 +63,10 @@ TEST_CASE("zero chunks and repeats within a checkpoint are counted, not stored",
   CHECK(self == 8);
 }
 
-TEST_CASE("the next checkpoint of a process dedups against its lineage, another's against the "
-          "store",
-          "[dedup]") {
+TEST_CASE(
+    "the next checkpoint of a process dedups against its lineage, another's against the "
+    "store",
+    "[dedup]") {
   test::TempDir dir;
   auto root = dir.path() / "s";
   auto store = small_chunk_store(root);
@@ -139,7 +140,7 @@ TEST_CASE("a region unchanged since the parent is taken from it without reading 
   test::TempDir dir;
   auto store = small_chunk_store(dir.path() / "s");
   auto v = test::random_bytes(3 * kChunk, 1);
-  v.resize(v.size() + kChunk);  // a zero chunk
+  v.resize(v.size() + kChunk);                            // a zero chunk
   for (int i = 0; i < 5; ++i) v.push_back(std::byte{1});  // and a short last chunk
   auto w1 = store->begin_checkpoint({}, std::nullopt);
   REQUIRE((*w1)->add_region(0x5000, v, 2, true));
@@ -220,8 +221,7 @@ TEST_CASE("page images dedup across checkpoints when a page is inserted", "[dedu
   CHECK(test::read_object(**r, (*r)->manifest().objects[0]) == pages);
 }
 
-TEST_CASE("a writer dropped without commit leaves nothing visible and no pack behind",
-          "[dedup]") {
+TEST_CASE("a writer dropped without commit leaves nothing visible and no pack behind", "[dedup]") {
   test::TempDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);

@@ -31,9 +31,9 @@ TEST_CASE("hostile names are never tags", "[layout][hostile]") {
   CHECK(valid_tag("a"));
   CHECK(valid_tag("A.b_c-9"));
   CHECK(valid_tag(std::string(128, 'x')));
-  for (const std::string& bad : std::vector<std::string>{"../x", "a/b", "", ".", "..", ".hidden", "-x", "a b", "a\\b",
-                          std::string(129, 'x'), std::string(200, 'x'), std::string("a\0b", 3),
-                          std::string("\0", 1), "x\n"}) {
+  for (const std::string& bad : std::vector<std::string>{
+           "../x", "a/b", "", ".", "..", ".hidden", "-x", "a b", "a\\b", std::string(129, 'x'),
+           std::string(200, 'x'), std::string("a\0b", 3), std::string("\0", 1), "x\n"}) {
     CHECK_FALSE(valid_tag(bad));
     Layout l{"/store"};
     auto p = l.tag(bad);

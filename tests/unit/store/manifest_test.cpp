@@ -119,8 +119,8 @@ TEST_CASE("a newer major version is refused, naming both versions", "[manifest]"
   auto r = decode_manifest(bytes, "3f2a");
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::unsupported);
-  CHECK_THAT(r.error().message, Catch::Contains("2.3") && Catch::Contains("1.0") &&
-                                    Catch::Contains("manifest 3f2a"));
+  CHECK_THAT(r.error().message,
+             Catch::Contains("2.3") && Catch::Contains("1.0") && Catch::Contains("manifest 3f2a"));
 }
 
 TEST_CASE("a newer minor version is read, skipping sections it does not know", "[manifest]") {
@@ -147,8 +147,8 @@ TEST_CASE("errors name the manifest, the offset and the field", "[manifest][host
     store_le(bytes.data() + obj + 40, 99, 8);    // chunk count
     reseal(bytes);
     auto msg = decode_error(bytes);
-    CHECK_THAT(msg, Catch::Contains("manifest test") && Catch::Contains("offset " +
-                                                                         std::to_string(obj + 32)) &&
+    CHECK_THAT(msg, Catch::Contains("manifest test") &&
+                        Catch::Contains("offset " + std::to_string(obj + 32)) &&
                         Catch::Contains("OBJECTS[0].first_chunk"));
   }
   SECTION("an object's size that its chunks do not add up to") {
@@ -197,8 +197,8 @@ TEST_CASE("errors name the manifest, the offset and the field", "[manifest][host
 
 TEST_CASE("object names that could escape the image directory are rejected",
           "[manifest][hostile]") {
-  for (const std::string& name : std::vector<std::string>{"../x", "/etc/passwd", "a/../../b", "a//b", ".", "", "a/./b",
-                           std::string("a\0b", 3)}) {
+  for (const std::string& name : std::vector<std::string>{
+           "../x", "/etc/passwd", "a/../../b", "a//b", ".", "", "a/./b", std::string("a\0b", 3)}) {
     Manifest m = sample();
     m.objects[1].name = name;
     auto r = decode_manifest(encode_manifest(m), "test");

@@ -61,7 +61,8 @@ TEST_CASE("every truncation and every flipped byte of an index is rejected", "[p
     // catalog; a larger pack_bytes is checked against the pack's size when it is opened.
     bool minor = i == 10 || i == 11;
     bool pack_id = i >= 24 && i < 40;
-    bool pack_bytes_grew = i >= 16 && i < 24 && load_le(bad.data() + 16, 8) > load_le(bytes.data() + 16, 8);
+    bool pack_bytes_grew =
+        i >= 16 && i < 24 && load_le(bad.data() + 16, 8) > load_le(bytes.data() + 16, 8);
     if (minor || pack_id || pack_bytes_grew) {
       CHECK(r);
     } else {
@@ -72,7 +73,9 @@ TEST_CASE("every truncation and every flipped byte of an index is rejected", "[p
 
 TEST_CASE("index entries are checked even when the entries hash matches", "[pack][hostile]") {
   auto bytes = encode_pack_index(sample_index());
-  auto entry = [&](int i) { return kIndexHeaderBytes + static_cast<std::size_t>(i) * kIndexEntryBytes; };
+  auto entry = [&](int i) {
+    return kIndexHeaderBytes + static_cast<std::size_t>(i) * kIndexEntryBytes;
+  };
   auto expect = [&](const char* field) {
     reseal(bytes);
     auto r = decode_pack_index(bytes, "pack index 0a1b");

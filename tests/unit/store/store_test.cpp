@@ -48,8 +48,9 @@ TEST_CASE("hostile names never reach outside the store", "[store][hostile]") {
   CheckpointId a = commit_one(*store, 1);
   // A file outside the store that a traversal would find or overwrite.
   std::ofstream(dir.path() / "x") << a.hex() << "\n";
-  for (const std::string& bad : std::vector<std::string>{"../x", "a/b", "", ".", "..", std::string(200, 'a'),
-                          std::string("x\0y", 3), "/etc/passwd", "tags/../../x"}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"../x", "a/b", "", ".", "..", std::string(200, 'a'),
+                                std::string("x\0y", 3), "/etc/passwd", "tags/../../x"}) {
     INFO(bad);
     auto r = store->resolve(bad);
     REQUIRE_FALSE(r);
@@ -76,7 +77,8 @@ TEST_CASE("hostile file and blob names are refused by the writer", "[store][host
   test::TempDir dir;
   auto store = test::open_store(dir.path() / "s");
   test::write_file(dir.path() / "src", test::as_bytes("data"));
-  for (const std::string& bad : std::vector<std::string>{"../x", "/abs", "a/../b", "", ".", std::string("a\0b", 3)}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"../x", "/abs", "a/../b", "", ".", std::string("a\0b", 3)}) {
     auto w = store->begin_checkpoint({}, std::nullopt);
     REQUIRE(w);
     CHECK((*w)->add_file(bad, 0600, dir.path() / "src").error().code == Errc::invalid_argument);
@@ -86,8 +88,9 @@ TEST_CASE("hostile file and blob names are refused by the writer", "[store][host
   }
 }
 
-TEST_CASE("list shows checkpoints with their tags, meta and stats; remove drops them and their tags",
-          "[store]") {
+TEST_CASE(
+    "list shows checkpoints with their tags, meta and stats; remove drops them and their tags",
+    "[store]") {
   test::TempDir dir;
   auto store = test::open_store(dir.path() / "s");
   CheckpointId a = commit_one(*store, 1, "first");

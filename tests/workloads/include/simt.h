@@ -92,10 +92,10 @@ using simt::threadIdx;
 #define SIMT_KERNEL
 #define SIMT_DEVICE static inline
 #define __restrict__ __restrict
-#define SIMT_TWIN(name)                                                                  \
-  extern "C" __attribute__((visibility("default"), used)) void simgpu_twin__##name(      \
-      const SimtLaunch* launch, void** params) {                                         \
-    ::simt::run_twin(&name, launch, params);                                             \
+#define SIMT_TWIN(name)                                                             \
+  extern "C" __attribute__((visibility("default"), used)) void simgpu_twin__##name( \
+      const SimtLaunch* launch, void** params) {                                    \
+    ::simt::run_twin(&name, launch, params);                                        \
   }
 
 #endif

@@ -118,8 +118,8 @@ SIMT_TWIN(mlp_fill_table)
 // x[b][k] += scale * table[row + k] for every sample b: one row of the ballast per step. A C++
 // kernel (not extern "C"), so that gcr's write tracking can see from its mangled name that the
 // table is only read: the ballast is then not stored again by incremental checkpoints.
-SIMT_KERNEL void mlp_add_row(float* x, const float* table, unsigned long long row,
-                                        int batch, int dim, float scale) {
+SIMT_KERNEL void mlp_add_row(float* x, const float* table, unsigned long long row, int batch,
+                             int dim, float scale) {
   unsigned long long i = thread_index();
   if (i >= static_cast<unsigned long long>(batch) * dim) return;
   x[i] += scale * table[row + i % dim];

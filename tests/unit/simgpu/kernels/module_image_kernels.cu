@@ -33,12 +33,20 @@ __global__ void take_struct(int flag, Params24 p, int* out) {
   out[0] = flag + p.count + static_cast<int>(p.scale + p.bias + p.seed + g_scalar);
 }
 
-__global__ void char_double(char c, double d, float* out) { out[0] = c + d; }
+__global__ void char_double(char c, double d, float* out) {
+  out[0] = c + d;
+}
 
-__global__ void vec3_a16(char c, Vec3A16 v, short s, float* out) { out[0] = c + v.z + s; }
+__global__ void vec3_a16(char c, Vec3A16 v, short s, float* out) {
+  out[0] = c + v.z + s;
+}
 
-__global__ void big_param(char c, Big5000 b, int* out) { out[0] = c + b.bytes[4999]; }
+__global__ void big_param(char c, Big5000 b, int* out) {
+  out[0] = c + b.bytes[4999];
+}
 
 __global__ void no_params() {}
 
-extern "C" __global__ void plain_c(int* p) { p[0] = 1; }
+extern "C" __global__ void plain_c(int* p) {
+  p[0] = 1;
+}
