@@ -1,7 +1,6 @@
 // The interposer's control thread: libgcr's control::Server (docs/protocol.md) on a detached
 // thread named "gcr-control", serving requests by calling the region manager's operations
-// (control_ops.h). It owns the thread, the translation between the protocol's types and the
-// region manager's, and fork handling; the protocol itself is libgcr's.
+// (control_ops.h). It owns the thread and fork handling; the protocol itself is libgcr's.
 //
 // The thread lives inside an arbitrary program, so: it blocks every signal (the program's handlers
 // never run on it), lets no exception escape (the Server catches), reports only failures nobody
@@ -29,14 +28,6 @@ namespace ctl = gcr::control;
 constexpr char kThreadName[] = "gcr-control";
 constexpr int kMaxLogLines = 8;
 
-ctl::RegionRecord to_wire(const RegionRecord& r) {
-  return ctl::RegionRecord{r.address, r.size, r.device, r.flags};
-}
-
-RegionRecord from_wire(const ctl::RegionRecord& r) {
-  return RegionRecord{r.address, r.size, r.device, r.flags};
-}
-
 // The region manager's operations behind libgcr's Handler interface. Each op_* is called from the
 // control thread only, one at a time, as control_ops.h requires.
 class OpsHandler final : public ctl::Handler {
@@ -46,47 +37,16 @@ class OpsHandler final : public ctl::Handler {
     return op_quiesce(static_cast<unsigned>(ms < 0 ? 0 : ms));
   }
   Status resume() override { return op_resume(); }
-  Result<std::vector<ctl::ParkedRegion>> park() override {
-    Result<std::vector<ParkedRegion>> parked = op_park();
-    if (!parked) return std::move(parked).error();
-    std::vector<ctl::ParkedRegion> out;
-    out.reserve(parked->size());
-    for (ParkedRegion& p : *parked)
-      out.push_back(ctl::ParkedRegion{to_wire(p.region), std::move(p.fd)});
-    return out;
-  }
+  Result<std::vector<ctl::ParkedRegion>> park() override { return op_park(); }
   Status unpark(std::vector<ctl::ParkedRegion> regions) override {
-    std::vector<ParkedRegion> in;
-    in.reserve(regions.size());
-    for (ctl::ParkedRegion& p : regions)
-      in.push_back(ParkedRegion{from_wire(p.region), std::move(p.fd)});
-    return op_unpark(std::move(in));
+    return op_unpark(std::move(regions));
   }
   Status new_epoch(const std::string& checkpoint_id) override {
     return op_new_epoch(checkpoint_id);
   }
-  ctl::StatusInfo status() override {
-    StatusInfo s = op_status();
-    return ctl::StatusInfo{static_cast<ctl::ProcessState>(s.state),
-                           s.regions,
-                           s.region_bytes,
-                           s.dirty_bytes,
-                           s.requested_bytes,
-                           s.epoch,
-                           std::move(s.last_checkpoint),
-                           s.conservative};
-  }
-  std::vector<ctl::RegionRecord> regions() override {
-    std::vector<RegionRecord> in = op_regions();
-    std::vector<ctl::RegionRecord> out;
-    out.reserve(in.size());
-    for (const RegionRecord& r : in) out.push_back(to_wire(r));
-    return out;
-  }
+  ctl::StatusInfo status() override { return op_status(); }
+  std::vector<ctl::RegionRecord> regions() override { return op_regions(); }
 };
-static_assert(static_cast<std::uint32_t>(ProcessState::parked) ==
-              static_cast<std::uint32_t>(ctl::ProcessState::parked));
-static_assert(kRegionDirty == ctl::kRegionDirty);
 
 std::atomic<int> g_log_lines{0};
 

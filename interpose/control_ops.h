@@ -14,38 +14,18 @@
 #include <utility>
 #include <vector>
 
+#include "gcr/control.h"
 #include "gcr/result.h"
-#include "gcr/unique_fd.h"
 
 namespace gcr::interpose {
 
-enum class ProcessState : std::uint32_t { running = 0, quiesced = 1, parked = 2 };
-
-// One region: a physical allocation mapped at [address, address + size) on `device`.
-struct RegionRecord {
-  std::uint64_t address = 0;
-  std::uint64_t size = 0;
-  std::uint32_t device = 0;
-  std::uint32_t flags = 0;  // kRegionDirty: written since the last checkpoint epoch
-};
-inline constexpr std::uint32_t kRegionDirty = 1u << 0;
-
-struct ParkedRegion {
-  RegionRecord region;
-  UniqueFd fd;  // the allocation, exported as a POSIX file descriptor
-};
-
-struct StatusInfo {
-  ProcessState state = ProcessState::running;
-  std::uint64_t regions = 0;
-  std::uint64_t region_bytes = 0;  // device memory held in regions
-  std::uint64_t dirty_bytes = 0;   // in regions written since the last checkpoint epoch
-  std::uint64_t requested_bytes =
-      0;                        // what the program asked for (slab overhead = region - requested)
-  std::uint64_t epoch = 0;      // checkpoint epoch; a checkpoint cut starts a new one
-  std::string last_checkpoint;  // id of the last checkpoint taken, empty if none
-  bool conservative = false;    // write tracking treats every launch as writing everything
-};
+// The protocol's types (gcr/control.h) are the region manager's too: one definition of a region
+// record, a parked region and a status, on the wire and in the interposer.
+using control::kRegionDirty;
+using control::ParkedRegion;
+using control::ProcessState;
+using control::RegionRecord;
+using control::StatusInfo;
 
 // Closes the API gate (new calls wait), waits up to timeout_ms for calls inside to leave, then
 // drains every stream of every context. On timeout the gate reopens and Errc::timeout is returned.
