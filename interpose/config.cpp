@@ -46,6 +46,7 @@ Config load() {
   c.arena_bytes = parse_bytes(std::getenv("GCR_ARENA_BYTES"), 0);
   c.small_bytes = parse_bytes(std::getenv("GCR_SMALL_BYTES"), c.small_bytes);
   if (const char* s = std::getenv("GCR_LOG")) c.log = *s && *s != '0';
+  if (const char* s = std::getenv("GCR_COW_COPY")) c.cow_copy = !(*s == '0' && !s[1]);
   return c;
 }
 

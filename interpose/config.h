@@ -7,6 +7,10 @@
 //                      follow device pointers stored in device memory)
 //   GCR_ARENA_BYTES    size of the reserved device address arena (default: 2x total device memory)
 //   GCR_SMALL_BYTES    allocations up to this size share 2 MiB slabs (default 1 MiB)
+//   GCR_COW_COPY       1 (default): during a --leave-running checkpoint's drain, a write to a
+//                      region gcrd has not read yet copies the region first (device memory for
+//                      one region at a time); 0: the write waits until gcrd has read it (for a
+//                      GPU without room for copies)
 //   GCR_LOG            1: log each region allocation and control operation to stderr
 #pragma once
 
@@ -22,6 +26,7 @@ struct Config {
   TrackMode track = TrackMode::speculative;
   std::uint64_t arena_bytes = 0;  // 0: derived from the devices' memory
   std::uint64_t small_bytes = 1u << 20;
+  bool cow_copy = true;
   bool log = false;
 };
 

@@ -21,6 +21,7 @@ namespace gcr::interpose {
 
 // The protocol's types (gcr/control.h) are the region manager's too: one definition of a region
 // record, a parked region and a status, on the wire and in the interposer.
+using control::CowCopy;
 using control::kRegionDirty;
 using control::ParkedRegion;
 using control::ProcessState;
@@ -41,6 +42,12 @@ Result<std::vector<ParkedRegion>> op_park();
 Status op_unpark(std::vector<ParkedRegion> regions);
 // Starts a new checkpoint epoch (dirty bits cleared) and records the checkpoint's id.
 Status op_new_epoch(const std::string& checkpoint_id);
+// Soft copy-on-write (interpose/cow.cpp, Note [Soft copy-on-write] in gcr/cow_table.h): begin
+// after the unpark of a --leave-running checkpoint and before resume; take the copy of an entry in
+// state `copied`; end (idempotent) frees copies not taken and forgets the table.
+Status op_cow_begin(UniqueFd table, std::uint32_t entries);
+Result<CowCopy> op_cow_take(std::uint32_t index);
+void op_cow_end();
 // A snapshot of the region table (regions with their dirty flags) and counters.
 StatusInfo op_status();
 std::vector<RegionRecord> op_regions();

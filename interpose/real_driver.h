@@ -33,7 +33,7 @@ namespace gcr::interpose {
                                       X(cuMemGetAllocationGranularity) X(cuFuncGetParamInfo)       \
                                           X(cuFuncGetName) X(cuThreadExchangeStreamCaptureMode)    \
                                               X(cuMemGetAllocationPropertiesFromHandle)            \
-                                                  X(cuStreamGetCtx) X(cuGetErrorName)
+                                                  X(cuStreamGetCtx) X(cuGetErrorName) X(cuStreamCreate) X(cuStreamSynchronize) X(cuMemcpyDtoDAsync_v2)
 
 struct RealDriver {
 #define GCR_REAL_MEMBER(name) decltype(&::name) name = nullptr;

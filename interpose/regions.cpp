@@ -176,6 +176,7 @@ void destroy_region(std::uint32_t id) {
   const RealDriver* real = real_driver();
   Region& reg = g_regions[id];
   set_granules(reg.address, reg.size, 0);
+  reg.cow_entry.store(0);  // gcrd reads the cut's bytes from its own import
   if (!reg.parked) {
     real->cuMemUnmap(reg.address, reg.size);
     if (reg.handle) real->cuMemRelease(reg.handle);
@@ -209,6 +210,7 @@ void unregister_user_regions(std::uint64_t address, std::uint64_t size) {
     if (reg.kind == RegionKind::user && reg.address >= address &&
         reg.address + reg.size <= address + size) {
       set_granules(reg.address, reg.size, 0);
+      reg.cow_entry.store(0);
       reg.kind = RegionKind::free;
       g_free_ids.push_back(id);
     }

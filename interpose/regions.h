@@ -35,6 +35,7 @@ enum class RegionKind : std::uint8_t { free = 0, slab = 1, large = 2, user = 3 }
 
 struct Region {
   std::atomic<std::uint64_t> dirty_epoch{0};
+  std::atomic<std::uint32_t> cow_entry{0};  // soft copy-on-write table entry + 1; 0: none
   std::uint64_t address = 0;
   std::uint64_t size = 0;
   std::uint64_t phys_offset = 0;            // user mappings may show part of an allocation
@@ -55,12 +56,20 @@ extern Region* g_regions;  // kMaxRegions slots, index 0 unused
 extern std::atomic<std::uint64_t> g_epoch;
 extern std::atomic<bool> g_all_dirty;  // conservative marking since the epoch began
 
+// Soft copy-on-write (interpose/cow.h): while gcrd drains a --leave-running checkpoint, a write to
+// a region it has not read yet copies the region first. Slow paths, called by the marking below.
+extern std::atomic<bool> g_cow_active;
+void cow_before_write(std::uint32_t region_id) noexcept;
+void cow_before_write_all() noexcept;
+
 // Marks the region holding addr as possibly written in this epoch. Hot path.
 inline void mark_written(std::uint64_t addr) {
   std::uint64_t off = addr - g_arena.base;
   if (off >= g_arena.size) return;
   std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed);
   if (!id) return;
+  if (g_cow_active.load(std::memory_order_relaxed)) [[unlikely]]
+    cow_before_write(id);
   std::uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
   auto& d = g_regions[id].dirty_epoch;
   if (d.load(std::memory_order_relaxed) != epoch) d.store(epoch, std::memory_order_relaxed);
@@ -76,6 +85,8 @@ inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
 }
 
 inline void mark_all_written() {
+  if (g_cow_active.load(std::memory_order_relaxed)) [[unlikely]]
+    cow_before_write_all();
   g_all_dirty.store(true, std::memory_order_relaxed);
 }
 

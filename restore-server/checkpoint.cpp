@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device.h"
+#include "drain.h"
 #include "gcr/control.h"
 #include "work_dir.h"
 
@@ -37,26 +38,6 @@ std::string hex(std::uint64_t v) {
   std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
   return b;
 }
-
-// Host memory for one region's bytes on their way to the store.
-class HostBuffer {
- public:
-  explicit HostBuffer(std::uint64_t size) : size_(size) {
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data_ = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
-  }
-  ~HostBuffer() {
-    if (data_) munmap(data_, size_);
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  std::span<std::byte> span() { return {data_, size_}; }
-  bool ok() const { return data_ != nullptr; }
-
- private:
-  std::byte* data_ = nullptr;
-  std::uint64_t size_ = 0;
-};
 
 std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind) {
   std::map<std::string, std::string> meta;
@@ -196,24 +177,6 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
           with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
     held.push_back(std::move(m).value());
   }
-  // With --leave-running the process gets its memory back before gcrd has read it: snapshot the
-  // regions that will be stored (device to device) first.
-  std::vector<MappedAllocation> snapshot(held.size());
-  if (req.leave_running) {
-    auto ts = Clock::now();
-    for (std::size_t i = 0; i < parked.size(); ++i) {
-      bool store_it = (parked[i].region.flags & control::kRegionDirty) || !parent;
-      if (!store_it) continue;
-      if (Status s = gpu->use(held[i].device()); !s) return unpark_on_error(std::move(s).error());
-      auto copy = MappedAllocation::create(held[i].size(), held[i].device());
-      if (!copy)
-        return unpark_on_error(with_context(std::move(copy).error(),
-                                            "snapshot of region " + hex(parked[i].region.address)));
-      if (Status s = copy->copy_from(held[i]); !s) return unpark_on_error(std::move(s).error());
-      snapshot[i] = std::move(copy).value();
-    }
-    rep.times_ns["snapshot"] = ns_since(ts);
-  }
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr"), parent));
   std::string id = writer->id().hex();
   if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
@@ -233,15 +196,39 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
     return std::move(dumped).error();
   }
+  // The regions this checkpoint stores; the rest come from the parent.
+  std::vector<DrainRegion> to_store;
+  for (std::size_t i = 0; i < parked.size(); ++i) {
+    const auto& r = parked[i].region;
+    if ((r.flags & control::kRegionDirty) || !parent)
+      to_store.push_back({r, &held[i]});
+    else
+      GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
+  }
+  std::optional<control::Client> running;
+  std::optional<CowTable> table;
   if (req.leave_running) {
+    // The process gets its memory back before gcrd has read it: soft copy-on-write protects
+    // what is still to be read (Note [Soft copy-on-write] in gcr/cow_table.h).
     auto tu = Clock::now();
     GCR_TRY_ASSIGN(control::Client again,
                    control::Client::connect(req.pid, std::chrono::seconds(10)));
     GCR_TRY(again.unpark(parked).context("giving process " + std::to_string(req.pid) +
                                          " its memory back"));
+    if (!to_store.empty()) {
+      std::vector<control::RegionRecord> records;
+      for (const DrainRegion& d : to_store) records.push_back(d.region);
+      auto t = CowTable::create(records);
+      Status begun = t ? again.cow_begin(t->fd(), t->count()) : Status(t.error());
+      if (!begun) {
+        (void)again.resume();  // running, but this checkpoint cannot be completed
+        return std::move(begun).error();
+      }
+      table.emplace(std::move(t).value());
+    }
     GCR_TRY(again.resume());
-    GCR_TRY(again.close());
     rep.times_ns["unpark"] = ns_since(tu);
+    running.emplace(std::move(again));
   }
   rep.times_ns["stall"] = ns_since(t0);
 
@@ -249,23 +236,18 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
            " MiB of device memory and the CRIU image");
   auto tstore = Clock::now();
-  for (std::size_t i = 0; i < parked.size(); ++i) {
-    const auto& r = parked[i].region;
-    bool store_it = (r.flags & control::kRegionDirty) || !parent;
-    if (!store_it) {
-      GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
-      continue;
-    }
-    const MappedAllocation& src = req.leave_running ? snapshot[i] : held[i];
-    GCR_TRY(gpu->use(src.device()));
-    HostBuffer buf(r.size);
-    if (!buf.ok())
-      return Error{Errc::out_of_memory, "no host memory to stage region " + hex(r.address)};
-    GCR_TRY(src.read(0, buf.span()));
-    GCR_TRY(writer->add_region(r.address, buf.span(), r.device, true)
-                .context("storing region " + hex(r.address)));
-    snapshot[i].reset();
+  auto drained = drain_regions(*gpu, *writer, to_store, table ? &*table : nullptr,
+                               running ? &*running : nullptr, {});
+  if (running) {
+    (void)running->cow_end();
+    (void)running->close();
   }
+  if (!drained)
+    return std::move(drained)
+        .context("storing the device memory of process " + std::to_string(req.pid))
+        .error();
+  rep.cow_copies = drained->took_copy;
+  rep.cow_waits = drained->wanted;
   GCR_TRY(store_criu_images(*writer, work.path()));
   rep.times_ns["store"] = ns_since(tstore);
   rep.times_ns["total"] = ns_since(t0);

@@ -1,9 +1,9 @@
 // The checkpoint protocol of DESIGN.md §4, as gcrd runs it for one process:
 //
-//   cut (quiesce) -> park -> snapshot dirty regions device-to-device (only with --leave-running)
-//   -> new epoch -> CRIU dump with gcr's plugin (driver lock + checkpoint of control state only)
-//   -> [--leave-running: driver restore + unlock by the plugin, then unpark + resume: the stall
-//   ends here] -> drain regions and CRIU's images into the store -> commit the manifest.
+//   cut (quiesce) -> park -> new epoch -> CRIU dump with gcr's plugin (driver lock + checkpoint of
+//   control state only) -> [--leave-running: driver restore + unlock by the plugin, then unpark,
+//   soft copy-on-write begins, resume: the stall ends here] -> drain regions (drain.h) and CRIU's
+//   images into the store -> commit the manifest.
 //
 // --stop-copy is the baseline (cuda-checkpoint + CRIU): no parking; the driver copies device
 // memory into the process and CRIU dumps it with the rest. A CUDA process not running under gcr is
@@ -41,6 +41,8 @@ struct CheckpointReport {
   std::map<std::string, std::uint64_t>
       times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
   std::uint64_t regions = 0, region_bytes = 0, dirty_bytes = 0;
+  std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
+  std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
 };
 

@@ -104,6 +104,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["regions"] = std::to_string(rep.regions);
     out["region_bytes"] = std::to_string(rep.region_bytes);
     out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
+    out["cow_copies"] = std::to_string(rep.cow_copies);
+    out["cow_waits"] = std::to_string(rep.cow_waits);
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
     for (const auto& [k, v] : rep.stats) out["stat." + k] = std::to_string(v);
     return out;

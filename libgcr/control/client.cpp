@@ -309,6 +309,36 @@ Status Client::new_epoch(std::string_view checkpoint_id) {
   return ClientExchange::call_for_ok(*this, MsgType::new_epoch, payload, "new_epoch");
 }
 
+Status Client::cow_begin(int table_fd, std::uint32_t entries) {
+  constexpr const char* what = "cow_begin";
+  GCR_TRY_ASSIGN(std::vector<std::uint8_t> payload, encode_cow_begin(entries));
+  if (table_fd < 0) return make_error(Errc::invalid_argument, "cow_begin: no table fd");
+  GCR_TRY(ClientExchange::send(*this, MsgType::cow_begin, payload, {&table_fd, 1}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  return ClientExchange::expect_ok(*this, m, MsgType::cow_begin, what);
+}
+
+Result<CowCopy> Client::cow_take(std::uint32_t index) {
+  constexpr const char* what = "cow_take";
+  GCR_TRY(ClientExchange::send(*this, MsgType::cow_take, encode_cow_take(index), {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 1, what));
+  if (m.type != MsgType::cow_snapshot) return ClientExchange::unexpected(*this, m, what);
+  Result<CowSnapshot> snap = decode_cow_snapshot(m.payload);
+  if (!snap) return ClientExchange::broken(*this, snap.error(), what, {});
+  if (snap->index != index || m.fds.size() != 1)
+    return ClientExchange::broken(
+        *this,
+        make_error(Errc::protocol, "cow_snapshot for entry " + std::to_string(snap->index) +
+                                       " with " + std::to_string(m.fds.size()) +
+                                       " fds answered a take of entry " + std::to_string(index)),
+        what, {});
+  return CowCopy{snap->index, snap->size, std::move(m.fds[0])};
+}
+
+Status Client::cow_end() {
+  return ClientExchange::call_for_ok(*this, MsgType::cow_end, {}, "cow_end");
+}
+
 Status Client::close() {
   Status result = ok();
   if (channel_) {

@@ -3,6 +3,8 @@
 // before they allocate, every reserved field, and that the payload is consumed exactly.
 #include "messages.h"
 
+#include "gcr/cow_table.h"
+
 #include <cstdio>
 #include <cstring>
 
@@ -168,6 +170,14 @@ std::string msg_type_name(MsgType type) {
       return "new_epoch";
     case MsgType::bye:
       return "bye";
+    case MsgType::cow_begin:
+      return "cow_begin";
+    case MsgType::cow_take:
+      return "cow_take";
+    case MsgType::cow_snapshot:
+      return "cow_snapshot";
+    case MsgType::cow_end:
+      return "cow_end";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
 }
@@ -456,6 +466,65 @@ Result<std::string> decode_new_epoch(std::span<const std::uint8_t> payload) {
   return id;
 }
 
+Result<std::vector<std::uint8_t>> encode_cow_begin(std::uint32_t entries) {
+  if (entries == 0 || entries > cow::kMaxEntries)
+    return make_error(Errc::invalid_argument, "cow_begin: " + std::to_string(entries) +
+                                                  " entries; a table has 1 to " +
+                                                  std::to_string(cow::kMaxEntries));
+  Writer w;
+  w.u32(entries);
+  w.u32(0);
+  return w.take();
+}
+
+Result<std::uint32_t> decode_cow_begin(std::span<const std::uint8_t> payload) {
+  Reader r("cow_begin", payload);
+  GCR_TRY_ASSIGN(std::uint32_t entries, r.u32("entries"));
+  GCR_TRY(r.reserved32("reserved"));
+  GCR_TRY(r.done());
+  if (entries == 0 || entries > cow::kMaxEntries)
+    return r.fail(
+        "entries", 0,
+        std::to_string(entries) + " entries; a table has 1 to " + std::to_string(cow::kMaxEntries));
+  return entries;
+}
+
+std::vector<std::uint8_t> encode_cow_take(std::uint32_t index) {
+  Writer w;
+  w.u32(index);
+  w.u32(0);
+  return w.take();
+}
+
+Result<std::uint32_t> decode_cow_take(std::span<const std::uint8_t> payload) {
+  Reader r("cow_take", payload);
+  GCR_TRY_ASSIGN(std::uint32_t index, r.u32("index"));
+  GCR_TRY(r.reserved32("reserved"));
+  GCR_TRY(r.done());
+  return index;
+}
+
+Result<std::vector<std::uint8_t>> encode_cow_snapshot(const CowSnapshot& snapshot) {
+  if (snapshot.size == 0)
+    return make_error(Errc::invalid_argument, "cow_snapshot: a copy of size 0");
+  Writer w;
+  w.u32(snapshot.index);
+  w.u32(0);
+  w.u64(snapshot.size);
+  return w.take();
+}
+
+Result<CowSnapshot> decode_cow_snapshot(std::span<const std::uint8_t> payload) {
+  Reader r("cow_snapshot", payload);
+  CowSnapshot s;
+  GCR_TRY_ASSIGN(s.index, r.u32("index"));
+  GCR_TRY(r.reserved32("reserved"));
+  GCR_TRY_ASSIGN(s.size, r.u64("size"));
+  GCR_TRY(r.done());
+  if (s.size == 0) return r.fail("size", 8, "a copy of size 0");
+  return s;
+}
+
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload) {
   if (!payload.empty())
     return make_error(Errc::protocol, msg_type_name(type) + ": carries no payload, got " +
@@ -490,6 +559,16 @@ Status decode_payload(MsgType type, std::span<const std::uint8_t> payload) {
     case MsgType::new_epoch:
       GCR_TRY(decode_new_epoch(payload));
       return ok();
+    case MsgType::cow_begin:
+      GCR_TRY(decode_cow_begin(payload));
+      return ok();
+    case MsgType::cow_take:
+      GCR_TRY(decode_cow_take(payload));
+      return ok();
+    case MsgType::cow_snapshot:
+      GCR_TRY(decode_cow_snapshot(payload));
+      return ok();
+    case MsgType::cow_end:
     case MsgType::status:
     case MsgType::regions:
     case MsgType::resume:

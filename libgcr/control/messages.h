@@ -21,7 +21,7 @@ namespace gcr::control {
 
 inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes on the wire
 inline constexpr std::uint16_t kProtocolMajor = 1;
-inline constexpr std::uint16_t kProtocolMinor = 0;
+inline constexpr std::uint16_t kProtocolMinor = 1;  // 1.1: soft copy-on-write (cow_*)
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253
@@ -48,6 +48,10 @@ enum class MsgType : std::uint32_t {
   unpark = 25,         // caller -> server: a batch of regions to map back, with their fds
   new_epoch = 26,      // -> ok | error
   bye = 27,            // -> ok, then the server closes the connection
+  cow_begin = 28,      // caller -> server, with the table's fd -> ok | error (1.1)
+  cow_take = 29,       // -> cow_snapshot | error (1.1)
+  cow_snapshot = 30,   // server -> caller: the process's copy of one region, with its fd (1.1)
+  cow_end = 31,        // -> ok (1.1)
 };
 
 // "status", "parked", ...; "type 99" for a value this side does not know.
@@ -119,7 +123,22 @@ Status check_checkpoint_id(std::string_view id);
 Result<std::vector<std::uint8_t>> encode_new_epoch(std::string_view checkpoint_id);
 Result<std::string> decode_new_epoch(std::span<const std::uint8_t> payload);
 
-// For messages without a payload (status, regions, resume, park, park_done, bye).
+// Soft copy-on-write (gcr/cow_table.h). cow_begin names the table's entry count (1..kMaxEntries of
+// gcr/cow_table.h) and carries its fd; cow_take names an entry; cow_snapshot answers it with the
+// size of the copy and carries its fd.
+struct CowSnapshot {
+  std::uint32_t index = 0;
+  std::uint64_t size = 0;
+  friend bool operator==(const CowSnapshot&, const CowSnapshot&) = default;
+};
+Result<std::vector<std::uint8_t>> encode_cow_begin(std::uint32_t entries);
+Result<std::uint32_t> decode_cow_begin(std::span<const std::uint8_t> payload);
+std::vector<std::uint8_t> encode_cow_take(std::uint32_t index);
+Result<std::uint32_t> decode_cow_take(std::span<const std::uint8_t> payload);
+Result<std::vector<std::uint8_t>> encode_cow_snapshot(const CowSnapshot& snapshot);
+Result<CowSnapshot> decode_cow_snapshot(std::span<const std::uint8_t> payload);
+
+// For messages without a payload (status, regions, resume, park, park_done, bye, cow_end).
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload);
 
 // Decodes a payload of any known type and drops the result (the fuzzer's entry, and a check that

@@ -27,6 +27,7 @@ class Session {
       while (serve_next()) {
       }
     }
+    h_.cow_end();  // a caller that left mid-drain cannot take copies any more
     resume_if_quiesced();
   }
 
@@ -71,8 +72,11 @@ class Session {
       return false;
     }
     Message& msg = *m;
-    if (!msg.fds.empty() && msg.type != MsgType::unpark)  // the fds close with msg
-      return reply_error(make_error(Errc::protocol, msg_type_name(msg.type) + " carried fds"));
+    bool fds_allowed =
+        msg.type == MsgType::unpark || (msg.type == MsgType::cow_begin && msg.fds.size() == 1);
+    if (!msg.fds.empty() && !fds_allowed)  // the fds close with msg
+      return reply_error(make_error(Errc::protocol, msg_type_name(msg.type) + " carried fds (" +
+                                                        std::to_string(msg.fds.size()) + ")"));
     std::span<const std::uint8_t> p = msg.payload;
     switch (msg.type) {
       case MsgType::status: {
@@ -106,6 +110,30 @@ class Session {
         if (!id) return reply_error(id.error());
         return reply(msg.type, h_.new_epoch(*id));
       }
+      case MsgType::cow_begin: {
+        auto entries = decode_cow_begin(p);
+        if (!entries) return reply_error(entries.error());
+        if (msg.fds.size() != 1)
+          return reply_error(make_error(Errc::protocol, "cow_begin came without the table's fd"));
+        return reply(msg.type, h_.cow_begin(std::move(msg.fds[0]), *entries));
+      }
+      case MsgType::cow_take: {
+        auto index = decode_cow_take(p);
+        if (!index) return reply_error(index.error());
+        Result<CowCopy> copy = h_.cow_take(*index);
+        if (!copy) return reply_error(copy.error());
+        auto payload = encode_cow_snapshot(CowSnapshot{copy->index, copy->size});
+        if (!payload) return reply_error(payload.error());
+        int fd = copy->fd.get();
+        Status s = ch_.send(MsgType::cow_snapshot, *payload, {&fd, 1}, io_deadline());
+        if (!s) log("could not send cow_snapshot: " + s.error().message);
+        return s.has_value();
+      }
+      case MsgType::cow_end: {
+        GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
+        h_.cow_end();
+        return reply_ok(msg.type);
+      }
       case MsgType::bye: {
         GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
         resume_if_quiesced();  // before the reply: once the caller sees it, the server is done
@@ -120,6 +148,7 @@ class Session {
       case MsgType::status_reply:
       case MsgType::regions_reply:
       case MsgType::parked:
+      case MsgType::cow_snapshot:
         return reply_error(
             make_error(Errc::protocol, msg_type_name(msg.type) + " is not a request"));
     }
@@ -261,6 +290,14 @@ class Session {
 }  // namespace
 
 #undef GCR_TRY_OR_REPLY
+
+Status Handler::cow_begin(UniqueFd, std::uint32_t) {
+  return make_error(Errc::unsupported, "this process's gcr has no soft copy-on-write");
+}
+
+Result<CowCopy> Handler::cow_take(std::uint32_t) {
+  return make_error(Errc::unsupported, "this process's gcr has no soft copy-on-write");
+}
 
 void serve_session(Channel& channel, Handler& handler, const SessionOptions& options) {
   Session(channel, handler, options).run();

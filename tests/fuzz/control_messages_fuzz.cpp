@@ -24,6 +24,8 @@ constexpr MsgType kTypes[] = {
     MsgType::regions_reply, MsgType::quiesce,      MsgType::resume,
     MsgType::park,          MsgType::parked,       MsgType::park_done,
     MsgType::unpark,        MsgType::new_epoch,    MsgType::bye,
+    MsgType::cow_begin,     MsgType::cow_take,     MsgType::cow_snapshot,
+    MsgType::cow_end,
 };
 
 // A decoded value must survive encode -> decode unchanged.
@@ -48,6 +50,27 @@ void check_round_trip(MsgType type, std::span<const std::uint8_t> payload) {
       auto d = decode_new_epoch(payload);
       if (!d) return;
       auto e = encode_new_epoch(*d);
+      if (!e || std::vector<std::uint8_t>(payload.begin(), payload.end()) != *e) std::abort();
+      return;
+    }
+    case MsgType::cow_begin: {
+      auto d = decode_cow_begin(payload);
+      if (!d) return;
+      auto e = encode_cow_begin(*d);
+      if (!e || std::vector<std::uint8_t>(payload.begin(), payload.end()) != *e) std::abort();
+      return;
+    }
+    case MsgType::cow_take: {
+      auto d = decode_cow_take(payload);
+      if (!d) return;
+      if (std::vector<std::uint8_t>(payload.begin(), payload.end()) != encode_cow_take(*d))
+        std::abort();
+      return;
+    }
+    case MsgType::cow_snapshot: {
+      auto d = decode_cow_snapshot(payload);
+      if (!d) return;
+      auto e = encode_cow_snapshot(*d);
       if (!e || std::vector<std::uint8_t>(payload.begin(), payload.end()) != *e) std::abort();
       return;
     }

@@ -55,6 +55,14 @@ struct ParkedRegion {
   UniqueFd fd;
 };
 
+// The process's private copy of a region written during a checkpoint's drain (soft copy-on-write,
+// gcr/cow_table.h): an exported allocation of `size` bytes.
+struct CowCopy {
+  std::uint32_t index = 0;  // the table entry
+  std::uint64_t size = 0;
+  UniqueFd fd;
+};
+
 struct StatusInfo {
   ProcessState state = ProcessState::running;
   std::uint64_t regions = 0;
@@ -126,6 +134,15 @@ class Client {
   // Starts a new checkpoint epoch (dirty bits cleared) and records the checkpoint's id
   // (1..128 of [A-Za-z0-9._:-]).
   Status new_epoch(std::string_view checkpoint_id);
+  // Soft copy-on-write (gcr/cow_table.h; protocol 1.1). cow_begin hands the process the table
+  // (a memfd of cow::table_bytes(entries) bytes; the fd is sent, not consumed) for the regions of
+  // the unpark just done: from then on the process copies a pending region before writing it.
+  // cow_take asks for the copy of an entry in state `copied` (the process drops its own
+  // reference once sent). cow_end ends it: the process frees copies not taken and forgets the
+  // table. A session that ends without cow_end ends it too.
+  Status cow_begin(int table_fd, std::uint32_t entries);
+  Result<CowCopy> cow_take(std::uint32_t index);
+  Status cow_end();
   // Says goodbye and waits until the process has closed its end of the connection, then releases
   // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
   // it). Idempotent.
@@ -164,6 +181,11 @@ class Handler {
   virtual Status new_epoch(const std::string& checkpoint_id) = 0;
   virtual StatusInfo status() = 0;
   virtual std::vector<RegionRecord> regions() = 0;
+  // Soft copy-on-write (protocol 1.1); a server without it answers unsupported. cow_end must be
+  // idempotent: the session calls it again when it ends.
+  virtual Status cow_begin(UniqueFd table, std::uint32_t entries);
+  virtual Result<CowCopy> cow_take(std::uint32_t index);
+  virtual void cow_end() {}
 };
 
 struct ServerOptions {

@@ -279,6 +279,6 @@ TEST_CASE("a bad header ends the session with an error that names both versions"
   REQUIRE(write(rig.caller.fd(), h.data(), h.size()) == static_cast<ssize_t>(h.size()));
   Error e = rig.recv_error();
   CHECK(e.code == Errc::unsupported);
-  CHECK(e.message.find("2.0") != std::string::npos);
+  CHECK(e.message.find("2." + std::to_string(kProtocolMinor)) != std::string::npos);
   CHECK(rig.caller.wait_closed(deadline_after(5s)));
 }

@@ -1,0 +1,79 @@
+// The soft copy-on-write table (docs/protocol.md §10): shared memory between gcrd and a process
+// that runs on while gcrd still reads the checkpoint's device memory.
+//
+// Note [Soft copy-on-write]
+// A checkpoint with --leave-running gives the process its memory back before gcrd has read it.
+// Each region gcrd still has to store gets an entry here, and its state says who may touch it:
+//
+//   pending --(gcrd claims it)--> reading --(bytes staged in gcrd)--> done
+//   pending --(the process is about to write it)--> copying --(private copy made)--> copied
+//   copied --(gcrd took the copy: cow_take)--> done
+//
+// Both sides move an entry out of `pending` with a compare-and-swap, so exactly one of them
+// wins. The process writes a region only when its entry is `copied` or `done` (or it has none):
+// a write that finds it `pending` first copies the region device-to-device into memory of its
+// own, and a write that finds it `reading` or `copying` waits on the state word (a shared futex)
+// until the other side is finished. gcrd never reads a region the process may be writing: it
+// reads the original only while it holds it in `reading`, and otherwise the process's copy,
+// which nothing writes. When the process cannot allocate a copy it raises `wanted` and waits:
+// gcrd reads wanted entries first.
+//
+// The table is a memfd made by gcrd and handed over with the control protocol's cow_begin; both
+// sides map it shared. The layout is fixed (little-endian, naturally aligned) and versioned.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace gcr::cow {
+
+inline constexpr std::uint32_t kTableMagic = 0x57434347;  // "GCCW" as bytes
+inline constexpr std::uint32_t kTableVersion = 1;
+inline constexpr std::uint32_t kMaxEntries = 1u << 19;  // the control protocol's region limit
+
+// Values are fixed: both sides of the table use them.
+enum State : std::uint32_t {
+  kPending = 1,  // nobody has touched the region since the cut
+  kReading = 2,  // gcrd is reading the original; the process waits before writing
+  kCopying = 3,  // the process is copying it; gcrd waits for the copy
+  kCopied = 4,   // the process's copy holds the cut's bytes; the original is the process's again
+  kDone = 5,     // gcrd has the cut's bytes; nothing more to do for this region
+};
+
+struct TableHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint32_t count;     // entries that follow
+  std::uint32_t gcrd_pid;  // informational
+  std::uint64_t reserved[2];
+};
+static_assert(sizeof(TableHeader) == 32);
+
+struct Entry {
+  std::uint64_t address;  // the region, as in the park
+  std::uint64_t size;
+  std::uint32_t device;
+  std::atomic<std::uint32_t> state;   // State; a futex word
+  std::atomic<std::uint32_t> wanted;  // 1: the process waits for gcrd to read this one
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Entry) == 32);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+constexpr std::size_t table_bytes(std::uint32_t count) {
+  return sizeof(TableHeader) + std::size_t{count} * sizeof(Entry);
+}
+
+inline Entry* entries(TableHeader* h) {
+  return reinterpret_cast<Entry*>(reinterpret_cast<std::byte*>(h) + sizeof(TableHeader));
+}
+
+// Shared (not process-private) futex calls on a state word. wait returns on a wake, a change of
+// the word, a signal or the timeout; callers loop on the state.
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::chrono::milliseconds timeout) noexcept;
+void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept;
+
+}  // namespace gcr::cow

@@ -1,0 +1,62 @@
+// Storing a checkpoint's device memory: gcrd reads each region it holds (imported from the park)
+// into host memory and hands it to the store. When the process already runs again
+// (--leave-running), soft copy-on-write (Note [Soft copy-on-write] in gcr/cow_table.h) decides,
+// region by region, whether gcrd reads the original or takes the copy the process made before
+// writing it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "device.h"
+#include "gcr/control.h"
+#include "gcr/cow_table.h"
+#include "gcr/result.h"
+#include "gcr/store.h"
+#include "gcr/unique_fd.h"
+
+namespace gcr::gcrd {
+
+// gcrd's side of the shared table: a memfd "gcr-cow" with one entry per region, all pending.
+class CowTable {
+ public:
+  static Result<CowTable> create(std::span<const control::RegionRecord> regions);
+  CowTable(CowTable&& o) noexcept;
+  CowTable& operator=(CowTable&&) = delete;
+  CowTable(const CowTable&) = delete;
+  ~CowTable();
+
+  int fd() const { return fd_.get(); }
+  std::uint32_t count() const { return header_->count; }
+  cow::Entry& entry(std::uint32_t i) const { return cow::entries(header_)[i]; }
+
+ private:
+  CowTable() = default;
+  UniqueFd fd_;
+  cow::TableHeader* header_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct DrainRegion {
+  control::RegionRecord region;
+  const MappedAllocation* original;  // gcrd's import of the parked allocation
+};
+
+struct DrainStats {
+  std::uint64_t read_original = 0;  // regions gcrd read from the original
+  std::uint64_t took_copy = 0;      // regions the process copied before writing them
+  std::uint64_t wanted = 0;         // regions the process waited for (it had no memory to copy)
+};
+
+// Stores every region (in the store's order of arrival). With a table and the process's control
+// session, the process is running: each entry is claimed before its original is read, or the
+// process's copy is taken; entries the process waits for go first. Without, the process is
+// stopped and the originals are read in order. `progress` gets the bytes done so far.
+Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
+                                 std::span<const DrainRegion> regions, const CowTable* table,
+                                 control::Client* client,
+                                 const std::function<void(std::uint64_t)>& progress);
+
+}  // namespace gcr::gcrd

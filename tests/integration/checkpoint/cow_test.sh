@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Soft copy-on-write (Note [Soft copy-on-write] in libgcr/include/gcr/cow_table.h): a
+# --leave-running checkpoint whose drain is slowed down (GCR_DRAIN_MIB_PER_S) while mlp_train keeps
+# training. The process writes regions gcrd has not read yet: with copies (the default) it copies
+# them and runs on; with GCR_COW_COPY=0 it waits for gcrd to read them first. Either way the
+# checkpoint must hold the bytes of the cut: its restore finishes with the checksum of an
+# uninterrupted run, as does the run that went on.
+#
+#   cow_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+BUILD=$(cd "$1" && pwd)
+[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
+GCR=$BUILD/bin/gcr
+[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
+
+for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (CRIU checks sizes)
+  fd=${fd##*/}
+  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+T=$(mktemp -d /var/tmp/gcr-cow-test.XXXXXX)
+export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
+export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
+# gcrd inherits this from the gcr that starts it: about 3 s to drain the ~50 MiB below.
+export GCR_DRAIN_MIB_PER_S=16
+STEPS=400
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 48M --streams 2)
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  if [[ $rc != 0 ]]; then
+    echo "--- logs (kept in $T) ---"
+    tail -n 5 "$T"/*.log 2>/dev/null || true
+    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
+  else
+    rm -rf "$T"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
+steps_in() { grep -c '^step' "$1" 2>/dev/null || true; }
+wait_steps() {
+  for _ in $(seq 1 1000); do
+    [[ $(steps_in "$1") -ge $2 ]] && return 0
+    sleep 0.02
+  done
+  fail "$1 did not reach step $2"
+}
+wait_exit() {
+  for _ in $(seq 1 3000); do
+    if ! kill -0 "$1" 2>/dev/null && [[ -n $(checksum_of "$2") ]]; then return 0; fi
+    sleep 0.02
+  done
+  fail "process $1 did not finish (log $2)"
+}
+json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
+
+echo "== reference: mlp_train without gcr"
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "reference run printed no checksum"
+
+run_case() {  # NAME COPY(1|0)
+  local name=$1 copy=$2 log=$T/$1.log
+  GCR_COW_COPY=$copy setsid "$GCR" run -- "${MLP[@]}" >> "$log" 2>&1 < /dev/null &
+  local p=$!
+  pids+=("$p")
+  wait_steps "$log" $((RANDOM % 30 + 20))
+  local before
+  before=$(steps_in "$log")
+  "$GCR" checkpoint "$p" --name "$name" -R --json > "$T/$name.json" || fail "checkpoint $name"
+  local after copies waits stall total
+  after=$(steps_in "$log")
+  copies=$(json_field cow_copies < "$T/$name.json")
+  waits=$(json_field cow_waits < "$T/$name.json")
+  stall=$(json_field time.stall_ns < "$T/$name.json")
+  total=$(json_field time.total_ns < "$T/$name.json")
+  echo "$name: steps $before -> $after during the checkpoint; stall $((stall / 1000000)) ms," \
+       "total $((total / 1000000)) ms; copies $copies, waits $waits"
+  (( total - stall > 1000000000 )) || fail "$name: the drain took under a second; the rate limit did not apply"
+  # The process ran during the drain instead of waiting for it.
+  (( after - before >= 10 )) || fail "$name: only $((after - before)) steps ran during a slow drain"
+  if [[ $copy == 1 ]]; then
+    (( copies >= 1 )) || fail "$name: no region was copied, though the process wrote during the drain"
+    (( waits == 0 )) || fail "$name: the process waited for $waits regions although it may copy"
+  else
+    (( copies == 0 )) || fail "$name: $copies copies with GCR_COW_COPY=0"
+    (( waits >= 1 )) || fail "$name: the process never waited for gcrd, though it wrote during the drain"
+  fi
+  wait_exit "$p" "$log"
+  [[ $(checksum_of "$log") == "$REF" ]] || fail "$name: the run went on to $(checksum_of "$log"), expected $REF"
+  "$GCR" restore "$name" || fail "restore $name"
+  wait_exit "$p" "$log"
+  [[ $(checksum_of "$log") == "$REF" ]] || fail "$name: the restore ended with $(checksum_of "$log"), expected $REF"
+  echo "ok: $name: both the run and its restore match the reference"
+}
+
+echo "== writes during the drain copy the region first"
+run_case copy 1
+echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
+run_case wait 0
+"$GCR" image verify > /dev/null || fail "gcr image verify"
+echo "PASS"
