@@ -30,6 +30,7 @@ struct CheckpointOptions {
 struct RestoreOptions {
   std::string name;
   int device = -1;
+  bool eager = false;
   bool json = false;
 };
 
@@ -147,6 +148,7 @@ Status restore(const RestoreOptions& o, Context& ctx) {
   std::map<std::string, std::string> fields = {{"name", o.name},
                                                {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
+  if (o.eager) fields["eager"] = "1";
   GCR_TRY_ASSIGN(auto f, gcrd::call(conn.get(), "restore", fields, [&](const std::string& line) {
                    if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
                  }));
@@ -159,11 +161,14 @@ Status restore(const RestoreOptions& o, Context& ctx) {
     return ok();
   }
   print("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
-        ") as pid " + field(f, "pid") + " in " +
-        format_duration(ns(field_u64(f, "time.total_ns"))) + "\n  device memory " +
-        format_bytes(field_u64(f, "region_bytes")) + " loaded in " +
-        format_duration(ns(field_u64(f, "time.load_ns"))) + ", CRIU restore " +
-        format_duration(ns(field_u64(f, "time.criu_ns"))) + "\n");
+        ") as pid " + field(f, "pid") + ": running after " +
+        format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all device memory after " +
+        format_duration(ns(field_u64(f, "time.full_ns"))) + "\n  device memory " +
+        format_bytes(field_u64(f, "region_bytes")) + " loaded " +
+        (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +
+        format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
+        " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
+        "\n");
   return ok();
 }
 
@@ -201,8 +206,13 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_option("--device", ro.device,
                 "Restore onto this GPU (ordinal) instead of the original one")
       ->type_name("N");
+  r->add_flag("--eager", ro.eager,
+              "Load all device memory before the process runs (default: the process runs at once "
+              "and waits only for memory it touches before it has arrived)");
   r->add_flag("--json", ro.json, "Machine-readable output");
-  r->footer("The restored process gets its original pid: that pid must be free.");
+  r->footer(
+      "The restored process gets its original pid: that pid must be free. The command "
+      "returns once all device memory is loaded; the process may run well before that.");
   on_run(r, ctx, [&ctx] { return restore(ro, ctx); });
 
   auto* d = app.add_subcommand("daemon",

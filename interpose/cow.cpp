@@ -1,4 +1,5 @@
-// The process's side of soft copy-on-write (Note [Soft copy-on-write] in gcr/cow_table.h).
+// The process's side of soft copy-on-write and of on-demand restore (Notes [Soft copy-on-write]
+// and [On-demand restore] in gcr/cow_table.h): one table, two kinds.
 //
 // The control thread begins and ends it (op_cow_*); application threads reach it from the write
 // marking of launches, copies and memsets (regions.h) while g_cow_active is set. The table may be
@@ -22,6 +23,7 @@
 namespace gcr::interpose {
 
 std::atomic<bool> g_cow_active{false};
+std::atomic<bool> g_touch_waits{false};
 
 namespace {
 
@@ -121,7 +123,8 @@ bool copy_region(std::uint32_t index, const cow::Entry& e) {
 
 // Returns once the process may write the entry's region.
 void before_write_entry(std::uint32_t index, cow::Entry& e) noexcept {
-  bool may_copy = config().cow_copy;
+  // A load table's regions are waited for, never copied (they hold no bytes to protect yet).
+  bool may_copy = config().cow_copy && !g_touch_waits.load(std::memory_order_relaxed);
   if (!may_copy && e.state.load(std::memory_order_acquire) == cow::kPending)
     e.wanted.store(1, std::memory_order_release);
   for (;;) {
@@ -179,7 +182,7 @@ Status op_cow_begin(UniqueFd table_fd, std::uint32_t count) {
   if (p == MAP_FAILED) return errno_error("mapping the copy-on-write table");
   auto* table = static_cast<cow::TableHeader*>(p);
   if (table->magic != cow::kTableMagic || table->version != cow::kTableVersion ||
-      table->count != count) {
+      table->count != count || (table->kind != cow::kCopyOnWrite && table->kind != cow::kLoad)) {
     munmap(p, bytes);
     return Error{Errc::protocol,
                  "cow_begin: the table's header does not match (magic, version "
@@ -207,8 +210,11 @@ Status op_cow_begin(UniqueFd table_fd, std::uint32_t count) {
   for (std::uint32_t i = 0; i < count; ++i) g_regions[linked[i]].cow_entry.store(i + 1);
   g_table_bytes = bytes;
   g_table.store(table, std::memory_order_seq_cst);
+  g_touch_waits.store(table->kind == cow::kLoad, std::memory_order_seq_cst);
   g_cow_active.store(true, std::memory_order_seq_cst);
-  if (config().log) std::fprintf(stderr, "gcr: copy-on-write for %u regions\n", count);
+  if (config().log)
+    std::fprintf(stderr, "gcr: %s for %u regions\n",
+                 table->kind == cow::kLoad ? "on-demand load" : "copy-on-write", count);
   return ok();
 }
 
@@ -239,6 +245,7 @@ void op_cow_end() {
   if (!table) return;
   cow::Entry* entries = cow::entries(table);
   g_cow_active.store(false, std::memory_order_seq_cst);
+  g_touch_waits.store(false, std::memory_order_seq_cst);
   for (std::uint32_t i = 0; i < table->count; ++i) {
     std::uint32_t s = entries[i].state.load();
     // A copy in progress finishes on its own; everything else needs nothing more from anyone.

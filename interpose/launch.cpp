@@ -156,6 +156,15 @@ inline void mark_words(const std::byte* p, std::uint32_t offset, std::uint32_t s
   }
 }
 
+inline void touch_words(const std::byte* p, std::uint32_t offset, std::uint32_t size) {
+  std::uint32_t first = (offset + 7) & ~7u;
+  for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p + (o - offset), 8);
+    touch_read(word);
+  }
+}
+
 void mark_launch(CUfunction f, void** params, void** extra) {
   if (config().track == TrackMode::conservative || !g_arena.base) {
     if (g_arena.base) mark_all_written();
@@ -166,19 +175,29 @@ void mark_launch(CUfunction f, void** params, void** extra) {
     mark_all_written();
     return;
   }
+  // During an on-demand restore, what a kernel only reads must have arrived too.
+  const bool reads = g_touch_waits.load(std::memory_order_relaxed);
   if (params) {
     for (std::size_t i = 0; i < fi->params.size(); ++i) {
       const ParamSpan& p = fi->params[i];
-      if (p.read_only || p.size < 8 || !params[i]) continue;
-      mark_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
+      if (p.size < 8 || !params[i]) continue;
+      if (!p.read_only)
+        mark_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
+      else if (reads) [[unlikely]]
+        touch_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
     }
   } else if (extra) {
     const std::byte* buf = nullptr;
     for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
       if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
     if (!buf) return;
-    for (const ParamSpan& p : fi->params)
-      if (!p.read_only && p.size >= 8) mark_words(buf + p.offset, p.offset, p.size);
+    for (const ParamSpan& p : fi->params) {
+      if (p.size < 8) continue;
+      if (!p.read_only)
+        mark_words(buf + p.offset, p.offset, p.size);
+      else if (reads) [[unlikely]]
+        touch_words(buf + p.offset, p.offset, p.size);
+    }
   }
 }
 
@@ -188,6 +207,21 @@ void mark_2d(const CUDA_MEMCPY2D* p) {
   if (p->Height == 0) return;
   mark_range_written(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes,
                      (p->Height - 1) * p->dstPitch + p->WidthInBytes);
+}
+
+void touch_2d_source(const CUDA_MEMCPY2D* p) {
+  if (!p || p->Height == 0 ||
+      (p->srcMemoryType != CU_MEMORYTYPE_DEVICE && p->srcMemoryType != CU_MEMORYTYPE_UNIFIED))
+    return;
+  touch_range_read(p->srcDevice + p->srcY * p->srcPitch + p->srcXInBytes,
+                   (p->Height - 1) * p->srcPitch + p->WidthInBytes);
+}
+
+void touch_3d_source(const CUDA_MEMCPY3D* p) {
+  if (!p || (p->srcMemoryType != CU_MEMORYTYPE_DEVICE && p->srcMemoryType != CU_MEMORYTYPE_UNIFIED))
+    return;
+  std::uint64_t slice = p->srcPitch * (p->srcHeight ? p->srcHeight : p->Height);
+  touch_range_read(p->srcDevice, slice * (p->srcZ + p->Depth));
 }
 
 void mark_3d(const CUDA_MEMCPY3D* p) {
@@ -232,27 +266,30 @@ GCR_WRAP2(cuLaunchCooperativeKernel, _ptsz,
 GCR_WRAP2(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s), (g, s), mark_all_written())
 
 GCR_WRAP2(cuMemcpy, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),
-          mark_range_written(d, n))
+          (touch_range_read(s, n), mark_range_written(d, n)))
 GCR_WRAP2(cuMemcpyAsync, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
-          (d, s, n, st), mark_range_written(d, n))
+          (d, s, n, st), (touch_range_read(s, n), mark_range_written(d, n)))
 GCR_WRAP2(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr d, const void* s, size_t n), (d, s, n),
           mark_range_written(d, n))
 GCR_WRAP2(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr d, const void* s, size_t n, CUstream st),
           (d, s, n, st), mark_range_written(d, n))
 GCR_WRAP2(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),
-          mark_range_written(d, n))
+          (touch_range_read(s, n), mark_range_written(d, n)))
 GCR_WRAP2(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
-          (d, s, n, st), mark_range_written(d, n))
+          (d, s, n, st), (touch_range_read(s, n), mark_range_written(d, n)))
 GCR_WRAP2(cuMemcpyPeer, _ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),
-          (d, dc, s, sc, n), mark_range_written(d, n))
+          (d, dc, s, sc, n), (touch_range_read(s, n), mark_range_written(d, n)))
 GCR_WRAP2(cuMemcpyPeerAsync, _ptsz,
           (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),
-          (d, dc, s, sc, n, st), mark_range_written(d, n))
-GCR_WRAP2(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p), (p), mark_2d(p))
-GCR_WRAP2(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), (p), mark_2d(p))
-GCR_WRAP2(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream st), (p, st), mark_2d(p))
-GCR_WRAP2(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p), (p), mark_3d(p))
-GCR_WRAP2(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream st), (p, st), mark_3d(p))
+          (d, dc, s, sc, n, st), (touch_range_read(s, n), mark_range_written(d, n)))
+GCR_WRAP2(cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D* p), (p), (touch_2d_source(p), mark_2d(p)))
+GCR_WRAP2(cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D* p), (p),
+          (touch_2d_source(p), mark_2d(p)))
+GCR_WRAP2(cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D* p, CUstream st), (p, st),
+          (touch_2d_source(p), mark_2d(p)))
+GCR_WRAP2(cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D* p), (p), (touch_3d_source(p), mark_3d(p)))
+GCR_WRAP2(cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D* p, CUstream st), (p, st),
+          (touch_3d_source(p), mark_3d(p)))
 GCR_WRAP2(cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER* p), (p), mark_all_written())
 GCR_WRAP2(cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream st), (p, st),
           mark_all_written())
@@ -260,6 +297,12 @@ GCR_WRAP2(cuMemcpyBatchAsync_v2, _ptsz,
           (CUdeviceptr * d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a,
            size_t* ai, size_t na, CUstream st),
           (d, s, n, count, a, ai, na, st), mark_all_written())
+
+// Reads only: they matter during an on-demand restore, when their source may not have arrived.
+GCR_WRAP2(cuMemcpyDtoH_v2, _ptds, (void* d, CUdeviceptr s, size_t n), (d, s, n),
+          touch_range_read(s, n))
+GCR_WRAP2(cuMemcpyDtoHAsync_v2, _ptsz, (void* d, CUdeviceptr s, size_t n, CUstream st),
+          (d, s, n, st), touch_range_read(s, n))
 
 GCR_WRAP2(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n),
           mark_range_written(d, n))

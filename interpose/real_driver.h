@@ -16,10 +16,11 @@ namespace gcr::interpose {
 // declares only under CUDA_API_PER_THREAD_DEFAULT_STREAM but which share `declared`'s type.
 #define GCR_WRAPPED_FUNCTIONS(X, XT)                                                               \
   X(cuInit)                                                                                        \
-  X(cuGetProcAddress_v2) X(cuDevicePrimaryCtxRetain) X(cuCtxCreate_v4) X(cuCtxDestroy_v2)          \
-      X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuCtxGetCurrent) X(       \
-          cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2)            \
-          X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(            \
+  X(cuGetProcAddress_v2)                                                                           \
+  X(cuDevicePrimaryCtxRetain) X(cuCtxCreate_v4) X(cuCtxDestroy_v2) X(cuCtxPushCurrent_v2)          \
+      X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(           \
+          cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2)              \
+          X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                             \
               cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)                    \
               XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(      \
                   cuMemFreeAsync_ptsz, cuMemFreeAsync) X(cuMemGetAddressRange_v2)                  \
@@ -33,7 +34,9 @@ namespace gcr::interpose {
                                       X(cuMemGetAllocationGranularity) X(cuFuncGetParamInfo)       \
                                           X(cuFuncGetName) X(cuThreadExchangeStreamCaptureMode)    \
                                               X(cuMemGetAllocationPropertiesFromHandle)            \
-                                                  X(cuStreamGetCtx) X(cuGetErrorName) X(cuStreamCreate) X(cuStreamSynchronize) X(cuMemcpyDtoDAsync_v2)
+                                                  X(cuStreamGetCtx) X(cuGetErrorName)              \
+                                                      X(cuStreamCreate) X(cuStreamSynchronize)     \
+                                                          X(cuMemcpyDtoDAsync_v2)
 
 struct RealDriver {
 #define GCR_REAL_MEMBER(name) decltype(&::name) name = nullptr;

@@ -58,7 +58,10 @@ extern std::atomic<bool> g_all_dirty;  // conservative marking since the epoch b
 
 // Soft copy-on-write (interpose/cow.h): while gcrd drains a --leave-running checkpoint, a write to
 // a region it has not read yet copies the region first. Slow paths, called by the marking below.
+// During an on-demand restore (g_touch_waits), reads wait too: a region not loaded yet is waited
+// for before any call that touches it.
 extern std::atomic<bool> g_cow_active;
+extern std::atomic<bool> g_touch_waits;
 void cow_before_write(std::uint32_t region_id) noexcept;
 void cow_before_write_all() noexcept;
 
@@ -82,6 +85,24 @@ inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
   mark_written(addr);
   for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule)
     mark_written(g);
+}
+
+// A read of addr: during an on-demand restore, waits until its region has arrived. Hot path.
+inline void touch_read(std::uint64_t addr) {
+  if (!g_touch_waits.load(std::memory_order_relaxed)) [[likely]]
+    return;
+  std::uint64_t off = addr - g_arena.base;
+  if (off >= g_arena.size) return;
+  if (std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed))
+    cow_before_write(id);
+}
+
+inline void touch_range_read(std::uint64_t addr, std::uint64_t bytes) {
+  if (!g_touch_waits.load(std::memory_order_relaxed) || bytes == 0) [[likely]]
+    return;
+  std::uint64_t end = addr + bytes;
+  touch_read(addr);
+  for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule) touch_read(g);
 }
 
 inline void mark_all_written() {

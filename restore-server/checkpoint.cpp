@@ -218,7 +218,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     if (!to_store.empty()) {
       std::vector<control::RegionRecord> records;
       for (const DrainRegion& d : to_store) records.push_back(d.region);
-      auto t = CowTable::create(records);
+      auto t = CowTable::create(records, cow::kCopyOnWrite);
       Status begun = t ? again.cow_begin(t->fd(), t->count()) : Status(t.error());
       if (!begun) {
         (void)again.resume();  // running, but this checkpoint cannot be completed

@@ -12,32 +12,12 @@
 
 #include "device.h"
 #include "gcr/control.h"
-#include "gcr/cow_table.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
 #include "gcr/unique_fd.h"
+#include "shared_table.h"
 
 namespace gcr::gcrd {
-
-// gcrd's side of the shared table: a memfd "gcr-cow" with one entry per region, all pending.
-class CowTable {
- public:
-  static Result<CowTable> create(std::span<const control::RegionRecord> regions);
-  CowTable(CowTable&& o) noexcept;
-  CowTable& operator=(CowTable&&) = delete;
-  CowTable(const CowTable&) = delete;
-  ~CowTable();
-
-  int fd() const { return fd_.get(); }
-  std::uint32_t count() const { return header_->count; }
-  cow::Entry& entry(std::uint32_t i) const { return cow::entries(header_)[i]; }
-
- private:
-  CowTable() = default;
-  UniqueFd fd_;
-  cow::TableHeader* header_ = nullptr;
-  std::size_t bytes_ = 0;
-};
 
 struct DrainRegion {
   control::RegionRecord region;

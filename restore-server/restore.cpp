@@ -1,14 +1,21 @@
 // The restore protocol (restore.h).
 #include "restore.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <memory>
 #include <set>
 #include <vector>
 
 #include "device.h"
 #include "gcr/control.h"
+#include "loader.h"
+#include "shared_table.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -18,6 +25,44 @@ namespace {
 std::uint64_t ns_since(Clock::time_point t) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+// Puts the regions the process touched first after its cut (the manifest's META touch_order:
+// comma-separated hex addresses, recorded by the interposer) at the front, the rest after them in
+// manifest order. The three vectors stay parallel.
+void order_by_first_touch(const store::Manifest& m, std::vector<store::ObjectEntry>& objects,
+                          std::vector<control::RegionRecord>& records,
+                          std::vector<MappedAllocation>& allocations) {
+  std::string order = m.meta_or("touch_order", "");
+  if (order.empty()) return;
+  std::map<std::uint64_t, std::size_t> rank;
+  std::size_t pos = 0;
+  for (std::size_t start = 0; start < order.size();) {
+    std::size_t comma = order.find(',', start);
+    if (comma == std::string::npos) comma = order.size();
+    std::uint64_t a = std::strtoull(order.substr(start, comma - start).c_str(), nullptr, 16);
+    rank.emplace(a, pos++);
+    start = comma + 1;
+  }
+  std::vector<std::size_t> idx(objects.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
+    auto rx = rank.find(objects[x].address), ry = rank.find(objects[y].address);
+    std::size_t kx = rx == rank.end() ? SIZE_MAX : rx->second;
+    std::size_t ky = ry == rank.end() ? SIZE_MAX : ry->second;
+    return kx < ky;
+  });
+  std::vector<store::ObjectEntry> o2;
+  std::vector<control::RegionRecord> r2;
+  std::vector<MappedAllocation> a2;
+  for (std::size_t i : idx) {
+    o2.push_back(objects[i]);
+    r2.push_back(records[i]);
+    a2.push_back(std::move(allocations[i]));
+  }
+  objects = std::move(o2);
+  records = std::move(r2);
+  allocations = std::move(a2);
 }
 }  // namespace
 
@@ -55,26 +100,44 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                        std::to_string(gpu->free_bytes(dev) >> 20) +
                        " MiB free; free memory there or pick another with --device"};
   }
+  // Allocate everything first (cheap: no bytes move), then load: eagerly here, or on the
+  // loader's thread while CRIU runs (Note [On-demand restore] in gcr/cow_table.h).
   auto tl = Clock::now();
-  if (!need.empty())
-    progress("loading " + std::to_string(m.objects.size()) + " objects of device memory");
+  std::vector<store::ObjectEntry> objects;
   for (const auto& obj : m.objects) {
     if (obj.kind != store::ObjectKind::device_region) continue;
     int dev = req.device ? *req.device : static_cast<int>(obj.device);
     GCR_TRY(gpu->use(dev));
     GCR_TRY_ASSIGN(MappedAllocation a, MappedAllocation::create(obj.size, dev));
-    void* p = mmap(nullptr, obj.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return Error{Errc::out_of_memory, "no host memory to stage a region"};
-    std::span<std::byte> buf(static_cast<std::byte*>(p), obj.size);
-    Status s = reader->read(obj, 0, buf);
-    if (s) s = a.write(0, buf);
-    munmap(p, obj.size);
-    GCR_TRY(std::move(s));
     records.push_back({obj.address, obj.size, static_cast<std::uint32_t>(dev), 0});
     rep.region_bytes += obj.size;
     allocations.push_back(std::move(a));
+    objects.push_back(obj);
   }
-  rep.times_ns["load"] = ns_since(tl);
+  order_by_first_touch(m, objects, records, allocations);
+  rep.times_ns["allocate"] = ns_since(tl);
+  std::vector<Loader::Item> items;
+  for (std::size_t i = 0; i < objects.size(); ++i) items.push_back({objects[i], &allocations[i]});
+
+  std::optional<CowTable> table;
+  std::unique_ptr<Loader> loader;
+  if (!records.empty()) {
+    if (!req.eager) {
+      GCR_TRY_ASSIGN(CowTable t, CowTable::create(records, cow::kLoad));
+      table.emplace(std::move(t));
+    }
+    GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id));
+    GCR_TRY_ASSIGN(
+        loader, Loader::start(std::move(own_reader), std::move(items), table ? &*table : nullptr));
+    progress(std::string(req.eager ? "loading " : "loading on demand ") +
+             std::to_string(rep.region_bytes >> 20) + " MiB of device memory");
+    if (req.eager) {
+      GCR_TRY(loader->wait());
+      rep.times_ns["load"] = ns_since(tl);
+      rep.times_ns["full"] = ns_since(t0);
+    }
+  }
+  // A failure from here on stops the loader (its destructor) before the allocations go.
 
   auto tm = Clock::now();
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("restore"));
@@ -95,26 +158,56 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                                           " GPUs; --device moves a single-GPU process only"};
     env["GCR_DEVICE_MAP"] = std::to_string(*used.begin()) + "=" + std::to_string(*req.device);
   }
+  if (loader && loader->failed()) return loader->wait().error();  // before any process exists
   progress("restoring the process with CRIU");
   auto tc = Clock::now();
   pid_t pid = 0;
   GCR_TRY(criu::restore(tools, {work.path(), env, &pid}));
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
+  // From here, a failure must not leave a process running on device memory it never got.
+  auto kill_restored = [&](Error e) -> Error {
+    kill(pid, SIGKILL);
+    e.message += "; the restored process " + std::to_string(pid) +
+                 " was killed (the checkpoint itself is unchanged)";
+    return e;
+  };
 
   if (!records.empty()) {
     auto tu = Clock::now();
     std::vector<control::ParkedRegion> regions;
     for (std::size_t i = 0; i < records.size(); ++i) {
-      GCR_TRY_ASSIGN(UniqueFd fd, allocations[i].export_fd());
-      regions.push_back({records[i], std::move(fd)});
+      auto fd = allocations[i].export_fd();
+      if (!fd) return kill_restored(std::move(fd).error());
+      regions.push_back({records[i], std::move(fd).value()});
     }
-    GCR_TRY_ASSIGN(control::Client client, control::Client::connect(pid, std::chrono::seconds(10)));
-    GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(pid) +
-                                           " its memory"));
-    GCR_TRY(client.resume());
-    GCR_TRY(client.close());
+    auto client = control::Client::connect(pid, std::chrono::seconds(10));
+    if (!client) return kill_restored(std::move(client).error());
+    if (Status s = client->unpark(regions); !s)
+      return kill_restored(
+          std::move(s)
+              .context("giving restored process " + std::to_string(pid) + " its memory")
+              .error());
+    if (table)
+      if (Status s = client->cow_begin(table->fd(), table->count()); !s)
+        return kill_restored(std::move(s).error());
+    if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
     rep.times_ns["unpark"] = ns_since(tu);
+    rep.times_ns["resume"] = ns_since(t0);
+    if (table) {
+      progress("process " + std::to_string(pid) + " resumed; loading the rest of its memory");
+      Status loaded = loader->wait();
+      // Ends the waiting either way: after a failure the process is killed, not left hanging.
+      (void)client->cow_end();
+      if (!loaded) return kill_restored(std::move(loaded).error());
+      rep.times_ns["load"] = ns_since(tl);
+      rep.times_ns["full"] = ns_since(t0);
+      rep.wanted_regions = loader->wanted_regions();
+    }
+    if (Status s = client->close(); !s) return kill_restored(std::move(s).error());
+  } else {
+    rep.times_ns["resume"] = ns_since(t0);
+    rep.times_ns["full"] = ns_since(t0);
   }
   rep.times_ns["total"] = ns_since(t0);
   return rep;

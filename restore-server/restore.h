@@ -1,9 +1,12 @@
-// The restore protocol of DESIGN.md §5, eager form: gcrd allocates every region on the target
-// device and loads it from the store first (a restore that cannot get its memory fails before the
-// process exists), CRIU restores the process with gcr's plugin (driver restore onto the mapped
-// GPUs + unlock), and the process unparks: it maps gcrd's allocations at its original addresses
-// and runs. --stop-copy images restore the baseline way (CRIU brings the device memory back in the
-// process's pages and the driver copies it to the GPU).
+// The restore protocol of DESIGN.md §5: gcrd allocates every region on the target device first (a
+// restore that cannot get its memory fails before the process exists) and starts loading them
+// (loader.h), CRIU restores the process with gcr's plugin (driver restore onto the mapped GPUs +
+// unlock) meanwhile, and the process unparks: it maps gcrd's allocations at its original
+// addresses and runs, waiting only for regions it touches before they have arrived (Note
+// [On-demand restore] in gcr/cow_table.h). With `eager`, everything is loaded before CRIU runs.
+// A load that fails after the process exists (a chunk found corrupt) kills the restored process:
+// it never runs on bytes it did not get. --stop-copy images restore the baseline way (CRIU brings
+// the device memory back in the process's pages and the driver copies it to the GPU).
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +23,7 @@ namespace gcr::gcrd {
 struct RestoreRequest {
   std::string name;           // tag or id
   std::optional<int> device;  // restore every GPU of the checkpoint onto this one
+  bool eager = false;         // load all device memory before CRIU (default: on demand)
 };
 
 struct RestoreReport {
@@ -27,7 +31,10 @@ struct RestoreReport {
   std::string id;
   std::string kind;
   std::uint64_t region_bytes = 0;
-  std::map<std::string, std::uint64_t> times_ns;  // load, materialize, criu, unpark, total
+  std::uint64_t wanted_regions = 0;  // regions the process waited for (on demand)
+  // allocate, load, materialize, criu, unpark; resume (restore start -> process running),
+  // full (restore start -> all device memory loaded), total
+  std::map<std::string, std::uint64_t> times_ns;
 };
 
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,

@@ -18,6 +18,8 @@
 // which nothing writes. When the process cannot allocate a copy it raises `wanted` and waits:
 // gcrd reads wanted entries first.
 //
+// Note [On-demand restore] is the same table with kind kLoad: see TableKind.
+//
 // The table is a memfd made by gcrd and handed over with the control protocol's cow_begin; both
 // sides map it shared. The layout is fixed (little-endian, naturally aligned) and versioned.
 #pragma once
@@ -42,12 +44,21 @@ enum State : std::uint32_t {
   kDone = 5,     // gcrd has the cut's bytes; nothing more to do for this region
 };
 
+// What the table guards. copy_on_write: a checkpoint's drain; the process waits (or copies) before
+// it *writes* an entry's region. load: an on-demand restore; the regions are being loaded, and the
+// process waits before it *touches* (reads or writes) a region whose entry is not done: it sets
+// `wanted`, and gcrd loads that one next. Entries of a load table are only ever pending, reading
+// (loading) or done; the process never copies.
+enum TableKind : std::uint32_t { kCopyOnWrite = 0, kLoad = 1 };
+
 struct TableHeader {
   std::uint32_t magic;
   std::uint32_t version;
   std::uint32_t count;     // entries that follow
   std::uint32_t gcrd_pid;  // informational
-  std::uint64_t reserved[2];
+  std::uint32_t kind;      // TableKind
+  std::uint32_t reserved0;
+  std::uint64_t reserved1;
 };
 static_assert(sizeof(TableHeader) == 32);
 

@@ -1,0 +1,68 @@
+// Loading a checkpoint's device memory into gcrd's allocations on a thread of its own, so that a
+// restore can run CRIU and resume the process meanwhile (Note [On-demand restore]).
+//
+// The loader moves each region in pieces of kPieceBytes (store -> host staging -> device) in the
+// order it is given (the checkpoint's recorded first-touch order, else the manifest's), and marks
+// the region's entry in the shared table done once all of it has arrived. Between pieces it looks
+// for entries the process waits for (`wanted`) and switches to them: a process that touches a
+// region not yet loaded waits for that region, not for the rest.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device.h"
+#include "gcr/result.h"
+#include "gcr/store.h"
+#include "shared_table.h"
+
+namespace gcr::gcrd {
+
+class Loader {
+ public:
+  static constexpr std::uint64_t kPieceBytes = 16ull << 20;
+
+  struct Item {
+    store::ObjectEntry object;
+    MappedAllocation* destination;  // owned by the caller, alive until wait() returns
+  };
+
+  // Starts loading at once. `table` (may be null: nothing waits) has one entry per item, in the
+  // same order; it and `reader` must outlive the loader. The reader is the loader's alone.
+  static Result<std::unique_ptr<Loader>> start(std::unique_ptr<store::CheckpointReader> reader,
+                                               std::vector<Item> items, const CowTable* table);
+  ~Loader();  // stops (if still running) and joins
+
+  // Waits until every region is loaded or loading failed; the first error. Idempotent.
+  Status wait();
+  // Asks the loader to stop after the piece it is on (a failed restore).
+  void stop() { stop_.store(true); }
+  // Non-blocking: the loader's error, if it has failed already.
+  bool failed() const { return failed_.load(); }
+  std::uint64_t loaded_bytes() const { return loaded_.load(); }
+  std::uint64_t wanted_regions() const { return wanted_.load(); }
+
+ private:
+  Loader() = default;
+  void run() noexcept;
+  Status load_all();
+
+  std::unique_ptr<store::CheckpointReader> reader_;
+  std::vector<Item> items_;
+  const CowTable* table_ = nullptr;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<std::uint64_t> loaded_{0};
+  std::atomic<std::uint64_t> wanted_{0};
+  std::mutex mu_;
+  Status result_ = ok();
+  bool joined_ = false;
+};
+
+}  // namespace gcr::gcrd

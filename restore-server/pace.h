@@ -1,0 +1,43 @@
+// An upper bound on how fast gcrd moves device memory (GCR_DRAIN_MIB_PER_S for checkpoints,
+// GCR_LOAD_MIB_PER_S for restores): to leave disk bandwidth to the applications, and to let tests
+// watch a slow drain or load. It never holds up a process that waits: `urgent` cuts a wait short.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+namespace gcr::gcrd {
+
+class Pace {
+ public:
+  // Reads MiB/s from the environment variable `name`; 0 or unset: no bound.
+  explicit Pace(const char* name) {
+    const char* s = std::getenv(name);
+    if (!s || !*s) return;
+    char* end = nullptr;
+    unsigned long long mib = std::strtoull(s, &end, 10);
+    if (end && *end == 0) bytes_per_s_ = mib << 20;
+  }
+
+  // Waits until `done_bytes` are due, or until urgent() says something cannot wait.
+  void wait(std::uint64_t done_bytes, const std::function<bool()>& urgent) const {
+    if (!bytes_per_s_) return;
+    using Clock = std::chrono::steady_clock;
+    auto due = started_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                              static_cast<double>(done_bytes) / static_cast<double>(bytes_per_s_)));
+    while (Clock::now() < due) {
+      if (urgent && urgent()) return;
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(std::chrono::milliseconds(10), due - Clock::now()));
+    }
+  }
+
+ private:
+  std::uint64_t bytes_per_s_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace gcr::gcrd
