@@ -208,6 +208,11 @@ class Flags {
     return static_cast<std::uint64_t>(n) << shift;
   }
 
+  std::string text(std::string_view name, std::string fallback) {
+    std::string v;
+    return value(name, &v) ? v : fallback;
+  }
+
   void finish() {
     for (std::size_t i = 0; i < args_.size(); ++i) {
       if (!used_[i]) error("unknown argument '" + args_[i] + "'");
