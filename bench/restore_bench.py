@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""bench_restore: how long a restore keeps the application waiting, gcr against --stop-copy.
+
+For each device footprint (default 256M, 1G and 4G; --quick: 64M and 256M) an mlp_train runs under
+`gcr run` on simgpu with `--footprint F`, is checkpointed (the process stops) once the gcr way and,
+in a second run, once with --stop-copy, and each image is restored several times, with the store
+in the page cache ("warm") and after `echo 3 > /proc/sys/vm/drop_caches` ("cold"):
+
+  gcr on-demand  `gcr restore NAME`          the process runs before its device memory has arrived
+  gcr eager      `gcr restore NAME --eager`  device memory loaded before CRIU runs
+  stop-copy      `gcr restore NAME`          of the --stop-copy image: CRIU brings the device memory
+                                             back in the process's pages, the driver copies it
+
+Per restore: time to resume (gcrd's time.resume_ns: restore start -> the process runs; for
+--stop-copy, when CRIU and the driver's restore are done), time to full (time.full_ns: all device
+memory on the GPU), end to end (the command's wall time; it returns after the full load), the CRIU
+restore alone (time.criu_ns), and the restored process's first step line (restore start -> first
+step: mlp_train reads its whole ballast every step, so its first step needs all of it).
+
+Goals, printed next to the figures: gcr on-demand's time to resume does not grow with the
+footprint (at most 1.5x the smallest's plus 50 ms), and at 4 GiB it is >= 5x shorter than
+--stop-copy's. Benchmarks print and record; nothing about time is asserted: the exit status is 1
+only when a checkpoint or restore failed, 2 on bad usage.
+
+  bench/restore_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--no-cold]
+                         [--json FILE] [--no-results] [--dir /var/tmp]
+
+Python 3 standard library only. Needs root (CRIU, drop_caches). Results:
+bench/results/restore-<time>.json.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpt_bench as cb  # noqa: E402  (shared helpers: processes, step logs, formatting)
+
+GiB = cb.GiB
+VARIANTS = {"gcr": ["on-demand", "eager"], "stop-copy": ["stop-copy"]}
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=False)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def start_gcrd(gcr, env, root):
+    sock = env["GCR_GCRD_SOCKET"]
+    with open(os.path.join(root, "gcrd.log"), "ab") as lf:
+        gcrd = subprocess.Popen([gcr, "daemon"], env=env, stdin=subprocess.DEVNULL, stdout=lf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    cb.REAPER.add(gcrd.pid, "gcrd", gcrd)
+    deadline = time.monotonic() + 15
+    while True:
+        if gcrd.poll() is not None:
+            raise cb.Failure(f"gcrd exited {gcrd.returncode} at start")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(sock)
+            return gcrd
+        except OSError:
+            if time.monotonic() > deadline:
+                raise cb.Failure("gcrd did not listen within 15 s")
+            time.sleep(0.02)
+
+
+def wait_gone(pid, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def measure(footprint, mode, args, build):
+    """One image (mode gcr or stop-copy) of one footprint, restored in each variant and cache state."""
+    r = {"footprint_bytes": footprint, "mode": mode, "ok": False, "restores": []}
+    gib = footprint / GiB
+    t_cmd, t_steps = 120 + 60 * gib, 60 + 30 * gib
+    root = tempfile.mkdtemp(prefix=f"gcr-bench-restore-{cb.size_arg(footprint)}-{mode}-",
+                            dir=args.dir)
+    env = dict(os.environ)
+    env.update(GCR_STORE=os.path.join(root, "store"), GCR_GCRD_SOCKET=os.path.join(root, "gcrd.sock"),
+               GCR_WORK_DIR=os.path.join(root, "work"), GCR_QUIET="1", SIMGPU_DEVICES="1",
+               SIMGPU_MEMORY=cb.size_arg(2 * footprint + GiB))
+    for k in ("GCR_KEEP_WORK", "GCR_LOAD_MIB_PER_S", "GCR_DRAIN_MIB_PER_S"):
+        env.pop(k, None)
+    gcr = os.path.join(build, "bin", "gcr")
+    mlp = os.path.join(build, "tests", "workloads", "mlp_train")
+    log_path = os.path.join(root, "app.log")
+    gcrd = slog = None
+    restored = None
+    t_run = time.monotonic()
+    try:
+        gcrd = start_gcrd(gcr, env, root)
+        open(log_path, "ab").close()
+        slog = cb.StepLog(log_path)
+        with open(log_path, "ab") as lf:
+            app = subprocess.Popen(
+                [gcr, "run", "--", mlp, "--footprint", cb.size_arg(footprint), "--step-delay-ms",
+                 "10", "--steps", "1000000"],
+                env=env, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        cb.REAPER.add(app.pid, "mlp_train", app)
+        slog.wait_step(args.warm_steps, 60 + 20 * gib, lambda: app.poll() is None)
+        extra = ["--stop-copy"] if mode == "stop-copy" else []
+        _, doc, _, _ = cb.run_gcr([gcr, "checkpoint", str(app.pid), "--name", "img", "--json"]
+                                  + extra, env, t_cmd)
+        r["checkpoint"] = doc
+        app.wait(timeout=60)
+        cb.REAPER.entries.pop(app.pid, None)
+        time.sleep(0.2)
+
+        for cache in (["warm", "cold"] if not args.no_cold else ["warm"]):
+            for variant in VARIANTS[mode]:
+                if cache == "cold":
+                    drop_caches()
+                n_before = slog.count()
+                cmd = [gcr, "restore", "img", "--json"] + (["--eager"] if variant == "eager" else [])
+                t0 = time.monotonic()
+                wall, doc, _, c1 = cb.run_gcr(cmd, env, t_cmd)
+                restored = int(doc.get("pid", 0))
+                cb.REAPER.add(restored, "mlp_train")
+                first = slog.wait(lambda i, e: i >= n_before, t_steps,
+                                  "the restored process's first step line",
+                                  lambda: os.path.exists(f"/proc/{restored}"))
+                ms = lambda k: int(doc.get(k, 0)) / 1e6
+                one = {"variant": variant, "cache": cache, "json": doc, "wall_ms": wall,
+                       "resume_ms": ms("time.resume_ns"), "full_ms": ms("time.full_ns"),
+                       "criu_ms": ms("time.criu_ns"), "first_step_ms": (first[2] - t0) * 1e3}
+                r["restores"].append(one)
+                print(f"    {variant:9} {cache}: resume {cb.fmt_ms(one['resume_ms'])}, full "
+                      f"{cb.fmt_ms(one['full_ms'])}, first step {cb.fmt_ms(one['first_step_ms'])}, "
+                      f"CRIU {cb.fmt_ms(one['criu_ms'])}", flush=True)
+                cb.REAPER.kill(restored)
+                wait_gone(restored)
+                restored = None
+                time.sleep(0.2)
+        r["ok"] = True
+    except cb.Failure as e:
+        r["error"] = str(e)
+        r["log_tail"] = cb.tail(log_path)
+    finally:
+        if restored:
+            cb.REAPER.kill(restored)
+        if slog:
+            slog.stop()
+        cb.REAPER.kill_all()
+        r["run_s"] = time.monotonic() - t_run
+        if r["ok"]:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            shutil.rmtree(os.path.join(root, "store"), ignore_errors=True)
+            r["dir"] = root
+    return r
+
+
+def report(results):
+    rows = []
+    by = {}
+    for r in results:
+        for x in r.get("restores", []):
+            by[(r["footprint_bytes"], x["variant"], x["cache"])] = x
+            rows.append([cb.fmt_bytes(r["footprint_bytes"]), x["variant"], x["cache"],
+                         cb.fmt_ms(x["resume_ms"]), cb.fmt_ms(x["full_ms"]),
+                         cb.fmt_ms(x["wall_ms"]), cb.fmt_ms(x["criu_ms"]),
+                         cb.fmt_ms(x["first_step_ms"])])
+    print()
+    print("restore: resume = restore start -> process running; full = all device memory loaded;")
+    print("e2e = the command's wall time; CRIU = CPU-side restore alone; first step = the restored")
+    print("mlp_train's first step line (it reads its whole ballast every step)")
+    print(cb.table(["footprint", "variant", "cache", "resume", "full", "e2e", "CRIU", "first step"],
+                   rows, right={3, 4, 5, 6, 7}))
+    goals = []
+    fps = sorted({r["footprint_bytes"] for r in results})
+    for cache in ("warm", "cold"):
+        od = [(f, by.get((f, "on-demand", cache))) for f in fps]
+        od = [(f, x) for f, x in od if x]
+        if len(od) >= 2:
+            small, large = od[0][1]["resume_ms"], od[-1][1]["resume_ms"]
+            met = large <= 1.5 * small + 50
+            goals.append(f"on-demand resume ({cache}) at {cb.fmt_bytes(od[-1][0])} vs "
+                         f"{cb.fmt_bytes(od[0][0])}: {cb.fmt_ms(large)} vs {cb.fmt_ms(small)}; "
+                         f"goal: does not grow (<= 1.5x + 50 ms): {'met' if met else 'MISSED'}")
+        big = fps[-1] if fps else None
+        a, b = by.get((big, "on-demand", cache)), by.get((big, "stop-copy", cache))
+        if a and b:
+            ratio = b["resume_ms"] / max(a["resume_ms"], 1e-3)
+            goals.append(f"resume ({cache}) at {cb.fmt_bytes(big)}: stop-copy "
+                         f"{cb.fmt_ms(b['resume_ms'])} / on-demand {cb.fmt_ms(a['resume_ms'])} = "
+                         f"{ratio:.1f}x; goal >= 5x at 4 GiB: "
+                         f"{'met' if ratio >= 5 else 'MISSED'}"
+                         + ("" if big >= 4 * GiB else " (largest footprint here is smaller)"))
+    for g in goals:
+        print("  " + g)
+    return goals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.environ.get("GCR_BUILD_DIR", os.path.join(cb.REPO, "build")))
+    ap.add_argument("--footprints", default=None, help="comma-separated (default 256M,1G,4G)")
+    ap.add_argument("--quick", action="store_true", help="footprints 64M,256M")
+    ap.add_argument("--warm-steps", type=int, default=30)
+    ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache restores")
+    ap.add_argument("--dir", default="/var/tmp")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-results", action="store_true")
+    args = ap.parse_args()
+    spec = "64M,256M" if args.quick else (args.footprints or "256M,1G,4G")
+    footprints = [cb.parse_size(s) for s in spec.split(",") if s.strip()]
+    build = os.path.abspath(args.build)
+    for exe in ("bin/gcr", "bin/gcrd", "tests/workloads/mlp_train"):
+        if not os.access(os.path.join(build, exe), os.X_OK):
+            print(f"bench_restore: {exe} is not built in {build} (--build DIR)", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("bench_restore: needs root (CRIU, drop_caches)", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda s, _: (_ for _ in ()).throw(KeyboardInterrupt()))
+    load_before = os.getloadavg()[0]
+    print(f"bench_restore: mlp_train on simgpu; footprints "
+          f"{', '.join(cb.fmt_bytes(f) for f in footprints)}; {os.cpu_count()} CPUs, "
+          f"load average {load_before:.2f}", flush=True)
+    results, started = [], time.monotonic()
+    try:
+        for f in footprints:
+            mem, disk = cb.meminfo(), shutil.disk_usage(args.dir)
+            if mem["MemAvailable"] < 3 * f + GiB or disk.free < 3 * f + 2 * GiB:
+                print(f"  skipping {cb.fmt_bytes(f)}: not enough memory or disk")
+                continue
+            for mode in ("gcr", "stop-copy"):
+                print(f"  {cb.fmt_bytes(f)} {mode}:", flush=True)
+                r = measure(f, mode, args, build)
+                results.append(r)
+                if not r["ok"]:
+                    print(f"    FAILED: {r['error']}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        cb.REAPER.kill_all()
+    goals = report(results)
+    load_after = os.getloadavg()[0]
+    doc = {"benchmark": "restore",
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "host": platform.node(), "kernel": f"{platform.system()} {platform.release()}",
+           "cpus": os.cpu_count(), "load_average_before": load_before,
+           "load_average_after": load_after, "build": build,
+           "footprints_bytes": footprints, "goals": goals,
+           "total_s": time.monotonic() - started, "runs": results}
+    print(f"\nload average {load_before:.2f} before, {load_after:.2f} after; "
+          f"total {doc['total_s']:.0f} s")
+    paths = [args.json] if args.json else []
+    if not args.no_results:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%S")
+        paths.append(os.path.join(cb.HERE, "results", f"restore-{stamp}.json"))
+    for p in paths:
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        with open(p, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"wrote {p}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
