@@ -49,6 +49,7 @@ class OpsHandler final : public ctl::Handler {
   }
   Result<ctl::CowCopy> cow_take(std::uint32_t index) override { return op_cow_take(index); }
   void cow_end() override { op_cow_end(); }
+  std::vector<std::uint64_t> touch_order() override { return op_touch_order(); }
   ctl::StatusInfo status() override { return op_status(); }
   std::vector<ctl::RegionRecord> regions() override { return op_regions(); }
 };

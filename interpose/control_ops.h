@@ -48,6 +48,9 @@ Status op_new_epoch(const std::string& checkpoint_id);
 Status op_cow_begin(UniqueFd table, std::uint32_t entries);
 Result<CowCopy> op_cow_take(std::uint32_t index);
 void op_cow_end();
+// The addresses of the regions first touched since the last cut, in order (Note [First-touch
+// order] in regions.h); regions freed since are left out.
+std::vector<std::uint64_t> op_touch_order();
 // A snapshot of the region table (regions with their dirty flags) and counters.
 StatusInfo op_status();
 std::vector<RegionRecord> op_regions();

@@ -175,15 +175,15 @@ void mark_launch(CUfunction f, void** params, void** extra) {
     mark_all_written();
     return;
   }
-  // During an on-demand restore, what a kernel only reads must have arrived too.
-  const bool reads = g_touch_waits.load(std::memory_order_relaxed);
+  // What a kernel only reads counts for the first-touch order, and during an on-demand restore
+  // must have arrived too.
   if (params) {
     for (std::size_t i = 0; i < fi->params.size(); ++i) {
       const ParamSpan& p = fi->params[i];
       if (p.size < 8 || !params[i]) continue;
       if (!p.read_only)
         mark_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
-      else if (reads) [[unlikely]]
+      else
         touch_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
     }
   } else if (extra) {
@@ -195,7 +195,7 @@ void mark_launch(CUfunction f, void** params, void** extra) {
       if (p.size < 8) continue;
       if (!p.read_only)
         mark_words(buf + p.offset, p.offset, p.size);
-      else if (reads) [[unlikely]]
+      else
         touch_words(buf + p.offset, p.offset, p.size);
     }
   }
@@ -298,7 +298,7 @@ GCR_WRAP2(cuMemcpyBatchAsync_v2, _ptsz,
            size_t* ai, size_t na, CUstream st),
           (d, s, n, count, a, ai, na, st), mark_all_written())
 
-// Reads only: they matter during an on-demand restore, when their source may not have arrived.
+// Reads only: they count for the first-touch order, and wait during an on-demand restore.
 GCR_WRAP2(cuMemcpyDtoH_v2, _ptds, (void* d, CUdeviceptr s, size_t n), (d, s, n),
           touch_range_read(s, n))
 GCR_WRAP2(cuMemcpyDtoHAsync_v2, _ptsz, (void* d, CUdeviceptr s, size_t n, CUstream st),

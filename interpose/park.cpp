@@ -3,6 +3,7 @@
 // may run.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -202,9 +203,24 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
 
 Status op_new_epoch(const std::string& checkpoint_id) {
   g_epoch.fetch_add(1);
+  g_touch_count.store(0);  // Note [First-touch order]: from this cut on
   g_all_dirty.store(false);
   g_last_checkpoint = checkpoint_id;
   return ok();
+}
+
+std::vector<std::uint64_t> op_touch_order() {
+  std::lock_guard lock(g_region_mu);
+  std::vector<std::uint64_t> out;
+  std::uint32_t n = std::min(g_touch_count.load(), kTouchLog);
+  std::vector<bool> seen(kMaxRegions, false);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t id = g_touch_log[i].load();
+    if (!id || id >= kMaxRegions || seen[id] || g_regions[id].kind == RegionKind::free) continue;
+    seen[id] = true;
+    out.push_back(g_regions[id].address);
+  }
+  return out;
 }
 
 std::vector<RegionRecord> op_regions() {

@@ -18,6 +18,14 @@ Region* g_regions = nullptr;
 std::atomic<std::uint64_t> g_epoch{1};
 std::atomic<bool> g_all_dirty{false};
 std::mutex g_region_mu;
+std::atomic<std::uint32_t> g_touch_count{0};
+std::atomic<std::uint32_t> g_touch_log[kTouchLog];
+
+void note_first_touch(std::uint32_t id, std::uint64_t epoch) noexcept {
+  if (g_regions[id].touch_epoch.exchange(epoch, std::memory_order_relaxed) == epoch) return;
+  std::uint32_t i = g_touch_count.fetch_add(1, std::memory_order_relaxed);
+  if (i < kTouchLog) g_touch_log[i].store(id, std::memory_order_relaxed);
+}
 
 namespace {
 

@@ -35,7 +35,8 @@ enum class RegionKind : std::uint8_t { free = 0, slab = 1, large = 2, user = 3 }
 
 struct Region {
   std::atomic<std::uint64_t> dirty_epoch{0};
-  std::atomic<std::uint32_t> cow_entry{0};  // soft copy-on-write table entry + 1; 0: none
+  std::atomic<std::uint32_t> cow_entry{0};    // soft copy-on-write table entry + 1; 0: none
+  std::atomic<std::uint64_t> touch_epoch{0};  // the epoch of its last first-touch record
   std::uint64_t address = 0;
   std::uint64_t size = 0;
   std::uint64_t phys_offset = 0;            // user mappings may show part of an allocation
@@ -65,12 +66,29 @@ extern std::atomic<bool> g_touch_waits;
 void cow_before_write(std::uint32_t region_id) noexcept;
 void cow_before_write_all() noexcept;
 
+// Note [First-touch order]
+// The order in which regions are first touched (read or written) after a checkpoint's cut is
+// what a restore of it should load first. Each region remembers the epoch in which it was last
+// recorded; the first touch in a new epoch appends its id to g_touch_log (a fixed array: the
+// first kTouchLog regions are enough to order a restore). One relaxed load per touch otherwise.
+inline constexpr std::uint32_t kTouchLog = 1u << 14;
+extern std::atomic<std::uint32_t> g_touch_count;  // appends so far in this epoch
+extern std::atomic<std::uint32_t> g_touch_log[kTouchLog];
+void note_first_touch(std::uint32_t id, std::uint64_t epoch) noexcept;
+
+inline void note_touch(std::uint32_t id) {
+  std::uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (g_regions[id].touch_epoch.load(std::memory_order_relaxed) != epoch) [[unlikely]]
+    note_first_touch(id, epoch);
+}
+
 // Marks the region holding addr as possibly written in this epoch. Hot path.
 inline void mark_written(std::uint64_t addr) {
   std::uint64_t off = addr - g_arena.base;
   if (off >= g_arena.size) return;
   std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed);
   if (!id) return;
+  note_touch(id);
   if (g_cow_active.load(std::memory_order_relaxed)) [[unlikely]]
     cow_before_write(id);
   std::uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
@@ -87,19 +105,20 @@ inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
     mark_written(g);
 }
 
-// A read of addr: during an on-demand restore, waits until its region has arrived. Hot path.
+// A read of addr: recorded for the first-touch order, and during an on-demand restore waits
+// until its region has arrived. Hot path.
 inline void touch_read(std::uint64_t addr) {
-  if (!g_touch_waits.load(std::memory_order_relaxed)) [[likely]]
-    return;
   std::uint64_t off = addr - g_arena.base;
   if (off >= g_arena.size) return;
-  if (std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed))
+  std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed);
+  if (!id) return;
+  note_touch(id);
+  if (g_touch_waits.load(std::memory_order_relaxed)) [[unlikely]]
     cow_before_write(id);
 }
 
 inline void touch_range_read(std::uint64_t addr, std::uint64_t bytes) {
-  if (!g_touch_waits.load(std::memory_order_relaxed) || bytes == 0) [[likely]]
-    return;
+  if (bytes == 0) return;
   std::uint64_t end = addr + bytes;
   touch_read(addr);
   for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule) touch_read(g);

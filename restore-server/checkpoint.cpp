@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -37,6 +38,20 @@ std::string hex(std::uint64_t v) {
   char b[32];
   std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
   return b;
+}
+
+// Comma-separated hex addresses, each once, in order (META touch_order, read by restore.cpp).
+std::string format_touch_order(const std::vector<std::uint64_t>& order) {
+  std::string out;
+  std::set<std::uint64_t> seen;
+  for (std::uint64_t a : order) {
+    if (!seen.insert(a).second) continue;
+    char b[24];
+    std::snprintf(b, sizeof b, "%s%llx", out.empty() ? "" : ",",
+                  static_cast<unsigned long long>(a));
+    out += b;
+  }
+  return out;
 }
 
 std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind) {
@@ -147,6 +162,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   GCR_TRY(
       client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
   rep.times_ns["quiesce"] = ns_since(t0);
+  // Note [First-touch order]: what the process touched first since its last cut; with
+  // --leave-running, what it touches first after this one is put before it at the end.
+  std::vector<std::uint64_t> touch_order;
+  if (auto order = client.touch_order()) touch_order = std::move(order).value();
   auto resume_on_error = [&](Error e) -> Error {
     (void)client.resume();
     return e;
@@ -239,6 +258,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   auto drained = drain_regions(*gpu, *writer, to_store, table ? &*table : nullptr,
                                running ? &*running : nullptr, {});
   if (running) {
+    if (auto after_cut = running->touch_order())
+      touch_order.insert(touch_order.begin(), after_cut->begin(), after_cut->end());
     (void)running->cow_end();
     (void)running->close();
   }
@@ -249,6 +270,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.cow_copies = drained->took_copy;
   rep.cow_waits = drained->wanted;
   GCR_TRY(store_criu_images(*writer, work.path()));
+  if (!touch_order.empty()) writer->set_meta("touch_order", format_touch_order(touch_order));
   rep.times_ns["store"] = ns_since(tstore);
   rep.times_ns["total"] = ns_since(t0);
   for (const auto& [k, v] : rep.times_ns)

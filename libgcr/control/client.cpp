@@ -335,6 +335,16 @@ Result<CowCopy> Client::cow_take(std::uint32_t index) {
   return CowCopy{snap->index, snap->size, std::move(m.fds[0])};
 }
 
+Result<std::vector<std::uint64_t>> Client::touch_order() {
+  constexpr const char* what = "touch_order";
+  GCR_TRY(ClientExchange::send(*this, MsgType::touch_order, {}, {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  if (m.type != MsgType::touch_order_reply) return ClientExchange::unexpected(*this, m, what);
+  Result<std::vector<std::uint64_t>> order = decode_touch_order_reply(m.payload);
+  if (!order) return ClientExchange::broken(*this, order.error(), what, {});
+  return order;
+}
+
 Status Client::cow_end() {
   return ClientExchange::call_for_ok(*this, MsgType::cow_end, {}, "cow_end");
 }

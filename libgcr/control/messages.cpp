@@ -178,6 +178,10 @@ std::string msg_type_name(MsgType type) {
       return "cow_snapshot";
     case MsgType::cow_end:
       return "cow_end";
+    case MsgType::touch_order:
+      return "touch_order";
+    case MsgType::touch_order_reply:
+      return "touch_order_reply";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
 }
@@ -525,6 +529,39 @@ Result<CowSnapshot> decode_cow_snapshot(std::span<const std::uint8_t> payload) {
   return s;
 }
 
+Result<std::vector<std::uint8_t>> encode_touch_order_reply(
+    std::span<const std::uint64_t> addresses) {
+  if (addresses.size() > kMaxRegions)
+    return make_error(Errc::invalid_argument,
+                      "touch_order_reply: " + std::to_string(addresses.size()) +
+                          " addresses exceed " + std::to_string(kMaxRegions));
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(addresses.size()));
+  w.u32(0);
+  for (std::uint64_t a : addresses) w.u64(a);
+  return w.take();
+}
+
+Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std::uint8_t> payload) {
+  Reader r("touch_order_reply", payload);
+  GCR_TRY_ASSIGN(std::uint32_t count, r.u32("count"));
+  GCR_TRY(r.reserved32("reserved"));
+  if (count > kMaxRegions)
+    return r.fail("count", 0, std::to_string(count) + " exceeds " + std::to_string(kMaxRegions));
+  if (r.left() != std::size_t{count} * 8)
+    return r.fail("count", 0,
+                  std::to_string(count) + " addresses need " + std::to_string(count * 8ull) +
+                      " bytes, the payload has " + std::to_string(r.left()));
+  std::vector<std::uint64_t> out;
+  out.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    GCR_TRY_ASSIGN(std::uint64_t a, r.u64("address"));
+    out.push_back(a);
+  }
+  GCR_TRY(r.done());
+  return out;
+}
+
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload) {
   if (!payload.empty())
     return make_error(Errc::protocol, msg_type_name(type) + ": carries no payload, got " +
@@ -568,7 +605,11 @@ Status decode_payload(MsgType type, std::span<const std::uint8_t> payload) {
     case MsgType::cow_snapshot:
       GCR_TRY(decode_cow_snapshot(payload));
       return ok();
+    case MsgType::touch_order_reply:
+      GCR_TRY(decode_touch_order_reply(payload));
+      return ok();
     case MsgType::cow_end:
+    case MsgType::touch_order:
     case MsgType::status:
     case MsgType::regions:
     case MsgType::resume:

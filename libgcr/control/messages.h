@@ -33,25 +33,27 @@ inline constexpr std::size_t kMaxCheckpointIdBytes = 128;
 
 // Values are fixed and only appended (docs/protocol.md §4).
 enum class MsgType : std::uint32_t {
-  hello = 1,           // server -> caller, first message of every connection
-  error = 2,           // reply: Errc + text
-  ok = 3,              // reply: the request type it answers
-  status = 16,         // -> status_reply
-  status_reply = 17,   // server -> caller
-  regions = 18,        // -> regions_reply
-  regions_reply = 19,  // server -> caller
-  quiesce = 20,        // -> ok | error
-  resume = 21,         // -> ok | error
-  park = 22,           // -> parked... | error
-  parked = 23,         // server -> caller: a batch of parked regions, with their fds
-  park_done = 24,      // caller -> server: every parked batch received -> ok
-  unpark = 25,         // caller -> server: a batch of regions to map back, with their fds
-  new_epoch = 26,      // -> ok | error
-  bye = 27,            // -> ok, then the server closes the connection
-  cow_begin = 28,      // caller -> server, with the table's fd -> ok | error (1.1)
-  cow_take = 29,       // -> cow_snapshot | error (1.1)
-  cow_snapshot = 30,   // server -> caller: the process's copy of one region, with its fd (1.1)
-  cow_end = 31,        // -> ok (1.1)
+  hello = 1,               // server -> caller, first message of every connection
+  error = 2,               // reply: Errc + text
+  ok = 3,                  // reply: the request type it answers
+  status = 16,             // -> status_reply
+  status_reply = 17,       // server -> caller
+  regions = 18,            // -> regions_reply
+  regions_reply = 19,      // server -> caller
+  quiesce = 20,            // -> ok | error
+  resume = 21,             // -> ok | error
+  park = 22,               // -> parked... | error
+  parked = 23,             // server -> caller: a batch of parked regions, with their fds
+  park_done = 24,          // caller -> server: every parked batch received -> ok
+  unpark = 25,             // caller -> server: a batch of regions to map back, with their fds
+  new_epoch = 26,          // -> ok | error
+  bye = 27,                // -> ok, then the server closes the connection
+  cow_begin = 28,          // caller -> server, with the table's fd -> ok | error (1.1)
+  cow_take = 29,           // -> cow_snapshot | error (1.1)
+  cow_snapshot = 30,       // server -> caller: the process's copy of one region, with its fd (1.1)
+  cow_end = 31,            // -> ok (1.1)
+  touch_order = 32,        // -> touch_order_reply (1.1)
+  touch_order_reply = 33,  // server -> caller (1.1)
 };
 
 // "status", "parked", ...; "type 99" for a value this side does not know.
@@ -138,7 +140,13 @@ Result<std::uint32_t> decode_cow_take(std::span<const std::uint8_t> payload);
 Result<std::vector<std::uint8_t>> encode_cow_snapshot(const CowSnapshot& snapshot);
 Result<CowSnapshot> decode_cow_snapshot(std::span<const std::uint8_t> payload);
 
-// For messages without a payload (status, regions, resume, park, park_done, bye, cow_end).
+// The first-touch order: region addresses (at most kMaxRegions).
+Result<std::vector<std::uint8_t>> encode_touch_order_reply(
+    std::span<const std::uint64_t> addresses);
+Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std::uint8_t> payload);
+
+// For messages without a payload (status, regions, resume, park, park_done, bye, cow_end,
+// touch_order).
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload);
 
 // Decodes a payload of any known type and drops the result (the fuzzer's entry, and a check that

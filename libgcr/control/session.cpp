@@ -129,6 +129,13 @@ class Session {
         if (!s) log("could not send cow_snapshot: " + s.error().message);
         return s.has_value();
       }
+      case MsgType::touch_order: {
+        GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
+        std::vector<std::uint64_t> order = h_.touch_order();
+        auto payload = encode_touch_order_reply(order);
+        if (!payload) return reply_error(payload.error());
+        return send_reply(MsgType::touch_order_reply, *payload);
+      }
       case MsgType::cow_end: {
         GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
         h_.cow_end();
@@ -149,6 +156,7 @@ class Session {
       case MsgType::regions_reply:
       case MsgType::parked:
       case MsgType::cow_snapshot:
+      case MsgType::touch_order_reply:
         return reply_error(
             make_error(Errc::protocol, msg_type_name(msg.type) + " is not a request"));
     }

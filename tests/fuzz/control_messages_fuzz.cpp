@@ -25,7 +25,7 @@ constexpr MsgType kTypes[] = {
     MsgType::park,          MsgType::parked,       MsgType::park_done,
     MsgType::unpark,        MsgType::new_epoch,    MsgType::bye,
     MsgType::cow_begin,     MsgType::cow_take,     MsgType::cow_snapshot,
-    MsgType::cow_end,
+    MsgType::cow_end,       MsgType::touch_order,  MsgType::touch_order_reply,
 };
 
 // A decoded value must survive encode -> decode unchanged.
@@ -65,6 +65,13 @@ void check_round_trip(MsgType type, std::span<const std::uint8_t> payload) {
       if (!d) return;
       if (std::vector<std::uint8_t>(payload.begin(), payload.end()) != encode_cow_take(*d))
         std::abort();
+      return;
+    }
+    case MsgType::touch_order_reply: {
+      auto d = decode_touch_order_reply(payload);
+      if (!d) return;
+      auto e = encode_touch_order_reply(*d);
+      if (!e || std::vector<std::uint8_t>(payload.begin(), payload.end()) != *e) std::abort();
       return;
     }
     case MsgType::cow_snapshot: {

@@ -1,5 +1,6 @@
 // late_touch: the on-demand restore's test subject. It fills a large buffer B (allocated first, so
-// that a restore loads it first) and a small A and C (allocated after, in one slab), prints
+// that a restore without a recorded first-touch order loads it first) and a small A and C
+// (allocated after, in one slab; --small-first fills them before B), prints
 // "ready", and waits until the file --go names exists. Then it touches, timing each step:
 //   1. A (an axpy from A into C, then C copied back): its region may not have arrived yet;
 //   2. B (copied back whole): the large region, usually the last to arrive;
@@ -31,9 +32,13 @@ bool exists(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  wl::Flags flags(argc, argv, "usage: late_touch --go FILE [--big BYTES]  (BYTES default 64M)");
+  wl::Flags flags(argc, argv,
+                  "usage: late_touch --go FILE [--big BYTES] [--small-first]\n"
+                  "  --big BYTES    size of B (default 64M)\n"
+                  "  --small-first  fill A and C before B (B is always allocated first)");
   const std::string go = flags.text("--go", "");
   const std::uint64_t big = flags.bytes("--big", 64ull << 20);
+  const bool small_first = flags.boolean("--small-first");
   flags.finish();
   if (go.empty()) flags.error("--go FILE is required");
 
@@ -53,9 +58,11 @@ int main(int argc, char** argv) {
   CU_CHECK(cuMemAlloc(&b, big));
   CU_CHECK(cuMemAlloc(&a, ns * sizeof(float)));
   CU_CHECK(cuMemAlloc(&c, ns * sizeof(float)));
-  CU_CHECK(wl::launch(iota, wl::cover(nb, 256), nullptr, b, nb));
+  // The first touches, in an order a checkpoint records (Note [First-touch order]).
+  if (!small_first) CU_CHECK(wl::launch(iota, wl::cover(nb, 256), nullptr, b, nb));
   CU_CHECK(wl::launch(iota, wl::cover(ns, 256), nullptr, a, ns));
   CU_CHECK(cuMemsetD32(c, 0, ns));
+  if (small_first) CU_CHECK(wl::launch(iota, wl::cover(nb, 256), nullptr, b, nb));
   CU_CHECK(cuCtxSynchronize());
   std::printf("ready\n");
   std::fflush(stdout);

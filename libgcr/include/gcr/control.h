@@ -143,6 +143,8 @@ class Client {
   Status cow_begin(int table_fd, std::uint32_t entries);
   Result<CowCopy> cow_take(std::uint32_t index);
   Status cow_end();
+  // The addresses of the regions the process first touched since its last cut, in order (1.1).
+  Result<std::vector<std::uint64_t>> touch_order();
   // Says goodbye and waits until the process has closed its end of the connection, then releases
   // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
   // it). Idempotent.
@@ -186,6 +188,7 @@ class Handler {
   virtual Status cow_begin(UniqueFd table, std::uint32_t entries);
   virtual Result<CowCopy> cow_take(std::uint32_t index);
   virtual void cow_end() {}
+  virtual std::vector<std::uint64_t> touch_order() { return {}; }
 };
 
 struct ServerOptions {

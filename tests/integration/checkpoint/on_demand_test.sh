@@ -88,6 +88,27 @@ restore_case on-demand
 echo "== restored eagerly"
 restore_case eager
 
+echo "== the first-touch order: A and C touched before B load first, without being waited for"
+rm -f "$T/go"
+setsid "$GCR" run -- "$BUILD/tests/workloads/late_touch" --go "$T/go" --small-first >> "$T/lt.log" 2>&1 < /dev/null &
+P=$!
+pids+=("$P")
+wait_for "$T/lt.log" '^ready'
+"$GCR" checkpoint "$P" --name lt2 > /dev/null || fail "checkpoint lt2"
+wait_gone "$P"
+order=$("$GCR" image inspect lt2 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['meta'].get('touch_order',''))")
+slab=$("$GCR" image inspect lt2 --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[o for o in d['objects'] if o['kind'] == 'region' and o['size'] < 8<<20]; print(r[0]['address'][2:])")
+[[ ${order%%,*} == "$slab" ]] || fail "touch_order '$order' does not start with the small regions' slab $slab"
+touch "$T/go"
+"$GCR" restore lt2 --json > "$T/lt2.json" || fail "restore lt2"
+wait_for "$T/lt.log" 'late_touch: \(OK\|FAILED\)'
+grep -q 'late_touch: OK' "$T/lt.log" || fail "lt2: wrong bytes after the restore"
+a=$(wait_ms "$T/lt.log" A); wanted=$(json_field wanted_regions < "$T/lt2.json")
+echo "lt2: touch_order $order; A waited $a ms; regions wanted: $wanted"
+(( a < 1000 )) || fail "lt2: A, first in the recorded order, was waited for $a ms"
+wait_gone "$(json_field pid < "$T/lt2.json")"
+: > "$T/lt.log"
+
 echo "== mlp_train restored on demand finishes bit-identical"
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 80 --step-delay-ms 10 --footprint 16M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1

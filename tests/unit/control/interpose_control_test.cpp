@@ -75,6 +75,9 @@ Result<CowCopy> op_cow_take(std::uint32_t) {
   return make_error(Errc::unsupported, "stand-in");
 }
 void op_cow_end() {}
+std::vector<std::uint64_t> op_touch_order() {
+  return {};
+}
 StatusInfo op_status() {
   StatusInfo s;
   s.state = g_state;

@@ -369,3 +369,16 @@ TEST_CASE("copy-on-write messages round-trip, and reject what the other side wou
   CHECK(decode_payload(MsgType::cow_end, {}));
   CHECK(msg_type_name(MsgType::cow_snapshot) == "cow_snapshot");
 }
+
+TEST_CASE("touch_order_reply carries addresses and rejects a count that does not fit",
+          "[messages]") {
+  std::vector<std::uint64_t> order = {0x200000000000ull, 0x200000200000ull, 7};
+  auto b = encode_touch_order_reply(order);
+  REQUIRE(b);
+  CHECK(*decode_touch_order_reply(*b) == order);
+  check_truncations_and_trailing(MsgType::touch_order_reply, *b);
+  auto empty = encode_touch_order_reply({});
+  REQUIRE(empty);
+  CHECK(decode_touch_order_reply(*empty)->empty());
+  CHECK(decode_payload(MsgType::touch_order, {}));
+}
