@@ -31,6 +31,7 @@ struct RestoreOptions {
   std::string name;
   int device = -1;
   bool eager = false;
+  bool new_pid_namespace = false;
   bool json = false;
 };
 
@@ -149,6 +150,7 @@ Status restore(const RestoreOptions& o, Context& ctx) {
                                                {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
   if (o.eager) fields["eager"] = "1";
+  if (o.new_pid_namespace) fields["new_pid_namespace"] = "1";
   GCR_TRY_ASSIGN(auto f, gcrd::call(conn.get(), "restore", fields, [&](const std::string& line) {
                    if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
                  }));
@@ -160,8 +162,11 @@ Status restore(const RestoreOptions& o, Context& ctx) {
     print(j.take());
     return ok();
   }
+  std::string where = field(f, "new_pid_namespace") == "1"
+                          ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
+                          : "";
   print("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
-        ") as pid " + field(f, "pid") + ": running after " +
+        ") as pid " + field(f, "pid") + where + ": running after " +
         format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all device memory after " +
         format_duration(ns(field_u64(f, "time.full_ns"))) + "\n  device memory " +
         format_bytes(field_u64(f, "region_bytes")) + " loaded " +

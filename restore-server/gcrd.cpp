@@ -116,12 +116,15 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     if (f.count("device") && !f.at("device").empty())
       req.device = std::atoi(f.at("device").c_str());
     req.eager = f.count("eager") && f.at("eager") == "1";
+    req.new_pid_namespace = f.count("new_pid_namespace") && f.at("new_pid_namespace") == "1";
     GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
     out["pid"] = std::to_string(rep.pid);
     out["region_bytes"] = std::to_string(rep.region_bytes);
     out["wanted_regions"] = std::to_string(rep.wanted_regions);
+    out["original_pid"] = std::to_string(rep.original_pid);
+    out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
     return out;

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -159,10 +160,26 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     env["GCR_DEVICE_MAP"] = std::to_string(*used.begin()) + "=" + std::to_string(*req.device);
   }
   if (loader && loader->failed()) return loader->wait().error();  // before any process exists
+  // The restored process takes its old pid: while something holds it, restore into a PID
+  // namespace of its own. One decision and CRIU run at a time, so that two restores of one image
+  // do not both find the pid free.
+  static std::mutex criu_mu;
+  std::unique_lock criu_lock(criu_mu);
+  rep.original_pid = static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()));
+  rep.new_pid_namespace = req.new_pid_namespace;
+  if (!rep.new_pid_namespace && rep.original_pid > 0 &&
+      (kill(rep.original_pid, 0) == 0 || errno == EPERM)) {
+    rep.new_pid_namespace = true;
+    progress("pid " + std::to_string(rep.original_pid) +
+             " is in use: restoring into a new PID namespace");
+  }
   progress("restoring the process with CRIU");
   auto tc = Clock::now();
   pid_t pid = 0;
-  GCR_TRY(criu::restore(tools, {work.path(), env, &pid}));
+  criu::RestoreOptions ro{work.path(), env, &pid};
+  ro.new_pid_namespace = rep.new_pid_namespace;
+  GCR_TRY(criu::restore(tools, ro));
+  criu_lock.unlock();
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
   // From here, a failure must not leave a process running on device memory it never got.

@@ -24,10 +24,15 @@ struct RestoreRequest {
   std::string name;           // tag or id
   std::optional<int> device;  // restore every GPU of the checkpoint onto this one
   bool eager = false;         // load all device memory before CRIU (default: on demand)
+  // Restore into a PID namespace of its own. Also chosen when the checkpoint's pid is in use (the
+  // original still runs, or another restore of the same image does).
+  bool new_pid_namespace = false;
 };
 
 struct RestoreReport {
-  pid_t pid = 0;
+  pid_t pid = 0;           // as gcrd sees it
+  pid_t original_pid = 0;  // the checkpoint's: the process's pid inside its namespace
+  bool new_pid_namespace = false;
   std::string id;
   std::string kind;
   std::uint64_t region_bytes = 0;

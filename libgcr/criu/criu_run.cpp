@@ -1,15 +1,20 @@
 // Running CRIU for gcr (gcr/criu.h). gcr's processes are started by `gcr run` without a
 // terminal of their own, so dumps use --shell-job only when the process has one, and restores
-// detach (-d) so that CRIU hands the process back and exits.
+// detach (-d) so that CRIU hands the process back and exits — except into a new PID namespace,
+// where CRIU stays on as the namespace's init.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "gcr/criu.h"
 
@@ -81,8 +86,12 @@ Result<Tools> find_tools(const fs::path& self_dir) {
   return t;
 }
 
-Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                const fs::path& log) {
+namespace {
+
+// Starts argv (argv[0] a path) with extra environment, stdin /dev/null, stdout and stderr appended
+// to `log` when not empty; returns its pid.
+Result<pid_t> spawn(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env, const fs::path& log) {
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -99,6 +108,9 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  // Nothing of the caller's (gcrd's sockets, a held allocation's fd) leaks into CRIU, which, in a
+  // new PID namespace, outlives the call.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   if (!log.empty()) {
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -108,6 +120,41 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
   int rc = posix_spawn(&child, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return errno_error("starting " + argv[0], rc);
+  return child;
+}
+
+// The pids whose parent is `parent`, from /proc.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+std::optional<fs::path> find_unshare() {
+  for (const char* p : {"/usr/bin/unshare", "/bin/unshare", "/usr/local/bin/unshare"})
+    if (executable(p)) return fs::path(p);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                const fs::path& log) {
+  GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, log));
   int status = 0;
   while (waitpid(child, &status, 0) < 0)
     if (errno != EINTR) return errno_error("waiting for " + argv[0]);
@@ -140,7 +187,83 @@ Status dump(const Tools& tools, const DumpOptions& o) {
   return ok();
 }
 
+namespace {
+
+// unshare --pid --fork --kill-child --mount-proc criu restore ... (without -d: criu is the new
+// namespace's init). Readiness comes from an action script CRIU runs once the tasks are resumed;
+// the restored process is then criu's child, criu unshare's.
+Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o) {
+  fs::path log = o.image_dir / "restore.log";
+  auto unshare = find_unshare();
+  if (!unshare)
+    return Error{Errc::not_found,
+                 "restoring into a new PID namespace needs unshare(1) (util-linux); install it"};
+  fs::path ready = o.image_dir / "restored.ready";
+  fs::path script = o.image_dir / "gcr-action-script.sh";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\n"
+        << "[ \"$CRTOOLS_SCRIPT_ACTION\" = post-resume ] || exit 0\n"
+        << "echo \"$CRTOOLS_INIT_PID\" > '" << ready.string() << ".tmp' && mv '" << ready.string()
+        << ".tmp' '" << ready.string() << "'\n";
+    if (!out) return Error{Errc::io_error, "cannot write " + script.string()};
+  }
+  fs::permissions(script, fs::perms::owner_all);
+  std::vector<std::string> argv = {unshare->string(),
+                                   "--pid",
+                                   "--fork",
+                                   "--kill-child",
+                                   "--mount-proc",
+                                   tools.criu.string(),
+                                   "restore",
+                                   "-D",
+                                   o.image_dir.string(),
+                                   "-L",
+                                   tools.plugin_dir.string(),
+                                   "--action-script",
+                                   script.string(),
+                                   "-o",
+                                   "restore.log",
+                                   "-v4"};
+  GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  for (;;) {
+    if (fs::exists(ready)) break;
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child)
+      return Error{Errc::io_error, "criu restore in a new PID namespace failed (" +
+                                       std::string(WIFSIGNALED(status) ? "signal " : "exit ") +
+                                       std::to_string(WIFSIGNALED(status) ? WTERMSIG(status)
+                                                                          : WEXITSTATUS(status)) +
+                                       "); from " + log.string() + ":" + log_tail(log)};
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+      return Error{Errc::timeout,
+                   "criu restore did not finish within 10 minutes; see " + log.string()};
+    }
+    usleep(2000);
+  }
+  // unshare -> criu (the namespace's init) -> the restored root task.
+  pid_t restored = 0;
+  for (pid_t criu : children_of(child))
+    for (pid_t task : children_of(criu)) restored = task;
+  // unshare waits for criu, which reaps the namespace until the restored tree exits: whoever
+  // waits for unshare must not be this call.
+  std::thread([child] { waitpid(child, nullptr, 0); }).detach();
+  if (!restored)
+    return Error{Errc::internal,
+                 "criu restored the process in a new PID namespace, but it is not to be found "
+                 "under unshare (pid " +
+                     std::to_string(child) + ")"};
+  if (o.restored_pid) *o.restored_pid = restored;
+  return ok();
+}
+
+}  // namespace
+
 Status restore(const Tools& tools, const RestoreOptions& o) {
+  if (o.new_pid_namespace) return restore_in_new_pid_namespace(tools, o);
   fs::path log = o.image_dir / "restore.log";
   fs::path pidfile = o.image_dir / "restored.pid";
   std::error_code ec;

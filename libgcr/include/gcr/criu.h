@@ -33,7 +33,12 @@ Status dump(const Tools& tools, const DumpOptions& options);
 struct RestoreOptions {
   std::filesystem::path image_dir;
   std::map<std::string, std::string> env;
-  pid_t* restored_pid = nullptr;  // filled from --pidfile when given
+  pid_t* restored_pid = nullptr;  // the restored root task, as this process sees it
+  // Restore into a PID namespace of its own (`unshare --pid --fork --mount-proc criu restore`,
+  // criu staying on as the namespace's init and reaper): for a restore while the original still
+  // holds its pid, or several restores of one image. The restored process keeps its pid inside;
+  // *restored_pid is its pid out here.
+  bool new_pid_namespace = false;
 };
 Status restore(const Tools& tools, const RestoreOptions& options);
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Restores that cannot have the original pid: a --leave-running checkpoint of mlp_train restored
+# while the original still runs, then the same image restored twice at once (scale-out). Each
+# copy gets a PID namespace of its own (criu as its init) and finishes with the checksum of an
+# uninterrupted run, as does the original.
+#
+#   pid_namespace_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+BUILD=$(cd "$1" && pwd)
+[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
+command -v unshare > /dev/null || { echo "SKIP: unshare(1) is missing"; exit 77; }
+GCR=$BUILD/bin/gcr
+[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
+
+for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (CRIU checks sizes)
+  fd=${fd##*/}
+  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+T=$(mktemp -d /var/tmp/gcr-pidns-test.XXXXXX)
+export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
+export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 16M)
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  pkill -9 -f "unshare --pid --fork --kill-child --mount-proc .* -D $GCR_WORK_DIR" 2>/dev/null || true
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  if [[ $rc != 0 ]]; then
+    echo "--- logs (kept in $T) ---"
+    tail -n 5 "$T"/*.log 2>/dev/null || true
+    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
+  else
+    rm -rf "$T"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+checksums() { grep -c '^checksum' "$1" 2>/dev/null || true; }
+wait_checksums() {  # LOG N
+  for _ in $(seq 1 3000); do [[ $(checksums "$1") -ge $2 ]] && return 0; sleep 0.02; done
+  fail "$1 has $(checksums "$1") checksum lines, expected $2"
+}
+json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
+
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(awk '/^checksum/ {print $2}' "$T/ref.log")
+
+echo "== restore while the original runs"
+setsid "$GCR" run -- "${MLP[@]}" >> "$T/a.log" 2>&1 < /dev/null &
+P=$!
+pids+=("$P")
+for _ in $(seq 1 500); do [[ $(grep -c '^step' "$T/a.log") -ge 30 ]] && break; sleep 0.02; done
+"$GCR" checkpoint "$P" --name live -R > /dev/null || fail "checkpoint -R"
+kill -0 "$P" || fail "the original is gone after a --leave-running checkpoint"
+"$GCR" restore live --json > "$T/r1.json" || fail "restore while the original runs"
+[[ $(json_field new_pid_namespace < "$T/r1.json") == 1 ]] || fail "the restore did not use a new PID namespace"
+[[ $(json_field original_pid < "$T/r1.json") == "$P" ]] || fail "the restored process's pid inside is not $P"
+R1=$(json_field pid < "$T/r1.json")
+[[ $R1 != "$P" ]] || fail "the restored copy has the original's host pid"
+grep -q "NSpid:.*[[:space:]]$P\$" "/proc/$R1/status" 2>/dev/null || [[ ! -e /proc/$R1 ]] || fail "copy $R1 does not see itself as $P"
+wait_checksums "$T/a.log" 2
+[[ $(awk '/^checksum/ {print $2}' "$T/a.log" | sort -u) == "$REF" ]] || fail "original and copy: $(grep '^checksum' "$T/a.log" | tr '\n' ' '), expected $REF"
+echo "ok: the original and its copy both end with $REF"
+
+echo "== two restores of one image at once"
+: > "$T/a.log"
+"$GCR" restore live --json > "$T/r2.json" &
+A=$!
+"$GCR" restore live --json > "$T/r3.json" &
+B=$!
+wait "$A" || fail "the first of two concurrent restores"
+wait "$B" || fail "the second of two concurrent restores"
+[[ $(json_field pid < "$T/r2.json") != $(json_field pid < "$T/r3.json") ]] || fail "two restores report one pid"
+wait_checksums "$T/a.log" 2
+[[ $(awk '/^checksum/ {print $2}' "$T/a.log" | sort -u) == "$REF" ]] || fail "two copies: $(grep '^checksum' "$T/a.log" | tr '\n' ' '), expected $REF"
+echo "ok: both copies end with $REF"
+for _ in $(seq 1 250); do pgrep -f "criu restore -D $GCR_WORK_DIR" > /dev/null || break; sleep 0.02; done
+pgrep -f "criu restore -D $GCR_WORK_DIR" > /dev/null && fail "a criu restore outlived its process"
+echo "PASS"
