@@ -131,7 +131,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
           format_bytes(field_u64(f, "stat.dup_self_bytes") + field_u64(f, "stat.dup_parent_bytes") +
                        field_u64(f, "stat.dup_other_bytes")) +
           ")\n";
+      if (field_u64(f, "cow_copies") || field_u64(f, "cow_waits"))
+        line += "  while it was stored, the process copied " + field(f, "cow_copies") +
+                " regions before writing them and waited for " + field(f, "cow_waits") + "\n";
       print(line);
+      for (const auto& [k, v] : f)
+        if (k.rfind("warning", 0) == 0) std::fprintf(stderr, "gcr: warning: %s\n", v.c_str());
     }
   }
   for (std::size_t i = 0; i < o.pids.size(); ++i)

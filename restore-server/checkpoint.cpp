@@ -86,6 +86,19 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
   return ok();
 }
 
+// After a --leave-running dump: the process must be able to make CUDA calls again.
+Status check_resumed(pid_t pid, CheckpointReport& rep, const Progress& progress) {
+  GCR_TRY_ASSIGN(bool repaired, ensure_cuda_running(pid));
+  if (repaired) {
+    std::string w = "the CRIU plugin left process " + std::to_string(pid) +
+                    "'s CUDA state locked or checkpointed after the dump (see the dump.log of "
+                    "the checkpoint); gcrd restored and unlocked it";
+    progress(w);
+    rep.warnings.push_back(std::move(w));
+  }
+  return ok();
+}
+
 // The stop-copy baseline: the driver moves device memory into the process, CRIU dumps it all.
 Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::Tools& tools,
                                               const CheckpointRequest& req,
@@ -101,6 +114,7 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   auto td = Clock::now();
   GCR_TRY(criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()}));
   rep.times_ns["dump"] = ns_since(td);
+  if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
   rep.times_ns["stall"] = ns_since(t0);
   auto ts = Clock::now();
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, std::nullopt));
@@ -215,6 +229,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
     return std::move(dumped).error();
   }
+  if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
   // The regions this checkpoint stores; the rest come from the parent.
   std::vector<DrainRegion> to_store;
   for (std::size_t i = 0; i < parked.size(); ++i) {

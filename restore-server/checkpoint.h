@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gcr/criu.h"
 #include "gcr/result.h"
@@ -44,6 +45,7 @@ struct CheckpointReport {
   std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
+  std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
 };
 
 using Progress = std::function<void(const std::string& line)>;

@@ -181,3 +181,32 @@ Status MappedAllocation::copy_from(const MappedAllocation& src) const {
 }
 
 }  // namespace gcr::gcrd
+
+namespace gcr::gcrd {
+
+namespace {
+Error with_hint(Error e, pid_t pid) {
+  e.message = "process " + std::to_string(pid) + " was left with its CUDA state checkpointed by " +
+              "the CRIU plugin, and putting it back failed: " + e.message +
+              "; the process cannot make CUDA calls (restore it from the checkpoint instead)";
+  return e;
+}
+}  // namespace
+
+Result<bool> ensure_cuda_running(pid_t pid) {
+  GCR_TRY(Gpu::get());
+  CUprocessState state = CU_PROCESS_STATE_RUNNING;
+  if (cuCheckpointProcessGetState(pid, &state) != CUDA_SUCCESS) return false;  // not CUDA's
+  if (state == CU_PROCESS_STATE_RUNNING) return false;
+  if (state == CU_PROCESS_STATE_FAILED)
+    return Error{Errc::driver, "the driver reports process " + std::to_string(pid) +
+                                   " failed during the checkpoint; it cannot run on"};
+  if (state == CU_PROCESS_STATE_CHECKPOINTED)
+    if (CUresult r = cuCheckpointProcessRestore(pid, nullptr))
+      return with_hint(driver_error("cuCheckpointProcessRestore", r), pid);
+  if (CUresult r = cuCheckpointProcessUnlock(pid, nullptr))
+    return with_hint(driver_error("cuCheckpointProcessUnlock", r), pid);
+  return true;
+}
+
+}  // namespace gcr::gcrd

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <span>
@@ -18,6 +19,13 @@ namespace gcr::gcrd {
 
 // An Error from a driver call: "cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY (2)".
 Error driver_error(const char* call, CUresult r);
+
+// After a `criu dump --leave-running`: the CRIU plugin's exit hook restores and unlocks the
+// process's CUDA state, but CRIU reports the dump a success even when that failed. Checks the
+// driver's view of `pid` and finishes the job: true when it had to (the process was left locked
+// or checkpointed), false when the process was running (or does not use CUDA). An error means
+// the process is stuck and says so.
+Result<bool> ensure_cuda_running(pid_t pid);
 
 class Gpu {
  public:
