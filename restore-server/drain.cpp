@@ -53,23 +53,35 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
   Staging staging;
   std::uint64_t done_bytes = 0;
   const Pace pacer("GCR_DRAIN_MIB_PER_S");
-  auto store = [&](const control::RegionRecord& r, std::span<const std::byte> bytes) -> Status {
-    GCR_TRY(writer.add_region(r.address, bytes, r.device, true)
-                .context("storing region " + hex(r.address)));
+  auto stored = [&](const control::RegionRecord& r) {
     done_bytes += r.size;
     if (progress) progress(done_bytes);
-    return ok();
+  };
+  // From host memory: the region was read whole first (so that the process could go on).
+  auto store_staged = [&](const control::RegionRecord& r, std::span<const std::byte> bytes) {
+    Status s = writer.add_region(r.address, bytes, r.device, true);
+    if (s) stored(r);
+    return std::move(s).context("storing region " + hex(r.address));
+  };
+  // Straight from the device, a piece at a time: host memory for one piece only.
+  auto store_streamed = [&](const control::RegionRecord& r, const MappedAllocation& src) {
+    Status s =
+        writer.add_region_streamed(r.address, r.size, r.device, true,
+                                   [&](std::uint64_t off, std::span<std::byte> out) -> Status {
+                                     GCR_TRY(gpu.use(src.device()));
+                                     return src.read(off, out);
+                                   });
+    if (s) stored(r);
+    return std::move(s).context("storing region " + hex(r.address));
   };
 
   // Never keeps the process waiting for the pace: a wanted entry goes at once.
   auto pace = [&] { pacer.wait(done_bytes, [&] { return table && any_wanted(*table); }); };
 
-  if (!table) {
+  if (!table) {  // the process is stopped: nothing writes the originals
     for (const DrainRegion& d : regions) {
       pace();
-      GCR_TRY_ASSIGN(std::span<std::byte> buf, staging.get(d.region.size));
-      GCR_TRY(read_into(gpu, *d.original, buf).context("reading region " + hex(d.region.address)));
-      GCR_TRY(store(d.region, buf));
+      GCR_TRY(store_streamed(d.region, *d.original));
       ++stats.read_original;
     }
     return stats;
@@ -85,15 +97,27 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     std::uint32_t i = *next;
     const DrainRegion& d = regions[i];
     cow::Entry& e = table->entry(i);
-    GCR_TRY_ASSIGN(std::span<std::byte> buf, staging.get(d.region.size));
     std::uint32_t s = cow::kPending;
     if (e.state.compare_exchange_strong(s, cow::kReading, std::memory_order_acq_rel)) {
       // The process writes this region only after we say done: the original is the cut's.
       if (e.wanted.load()) ++stats.wanted;
-      Status read = read_into(gpu, *d.original, buf);
-      e.state.store(cow::kDone, std::memory_order_release);
-      cow::futex_wake_all(&e.state);
-      GCR_TRY(std::move(read).context("reading region " + hex(d.region.address)));
+      auto release = [&] {
+        e.state.store(cow::kDone, std::memory_order_release);
+        cow::futex_wake_all(&e.state);
+      };
+      if (d.region.size <= kStageWholeBytes) {
+        // Read it whole, let the process have it, then store it from host memory.
+        auto buf = staging.get(d.region.size);
+        Status read = buf ? read_into(gpu, *d.original, *buf) : Status(buf.error());
+        release();
+        GCR_TRY(std::move(read).context("reading region " + hex(d.region.address)));
+        GCR_TRY(store_staged(d.region, *buf));
+      } else {
+        // Too large to stage: the process waits for this one if it writes it meanwhile.
+        Status st = store_streamed(d.region, *d.original);
+        release();
+        GCR_TRY(std::move(st));
+      }
       ++stats.read_original;
     } else {
       // The process got there first: wait for its copy, then take it.
@@ -115,13 +139,11 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
         return Error{Errc::protocol, "the process's copy of region " + hex(d.region.address) +
                                          " has " + std::to_string(copy.size) + " bytes"};
       GCR_TRY_ASSIGN(MappedAllocation mapped, MappedAllocation::import(copy.fd.get(), copy.size));
-      GCR_TRY(read_into(gpu, mapped, buf)
-                  .context("reading the copy of region " + hex(d.region.address)));
       e.state.store(cow::kDone, std::memory_order_release);
+      GCR_TRY(store_streamed(d.region, mapped));  // nothing writes the copy
       ++stats.took_copy;
     }
     finished[i] = true;
-    GCR_TRY(store(d.region, buf));
   }
   return stats;
 }

@@ -19,6 +19,10 @@
 
 namespace gcr::gcrd {
 
+// Regions up to this size are read whole into host memory, so that a process waiting to write one
+// waits only for that read; larger ones are stored straight from the device a piece at a time.
+inline constexpr std::uint64_t kStageWholeBytes = 1ull << 30;
+
 struct DrainRegion {
   control::RegionRecord region;
   const MappedAllocation* original;  // gcrd's import of the parked allocation

@@ -6,6 +6,7 @@
 // successful commit removes its unsealed packs; sealed ones are left to gc (Note [Sealed packs are
 // gc's], pack_writer.cpp).
 #include "store/checkpoint_writer.h"
+#include <algorithm>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -79,6 +80,8 @@ class Writer final : public CheckpointWriter {
     }
   }
 
+  static constexpr std::uint64_t kStreamPieceBytes = 64ull << 20;
+
   Status add_region(std::uint64_t address, std::span<const std::byte> data, std::uint32_t device,
                     bool dirty) override {
     GCR_TRY(usable());
@@ -97,6 +100,35 @@ class Writer final : public CheckpointWriter {
       GCR_TRY(s);
       GCR_TRY(w);
       return ingest_.status();
+    });
+  }
+
+  Status add_region_streamed(std::uint64_t address, std::uint64_t size, std::uint32_t device,
+                             bool dirty, const RegionFill& fill) override {
+    GCR_TRY(usable());
+    ObjectEntry o;
+    o.kind = ObjectKind::device_region;
+    o.address = address;
+    o.device = device;
+    o.dirty = dirty;
+    o.size = size;
+    const std::uint64_t chunk = state_->options.chunk_bytes;
+    const std::uint64_t piece = std::max<std::uint64_t>(chunk, kStreamPieceBytes / chunk * chunk);
+    std::vector<std::byte> buf(static_cast<std::size_t>(std::min(piece, size)));
+    return add_object(std::move(o), [&](std::vector<ChunkRef>& refs) -> Status {
+      for (std::uint64_t off = 0; off < size; off += piece) {
+        std::span<std::byte> part(buf.data(),
+                                  static_cast<std::size_t>(std::min(piece, size - off)));
+        GCR_TRY(fill(off, part));
+        auto sizes = cut_fixed(part.size(), chunk);
+        std::size_t in_flight = 0;
+        Status s = ingest_.add(part, sizes, refs, in_flight);
+        Status w = io::wait_until_zero(*io_, in_flight);  // buf is refilled next
+        GCR_TRY(s);
+        GCR_TRY(w);
+        GCR_TRY(ingest_.status());
+      }
+      return ok();
     });
   }
 

@@ -134,6 +134,12 @@ class CheckpointWriter {
   // run in parallel inside it); the caller may reuse the buffer when it returns.
   virtual Status add_region(std::uint64_t address, std::span<const std::byte> data,
                             std::uint32_t device, bool dirty) = 0;
+  // The same, for a region too large to hold in memory at once: `fill(offset, out)` provides
+  // [offset, offset + out.size()) of it, piece by piece, in order; pieces are a multiple of the
+  // chunk size (the last one excepted), so the chunks are those add_region would make.
+  using RegionFill = std::function<Status(std::uint64_t offset, std::span<std::byte> out)>;
+  virtual Status add_region_streamed(std::uint64_t address, std::uint64_t size,
+                                     std::uint32_t device, bool dirty, const RegionFill& fill) = 0;
   // A device region unchanged since the parent checkpoint: its chunks are taken from there.
   virtual Status add_region_from_parent(std::uint64_t address, std::uint64_t size,
                                         std::uint32_t device) = 0;

@@ -143,3 +143,50 @@ TEST_CASE("an object from another checkpoint's manifest is refused", "[reader]")
   std::vector<std::byte> out(10);
   CHECK((*r)->read(bogus, 0, out).error().code == Errc::invalid_argument);
 }
+
+TEST_CASE("a region stored piece by piece has the chunks of one stored at once, and reads back",
+          "[store][writer]") {
+  test::TempDir dir;
+  StoreOptions o;
+  o.chunk_bytes = 64 << 10;
+  auto store = test::open_store(dir.path() / "s", o);
+  // Larger than one streaming piece (64 MiB), not a multiple of the chunk size.
+  std::vector<std::byte> data = test::random_bytes((65u << 20) + 12345, 7);
+  auto whole = store->begin_checkpoint({}, std::nullopt);
+  REQUIRE(whole);
+  REQUIRE((*whole)->add_region(0x200000, data, 0, true));
+  auto c1 = (*whole)->commit(std::nullopt);
+  REQUIRE(c1);
+  auto streamed = store->begin_checkpoint({}, std::nullopt);
+  REQUIRE(streamed);
+  std::uint64_t pieces = 0, next = 0;
+  auto fill = [&](std::uint64_t off, std::span<std::byte> out) -> Status {
+    CHECK(off == next);  // in order, back to back
+    next = off + out.size();
+    ++pieces;
+    std::memcpy(out.data(), data.data() + off, out.size());
+    return ok();
+  };
+  REQUIRE((*streamed)->add_region_streamed(0x200000, data.size(), 0, true, fill));
+  auto c2 = (*streamed)->commit(std::nullopt);
+  REQUIRE(c2);
+  CHECK(pieces >= 2);
+  CHECK(next == data.size());
+  auto r1 = store->open_checkpoint(c1->id);
+  auto r2 = store->open_checkpoint(c2->id);
+  REQUIRE(r1);
+  REQUIRE(r2);
+  CHECK((*r1)->manifest().chunks.size() == (*r2)->manifest().chunks.size());
+  for (std::size_t i = 0; i < (*r1)->manifest().chunks.size(); ++i)
+    CHECK((*r1)->manifest().chunks[i].id == (*r2)->manifest().chunks[i].id);
+  CHECK(test::read_object(**r2, (*r2)->manifest().objects[0]) == data);
+  // A fill that fails leaves nothing committed and says why.
+  auto broken = store->begin_checkpoint({}, std::nullopt);
+  REQUIRE(broken);
+  auto bad = (*broken)->add_region_streamed(0x400000, 4 << 20, 0, true,
+                                            [](std::uint64_t, std::span<std::byte>) -> Status {
+                                              return make_error(Errc::io_error, "gone");
+                                            });
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("gone") != std::string::npos);
+}
