@@ -1,7 +1,11 @@
 // The loader (loader.h).
 #include "loader.h"
 
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <functional>
+#include <optional>
 
 #include "pace.h"
 #include "staging.h"
@@ -14,6 +18,103 @@ std::string hex(std::uint64_t v) {
   std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
   return b;
 }
+
+// The loader's second stage: writes pieces to the device on a thread of its own while the first
+// stage reads the next piece from the store. Two staging buffers take turns.
+class Copier {
+ public:
+  explicit Copier(Gpu& gpu) : gpu_(gpu), thread_([this] { run(); }) {}
+  ~Copier() { (void)finish(); }
+  Copier(const Copier&) = delete;
+  Copier& operator=(const Copier&) = delete;
+
+  // A free buffer of `len` bytes (waits for the copier to release one); its slot for submit().
+  Result<std::pair<int, std::span<std::byte>>> buffer(std::uint64_t len) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !busy_[0] || !busy_[1] || error_.has_value(); });
+    if (error_) return *error_;
+    int slot = busy_[0] ? 1 : 0;
+    busy_[slot] = true;
+    lock.unlock();
+    auto buf = staging_[slot].get(len);
+    if (!buf) {
+      release(slot);
+      return buf.error();
+    }
+    return std::pair<int, std::span<std::byte>>(slot, *buf);
+  }
+
+  // Writes buf (from buffer()) at `offset` of dst, then calls done (on the copier's thread).
+  void submit(int slot, MappedAllocation* dst, std::uint64_t offset, std::span<std::byte> buf,
+              std::function<void()> done) {
+    std::lock_guard lock(mu_);
+    queue_.push_back({slot, dst, offset, buf, std::move(done)});
+    cv_.notify_all();
+  }
+
+  // Returns a buffer that will not be submitted.
+  void give_back(int slot) { release(slot); }
+
+  // Waits until everything submitted is written; the first error.
+  Status finish() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && !busy_[0] && !busy_[1]; });
+    stop_ = true;
+    cv_.notify_all();
+    lock.unlock();
+    if (thread_.joinable()) thread_.join();
+    if (error_) return *error_;
+    return ok();
+  }
+
+ private:
+  struct Piece {
+    int slot;
+    MappedAllocation* dst;
+    std::uint64_t offset;
+    std::span<std::byte> buf;
+    std::function<void()> done;
+  };
+
+  void release(int slot) {
+    std::lock_guard lock(mu_);
+    busy_[slot] = false;
+    cv_.notify_all();
+  }
+
+  void run() {
+    for (;;) {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Piece p = std::move(queue_.front());
+      queue_.pop_front();
+      bool failed = error_.has_value();
+      lock.unlock();
+      if (!failed) {
+        Status s = gpu_.use(p.dst->device());
+        if (s) s = p.dst->write(p.offset, p.buf);
+        if (s) {
+          p.done();
+        } else {
+          std::lock_guard l(mu_);
+          error_ = std::move(s).error();
+        }
+      }
+      release(p.slot);
+    }
+  }
+
+  Gpu& gpu_;
+  Staging staging_[2];
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool busy_[2] = {false, false};
+  std::deque<Piece> queue_;
+  std::optional<Error> error_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once everything above exists
+};
 
 }  // namespace
 
@@ -58,7 +159,7 @@ void Loader::run() noexcept {
 
 Status Loader::load_all() {
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
-  Staging staging;
+  Copier copier(*gpu);
   const Pace pace("GCR_LOAD_MIB_PER_S");
   const std::size_t n = items_.size();
   std::vector<std::uint64_t> offset(n, 0);  // bytes of each region loaded so far
@@ -72,7 +173,10 @@ Status Loader::load_all() {
     return std::nullopt;
   };
   while (remaining > 0) {
-    if (stop_.load()) return Error{Errc::internal, "loading stopped: the restore failed"};
+    if (stop_.load()) {
+      (void)copier.finish();
+      return Error{Errc::internal, "loading stopped: the restore failed"};
+    }
     pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
     std::size_t i;
     if (auto w = wanted_entry()) {
@@ -88,23 +192,28 @@ Status Loader::load_all() {
       if (table_->entry(i).wanted.load()) wanted_.fetch_add(1);
     }
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
-    GCR_TRY_ASSIGN(std::span<std::byte> buf, staging.get(len));
-    GCR_TRY(reader_->read(item.object, offset[i], buf)
-                .context("loading region " + hex(item.object.address)));
-    GCR_TRY(gpu->use(item.destination->device()));
-    GCR_TRY(item.destination->write(offset[i], buf));
-    offset[i] += len;
-    loaded_.fetch_add(len);
-    if (offset[i] == item.object.size) {
-      done[i] = true;
-      --remaining;
-      if (table_) {
+    GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
+    auto [slot, buf] = slot_buf;
+    if (Status s = reader_->read(item.object, offset[i], buf); !s) {
+      copier.give_back(slot);
+      (void)copier.finish();
+      return std::move(s).context("loading region " + hex(item.object.address)).error();
+    }
+    bool last = offset[i] + len == item.object.size;
+    copier.submit(slot, item.destination, offset[i], buf, [this, i, len, last] {
+      loaded_.fetch_add(len);
+      if (last && table_) {
         table_->entry(i).state.store(cow::kDone, std::memory_order_release);
         cow::futex_wake_all(&table_->entry(i).state);
       }
+    });
+    offset[i] += len;
+    if (last) {
+      done[i] = true;  // nothing more to read; the copier marks it done once written
+      --remaining;
     }
   }
-  return ok();
+  return copier.finish();
 }
 
 }  // namespace gcr::gcrd
