@@ -126,6 +126,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["region_bytes"] = std::to_string(rep.region_bytes);
     out["wanted_regions"] = std::to_string(rep.wanted_regions);
     out["original_pid"] = std::to_string(rep.original_pid);
+    out["store_read_bytes"] = std::to_string(rep.store_read_bytes);
+    out["shared_bytes"] = std::to_string(rep.shared_bytes);
     out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "pace.h"
+#include "piece_cache.h"
 #include "staging.h"
 
 namespace gcr::gcrd {
@@ -159,6 +160,15 @@ void Loader::run() noexcept {
 
 Status Loader::load_all() {
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
+  // Concurrent restores of this checkpoint read each piece once between them.
+  const std::string checkpoint = reader_->manifest().id.hex();
+  PieceCache& cache = PieceCache::instance();
+  cache.join(checkpoint);
+  struct Leave {
+    PieceCache& c;
+    const std::string& id;
+    ~Leave() { c.leave(id); }
+  } leave{cache, checkpoint};
   Copier copier(*gpu);
   const Pace pace("GCR_LOAD_MIB_PER_S");
   const std::size_t n = items_.size();
@@ -194,10 +204,17 @@ Status Loader::load_all() {
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
     GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
     auto [slot, buf] = slot_buf;
-    if (Status s = reader_->read(item.object, offset[i], buf); !s) {
+    PieceCache::Key key{checkpoint, item.object.address, offset[i]};
+    if (cache.get_or_claim(key, buf) == PieceCache::Outcome::copied) {
+      shared_.fetch_add(len);
+    } else if (Status s = reader_->read(item.object, offset[i], buf); !s) {
+      cache.abandon(key);
       copier.give_back(slot);
       (void)copier.finish();
       return std::move(s).context("loading region " + hex(item.object.address)).error();
+    } else {
+      cache.put(key, buf);
+      read_.fetch_add(len);
     }
     bool last = offset[i] + len == item.object.size;
     copier.submit(slot, item.destination, offset[i], buf, [this, i, len, last] {

@@ -46,6 +46,10 @@ class Loader {
   bool failed() const { return failed_.load(); }
   std::uint64_t loaded_bytes() const { return loaded_.load(); }
   std::uint64_t wanted_regions() const { return wanted_.load(); }
+  std::uint64_t store_read_bytes() const { return read_.load(); }  // read from the store
+  std::uint64_t shared_bytes() const {
+    return shared_.load();
+  }  // from a concurrent restore's reads
 
  private:
   Loader() = default;
@@ -60,6 +64,8 @@ class Loader {
   std::atomic<bool> failed_{false};
   std::atomic<std::uint64_t> loaded_{0};
   std::atomic<std::uint64_t> wanted_{0};
+  std::atomic<std::uint64_t> read_{0};
+  std::atomic<std::uint64_t> shared_{0};
   std::mutex mu_;
   Status result_ = ok();
   bool joined_ = false;

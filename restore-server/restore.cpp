@@ -226,6 +226,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     rep.times_ns["resume"] = ns_since(t0);
     rep.times_ns["full"] = ns_since(t0);
   }
+  if (loader) {
+    rep.store_read_bytes = loader->store_read_bytes();
+    rep.shared_bytes = loader->shared_bytes();
+  }
   rep.times_ns["total"] = ns_since(t0);
   return rep;
 }

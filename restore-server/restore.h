@@ -36,7 +36,9 @@ struct RestoreReport {
   std::string id;
   std::string kind;
   std::uint64_t region_bytes = 0;
-  std::uint64_t wanted_regions = 0;  // regions the process waited for (on demand)
+  std::uint64_t wanted_regions = 0;    // regions the process waited for (on demand)
+  std::uint64_t store_read_bytes = 0;  // device memory read from the store
+  std::uint64_t shared_bytes = 0;      // device memory taken from a concurrent restore's reads
   // allocate, load, materialize, criu, unpark; resume (restore start -> process running),
   // full (restore start -> all device memory loaded), total
   std::map<std::string, std::uint64_t> times_ns;

@@ -2,7 +2,8 @@
 # Restores that cannot have the original pid: a --leave-running checkpoint of mlp_train restored
 # while the original still runs, then the same image restored twice at once (scale-out). Each
 # copy gets a PID namespace of its own (criu as its init) and finishes with the checksum of an
-# uninterrupted run, as does the original.
+# uninterrupted run, as does the original. The two concurrent restores read the image's device
+# memory from the store about once between them (gcrd's piece cache), not once each.
 #
 #   pid_namespace_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -19,6 +20,7 @@ done
 T=$(mktemp -d /var/tmp/gcr-pidns-test.XXXXXX)
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
 export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
+export GCR_LOAD_MIB_PER_S=32  # loads of ~1 s, so that the two concurrent restores overlap
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 16M)
 pids=()
 cleanup() {
@@ -77,6 +79,12 @@ wait "$B" || fail "the second of two concurrent restores"
 wait_checksums "$T/a.log" 2
 [[ $(awk '/^checksum/ {print $2}' "$T/a.log" | sort -u) == "$REF" ]] || fail "two copies: $(grep '^checksum' "$T/a.log" | tr '\n' ' '), expected $REF"
 echo "ok: both copies end with $REF"
+read2=$(json_field store_read_bytes < "$T/r2.json"); read3=$(json_field store_read_bytes < "$T/r3.json")
+shared=$(( $(json_field shared_bytes < "$T/r2.json") + $(json_field shared_bytes < "$T/r3.json") ))
+total=$(json_field region_bytes < "$T/r2.json")
+echo "device memory $total bytes; read from the store: $read2 + $read3; shared: $shared"
+(( read2 + read3 < 2 * total )) || fail "the two restores each read all of the image ($read2 + $read3 of $total each)"
+(( read2 + read3 + shared == 2 * total )) || fail "reads and shares do not add up to both restores' memory"
 for _ in $(seq 1 250); do pgrep -f "criu restore -D $GCR_WORK_DIR" > /dev/null || break; sleep 0.02; done
 pgrep -f "criu restore -D $GCR_WORK_DIR" > /dev/null && fail "a criu restore outlived its process"
 echo "PASS"
