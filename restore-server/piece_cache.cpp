@@ -51,8 +51,9 @@ PieceCache::Outcome PieceCache::get_or_claim(const Key& key, std::span<std::byte
     }
     cv_.wait(lock);  // another loader is reading it
   }
-  auto l = loaders_.find(key.checkpoint);
-  if (l != loaders_.end() && l->second > 1 && out.size() <= capacity_) {
+  // Claimed even by a lone loader (a marker, no bytes): one that joins while it reads waits for
+  // the piece instead of reading it too.
+  if (out.size() <= capacity_) {
     lru_.push_front(key);
     pieces_[key] = Piece{{}, false, lru_.begin()};
   }
@@ -62,7 +63,14 @@ PieceCache::Outcome PieceCache::get_or_claim(const Key& key, std::span<std::byte
 void PieceCache::put(const Key& key, std::span<const std::byte> bytes) {
   std::lock_guard lock(mu_);
   auto it = pieces_.find(key);
-  if (it == pieces_.end() || it->second.ready) return;  // nobody else wanted it
+  if (it == pieces_.end() || it->second.ready) return;
+  auto l = loaders_.find(key.checkpoint);
+  if (l == loaders_.end() || l->second < 2) {  // alone: nobody will ask for it
+    lru_.erase(it->second.lru);
+    pieces_.erase(it);
+    cv_.notify_all();
+    return;
+  }
   it->second.bytes.assign(bytes.begin(), bytes.end());
   it->second.ready = true;
   bytes_ += bytes.size();

@@ -1,9 +1,9 @@
 // Pieces of device memory that concurrent restores of one checkpoint share (scale-out of one
 // image: each chunk is read from the store once). A loader asks for a piece before reading it:
 // another loader of the same checkpoint may have it, or be reading it right now (then this one
-// waits for it rather than reading it too). Only while two or more loaders of a checkpoint run
-// are pieces kept, and at most GCR_PIECE_CACHE_MIB (default 1024) of them, least recently used
-// first out.
+// waits for it rather than reading it too). Pieces are kept only while two or more loaders of a
+// checkpoint run, at most GCR_PIECE_CACHE_MIB (default 1024) of them, least recently used first
+// out; a lone loader only marks the piece it is reading, which costs no copy.
 #pragma once
 
 #include <condition_variable>

@@ -20,8 +20,8 @@ done
 T=$(mktemp -d /var/tmp/gcr-pidns-test.XXXXXX)
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
 export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
-export GCR_LOAD_MIB_PER_S=32  # loads of ~1 s, so that the two concurrent restores overlap
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 16M)
+export GCR_LOAD_MIB_PER_S=32  # loads of ~1.5 s, so that the two concurrent restores overlap
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M)
 pids=()
 cleanup() {
   local rc=$?
