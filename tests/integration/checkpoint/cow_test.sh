@@ -8,56 +8,12 @@
 #
 #   cow_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
-[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
-GCR=$BUILD/bin/gcr
-[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
-
-for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (CRIU checks sizes)
-  fd=${fd##*/}
-  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
-T=$(mktemp -d /var/tmp/gcr-cow-test.XXXXXX)
-export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
-export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
+TEST_NAME=cow-test
+source "$(dirname "$0")/lib.sh"
 # gcrd inherits this from the gcr that starts it: about 3 s to drain the ~50 MiB below.
 export GCR_DRAIN_MIB_PER_S=16
 STEPS=400
 MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 48M --streams 2)
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-  if [[ $rc != 0 ]]; then
-    echo "--- logs (kept in $T) ---"
-    tail -n 5 "$T"/*.log 2>/dev/null || true
-    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
-  else
-    rm -rf "$T"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
-checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
-steps_in() { grep -c '^step' "$1" 2>/dev/null || true; }
-wait_steps() {
-  for _ in $(seq 1 1000); do
-    [[ $(steps_in "$1") -ge $2 ]] && return 0
-    sleep 0.02
-  done
-  fail "$1 did not reach step $2"
-}
-wait_exit() {
-  for _ in $(seq 1 3000); do
-    if ! kill -0 "$1" 2>/dev/null && [[ -n $(checksum_of "$2") ]]; then return 0; fi
-    sleep 0.02
-  done
-  fail "process $1 did not finish (log $2)"
-}
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
 
 echo "== reference: mlp_train without gcr"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1

@@ -8,42 +8,10 @@
 #
 #   on_demand_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
-[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
-GCR=$BUILD/bin/gcr
-[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
-
-for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (CRIU checks sizes)
-  fd=${fd##*/}
-  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
-T=$(mktemp -d /var/tmp/gcr-on-demand-test.XXXXXX)
-export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
-export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
+TEST_NAME=on-demand-test
+source "$(dirname "$0")/lib.sh"
 # gcrd inherits this from the gcr that starts it: 64 MiB take about 8 s to load.
 export GCR_LOAD_MIB_PER_S=8
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-  if [[ $rc != 0 ]]; then
-    echo "--- logs (kept in $T) ---"
-    tail -n 8 "$T"/*.log 2>/dev/null || true
-    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
-  else
-    rm -rf "$T"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
-wait_for() {  # LOG PATTERN
-  for _ in $(seq 1 1500); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.02; done
-  fail "$1 never showed '$2'"
-}
 wait_gone() { for _ in $(seq 1 1500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.02; done; fail "process $1 still runs"; }
 wait_ms() { awk -v w="touch $2" '$1" "$2 == w {print int($4)}' "$1" | tail -n 1; }
 

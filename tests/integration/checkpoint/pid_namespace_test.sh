@@ -7,45 +7,16 @@
 #
 #   pid_namespace_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
-[[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
+TEST_NAME=pidns-test
+source "$(dirname "$0")/lib.sh"
 command -v unshare > /dev/null || { echo "SKIP: unshare(1) is missing"; exit 77; }
-GCR=$BUILD/bin/gcr
-[[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
-
-for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (CRIU checks sizes)
-  fd=${fd##*/}
-  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
-T=$(mktemp -d /var/tmp/gcr-pidns-test.XXXXXX)
-export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
-export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
 export GCR_LOAD_MIB_PER_S=32  # loads of ~1.5 s, so that the two concurrent restores overlap
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M)
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  pkill -9 -f "unshare --pid --fork --kill-child --mount-proc .* -D $GCR_WORK_DIR" 2>/dev/null || true
-  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-  if [[ $rc != 0 ]]; then
-    echo "--- logs (kept in $T) ---"
-    tail -n 5 "$T"/*.log 2>/dev/null || true
-    tail -n 20 "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null || true
-  else
-    rm -rf "$T"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
 checksums() { grep -c '^checksum' "$1" 2>/dev/null || true; }
 wait_checksums() {  # LOG N
   for _ in $(seq 1 3000); do [[ $(checksums "$1") -ge $2 ]] && return 0; sleep 0.02; done
   fail "$1 has $(checksums "$1") checksum lines, expected $2"
 }
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(awk '/^checksum/ {print $2}' "$T/ref.log")
