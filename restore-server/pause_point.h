@@ -10,6 +10,8 @@
 //   dumped     checkpoint.cpp: CRIU dumped it (and left it running), still parked
 //   draining   checkpoint.cpp: it runs again, nothing stored yet
 //   reply      gcrd.cpp: the request is done (a checkpoint committed), the answer not yet sent
+// and of a restore:
+//   restored   restore.cpp: CRIU restored the process, it waits for its device memory
 #pragma once
 
 #include <unistd.h>

@@ -1,14 +1,18 @@
 // The restore protocol (restore.h).
 #include "restore.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <vector>
 
 #include "device.h"
 #include "gcr/control.h"
+#include "pause_point.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -18,6 +22,36 @@ namespace {
 std::uint64_t ns_since(Clock::time_point t) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+// CRIU gives the process its original pid, and fails late and obscurely ("Can't fork for N:
+// File exists") when that pid is taken: say so before anything is loaded.
+Status check_pid_free(const store::Manifest& m, const std::string& id) {
+  std::string text = m.meta_or("pid");
+  long pid = text.empty() ? 0 : std::strtol(text.c_str(), nullptr, 10);
+  if (pid <= 0) return ok();
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return ok();
+  std::string cmd = process_cmdline(static_cast<pid_t>(pid));
+  for (char& c : cmd)
+    if (c == '\0') c = ' ';
+  return Error{Errc::busy, "checkpoint " + id.substr(0, 12) + " restores as pid " + text +
+                               ", which is in use" + (cmd.empty() ? "" : " by '" + cmd + "'") +
+                               " (the original process, still running?); a restored process "
+                               "gets its original pid: stop that process first"};
+}
+
+// Gives the restored process its device memory and lets it run.
+Status unpark_restored(pid_t pid, const std::vector<control::RegionRecord>& records,
+                       const std::vector<MappedAllocation>& allocations) {
+  std::vector<control::ParkedRegion> regions;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    GCR_TRY_ASSIGN(UniqueFd fd, allocations[i].export_fd());
+    regions.push_back({records[i], std::move(fd)});
+  }
+  GCR_TRY_ASSIGN(control::Client client, control::Client::connect(pid, std::chrono::seconds(10)));
+  GCR_TRY(client.unpark(regions));
+  GCR_TRY(client.resume());
+  return client.close();
 }
 }  // namespace
 
@@ -30,6 +64,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   RestoreReport rep;
   rep.id = id.hex();
   rep.kind = m.meta_or("kind", "gcr");
+  GCR_TRY(check_pid_free(m, rep.id));
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   if (req.device && (*req.device < 0 || *req.device >= gpu->device_count()))
     return Error{Errc::invalid_argument, "--device " + std::to_string(*req.device) +
@@ -101,19 +136,18 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   GCR_TRY(criu::restore(tools, {work.path(), env, &pid}));
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
+  pause_point("restored");
 
   if (!records.empty()) {
     auto tu = Clock::now();
-    std::vector<control::ParkedRegion> regions;
-    for (std::size_t i = 0; i < records.size(); ++i) {
-      GCR_TRY_ASSIGN(UniqueFd fd, allocations[i].export_fd());
-      regions.push_back({records[i], std::move(fd)});
+    if (Status s = unpark_restored(pid, records, allocations); !s) {
+      // Without its memory it would wait in its first CUDA call forever, holding its pid.
+      if (pid > 0) kill(pid, SIGKILL);
+      return std::move(s)
+          .context("giving restored process " + std::to_string(pid) +
+                   " its device memory (killed it: it cannot run without)")
+          .error();
     }
-    GCR_TRY_ASSIGN(control::Client client, control::Client::connect(pid, std::chrono::seconds(10)));
-    GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(pid) +
-                                           " its memory"));
-    GCR_TRY(client.resume());
-    GCR_TRY(client.close());
     rep.times_ns["unpark"] = ns_since(tu);
   }
   rep.times_ns["total"] = ns_since(t0);
