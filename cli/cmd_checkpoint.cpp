@@ -2,11 +2,15 @@
 // these commands find or start it, relay its progress, and print the summary.
 #include "cmd_checkpoint.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -45,11 +49,47 @@ std::string field(const std::map<std::string, std::string>& f, const std::string
   return it == f.end() ? "" : it->second;
 }
 
+// Whether pid has a CUDA driver mapped (the NVIDIA driver, simgpu or gcr's interposer: each is a
+// libcuda.so*); nullopt when its maps cannot be read (another user's process).
+std::optional<bool> maps_libcuda(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  bool any = false;
+  for (std::string line; std::getline(in, line);) {
+    any = true;
+    auto slash = line.rfind('/');
+    if (slash != std::string::npos && line.compare(slash + 1, 10, "libcuda.so") == 0) return true;
+  }
+  if (!any) return std::nullopt;
+  return false;
+}
+
+// gcrd serves root and the user it runs as. Another user's gcrd (GCR_GCRD_SOCKET pointing at it)
+// would refuse us, and ours cannot start there: say so rather than "gcrd failed to start".
+Status check_socket_owner(const std::filesystem::path& socket) {
+  if (geteuid() == 0) return ok();
+  struct stat st {};
+  if (::stat(socket.c_str(), &st) == 0) {
+    if (st.st_uid == geteuid()) return ok();
+    return Error{Errc::permission_denied,
+                 "gcrd's socket " + socket.string() + " belongs to uid " +
+                     std::to_string(st.st_uid) +
+                     ", and gcrd serves only root and its own user; unset GCR_GCRD_SOCKET to use "
+                     "(and start) your own"};
+  }
+  if (errno == EACCES)
+    return Error{Errc::permission_denied,
+                 "cannot reach gcrd's socket " + socket.string() +
+                     " (permission denied: another user's); unset GCR_GCRD_SOCKET to use (and "
+                     "start) your own"};
+  return ok();
+}
+
 Result<UniqueFd> gcrd_connection() {
   GCR_TRY_ASSIGN(auto driver, real_driver_path());
   GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
-  GCR_TRY_ASSIGN(
-      int fd, gcrd::connect_or_start(gcrd::default_socket_path(), gcrd, gcrd_environment(driver)));
+  auto socket = gcrd::default_socket_path();
+  GCR_TRY(check_socket_owner(socket));
+  GCR_TRY_ASSIGN(int fd, gcrd::connect_or_start(socket, gcrd, gcrd_environment(driver)));
   return UniqueFd(fd);
 }
 
@@ -75,9 +115,11 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   std::mutex mu;
   std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
                                                                   Error{Errc::internal, "not run"});
+  std::vector<std::optional<bool>> cuda(o.pids.size());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < o.pids.size(); ++i) {
     threads.emplace_back([&, i] {
+      cuda[i] = maps_libcuda(o.pids[i]);  // before: without --leave-running it is gone after
       auto conn = gcrd_connection();
       if (!conn) {
         results[i] = std::move(conn).error();
@@ -105,6 +147,7 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       j.begin_object();
       if (results[i]) {
         json_fields(j, *results[i]);
+        if (cuda[i]) j.field("uses_cuda", *cuda[i]);
       } else {
         j.field("pid", static_cast<std::int64_t>(o.pids[i]))
             .field("error", results[i].error().message);
@@ -121,9 +164,18 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
                          field(f, "pid") + " (" + field(f, "kind") + "): stall " +
                          format_duration(ns(field_u64(f, "time.stall_ns"))) + ", total " +
                          format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
-      line += "  device memory " + format_bytes(field_u64(f, "region_bytes")) + " in " +
-              field(f, "regions") + " regions, " + format_bytes(field_u64(f, "dirty_bytes")) +
-              " changed since the last checkpoint\n";
+      bool baseline = field(f, "kind") == "stop-copy" && !o.stop_copy;
+      if (baseline && cuda[i] == false)
+        line += "  pid " + field(f, "pid") +
+                " does not use CUDA: CRIU alone checkpointed it (no GPU state to save)\n";
+      else if (baseline)
+        line += "  pid " + field(f, "pid") +
+                " is not running under gcr: checkpointed the --stop-copy way (the driver copied "
+                "its device memory into CRIU's image)\n";
+      else
+        line += "  device memory " + format_bytes(field_u64(f, "region_bytes")) + " in " +
+                field(f, "regions") + " regions, " + format_bytes(field_u64(f, "dirty_bytes")) +
+                " changed since the last checkpoint\n";
       line +=
           "  stored " + format_bytes(field_u64(f, "stat.new_bytes")) + " new of " +
           format_bytes(field_u64(f, "stat.logical_bytes")) + " (zero " +

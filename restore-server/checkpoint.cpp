@@ -16,6 +16,8 @@
 #include "device.h"
 #include "drain.h"
 #include "gcr/control.h"
+#include "keeper.h"
+#include "pause_point.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -112,7 +114,11 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   progress("dumping process " + std::to_string(req.pid) +
            " with CRIU (driver copies device memory to host)");
   auto td = Clock::now();
-  GCR_TRY(criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()}));
+  if (Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()});
+      !dumped) {
+    (void)ensure_cuda_running(req.pid);  // CRIU may have died with the driver locked
+    return std::move(dumped).error();
+  }
   rep.times_ns["dump"] = ns_since(td);
   if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
   rep.times_ns["stall"] = ns_since(t0);
@@ -176,6 +182,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   GCR_TRY(
       client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
   rep.times_ns["quiesce"] = ns_since(t0);
+  pause_point("quiesced");
   // Note [First-touch order]: what the process touched first since its last cut; with
   // --leave-running, what it touches first after this one is put before it at the end.
   std::vector<std::uint64_t> touch_order;
@@ -194,6 +201,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     (void)client.resume();
     return e;
   };
+  // Note [Parked memory outlives gcrd]: from here until the process has its memory back.
+  auto keeper = Keeper::start(req.pid, parked);
+  if (!keeper)
+    return unpark_on_error(with_context(std::move(keeper).error(),
+                                        "protecting the parked memory against gcrd's death"));
   for (const auto& p : parked) {
     ++rep.regions;
     rep.region_bytes += p.region.size;
@@ -210,6 +222,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
           with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
     held.push_back(std::move(m).value());
   }
+  pause_point("parked");
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr"), parent));
   std::string id = writer->id().hex();
   if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
@@ -221,7 +234,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()});
   rep.times_ns["dump"] = ns_since(td);
   if (!dumped) {
-    // CRIU's plugin unlocked the process on failure; it is parked: give its memory back.
+    // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
+    // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
+    (void)ensure_cuda_running(req.pid);
     if (auto again = control::Client::connect(req.pid, std::chrono::seconds(10))) {
       (void)again->unpark(parked);
       (void)again->resume();
@@ -229,6 +244,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
     return std::move(dumped).error();
   }
+  pause_point("dumped");
   if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
   // The regions this checkpoint stores; the rest come from the parent.
   std::vector<DrainRegion> to_store;
@@ -261,10 +277,14 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       table.emplace(std::move(t).value());
     }
     GCR_TRY(again.resume());
+    keeper->done();
     rep.times_ns["unpark"] = ns_since(tu);
     running.emplace(std::move(again));
+  } else {
+    keeper->done();  // CRIU ended the process
   }
   rep.times_ns["stall"] = ns_since(t0);
+  pause_point("draining");
 
   // Drain: regions, then CRIU's images, then the manifest.
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) +

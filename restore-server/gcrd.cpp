@@ -23,6 +23,7 @@
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
+#include "pause_point.h"
 #include "restore.h"
 
 namespace fs = std::filesystem;
@@ -163,7 +164,9 @@ void handle_client(UniqueFd fd) {
     send_line(cfd, "progress " + encode_value(text));
   };
   log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
+  if (verb != "ping") pause_point("request");
   auto result = serve(verb, decode_fields(rest), cred.uid, progress);
+  if (verb != "ping") pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));
   } else {

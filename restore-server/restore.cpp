@@ -3,11 +3,13 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -16,6 +18,7 @@
 #include "device.h"
 #include "gcr/control.h"
 #include "loader.h"
+#include "pause_point.h"
 #include "shared_table.h"
 #include "work_dir.h"
 
@@ -26,6 +29,19 @@ namespace {
 std::uint64_t ns_since(Clock::time_point t) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+// Waits (up to 5 s) until pid is gone or a zombie: a restore that failed returns only once the
+// process it killed no longer runs (and its pid is free again soon after).
+void wait_gone(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) return;
+    auto close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') return;
+    usleep(10'000);
+  }
 }
 
 // Puts the regions the process touched first after its cut (the manifest's META touch_order:
@@ -182,11 +198,13 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   criu_lock.unlock();
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
+  pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   auto kill_restored = [&](Error e) -> Error {
     kill(pid, SIGKILL);
-    e.message += "; the restored process " + std::to_string(pid) +
-                 " was killed (the checkpoint itself is unchanged)";
+    wait_gone(pid);
+    e.message += "; killed it: restored process " + std::to_string(pid) +
+                 " cannot run without its device memory (the checkpoint itself is unchanged)";
     return e;
   };
 

@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 namespace gcr::store {
 namespace {
@@ -17,10 +19,15 @@ constexpr Fault kAll[] = {
 std::optional<Fault> configured() {
   static const std::optional<Fault> fault = []() -> std::optional<Fault> {
     const char* v = std::getenv("GCR_FAULT");
-    if (v == nullptr) return std::nullopt;
+    if (v == nullptr || *v == '\0') return std::nullopt;
     for (Fault f : kAll) {
       if (fault_name(f) == v) return f;
     }
+    // A misspelt name would otherwise make a crash test pass without crashing anything.
+    std::string known;
+    for (Fault f : kAll) known += " " + std::string(fault_name(f));
+    std::fprintf(stderr, "gcr: GCR_FAULT='%s' names no crash point (known:%s); ignored\n", v,
+                 known.c_str());
     return std::nullopt;
   }();
   return fault;

@@ -13,7 +13,15 @@ namespace gcr::store {
 Result<std::shared_ptr<PackReader>> PackReader::open(const Layout& layout, const PackId& id,
                                                      std::uint64_t pack_bytes) {
   auto path = layout.pack(id);
-  GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(path, O_RDONLY));
+  auto opened = io::open_file(path, O_RDONLY);
+  if (!opened && opened.error().code == Errc::not_found) {
+    // Its index is there (the catalog found it), and gc removes an index before its pack: the
+    // pack was lost, which makes every checkpoint with a chunk in it damaged, not missing.
+    return make_error(Errc::corrupt_image, "pack " + id.hex() + " (" + path.string() +
+                                               ") is missing, though its index names it; the "
+                                               "store is damaged, run 'gcr image verify'");
+  }
+  GCR_TRY_ASSIGN(UniqueFd fd, std::move(opened));
   auto r = std::make_shared<PackReader>();
   r->id_ = id;
   r->origin_ = "pack " + id.hex() + " (" + path.string() + ")";

@@ -102,6 +102,17 @@ TEST_CASE("a flipped byte in a pack is found by verify, naming checkpoint, objec
     CHECK(report->problems.size() == 8);
     CHECK_FALSE(store->open_checkpoint(c->id));
   }
+  SECTION("a pack lost while its index stays: damage, not a missing checkpoint") {
+    auto loc = catalog.find(m->chunks[0].id);
+    std::filesystem::remove(Layout{root}.pack(loc->pack));
+    auto report = store->verify(std::nullopt);
+    REQUIRE(report);
+    CHECK(report->problems.size() == 8);
+    auto r = store->open_checkpoint(c->id);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::corrupt_image);
+    CHECK_THAT(r.error().message, Catch::Contains("is missing") && Catch::Contains("verify"));
+  }
   SECTION("a damaged pack index") {
     auto loc = catalog.find(m->chunks[0].id);
     flip_byte(Layout{root}.index(loc->pack), 70);

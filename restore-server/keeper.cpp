@@ -1,0 +1,77 @@
+// Starting gcr-keeper (keeper.h; the keeper itself is keeper_main.cpp).
+#include "keeper.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+
+extern char** environ;
+
+namespace gcr::gcrd {
+namespace fs = std::filesystem;
+
+Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  fs::path bin = self.parent_path() / "gcr-keeper";
+  if (ec || access(bin.c_str(), X_OK) != 0)
+    return Error{Errc::not_found,
+                 "gcr-keeper is missing next to gcrd (" + bin.string() + "); reinstall gcr"};
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return errno_error("creating the keeper's pipe");
+  UniqueFd read_end(p[0]), write_end(p[1]);
+  // The parked fds go to 3, 4, ...: first moved above that range, so that no dup2 overwrites a
+  // source it has yet to copy.
+  const int n = static_cast<int>(parked.size());
+  std::vector<UniqueFd> high;
+  for (const auto& r : parked) {
+    int fd = fcntl(r.fd.get(), F_DUPFD_CLOEXEC, 3 + n);
+    if (fd < 0) return errno_error("duplicating a parked fd for the keeper");
+    high.emplace_back(fd);
+  }
+  int rfd = fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3 + n);
+  if (rfd < 0) return errno_error("duplicating the keeper's pipe");
+  UniqueFd read_high(rfd);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, read_high.get(), 0);
+  for (int i = 0; i < n; ++i) posix_spawn_file_actions_adddup2(&actions, high[i].get(), 3 + i);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3 + n);
+  std::string arg0 = bin.string();
+  char* argv[] = {arg0.data(), nullptr};
+  pid_t child = 0;
+  int rc = posix_spawn(&child, arg0.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return errno_error("starting " + arg0, rc);
+  std::thread([child] { waitpid(child, nullptr, 0); }).detach();
+
+  std::string text = "pid " + std::to_string(pid) + "\n";
+  for (const auto& r : parked)
+    text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
+            " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";
+  text += "go\n";
+  for (std::size_t off = 0; off < text.size();) {
+    ssize_t w = write(write_end.get(), text.data() + off, text.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return errno_error("telling the keeper what it keeps");
+    off += static_cast<std::size_t>(w);
+  }
+  Keeper k;
+  k.pipe_ = std::move(write_end);
+  return k;
+}
+
+void Keeper::done() noexcept {
+  if (!pipe_) return;
+  ssize_t w;
+  do w = write(pipe_.get(), "done\n", 5);
+  while (w < 0 && errno == EINTR);
+  pipe_.reset();
+}
+
+}  // namespace gcr::gcrd

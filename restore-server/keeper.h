@@ -1,0 +1,42 @@
+// A keeper for a parked process's memory, should gcrd die (Note [Parked memory outlives gcrd]).
+//
+// Note [Parked memory outlives gcrd]
+// Between park and unpark, gcrd holds the only references to a process's device memory (the
+// process must not: CRIU would dump it). If gcrd died then — killed, crashed, OOM — the memory
+// would go with it and the process would wait forever in its next CUDA call. So for that span
+// gcrd starts `gcr-keeper`, a small process that holds duplicates of the parked fds and watches
+// gcrd through a pipe. gcrd says "done" once the process has its memory back (or is gone); if the
+// pipe closes without it, gcrd is dead and the keeper gives the memory back itself: it waits
+// until the process answers its control channel again (a CRIU dump that outlived gcrd finishes
+// first), unparks it and lets it run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "gcr/control.h"
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+
+namespace gcr::gcrd {
+
+class Keeper {
+ public:
+  // Starts gcr-keeper (next to gcrd's binary) with duplicates of the parked fds.
+  static Result<Keeper> start(pid_t pid, const std::vector<control::ParkedRegion>& parked);
+  Keeper() = default;
+  Keeper(Keeper&&) noexcept = default;
+  Keeper& operator=(Keeper&&) noexcept = default;
+  // Without done(): the keeper makes sure the process is not left parked (gcrd returning early
+  // on an error is treated like gcrd dying; a process that has its memory is left as it is).
+  ~Keeper() = default;
+
+  // The process has its memory back, or is gone: the keeper lets go and exits.
+  void done() noexcept;
+
+ private:
+  UniqueFd pipe_;  // write end; the keeper reads it
+};
+
+}  // namespace gcr::gcrd

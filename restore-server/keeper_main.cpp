@@ -1,0 +1,94 @@
+// gcr-keeper: holds a parked process's device memory while gcrd checkpoints it, and gives it back
+// if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h). Started by gcrd only:
+// stdin is gcrd's pipe ("pid N", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4, ...,
+// "go", and later "done"); stdout/stderr are gcrd's log.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gcr/control.h"
+
+using namespace gcr;
+
+namespace {
+
+bool read_line(std::string& line) {
+  line.clear();
+  char c;
+  for (;;) {
+    ssize_t r = read(0, &c, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    if (c == '\n') return true;
+    line += c;
+  }
+}
+
+bool alive(pid_t pid) {
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
+int main() {
+  signal(SIGPIPE, SIG_IGN);
+  pid_t pid = 0;
+  std::vector<control::ParkedRegion> regions;
+  std::string line;
+  bool go = false;
+  while (!go && read_line(line)) {
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    if (word == "pid") {
+      in >> pid;
+    } else if (word == "region") {
+      control::ParkedRegion r;
+      in >> r.region.address >> r.region.size >> r.region.device >> r.region.flags;
+      r.fd = UniqueFd(3 + static_cast<int>(regions.size()));
+      regions.push_back(std::move(r));
+    } else if (word == "go") {
+      go = true;
+    }
+  }
+  if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
+  while (read_line(line))
+    if (line == "done") return 0;
+
+  // gcrd is gone and never said done: the process is parked with its memory here.
+  std::fprintf(stderr,
+               "gcr-keeper: gcrd died while process %d was parked; giving it back its %zu "
+               "regions\n",
+               pid, regions.size());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!alive(pid)) return 0;  // CRIU ended it (a checkpoint without --leave-running)
+    // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
+    auto client = control::Client::connect(pid, std::chrono::seconds(2));
+    if (!client) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    auto status = client->status();
+    if (status && status->state == control::ProcessState::parked) {
+      if (Status s = client->unpark(regions); !s) {
+        std::fprintf(stderr, "gcr-keeper: unpark of process %d failed: %s\n", pid,
+                     s.error().message.c_str());
+        return 1;
+      }
+    }
+    (void)client->resume();
+    (void)client->close();
+    std::fprintf(stderr, "gcr-keeper: process %d has its memory back and runs\n", pid);
+    return 0;
+  }
+  std::fprintf(stderr, "gcr-keeper: process %d did not answer for 10 minutes; its memory is lost\n",
+               pid);
+  return 1;
+}

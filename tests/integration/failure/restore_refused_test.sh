@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Description: a restore that cannot succeed fails with a clear message and a meaningful exit
+# code before any process exists: an incomplete image (a pack, a pack index or the manifest gone),
+# a corrupt one (a byte of device memory, of a CRIU image file, of the manifest), a GPU with too
+# little memory (gcrd restarted with a smaller SIMGPU_MEMORY). (A restore whose pid is in use goes
+# into a new PID namespace instead: tests/integration/checkpoint/pid_namespace_test.sh.)
+# Each time no process with the checkpoint's command line runs afterwards and its pid is free.
+# A restored process that cannot be given its device memory is killed, not left hanging. The
+# intact image then restores to the checksum of an uninterrupted run.
+#
+#   restore_refused_test.sh BUILD_DIR CRIU     (needs root; exits 77 to skip)
+source "$(dirname "$0")/lib.sh"
+
+# damage STORE NAME WHAT: flips a byte in the middle of the stored payload of the first chunk
+# (not a zero chunk) of checkpoint NAME's first object WHAT ("region", or a CRIU file's name).
+damage() {
+  "$GCR" --store "$1" image inspect "$2" --json --chunks | python3 -c '
+import glob, json, os, struct, sys
+store, what = sys.argv[1], sys.argv[2]
+m = json.load(sys.stdin)
+obj = next(o for o in m["objects"] if o["kind"] == what or o.get("name") == what)
+chunk = next(c for c in m["chunks"][obj["first_chunk"]:obj["first_chunk"] + obj["chunk_count"]]
+             if not c["zero"])
+want = bytes.fromhex(chunk["id"])
+for idx in glob.glob(store + "/packs/*.idx"):
+    data = open(idx, "rb").read()
+    count = struct.unpack_from("<I", data, 12)[0]
+    for i in range(count):
+        e = 64 + 40 * i
+        if data[e:e + 16] == want:
+            offset, raw, stored = struct.unpack_from("<QII", data, e + 16)
+            with open(idx[:-4] + ".pack", "r+b") as f:
+                f.seek(offset + 32 + stored // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0x55]))
+            sys.exit(0)
+sys.exit("chunk " + chunk["id"] + " is in no pack index")
+' "$1" "$3"
+}
+
+# refused WANT_RC WHAT DAMAGE [ENV...]: restores "r1" (with "${RESTORE_ARGS[@]}") from a damaged
+# copy of the store (DAMAGE, a command run with $S set to the copy) and expects exit WANT_RC, and
+# no process.
+N=0
+RESTORE_ARGS=()
+refused() {
+  local want=$1 what=$2 damage=$3 rc=0 out
+  shift 3
+  S=$T/store-$((++N))
+  cp -a "$GCR_STORE" "$S"
+  eval "$damage"
+  out=$(env "$@" "$GCR" --store "$S" restore r1 "${RESTORE_ARGS[@]}" 2>&1) || rc=$?
+  echo "   $what: exit $rc: $out"
+  [[ $rc == "$want" ]] || bad "$what: exit $rc, expected $want ($out)"
+  [[ -n $out ]] || bad "$what: no message"
+  if alive "$P"; then
+    bad "$what: pid $P exists after the refused restore: $(tr '\0' ' ' </proc/"$P"/cmdline)"
+    kill -9 "$P"
+    wait_gone "$P" || true
+  fi
+  if pgrep -f "^$MLP_BIN " >/dev/null; then
+    bad "$what: a process runs $MLP_BIN after the refused restore: $(pgrep -af "^$MLP_BIN ")"
+    pkill -9 -f "^$MLP_BIN " || true
+  fi
+}
+
+step "checkpoint a run (r1) with --leave-running; the run goes on to its end"
+start "$T/r.log"
+wait_steps "$T/r.log" 15
+"$GCR" checkpoint "$P" --name r1 -R >/dev/null || fail "checkpoint r1"
+check_run "the original run, after its checkpoint" "$P" "$T/r.log" 0 || true
+
+step "incomplete images"
+refused 7 "a pack file gone" 'rm "$S"/packs/*.pack'
+refused 7 "a pack index gone" 'rm "$S"/packs/*.idx'
+refused 3 "the manifest gone" 'rm "$S"/manifests/*.manifest'
+
+step "corrupt images"
+refused 7 "a byte of device memory" 'damage "$S" r1 region'
+refused 7 "a byte of a CRIU image file" 'damage "$S" r1 "core-$P.img"'
+refused 7 "a byte of the manifest" \
+  'printf "\xff" | dd of="$(ls "$S"/manifests/*.manifest)" bs=1 seek=100 conv=notrunc status=none'
+
+step "a GPU with too little memory (gcrd with SIMGPU_MEMORY=16M)"
+stop_gcrd
+refused 13 "16 MiB per GPU" : SIMGPU_MEMORY=16M
+RESTORE_ARGS=(--device 1)
+refused 13 "16 MiB per GPU, onto GPU 1" : SIMGPU_MEMORY=16M
+RESTORE_ARGS=()
+stop_gcrd
+[[ $(grep -c "needs .* MiB on GPU" "$GCRD_LOG") == 2 ]] || bad "gcrd.log does not say how much memory was needed"
+
+step "a restored process that cannot take its device memory is killed"
+stop_gcrd
+rc=0
+GCR_GCRD_PAUSE_AT=restored:1 "$GCR" restore r1 >"$T/stopped.out" 2>&1 &
+c=$!
+for _ in $(seq 1 500); do
+  grep -q "paused at restored" "$GCRD_LOG" && break
+  sleep 0.02
+done
+if grep -q "paused at restored" "$GCRD_LOG"; then
+  kill -STOP "$P"  # restored by CRIU: its control thread will not answer
+  wait "$c" || rc=$?
+  echo "   exit $rc: $(cat "$T/stopped.out")"
+  [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed it"* ]] ||
+    bad "a restore whose process could not be unparked: exit $rc, '$(cat "$T/stopped.out")'"
+  wait_gone "$P" 5 || bad "the restored process $P that could not be unparked is still there"
+else
+  bad "gcrd never paused at 'restored': $(cat "$T/stopped.out")"
+  wait "$c" || true
+fi
+stop_gcrd
+
+step "the intact image restores"
+"$GCR" image verify >/dev/null || bad "gcr image verify of the intact store"
+restore_check r1 "$T/r.log" "the intact image" || true
+finish
