@@ -116,7 +116,7 @@ if grep -q "paused at restored" "$GCRD_LOG"; then
   kill -STOP "$P"  # restored by CRIU: its control thread will not answer
   wait "$c" || rc=$?
   echo "   exit $rc: $(cat "$T/stopped.out")"
-  [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed it"* ]] ||
+  [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed"* ]] ||
     bad "a restore whose process could not be unparked: exit $rc, '$(cat "$T/stopped.out")'"
   wait_gone "$P" 5 || bad "the restored process $P that could not be unparked is still there"
 else
