@@ -45,7 +45,7 @@ cleanup() {
   local rc=$?
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done  # reaped quietly
-  pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  pkill -9 -f "gcrd --socket $T/" 2>/dev/null || true  # root's, and any test user's
   touch "$T/criu-go" 2>/dev/null || true  # a CRIU still waiting in its action script
   if [[ $rc != 0 && $rc != 77 ]]; then
     echo "--- logs (kept in $T) ---"
@@ -93,7 +93,7 @@ alive() {
 }
 # wait_gone PID [SECONDS]: until PID is gone and reaped (a restore needs the pid free).
 wait_gone() {
-  local n=$((${2:-10} * 50))
+  local n=$((${2:-10} * 50)) i
   for ((i = 0; i < n; i++)); do
     if ! alive "$1"; then
       wait "$1" 2>/dev/null || true

@@ -12,15 +12,19 @@
 source "$(dirname "$0")/lib.sh"
 
 # damage STORE NAME WHAT: flips a byte in the middle of the stored payload of the first chunk
-# (not a zero chunk) of checkpoint NAME's first object WHAT ("region", or a CRIU file's name).
+# (not a zero chunk) of checkpoint NAME's first object WHAT ("region", or a CRIU file's name), or
+# of the last chunk of its last region (WHAT "last-region": the last a restore would load).
 damage() {
   "$GCR" --store "$1" image inspect "$2" --json --chunks | python3 -c '
 import glob, json, os, struct, sys
 store, what = sys.argv[1], sys.argv[2]
 m = json.load(sys.stdin)
-obj = next(o for o in m["objects"] if o["kind"] == what or o.get("name") == what)
-chunk = next(c for c in m["chunks"][obj["first_chunk"]:obj["first_chunk"] + obj["chunk_count"]]
-             if not c["zero"])
+last = what == "last-region"
+objs = [o for o in m["objects"] if o["kind"] == ("region" if last else what) or o.get("name") == what]
+obj = objs[-1] if last else objs[0]
+chunks = [c for c in m["chunks"][obj["first_chunk"]:obj["first_chunk"] + obj["chunk_count"]]
+          if not c["zero"]]
+chunk = chunks[-1] if last else chunks[0]
 want = bytes.fromhex(chunk["id"])
 for idx in glob.glob(store + "/packs/*.idx"):
     data = open(idx, "rb").read()
@@ -45,15 +49,19 @@ sys.exit("chunk " + chunk["id"] + " is in no pack index")
 N=0
 RESTORE_ARGS=()
 refused() {
-  local want=$1 what=$2 damage=$3 rc=0 out
+  local want=$1 what=$2 damage=$3 rc=0 out lines
   shift 3
   S=$T/store-$((++N))
   cp -a "$GCR_STORE" "$S"
   eval "$damage"
+  lines=$(wc -l <"$T/r.log")
   out=$(env "$@" "$GCR" --store "$S" restore r1 "${RESTORE_ARGS[@]}" 2>&1) || rc=$?
   echo "   $what: exit $rc: $out"
   [[ $rc == "$want" ]] || bad "$what: exit $rc, expected $want ($out)"
   [[ -n $out ]] || bad "$what: no message"
+  # Not even for a moment: a restored process would have gone on writing its log.
+  [[ $(wc -l <"$T/r.log") == "$lines" ]] ||
+    bad "$what: the restored process ran before the restore failed: $(tail -n +$((lines + 1)) "$T/r.log" | head -n 3 | tr '\n' ' ')"
   if alive "$P"; then
     bad "$what: pid $P exists after the refused restore: $(tr '\0' ' ' </proc/"$P"/cmdline)"
     kill -9 "$P"
@@ -78,6 +86,7 @@ refused 3 "the manifest gone" 'rm "$S"/manifests/*.manifest'
 
 step "corrupt images"
 refused 7 "a byte of device memory" 'damage "$S" r1 region'
+refused 7 "a byte of the last device memory to load" 'damage "$S" r1 last-region'
 refused 7 "a byte of a CRIU image file" 'damage "$S" r1 "core-$P.img"'
 refused 7 "a byte of the manifest" \
   'printf "\xff" | dd of="$(ls "$S"/manifests/*.manifest)" bs=1 seek=100 conv=notrunc status=none'
@@ -104,7 +113,7 @@ if grep -q "paused at restored" "$GCRD_LOG"; then
   kill -STOP "$P"  # restored by CRIU: its control thread will not answer
   wait "$c" || rc=$?
   echo "   exit $rc: $(cat "$T/stopped.out")"
-  [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed it"* ]] ||
+  [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed"* ]] ||
     bad "a restore whose process could not be unparked: exit $rc, '$(cat "$T/stopped.out")'"
   wait_gone "$P" 5 || bad "the restored process $P that could not be unparked is still there"
 else
