@@ -51,7 +51,17 @@ const CLI::App* deepest_command(const CLI::App& app, std::string& path) {
 // The one place an Error becomes text. Messages may carry names from the command line or from
 // untrusted manifests, so they are made safe for a terminal here, once.
 int report_error(const Error& error, const std::string& hint) {
-  std::string text = "gcr: " + display_safe(error.message) + "\n";
+  // Line by line: a message may quote several lines of a log (CRIU's), whose newlines are meant;
+  // every other control character is still escaped.
+  std::string text = "gcr: ";
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t nl = error.message.find('\n', start);
+    text += display_safe(error.message.substr(start, nl == std::string::npos ? nl : nl - start));
+    text += "\n";
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
   if (!hint.empty()) text += "hint: " + hint + "\n";
   std::fputs(text.c_str(), stderr);
   return exit_code_for(error.code);

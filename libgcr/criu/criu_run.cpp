@@ -29,19 +29,31 @@ bool executable(const fs::path& p) {
   return !p.empty() && access(p.c_str(), X_OK) == 0;
 }
 
-// The last lines of a CRIU log that say what went wrong.
+// The last lines of a CRIU log that say what went wrong, without the harmless ones CRIU always
+// logs; when CRIU left no log (it could not start), the tail of its own output next to it.
 std::string log_tail(const fs::path& log) {
   std::ifstream in(log);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (lines.empty()) {
+    std::ifstream out(log.parent_path() / "criu.out");
+    for (std::string line; std::getline(out, line);) lines.push_back(line);
+  }
   std::string errors;
   for (const auto& l : lines)
-    if (l.find("Error") != std::string::npos || l.find("error") != std::string::npos)
+    if ((l.find("Error") != std::string::npos || l.find("error") != std::string::npos) &&
+        l.find("Can't setup RLIMIT_NOFILE") == std::string::npos)
       errors += "\n    " + l;
   if (errors.empty())
     for (std::size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i)
       errors += "\n    " + lines[i];
   return errors;
+}
+
+// "exit 1", or "killed by signal 9" for run()'s 128 + signal.
+std::string how_it_ended(int rc) {
+  if (rc > 128 && rc < 128 + 65) return "killed by signal " + std::to_string(rc - 128);
+  return "exit " + std::to_string(rc);
 }
 
 bool has_terminal(pid_t pid) {
@@ -181,8 +193,8 @@ Status dump(const Tools& tools, const DumpOptions& o) {
   if (o.leave_running) env["GCR_LEAVE_RUNNING"] = "1";
   GCR_TRY_ASSIGN(int rc, run(argv, env, o.image_dir / "criu.out"));
   if (rc != 0)
-    return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (exit " +
-                                     std::to_string(rc) + "); from " + log.string() + ":" +
+    return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (" +
+                                     how_it_ended(rc) + "); from " + log.string() + ":" +
                                      log_tail(log)};
   return ok();
 }
@@ -282,7 +294,7 @@ Status restore(const Tools& tools, const RestoreOptions& o) {
                                    "-v4"};
   GCR_TRY_ASSIGN(int rc, run(argv, o.env, o.image_dir / "criu.out"));
   if (rc != 0)
-    return Error{Errc::io_error, "criu restore failed (exit " + std::to_string(rc) + "); from " +
+    return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
                                      log.string() + ":" + log_tail(log)};
   if (o.restored_pid) {
     std::ifstream in(pidfile);

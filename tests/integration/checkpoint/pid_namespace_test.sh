@@ -10,7 +10,7 @@ set -euo pipefail
 TEST_NAME=pidns-test
 source "$(dirname "$0")/lib.sh"
 command -v unshare > /dev/null || { echo "SKIP: unshare(1) is missing"; exit 77; }
-export GCR_LOAD_MIB_PER_S=32  # loads of ~1.5 s, so that the two concurrent restores overlap
+export GCR_LOAD_MIB_PER_S=12  # loads of ~4 s, so that the two concurrent restores overlap
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M)
 checksums() { grep -c '^checksum' "$1" 2>/dev/null || true; }
 wait_checksums() {  # LOG N
