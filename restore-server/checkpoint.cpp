@@ -114,7 +114,8 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   progress("dumping process " + std::to_string(req.pid) +
            " with CRIU (driver copies device memory to host)");
   auto td = Clock::now();
-  if (Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()});
+  if (Status dumped =
+          criu::dump(tools, {req.pid, work.path(), req.leave_running, false, driver_env()});
       !dumped) {
     (void)ensure_cuda_running(req.pid);  // CRIU may have died with the driver locked
     return std::move(dumped).error();
@@ -231,7 +232,13 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
   progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
-  Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, driver_env()});
+  // Without --leave-running the process is not ended by CRIU but left stopped, and ended only
+  // once its checkpoint is committed: should anything fail before that (gcrd included: see
+  // gcr-keeper), the process goes on instead of being lost with its checkpoint.
+  const bool end_after_commit = !req.leave_running;
+  criu::DumpOptions dump_options{req.pid, work.path(), req.leave_running, end_after_commit,
+                                 driver_env()};
+  Status dumped = criu::dump(tools, dump_options);
   rep.times_ns["dump"] = ns_since(td);
   if (!dumped) {
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
@@ -280,9 +287,21 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     keeper->done();
     rep.times_ns["unpark"] = ns_since(tu);
     running.emplace(std::move(again));
-  } else {
-    keeper->done();  // CRIU ended the process
   }
+  // Gives a stopped process back its memory and lets it run: its checkpoint failed.
+  auto let_stopped_go_on = [&](Error e) -> Error {
+    if (!end_after_commit) return e;
+    kill(req.pid, SIGCONT);
+    (void)ensure_cuda_running(req.pid);
+    if (auto again = control::Client::connect(req.pid, std::chrono::seconds(10))) {
+      (void)again->unpark(parked);
+      (void)again->resume();
+      (void)again->close();
+      keeper->done();
+      e.message += "; process " + std::to_string(req.pid) + " runs on";
+    }
+    return e;
+  };
   rep.times_ns["stall"] = ns_since(t0);
   pause_point("draining");
 
@@ -299,18 +318,27 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     (void)running->close();
   }
   if (!drained)
-    return std::move(drained)
-        .context("storing the device memory of process " + std::to_string(req.pid))
-        .error();
+    return let_stopped_go_on(
+        std::move(drained)
+            .context("storing the device memory of process " + std::to_string(req.pid))
+            .error());
   rep.cow_copies = drained->took_copy;
   rep.cow_waits = drained->wanted;
-  GCR_TRY(store_criu_images(*writer, work.path()));
+  if (Status s = store_criu_images(*writer, work.path()); !s)
+    return let_stopped_go_on(std::move(s).error());
   if (!touch_order.empty()) writer->set_meta("touch_order", format_touch_order(touch_order));
   rep.times_ns["store"] = ns_since(tstore);
   rep.times_ns["total"] = ns_since(t0);
   for (const auto& [k, v] : rep.times_ns)
     writer->set_meta("timing." + k + "_ns", std::to_string(v));
-  GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
+  auto committed = writer->commit(req.tag);
+  if (!committed) return let_stopped_go_on(std::move(committed).error());
+  store::CommitInfo info = std::move(committed).value();
+  if (end_after_commit) {
+    // The checkpoint is safe: end the process, as `criu dump` without -R would have.
+    kill(req.pid, SIGKILL);
+    keeper->done();
+  }
   rep.id = info.id.hex();
   rep.stats = info.stats;
   return rep;

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +30,19 @@ bool read_line(std::string& line) {
     if (c == '\n') return true;
     line += c;
   }
+}
+
+bool stopped_untraced(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return false;
+  char line[256];
+  bool stopped = false, traced = false;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "State:", 6) == 0) stopped = std::strchr(line, 'T') != nullptr;
+    if (std::strncmp(line, "TracerPid:", 10) == 0) traced = std::atoi(line + 10) != 0;
+  }
+  std::fclose(f);
+  return stopped && !traced;
 }
 
 bool alive(pid_t pid) {
@@ -68,7 +83,10 @@ int main() {
                pid, regions.size());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!alive(pid)) return 0;  // CRIU ended it (a checkpoint without --leave-running)
+    if (!alive(pid)) return 0;
+    // A checkpoint without --leave-running leaves the process stopped until gcrd commits: gcrd
+    // is gone, so it goes on. (Not while CRIU still traces it: that one lets it go itself.)
+    if (stopped_untraced(pid)) kill(pid, SIGCONT);
     // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
     auto client = control::Client::connect(pid, std::chrono::seconds(2));
     if (!client) {

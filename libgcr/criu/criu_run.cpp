@@ -188,9 +188,10 @@ Status dump(const Tools& tools, const DumpOptions& o) {
                                    "dump.log",
                                    "-v4"};
   if (o.leave_running) argv.push_back("-R");
+  if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
   if (has_terminal(o.pid)) argv.push_back("--shell-job");
   auto env = o.env;
-  if (o.leave_running) env["GCR_LEAVE_RUNNING"] = "1";
+  if (o.leave_running || o.leave_stopped) env["GCR_LEAVE_RUNNING"] = "1";  // the tasks stay
   GCR_TRY_ASSIGN(int rc, run(argv, env, o.image_dir / "criu.out"));
   if (rc != 0)
     return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (" +

@@ -26,6 +26,9 @@ struct DumpOptions {
   pid_t pid = 0;
   std::filesystem::path image_dir;
   bool leave_running = false;
+  // Leave the tasks stopped (SIGSTOP) instead of ending them: the caller ends them once their
+  // checkpoint is safe, or lets them go on if it is not.
+  bool leave_stopped = false;
   std::map<std::string, std::string> env;  // extra environment for CRIU and its plugin
 };
 Status dump(const Tools& tools, const DumpOptions& options);
