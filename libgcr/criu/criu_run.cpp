@@ -156,6 +156,19 @@ std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
+// The last NSpid of /proc/PID/status: the pid as its own (innermost) PID namespace sees it.
+pid_t pid_in_own_namespace(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    pid_t last = 0;
+    for (pid_t p; fields >> p;) last = p;
+    return last;
+  }
+  return 0;
+}
+
 std::optional<fs::path> find_unshare() {
   for (const char* p : {"/usr/bin/unshare", "/bin/unshare", "/usr/local/bin/unshare"})
     if (executable(p)) return fs::path(p);
@@ -257,10 +270,18 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
     }
     usleep(2000);
   }
-  // unshare -> criu (the namespace's init) -> the restored root task.
+  // unshare -> criu (the namespace's init) -> the restored root task, which is the child of criu
+  // whose pid in the namespace is the one the action script wrote (criu's other children, such
+  // as that very script, are not it).
+  pid_t inner = 0;
+  {
+    std::ifstream in(ready);
+    in >> inner;
+  }
   pid_t restored = 0;
   for (pid_t criu : children_of(child))
-    for (pid_t task : children_of(criu)) restored = task;
+    for (pid_t task : children_of(criu))
+      if (inner > 0 && pid_in_own_namespace(task) == inner) restored = task;
   // unshare waits for criu, which reaps the namespace until the restored tree exits: whoever
   // waits for unshare must not be this call.
   std::thread([child] { waitpid(child, nullptr, 0); }).detach();
