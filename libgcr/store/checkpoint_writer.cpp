@@ -85,51 +85,26 @@ class Writer final : public CheckpointWriter {
   Status add_region(std::uint64_t address, std::span<const std::byte> data, std::uint32_t device,
                     bool dirty) override {
     GCR_TRY(usable());
-    ObjectEntry o;
-    o.kind = ObjectKind::device_region;
-    o.address = address;
-    o.device = device;
-    o.dirty = dirty;
-    o.size = data.size();
-    auto sizes = cut_fixed(data.size(), state_->options.chunk_bytes);
-    return add_object(std::move(o), [&](std::vector<ChunkRef>& refs) -> Status {
-      std::size_t in_flight = 0;
-      Status s = ingest_.add(data, sizes, refs, in_flight);
-      // The caller may reuse data once we return: every write from it must be done.
-      Status w = io::wait_until_zero(*io_, in_flight);
-      GCR_TRY(s);
-      GCR_TRY(w);
-      return ingest_.status();
-    });
+    return add_object(region_entry(address, data.size(), device, dirty),
+                      [&](std::vector<ChunkRef>& refs) { return ingest_fixed(data, refs); });
   }
 
   Status add_region_streamed(std::uint64_t address, std::uint64_t size, std::uint32_t device,
                              bool dirty, const RegionFill& fill) override {
     GCR_TRY(usable());
-    ObjectEntry o;
-    o.kind = ObjectKind::device_region;
-    o.address = address;
-    o.device = device;
-    o.dirty = dirty;
-    o.size = size;
     const std::uint64_t chunk = state_->options.chunk_bytes;
     const std::uint64_t piece = std::max<std::uint64_t>(chunk, kStreamPieceBytes / chunk * chunk);
     std::vector<std::byte> buf(static_cast<std::size_t>(std::min(piece, size)));
-    return add_object(std::move(o), [&](std::vector<ChunkRef>& refs) -> Status {
-      for (std::uint64_t off = 0; off < size; off += piece) {
-        std::span<std::byte> part(buf.data(),
-                                  static_cast<std::size_t>(std::min(piece, size - off)));
-        GCR_TRY(fill(off, part));
-        auto sizes = cut_fixed(part.size(), chunk);
-        std::size_t in_flight = 0;
-        Status s = ingest_.add(part, sizes, refs, in_flight);
-        Status w = io::wait_until_zero(*io_, in_flight);  // buf is refilled next
-        GCR_TRY(s);
-        GCR_TRY(w);
-        GCR_TRY(ingest_.status());
-      }
-      return ok();
-    });
+    return add_object(region_entry(address, size, device, dirty),
+                      [&](std::vector<ChunkRef>& refs) -> Status {
+                        for (std::uint64_t off = 0; off < size; off += piece) {
+                          std::span<std::byte> part(
+                              buf.data(), static_cast<std::size_t>(std::min(piece, size - off)));
+                          GCR_TRY(fill(off, part));
+                          GCR_TRY(ingest_fixed(part, refs));  // buf is refilled next
+                        }
+                        return ok();
+                      });
   }
 
   Status add_region_from_parent(std::uint64_t address, std::uint64_t size,
@@ -257,6 +232,29 @@ class Writer final : public CheckpointWriter {
                         std::string(what) + " '" + name + "' was already added");
     }
     return ok();
+  }
+
+  static ObjectEntry region_entry(std::uint64_t address, std::uint64_t size, std::uint32_t device,
+                                  bool dirty) {
+    ObjectEntry o;
+    o.kind = ObjectKind::device_region;
+    o.address = address;
+    o.device = device;
+    o.dirty = dirty;
+    o.size = size;
+    return o;
+  }
+
+  // Cuts data into fixed-size chunks and ingests them; returns once every write from data is done
+  // (the caller may reuse it).
+  Status ingest_fixed(std::span<const std::byte> data, std::vector<ChunkRef>& refs) {
+    auto sizes = cut_fixed(data.size(), state_->options.chunk_bytes);
+    std::size_t in_flight = 0;
+    Status s = ingest_.add(data, sizes, refs, in_flight);
+    Status w = io::wait_until_zero(*io_, in_flight);
+    GCR_TRY(s);
+    GCR_TRY(w);
+    return ingest_.status();
   }
 
   // Appends an object whose chunks `fill` produces. A failure breaks the writer.
