@@ -36,12 +36,6 @@ Error with_context(Error e, const std::string& what) {
   return e;
 }
 
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 // Comma-separated hex addresses, each once, in order (META touch_order, read by restore.cpp).
 std::string format_touch_order(const std::vector<std::uint64_t>& order) {
   std::string out;
@@ -86,6 +80,18 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
     GCR_TRY(w.add_file(rel, perms, entry.path()).context("storing CRIU image file " + rel));
   }
   return ok();
+}
+
+// After a failed dump or store: undoes a driver lock CRIU may have left (it died, or crashed),
+// then maps the parked regions back and lets the process run. False if it could not be reached.
+bool give_memory_back(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
+  (void)ensure_cuda_running(pid);
+  auto again = control::Client::connect(pid, std::chrono::seconds(10));
+  if (!again) return false;
+  (void)again->unpark(parked);
+  (void)again->resume();
+  (void)again->close();
+  return true;
 }
 
 // After a --leave-running dump: the process must be able to make CUDA calls again.
@@ -220,7 +226,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     auto m = MappedAllocation::import(p.fd.get(), p.region.size);
     if (!m)
       return unpark_on_error(
-          with_context(std::move(m).error(), "importing region " + hex(p.region.address)));
+          with_context(std::move(m).error(), "importing region " + hex_address(p.region.address)));
     held.push_back(std::move(m).value());
   }
   pause_point("parked");
@@ -243,12 +249,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (!dumped) {
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
     // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
-    (void)ensure_cuda_running(req.pid);
-    if (auto again = control::Client::connect(req.pid, std::chrono::seconds(10))) {
-      (void)again->unpark(parked);
-      (void)again->resume();
-      (void)again->close();
-    }
+    give_memory_back(req.pid, parked);
     return std::move(dumped).error();
   }
   pause_point("dumped");
@@ -292,11 +293,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   auto let_stopped_go_on = [&](Error e) -> Error {
     if (!end_after_commit) return e;
     kill(req.pid, SIGCONT);
-    (void)ensure_cuda_running(req.pid);
-    if (auto again = control::Client::connect(req.pid, std::chrono::seconds(10))) {
-      (void)again->unpark(parked);
-      (void)again->resume();
-      (void)again->close();
+    if (give_memory_back(req.pid, parked)) {
       keeper->done();
       e.message += "; process " + std::to_string(req.pid) + " runs on";
     }

@@ -17,6 +17,9 @@
 
 namespace gcr::gcrd {
 
+// "0x7f0000200000": a device address, as messages show it.
+std::string hex_address(std::uint64_t address);
+
 // An Error from a driver call: "cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY (2)".
 Error driver_error(const char* call, CUresult r);
 

@@ -17,12 +17,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 Status read_into(Gpu& gpu, const MappedAllocation& src, std::span<std::byte> out) {
   GCR_TRY(gpu.use(src.device()));
   return src.read(0, out);
@@ -61,7 +55,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
   auto store_staged = [&](const control::RegionRecord& r, std::span<const std::byte> bytes) {
     Status s = writer.add_region(r.address, bytes, r.device, true);
     if (s) stored(r);
-    return std::move(s).context("storing region " + hex(r.address));
+    return std::move(s).context("storing region " + hex_address(r.address));
   };
   // Straight from the device, a piece at a time: host memory for one piece only.
   auto store_streamed = [&](const control::RegionRecord& r, const MappedAllocation& src) {
@@ -72,7 +66,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
                                      return src.read(off, out);
                                    });
     if (s) stored(r);
-    return std::move(s).context("storing region " + hex(r.address));
+    return std::move(s).context("storing region " + hex_address(r.address));
   };
 
   // Never keeps the process waiting for the pace: a wanted entry goes at once.
@@ -110,7 +104,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
         auto buf = staging.get(d.region.size);
         Status read = buf ? read_into(gpu, *d.original, *buf) : Status(buf.error());
         release();
-        GCR_TRY(std::move(read).context("reading region " + hex(d.region.address)));
+        GCR_TRY(std::move(read).context("reading region " + hex_address(d.region.address)));
         GCR_TRY(store_staged(d.region, *buf));
       } else {
         // Too large to stage: the process waits for this one if it writes it meanwhile.
@@ -126,18 +120,19 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
         cow::futex_wait(&e.state, s, 100ms);
         if (std::chrono::steady_clock::now() - waited_since > 60s)
           return Error{Errc::timeout, "the process did not finish copying region " +
-                                          hex(d.region.address) + " within 60 s"};
+                                          hex_address(d.region.address) + " within 60 s"};
       }
       if (s == cow::kPending) continue;  // its copy failed; it wants us to read it: loop again
       if (s != cow::kCopied)
-        return Error{Errc::internal, "region " + hex(d.region.address) +
+        return Error{Errc::internal, "region " + hex_address(d.region.address) +
                                          " is in copy-on-write state " + std::to_string(s)};
       GCR_TRY_ASSIGN(control::CowCopy copy,
                      client->cow_take(i).context("taking the process's copy of region " +
-                                                 hex(d.region.address)));
+                                                 hex_address(d.region.address)));
       if (copy.size != d.region.size)
-        return Error{Errc::protocol, "the process's copy of region " + hex(d.region.address) +
-                                         " has " + std::to_string(copy.size) + " bytes"};
+        return Error{Errc::protocol, "the process's copy of region " +
+                                         hex_address(d.region.address) + " has " +
+                                         std::to_string(copy.size) + " bytes"};
       GCR_TRY_ASSIGN(MappedAllocation mapped, MappedAllocation::import(copy.fd.get(), copy.size));
       e.state.store(cow::kDone, std::memory_order_release);
       GCR_TRY(store_streamed(d.region, mapped));  // nothing writes the copy

@@ -14,12 +14,6 @@
 namespace gcr::gcrd {
 namespace {
 
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 // The loader's second stage: writes pieces to the device on a thread of its own while the first
 // stage reads the next piece from the store. Two staging buffers take turns.
 class Copier {
@@ -211,7 +205,7 @@ Status Loader::load_all() {
       cache.abandon(key);
       copier.give_back(slot);
       (void)copier.finish();
-      return std::move(s).context("loading region " + hex(item.object.address)).error();
+      return std::move(s).context("loading region " + hex_address(item.object.address)).error();
     } else {
       cache.put(key, buf);
       read_.fetch_add(len);
