@@ -38,6 +38,7 @@ void init_once() {
   if ((g_init_result = init_memory()) != CUDA_SUCCESS) return;
   if ((g_init_result = start_checkpoint_worker()) != CUDA_SUCCESS) return;
   g_initialized.store(true, std::memory_order_release);
+  refuse_in_forked_children();
 }
 
 int attribute(CUdevice_attribute a, int ordinal) {
@@ -235,6 +236,8 @@ extern "C" {
 
 CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (g_forked_child.load(std::memory_order_acquire))
+    return CUDA_ERROR_NOT_INITIALIZED;  // Note [Forked child]
   std::call_once(g_init_once, init_once);
   return g_init_result;
 }

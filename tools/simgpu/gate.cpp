@@ -2,6 +2,7 @@
 // The state word counts calls inside the gate and carries the locked bit; waiting is a futex on
 // that word, so a blocked call costs nothing while the lock is held.
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,8 +16,14 @@ namespace gcr::simgpu {
 
 Gate g_gate;
 std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_forked_child{false};
 
 namespace {
+void after_fork_child() {
+  g_forked_child.store(true, std::memory_order_release);
+  g_gate.reset_in_child();  // a checkpoint lock or another thread's call stayed in the parent
+}
+
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
 }
@@ -69,10 +76,15 @@ bool Gate::locked() const noexcept {
   return state_.load() & kLocked;
 }
 
+void refuse_in_forked_children() {
+  pthread_atfork(nullptr, nullptr, after_fork_child);
+}
+
 ApiCall::ApiCall(bool needs_init) noexcept {
   g_gate.enter();
-  if (needs_init && !g_initialized.load(std::memory_order_acquire))
-    status_ = CUDA_ERROR_NOT_INITIALIZED;
+  if (g_forked_child.load(std::memory_order_acquire) ||
+      (needs_init && !g_initialized.load(std::memory_order_acquire)))
+    status_ = CUDA_ERROR_NOT_INITIALIZED;  // Note [Forked child]
 }
 
 }  // namespace gcr::simgpu

@@ -65,6 +65,8 @@ class Gate {
   bool lock(unsigned timeout_ms) noexcept;
   void unlock() noexcept;
   bool locked() const noexcept;
+  // In a forked child: no thread of the child is inside the gate or holds its lock.
+  void reset_in_child() noexcept { state_.store(0, std::memory_order_relaxed); }
 
  private:
   static constexpr std::uint32_t kLocked = 1u << 31;
@@ -72,6 +74,15 @@ class Gate {
 };
 extern Gate g_gate;
 extern std::atomic<bool> g_initialized;
+
+// Note [Forked child]: a child forked after cuInit inherits simgpu's memory (device memory is
+// MAP_SHARED memfds: it would share the parent's bytes) but none of its threads, so a call that
+// waits for a stream worker would wait forever. The driver refuses every call in such a child
+// with CUDA_ERROR_NOT_INITIALIZED, cuInit included (the runtime's "initialization error"); so does
+// simgpu, from the pthread_atfork child handler that cuInit registers. A child of a process that
+// never called cuInit is a fresh process to simgpu.
+extern std::atomic<bool> g_forked_child;
+void refuse_in_forked_children();  // called once, by the first successful cuInit
 
 // Scope of one API call. A call that blocks for the GPU (synchronize) steps out of the gate
 // while it waits, so that a lock is never held up by a waiting thread (OutsideGate).
