@@ -19,6 +19,7 @@
 #include "json.h"
 #include "output.h"
 #include "paths.h"
+#include "restore_streams.h"
 
 namespace gcr::cli {
 namespace {
@@ -28,6 +29,7 @@ struct CheckpointOptions {
   std::string name;
   bool leave_running = false;
   bool stop_copy = false;
+  bool tcp_close = false;
   bool json = false;
 };
 
@@ -37,6 +39,9 @@ struct RestoreOptions {
   bool eager = false;
   bool new_pid_namespace = false;
   bool json = false;
+  StreamOptions streams;
+  std::vector<std::string> accept_changed;
+  std::string log;  // --log: where --detach sends stdout and stderr
 };
 
 std::uint64_t field_u64(const std::map<std::string, std::string>& f, const std::string& k) {
@@ -128,6 +133,7 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       std::map<std::string, std::string> fields = {{"pid", std::to_string(o.pids[i])},
                                                    {"leave_running", o.leave_running ? "1" : "0"},
                                                    {"stop_copy", o.stop_copy ? "1" : "0"},
+                                                   {"tcp_close", o.tcp_close ? "1" : "0"},
                                                    {"store", store}};
       if (!o.name.empty())
         fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
@@ -201,20 +207,56 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   return ok();
 }
 
+// The files the restored process gets for its streams and logs (restore_streams.h), opened here
+// with the caller's rights, from the checkpoint's record of what it had open.
+Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
+  GCR_TRY_ASSIGN(auto store, ctx.open_store());
+  GCR_TRY_ASSIGN(store::CheckpointId id, store->resolve(o.name));
+  GCR_TRY_ASSIGN(auto reader, store->open_checkpoint(id));
+  const auto& m = reader->manifest();
+  GCR_TRY_ASSIGN(auto files, criu::decode_files(m.meta_or("files")));
+  for (const std::string& a : o.accept_changed) {
+    std::error_code ec;
+    o.streams.accept_changed.insert(std::filesystem::absolute(a, ec).lexically_normal().string());
+  }
+  if (o.streams.detach)
+    o.streams.detach_log = o.log.empty() ? "gcr-" + id.hex().substr(0, 12) + ".log" : o.log;
+  return plan_streams(files, static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str())),
+                      o.streams);
+}
+
 Status restore(const RestoreOptions& o, Context& ctx) {
+  if (!o.log.empty() && !o.streams.detach)
+    return Error{Errc::invalid_argument, "--log goes with --detach"};
+  GCR_TRY_ASSIGN(StreamPlan streams, plan_restore_streams(o, ctx));
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
   std::map<std::string, std::string> fields = {{"name", o.name},
                                                {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
   if (o.eager) fields["eager"] = "1";
   if (o.new_pid_namespace) fields["new_pid_namespace"] = "1";
-  GCR_TRY_ASSIGN(auto f, gcrd::call(conn.get(), "restore", fields, [&](const std::string& line) {
-                   if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
-                 }));
+  std::vector<int> files;
+  bool shares_stdout = false;
+  for (std::size_t i = 0; i < streams.inherit.size(); ++i) {
+    fields["inherit." + std::to_string(i)] = streams.inherit[i].key;
+    files.push_back(streams.inherit[i].fd.get());
+    if (streams.inherit[i].what == "stdout -> gcr restore's stdout") shares_stdout = true;
+  }
+  for (const auto& w : streams.warnings) std::fprintf(stderr, "gcr: warning: %s\n", w.c_str());
+  GCR_TRY_ASSIGN(auto f, gcrd::call(
+                             conn.get(), "restore", fields,
+                             [&](const std::string& line) {
+                               if (!o.json && ctx.stderr_tty)
+                                 std::fprintf(stderr, "%s\n", line.c_str());
+                             },
+                             files));
   if (o.json) {
     JsonWriter j;
     j.begin_object();
     json_fields(j, f);
+    j.key("streams").begin_array();
+    for (const auto& in : streams.inherit) j.value(in.what);
+    j.end_array();
     j.end_object();
     print(j.take());
     return ok();
@@ -222,15 +264,23 @@ Status restore(const RestoreOptions& o, Context& ctx) {
   std::string where = field(f, "new_pid_namespace") == "1"
                           ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
                           : "";
-  print("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
-        ") as pid " + field(f, "pid") + where + ": running after " +
-        format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all device memory after " +
-        format_duration(ns(field_u64(f, "time.full_ns"))) + "\n  device memory " +
-        format_bytes(field_u64(f, "region_bytes")) + " loaded " +
-        (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +
-        format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
-        " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
-        "\n");
+  // The process writes to our stdout now: the summary goes to stderr, out of its way.
+  auto say = [shares_stdout](const std::string& text) {
+    if (shares_stdout)
+      std::fputs(text.c_str(), stderr);
+    else
+      print(text);
+  };
+  say("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
+      ") as pid " + field(f, "pid") + where + ": running after " +
+      format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all device memory after " +
+      format_duration(ns(field_u64(f, "time.full_ns"))) + "\n  device memory " +
+      format_bytes(field_u64(f, "region_bytes")) + " loaded " +
+      (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +
+      format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
+      " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
+      "\n");
+  if (o.streams.detach) say("  its output goes to " + o.streams.detach_log + "\n");
   return ok();
 }
 
@@ -258,6 +308,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   c->add_flag("--stop-copy", co.stop_copy,
               "The baseline: the driver copies device memory through host RAM into CRIU's image "
               "(cuda-checkpoint + CRIU)");
+  c->add_flag("--tcp-close", co.tcp_close,
+              "Checkpoint established TCP connections as closed (the restored process finds them "
+              "closed) instead of refusing");
   c->add_flag("--json", co.json, "Machine-readable output");
   c->footer("Without --leave-running the process is gone once the checkpoint is committed.");
   on_run(c, ctx, [&ctx] { return checkpoint(co, ctx); });
@@ -271,10 +324,42 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_flag("--eager", ro.eager,
               "Load all device memory before the process runs (default: the process runs at once "
               "and waits only for memory it touches before it has arrived)");
+  r->add_flag("--new-pid-namespace", ro.new_pid_namespace,
+              "Restore into a PID namespace of its own, where the process keeps its original pid "
+              "(chosen by itself when that pid is taken on the host)");
+  r->add_option("--stdin", ro.streams.stdin_file,
+                "Give the process this file as stdin where it had a terminal, pipe or file")
+      ->type_name("FILE");
+  r->add_option("--stdout", ro.streams.stdout_file,
+                "Append the process's stdout to this file instead (where it was a terminal, pipe "
+                "or file)")
+      ->type_name("FILE");
+  r->add_option("--stderr", ro.streams.stderr_file, "The same for stderr")->type_name("FILE");
+  r->add_flag("--detach", ro.streams.detach,
+              "Do not connect the process to this terminal or pipe: /dev/null for stdin, and "
+              "stdout and stderr appended to a log file (--log)");
+  r->add_option("--log", ro.log, "With --detach: the log file (default gcr-ID.log here)")
+      ->type_name("FILE");
+  r->add_option("--accept-changed", ro.accept_changed,
+                "A file the process had open for reading that changed since the checkpoint: "
+                "restore it as it is now, at the old position (repeatable)")
+      ->type_name("FILE");
   r->add_flag("--json", ro.json, "Machine-readable output");
   r->footer(
-      "The restored process gets its original pid: that pid must be free. The command "
-      "returns once all device memory is loaded; the process may run well before that.");
+      "The restored process gets its original pid: on the host when it is free, else in a new "
+      "PID namespace. The command returns once all device memory is loaded; the process may "
+      "run well before that.\n"
+      "\n"
+      "Where the restored process's files go:\n"
+      "  a log (a file it had open for writing or appending): appended to, as the file is now,\n"
+      "    however it grew or was rotated since; --stdout/--stderr FILE for another file;\n"
+      "  a terminal or pipe on its stdin/stdout/stderr: this command's own stdin/stdout/stderr\n"
+      "    (so 'gcr restore NAME | tee log' works), or --stdin/--stdout/--stderr FILE, or with\n"
+      "    --detach /dev/null and a log file; streams that shared one terminal get what stdout\n"
+      "    gets;\n"
+      "  a terminal or pipe elsewhere, to a process that is not part of the checkpoint:\n"
+      "    /dev/null, with a warning;\n"
+      "  a file it read that has changed since: an error naming it, unless --accept-changed.");
   on_run(r, ctx, [&ctx] { return restore(ro, ctx); });
 
   auto* d = app.add_subcommand("daemon",

@@ -1,5 +1,7 @@
 #include "cmd_process.h"
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,7 +22,52 @@ namespace {
 struct RunOptions {
   std::vector<std::string> command;
   std::string track;
+  bool detach = false;
+  std::string log;  // --log: where a detached program's stdout and stderr go
 };
+
+// --detach: the program runs in a session of its own (no terminal: a hangup or Ctrl-C in this
+// one does not reach it), stdin /dev/null, stdout and stderr appended to a log file; gcr prints
+// its pid and returns.
+Status detach(const RunOptions& o) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return errno_error("pipe");
+  pid_t child = fork();
+  if (child < 0) return errno_error("fork");
+  if (child == 0) {
+    close(ready[0]);
+    setsid();
+    std::string log = o.log.empty() ? "gcr-" + std::to_string(getpid()) + ".log" : o.log;
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (in < 0 || out < 0) {
+      std::string msg =
+          "cannot open " + std::string(in < 0 ? "/dev/null" : log) + ": " + std::strerror(errno);
+      (void)!write(ready[1], msg.data(), msg.size());
+      _exit(127);
+    }
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    close(in);
+    close(out);
+    return ok();  // run_program goes on to exec; an exec failure reaches `ready` below
+  }
+  close(ready[1]);
+  char buf[512];
+  ssize_t n = read(ready[0], buf, sizeof buf);  // EOF: the program was executed
+  close(ready[0]);
+  if (n > 0) {
+    waitpid(child, nullptr, 0);
+    return Error{Errc::io_error, std::string(buf, static_cast<std::size_t>(n))};
+  }
+  std::string log = o.log.empty() ? "gcr-" + std::to_string(child) + ".log" : o.log;
+  std::printf("%d\n", child);
+  std::fflush(stdout);
+  std::fprintf(stderr, "gcr: started pid %d in the background; its output goes to %s\n", child,
+               log.c_str());
+  std::_Exit(0);
+}
 
 Status run_program(const RunOptions& o, Context& ctx) {
   if (o.command.empty())
@@ -48,8 +95,14 @@ Status run_program(const RunOptions& o, Context& ctx) {
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::fflush(nullptr);
+  if (o.detach) GCR_TRY(detach(o));  // returns in the child only
   execvp(argv[0], argv.data());
-  return errno_error("cannot run '" + o.command[0] + "'");
+  Error e = errno_error("cannot run '" + o.command[0] + "'");
+  if (o.detach) {  // tell the parent, which is waiting on the close-on-exec pipe
+    std::fprintf(stderr, "gcr: %s\n", e.message.c_str());
+    _exit(127);
+  }
+  return e;
 }
 
 std::string cmdline_of(pid_t pid) {
@@ -142,12 +195,21 @@ void register_process_commands(CLI::App& app, Context& ctx) {
                   "Write tracking: speculative (default; const pointers are reads), precise, or "
                   "conservative (every launch writes everything)")
       ->type_name("MODE");
+  run->add_flag("--detach,-d", ro->detach,
+                "Run in the background, in a session of its own, with stdout and stderr appended "
+                "to a log file; print its pid")
+      ->type_name("");
+  run->add_option("--log", ro->log, "With --detach: the log file (default gcr-PID.log here)")
+      ->type_name("FILE");
   run->add_option("command", ro->command, "The program and its arguments (after --)")->required();
   run->footer(
-      "Example: gcr run -- ./train --epochs 3\n"
+      "Examples:\n"
+      "  gcr run -- ./train --epochs 3                   in the foreground (Ctrl-C, job control)\n"
+      "  gcr run -- ./train > train.log 2>&1 &           a background job of your shell\n"
+      "  pid=$(gcr run --detach --log train.log -- ./train)   detached, for long jobs\n"
       "The program runs with gcr's libcuda.so.1 preloaded; without an NVIDIA driver it runs on "
-      "simgpu.\n"
-      "gcr exits with the program's exit status.");
+      "simgpu. gcr adds nothing to the program's stdout.\n"
+      "In the foreground gcr becomes the program (exec): its exit status is the program's.");
   on_run(run, ctx, [ro, &ctx] { return run_program(*ro, ctx); });
 
   auto* ps = app.add_subcommand("ps", "List the processes running under gcr");

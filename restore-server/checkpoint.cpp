@@ -16,6 +16,7 @@
 #include "device.h"
 #include "drain.h"
 #include "gcr/control.h"
+#include "gcr/process_tree.h"
 #include "keeper.h"
 #include "pause_point.h"
 #include "work_dir.h"
@@ -50,9 +51,15 @@ std::string format_touch_order(const std::vector<std::uint64_t>& order) {
   return out;
 }
 
-std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind) {
+// What the process holds open is recorded for the restore (META files, shell_job, tcp_close).
+std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind,
+                                             const criu::ProcessTree& tree,
+                                             const CheckpointRequest& req) {
   std::map<std::string, std::string> meta;
   meta["pid"] = std::to_string(pid);
+  meta["files"] = criu::encode_files(tree);
+  if (tree.shell_job()) meta["shell_job"] = "1";
+  if (req.tcp_close) meta["tcp_close"] = "1";
   meta["cmdline"] = process_cmdline(pid);
   meta["kind"] = kind;
   char host[256] = {};
@@ -80,6 +87,13 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
     GCR_TRY(w.add_file(rel, perms, entry.path()).context("storing CRIU image file " + rel));
   }
   return ok();
+}
+
+std::vector<std::string> dump_arguments(const criu::ProcessTree& tree,
+                                        const CheckpointRequest& req) {
+  auto args = tree.dump_arguments();
+  if (req.tcp_close) args.push_back("--tcp-close");
+  return args;
 }
 
 // After a failed dump or store: undoes a driver lock CRIU may have left (it died, or crashed),
@@ -110,18 +124,19 @@ Status check_resumed(pid_t pid, CheckpointReport& rep, const Progress& progress)
 // The stop-copy baseline: the driver moves device memory into the process, CRIU dumps it all.
 Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::Tools& tools,
                                               const CheckpointRequest& req,
+                                              const criu::ProcessTree& tree,
                                               const Progress& progress, const std::string& kind) {
   CheckpointReport rep;
   rep.pid = req.pid;
   rep.kind = kind;
   auto t0 = Clock::now();
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
-  auto meta = base_meta(req.pid, kind);
+  auto meta = base_meta(req.pid, kind, tree, req);
   progress("dumping process " + std::to_string(req.pid) +
            " with CRIU (driver copies device memory to host)");
   auto td = Clock::now();
-  if (Status dumped =
-          criu::dump(tools, {req.pid, work.path(), req.leave_running, false, driver_env()});
+  if (Status dumped = criu::dump(tools, {req.pid, work.path(), req.leave_running, false,
+                                         driver_env(), dump_arguments(tree, req)});
       !dumped) {
     (void)ensure_cuda_running(req.pid);  // CRIU may have died with the driver locked
     return std::move(dumped).error();
@@ -163,7 +178,12 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
                        " belongs to another user; only root or its owner may checkpoint it"};
     return Error{Errc::not_found, "no process " + std::to_string(req.pid)};
   }
-  if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
+  // Note [Refused up front] (docs/processes.md): what the tree holds is read, and anything gcr
+  // cannot restore correctly refused, before the process is touched.
+  GCR_TRY_ASSIGN(criu::ProcessTree tree, criu::inspect_tree(req.pid));
+  GCR_TRY(criu::check_supported(tree, {req.tcp_close})
+              .context("cannot checkpoint process " + std::to_string(req.pid)));
+  if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
 
   auto connected = control::Client::connect(req.pid, std::chrono::seconds(5));
   if (!connected) {
@@ -171,7 +191,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
     progress("process " + std::to_string(req.pid) +
              " is not running under gcr: using the driver's checkpoint");
-    return checkpoint_stop_copy(store, tools, req, progress, "stop-copy");
+    return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
   }
   control::Client client = std::move(connected).value();
   CheckpointReport rep;
@@ -230,7 +250,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     held.push_back(std::move(m).value());
   }
   pause_point("parked");
-  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr"), parent));
+  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr", tree, req), parent));
   std::string id = writer->id().hex();
   if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
   if (Status s = client.close(); !s) return unpark_on_error(std::move(s).error());
@@ -242,8 +262,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // once its checkpoint is committed: should anything fail before that (gcrd included: see
   // gcr-keeper), the process goes on instead of being lost with its checkpoint.
   const bool end_after_commit = !req.leave_running;
-  criu::DumpOptions dump_options{req.pid, work.path(), req.leave_running, end_after_commit,
-                                 driver_env()};
+  criu::DumpOptions dump_options{req.pid,          work.path(),  req.leave_running,
+                                 end_after_commit, driver_env(), dump_arguments(tree, req)};
   Status dumped = criu::dump(tools, dump_options);
   rep.times_ns["dump"] = ns_since(td);
   if (!dumped) {

@@ -31,6 +31,7 @@ struct CheckpointRequest {
   std::optional<std::string> tag;
   bool leave_running = false;
   bool stop_copy = false;
+  bool tcp_close = false;  // dump established TCP connections as closed instead of refusing
   std::chrono::milliseconds quiesce_timeout{10'000};
   std::uint64_t snapshot_budget_bytes = ~0ull;  // spare device memory for --leave-running copies
 };

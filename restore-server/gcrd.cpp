@@ -52,12 +52,31 @@ bool send_line(int fd, const std::string& line) {
   return true;
 }
 
-std::string read_request(int fd) {
+// The request line, and the files the client sent with it (SCM_RIGHTS: a restore's inherited
+// stdio and logs, named by the request's inherit.N fields).
+std::string read_request(int fd, std::vector<UniqueFd>& files) {
   std::string line;
   char c;
+  constexpr std::size_t kMaxFiles = 64;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFiles)];
   while (line.size() < 65536) {
-    ssize_t n = ::read(fd, &c, 1);
+    iovec iov{&c, 1};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
+    for (cmsghdr* h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h))
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+        std::size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+          int received;
+          std::memcpy(&received, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+          files.emplace_back(received);
+        }
+      }
     if (n <= 0 || c == '\n') break;
     line += c;
   }
@@ -80,7 +99,8 @@ Result<std::shared_ptr<store::Store>> open_store(const std::map<std::string, std
 
 Result<std::map<std::string, std::string>> serve(const std::string& verb,
                                                  const std::map<std::string, std::string>& f,
-                                                 uid_t client_uid, const Progress& progress) {
+                                                 std::vector<UniqueFd> files, uid_t client_uid,
+                                                 const Progress& progress) {
   std::map<std::string, std::string> out;
   if (verb == "ping") {
     out["pid"] = std::to_string(getpid());
@@ -94,6 +114,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     if (f.count("tag") && !f.at("tag").empty()) req.tag = f.at("tag");
     req.leave_running = f.count("leave_running") && f.at("leave_running") == "1";
     req.stop_copy = f.count("stop_copy") && f.at("stop_copy") == "1";
+    req.tcp_close = f.count("tcp_close") && f.at("tcp_close") == "1";
     if (client_uid != 0 && owner_of(req.pid) != client_uid)
       return Error{Errc::permission_denied,
                    "process " + std::to_string(req.pid) +
@@ -120,6 +141,13 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
       req.device = std::atoi(f.at("device").c_str());
     req.eager = f.count("eager") && f.at("eager") == "1";
     req.new_pid_namespace = f.count("new_pid_namespace") && f.at("new_pid_namespace") == "1";
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      auto key = f.find("inherit." + std::to_string(i));
+      if (key == f.end() || key->second.empty())
+        return Error{Errc::protocol, "the client sent file " + std::to_string(i) +
+                                         " without an inherit." + std::to_string(i) + " key"};
+      req.inherit.push_back({key->second, std::move(files[i])});
+    }
     GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
@@ -146,7 +174,8 @@ void handle_client(UniqueFd fd) {
                             encode_value("gcrd serves root and its own user only"));
     return;
   }
-  std::string line = read_request(fd.get());
+  std::vector<UniqueFd> files;
+  std::string line = read_request(fd.get(), files);
   std::string proto, verb, rest;
   auto sp1 = line.find(' ');
   proto = line.substr(0, sp1);
@@ -165,7 +194,7 @@ void handle_client(UniqueFd fd) {
   };
   log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
   if (verb != "ping") pause_point("request");
-  auto result = serve(verb, decode_fields(rest), cred.uid, progress);
+  auto result = serve(verb, decode_fields(rest), std::move(files), cred.uid, progress);
   if (verb != "ping") pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));

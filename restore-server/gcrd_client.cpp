@@ -115,9 +115,31 @@ Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
 
 Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
-    const std::function<void(const std::string&)>& progress) {
+    const std::function<void(const std::string&)>& progress, const std::vector<int>& files) {
   std::string req = std::string(kProtocol) + " " + verb + " " + encode_fields(fields) + "\n";
-  for (std::size_t done = 0; done < req.size();) {
+  std::size_t first = 0;
+  if (!files.empty()) {
+    // The files ride on the request's first byte.
+    if (files.size() > 64) return Error{Errc::invalid_argument, "more than 64 files for gcrd"};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * files.size()));
+    iovec iov{req.data(), 1};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* h = CMSG_FIRSTHDR(&msg);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int) * files.size());
+    std::memcpy(CMSG_DATA(h), files.data(), sizeof(int) * files.size());
+    ssize_t n;
+    while ((n = ::sendmsg(fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) return errno_error("sending files to gcrd");
+    first = 1;
+  }
+  for (std::size_t done = first; done < req.size();) {
     ssize_t n = ::write(fd, req.data() + done, req.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_error("writing to gcrd");

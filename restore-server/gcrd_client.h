@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gcr/result.h"
 
@@ -21,8 +22,9 @@ Result<int> connect_or_start(const std::filesystem::path& socket,
                              const std::filesystem::path& gcrd_binary,
                              const std::map<std::string, std::string>& env);
 
+// Sends one request (with `files` attached as SCM_RIGHTS, at most 64) and relays its progress.
 Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
-    const std::function<void(const std::string&)>& progress);
+    const std::function<void(const std::string&)>& progress, const std::vector<int>& files = {});
 
 }  // namespace gcr::gcrd

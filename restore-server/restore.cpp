@@ -20,6 +20,7 @@
 #include "loader.h"
 #include "pause_point.h"
 #include "shared_table.h"
+#include "stream_relay.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -192,10 +193,29 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   progress("restoring the process with CRIU");
   auto tc = Clock::now();
   pid_t pid = 0;
-  criu::RestoreOptions ro{work.path(), env, &pid};
+  criu::RestoreOptions ro;
+  ro.image_dir = work.path();
+  ro.env = env;
+  ro.restored_pid = &pid;
   ro.new_pid_namespace = rep.new_pid_namespace;
+  ro.shell_job = m.meta_or("shell_job") == "1";
+  ro.tcp_close = m.meta_or("tcp_close") == "1";
+  std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
+  for (const auto& in : req.inherit) {
+    int fd = in.fd.get();
+    // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, which
+    // would lose a file's position and append mode or fail on a socket: those get a pipe of
+    // gcrd's that copies into them.
+    if (in.key.rfind("pipe:[", 0) == 0 && !reopens_as_itself(fd)) {
+      GCR_TRY_ASSIGN(UniqueFd w, relay_into(fd));
+      fd = w.get();
+      relays.push_back(std::move(w));
+    }
+    ro.inherit.push_back({in.key, fd});
+  }
   GCR_TRY(criu::restore(tools, ro));
   criu_lock.unlock();
+  relays.clear();
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
   pause_point("restored");

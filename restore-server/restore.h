@@ -15,8 +15,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "checkpoint.h"
+#include "gcr/unique_fd.h"
 
 namespace gcr::gcrd {
 
@@ -27,6 +29,13 @@ struct RestoreRequest {
   // Restore into a PID namespace of its own. Also chosen when the checkpoint's pid is in use (the
   // original still runs, or another restore of the same image does).
   bool new_pid_namespace = false;
+  // Files the restoring user hands the process in place of connections the image names (criu
+  // --inherit-fd KEY, gcr/process_tree.h): its terminal or pipes, the logs it appends to.
+  struct Inherited {
+    std::string key;
+    UniqueFd fd;
+  };
+  std::vector<Inherited> inherit;
 };
 
 struct RestoreReport {

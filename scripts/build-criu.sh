@@ -24,6 +24,9 @@ PREFIX="${GCR_CRIU_PREFIX:-$ROOT/.deps/criu}"
 SRC="$ROOT/.deps/src"
 APTDIR="$SRC/apt"
 STAMP="$PREFIX/.gcr-criu-version"
+PATCHDIR="$ROOT/scripts/criu-patches"
+# gcr's patches to CRIU (scripts/criu-patches/*.patch, applied in order); a change rebuilds CRIU.
+PATCHES_SHA="$(cat "$PATCHDIR"/*.patch 2>/dev/null | sha256sum | cut -c1-16)"
 HEADER_ONLY=0
 [[ "${1:-}" == "--header-only" ]] && HEADER_ONLY=1
 
@@ -108,6 +111,7 @@ fi
 # --- Up to date already? ------------------------------------------------------------------------------
 if [[ $HEADER_ONLY == 0 && "${GCR_REBUILD_CRIU:-0}" != 1 && -x "$PREFIX/criu" && -f "$STAMP" ]] &&
    [[ "$(sed -n 's/^upstream=//p' "$STAMP")" == "$UPVER" ]] &&
+   [[ "$(sed -n 's/^patches=//p' "$STAMP")" == "$PATCHES_SHA" ]] &&
    "$PREFIX/criu" --version >/dev/null 2>&1; then
     log "criu $UPVER already installed in $PREFIX; nothing to do (GCR_REBUILD_CRIU=1 forces a rebuild)"
     rm -rf "$APTDIR/lists"
@@ -150,6 +154,11 @@ BUILDDIR="$SRC/criu-$UPVER"
 rm -rf "$BUILDDIR"
 tar -xJf "$SRC/$TARBALL" -C "$SRC"
 [[ -f "$BUILDDIR/Makefile" ]] || die "unexpected tarball layout (no criu-$UPVER/Makefile)"
+for p in "$PATCHDIR"/*.patch; do
+    [[ -f "$p" ]] || continue
+    log "applying $(basename "$p")"
+    patch -d "$BUILDDIR" -p1 --forward --quiet <"$p" || die "patch $(basename "$p") does not apply to criu $UPVER"
+done
 JOBS="$(nproc 2>/dev/null || echo 2)"
 BUILDLOG="$SRC/criu-build.log"
 log "make -j$JOBS criu (log: $BUILDLOG)"
@@ -168,7 +177,7 @@ mkdir -p "$STAGE/sbin" "$STAGE/include/criu"
 install -m 755 "$BUILDDIR/criu/criu" "$STAGE/sbin/criu"
 install -m 644 "$BUILDDIR/criu/include/criu-plugin.h" "$STAGE/include/criu/criu-plugin.h"
 ln -s sbin/criu "$STAGE/criu"
-printf 'debian=%s\nupstream=%s\nbuilt=%s\n' "$DEBVER" "$UPVER" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$STAGE/.gcr-criu-version"
+printf 'debian=%s\nupstream=%s\npatches=%s\nbuilt=%s\n' "$DEBVER" "$UPVER" "$PATCHES_SHA" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$STAGE/.gcr-criu-version"
 rm -rf "$PREFIX.old"
 [[ -e "$PREFIX" ]] && mv "$PREFIX" "$PREFIX.old"
 mv "$STAGE" "$PREFIX"

@@ -78,7 +78,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 
 say "2. the same run under gcr, checkpointed live at step $((STEPS / 4)), killed at step $((STEPS / 2))"
-setsid "$GCR" run -- "${MLP[@]}" >> "$D/run.log" 2>&1 < /dev/null &
+"$GCR" run -- "${MLP[@]}" > "$D/run.log" 2>&1 &
 P=$!
 disown "$P"  # the kill below is part of the story, not news for the shell
 wait_step "$D/run.log" $((STEPS / 4))

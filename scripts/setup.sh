@@ -44,8 +44,9 @@ CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compil
            libnl-3-dev libcap-dev uuid-dev libnet1-dev
 # ... optional features it detects (setproctitle, TLS page server, nftables network locking) ...
            libbsd-dev libgnutls28-dev libnftables-dev
-# ... and the tools set-up and CRIU use at run time (tarball unpacking, `ip` for network namespaces)
-           xz-utils iproute2)
+# ... and the tools set-up and CRIU use at run time (tarball unpacking, gcr's CRIU patches, `ip` for
+# network namespaces)
+           xz-utils iproute2 patch)
 PKGS=("${GCR_PKGS[@]}" "${CRIU_PKGS[@]}")
 
 mapfile -t MISSING < <(

@@ -1,7 +1,8 @@
-// Running CRIU for gcr (gcr/criu.h). gcr's processes are started by `gcr run` without a
-// terminal of their own, so dumps use --shell-job only when the process has one, and restores
-// detach (-d) so that CRIU hands the process back and exits — except into a new PID namespace,
-// where CRIU stays on as the namespace's init.
+// Running CRIU for gcr (gcr/criu.h). Dumps take what the process tree needs from its inspection
+// (gcr/process_tree.h: --shell-job, external terminals); restores run CRIU in a session of its own
+// with the files the restoring user hands the process (--inherit-fd), and detach (-d) so that
+// CRIU hands the process back and exits — except into a new PID namespace, where CRIU stays on as
+// the namespace's init.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "gcr/criu.h"
+#include "gcr/unique_fd.h"
 
 extern char** environ;
 
@@ -56,15 +58,6 @@ std::string how_it_ended(int rc) {
   return "exit " + std::to_string(rc);
 }
 
-bool has_terminal(pid_t pid) {
-  char link[64], target[256];
-  std::snprintf(link, sizeof link, "/proc/%d/fd/0", pid);
-  ssize_t n = readlink(link, target, sizeof target - 1);
-  if (n <= 0) return false;
-  target[n] = 0;
-  return std::strncmp(target, "/dev/pts/", 9) == 0 || std::strncmp(target, "/dev/tty", 8) == 0;
-}
-
 }  // namespace
 
 Result<Tools> find_tools(const fs::path& self_dir) {
@@ -100,10 +93,18 @@ Result<Tools> find_tools(const fs::path& self_dir) {
 
 namespace {
 
+// What a restore hands CRIU beyond its arguments: files to inherit, placed at fds 3, 4, ... in
+// order, and a session of its own (the restored tasks of a --shell-job restore join CRIU's).
+struct SpawnExtras {
+  std::vector<int> fds;
+  bool new_session = false;
+};
+
 // Starts argv (argv[0] a path) with extra environment, stdin /dev/null, stdout and stderr appended
 // to `log` when not empty; returns its pid.
 Result<pid_t> spawn(const std::vector<std::string>& argv,
-                    const std::map<std::string, std::string>& env, const fs::path& log) {
+                    const std::map<std::string, std::string>& env, const fs::path& log,
+                    const SpawnExtras& extras = {}) {
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -120,16 +121,31 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  // Nothing of the caller's (gcrd's sockets, a held allocation's fd) leaks into CRIU, which, in a
-  // new PID namespace, outlives the call.
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  // The inherited files go to 3, 4, ... from copies above any of those numbers.
+  std::vector<UniqueFd> high;
+  for (int fd : extras.fds) {
+    high.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 1024));
+    if (!high.back()) {
+      posix_spawn_file_actions_destroy(&actions);
+      return errno_error("duplicating a file to hand to CRIU");
+    }
+  }
+  for (std::size_t i = 0; i < high.size(); ++i)
+    posix_spawn_file_actions_adddup2(&actions, high[i].get(), static_cast<int>(3 + i));
+  // Nothing else of the caller's (gcrd's sockets, a held allocation's fd) leaks into CRIU, which,
+  // in a new PID namespace, outlives the call.
+  posix_spawn_file_actions_addclosefrom_np(&actions, static_cast<int>(3 + high.size()));
   if (!log.empty()) {
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (extras.new_session) posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
   pid_t child;
-  int rc = posix_spawn(&child, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+  int rc = posix_spawn(&child, cargv[0], &actions, &attr, cargv.data(), cenv.data());
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return errno_error("starting " + argv[0], rc);
   return child;
@@ -177,14 +193,36 @@ std::optional<fs::path> find_unshare() {
 
 }  // namespace
 
-Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                const fs::path& log) {
-  GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, log));
+namespace {
+Result<int> run_and_wait(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env, const fs::path& log,
+                         const SpawnExtras& extras) {
+  GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, log, extras));
   int status = 0;
   while (waitpid(child, &status, 0) < 0)
     if (errno != EINTR) return errno_error("waiting for " + argv[0]);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
+}
+
+// --shell-job, --tcp-close and one --inherit-fd per inherited file (at fd 3, 4, ...), and those
+// files for spawn().
+void restore_arguments(const RestoreOptions& o, std::vector<std::string>& argv,
+                       SpawnExtras& extras) {
+  if (o.shell_job) argv.push_back("--shell-job");
+  if (o.tcp_close) argv.push_back("--tcp-close");
+  for (const auto& in : o.inherit) {
+    argv.push_back("--inherit-fd");
+    argv.push_back("fd[" + std::to_string(3 + extras.fds.size()) + "]:" + in.key);
+    extras.fds.push_back(in.fd);
+  }
+  extras.new_session = true;
+}
+}  // namespace
+
+Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                const fs::path& log) {
+  return run_and_wait(argv, env, log, {});
 }
 
 Status dump(const Tools& tools, const DumpOptions& o) {
@@ -202,7 +240,7 @@ Status dump(const Tools& tools, const DumpOptions& o) {
                                    "-v4"};
   if (o.leave_running) argv.push_back("-R");
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
-  if (has_terminal(o.pid)) argv.push_back("--shell-job");
+  argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
   auto env = o.env;
   if (o.leave_running || o.leave_stopped) env["GCR_LEAVE_RUNNING"] = "1";  // the tasks stay
   GCR_TRY_ASSIGN(int rc, run(argv, env, o.image_dir / "criu.out"));
@@ -251,7 +289,9 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
                                    "-o",
                                    "restore.log",
                                    "-v4"};
-  GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out"));
+  SpawnExtras extras;
+  restore_arguments(o, argv, extras);
+  GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   for (;;) {
     if (fs::exists(ready)) break;
@@ -314,7 +354,9 @@ Status restore(const Tools& tools, const RestoreOptions& o) {
                                    "-o",
                                    "restore.log",
                                    "-v4"};
-  GCR_TRY_ASSIGN(int rc, run(argv, o.env, o.image_dir / "criu.out"));
+  SpawnExtras extras;
+  restore_arguments(o, argv, extras);
+  GCR_TRY_ASSIGN(int rc, run_and_wait(argv, o.env, o.image_dir / "criu.out", extras));
   if (rc != 0)
     return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
                                      log.string() + ":" + log_tail(log)};

@@ -30,6 +30,8 @@ struct DumpOptions {
   // checkpoint is safe, or lets them go on if it is not.
   bool leave_stopped = false;
   std::map<std::string, std::string> env;  // extra environment for CRIU and its plugin
+  // What the process tree needs (ProcessTree::dump_arguments): --shell-job, --external tty[...].
+  std::vector<std::string> extra_args;
 };
 Status dump(const Tools& tools, const DumpOptions& options);
 
@@ -42,6 +44,15 @@ struct RestoreOptions {
   // holds its pid, or several restores of one image. The restored process keeps its pid inside;
   // *restored_pid is its pid out here.
   bool new_pid_namespace = false;
+  bool shell_job = false;  // the dump was a --shell-job one
+  bool tcp_close = false;  // established TCP connections were dumped as closed
+  // Files the restored tasks get instead of what the image names (criu --inherit-fd): `fd` (the
+  // caller's, left open) stands for the connection CRIU knows by `key` (gcr/process_tree.h).
+  struct Inherited {
+    std::string key;
+    int fd = -1;
+  };
+  std::vector<Inherited> inherit;
 };
 Status restore(const Tools& tools, const RestoreOptions& options);
 

@@ -1,0 +1,50 @@
+// Which file each connection of a checkpointed process tree gets on restore (Note [Streams
+// reconnected by rule] in docs/processes.md). The rules, as `gcr restore --help` states them:
+//
+//   - a regular file it had open for writing or appending (a log): the file as it is now,
+//     appended to, however it grew or was rotated since (--stdout/--stderr FILE instead);
+//   - any other regular file must be as it was (CRIU checks its size): one that changed is named
+//     in an error, unless --accept-changed FILE reopens it as it is now at the old position;
+//   - a terminal or a pipe on the root process's stdin, stdout or stderr: the restoring caller's
+//     own stdin, stdout or stderr (or --stdin/--stdout/--stderr FILE; with --detach, /dev/null
+//     for stdin and a log file for the others). Streams that shared one terminal or pipe stay
+//     one: they all get what stdout (else stderr, else stdin) gets;
+//   - a terminal or pipe elsewhere (another fd, another task) to something outside the tree:
+//     /dev/null, with a warning.
+//
+// The caller opens every file with its own rights and sends them to gcrd, which hands them to
+// CRIU (criu --inherit-fd): gcrd never opens a path for a user.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gcr/process_tree.h"
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+
+namespace gcr::cli {
+
+struct StreamOptions {
+  std::string stdin_file, stdout_file, stderr_file;  // --stdin/--stdout/--stderr
+  bool detach = false;
+  std::string detach_log;                // --detach: where stdout and stderr go
+  std::set<std::string> accept_changed;  // --accept-changed FILE (absolute paths)
+};
+
+struct StreamPlan {
+  struct Inherited {
+    std::string key;  // CRIU's key of the connection (gcr/process_tree.h)
+    UniqueFd fd;
+    std::string what;  // "stdout -> your terminal", for --json and messages
+  };
+  std::vector<Inherited> inherit;
+  std::vector<std::string> warnings;
+};
+
+// `files` is the checkpoint's META files, `root` its META pid.
+Result<StreamPlan> plan_streams(const std::vector<criu::OpenFile>& files, pid_t root,
+                                const StreamOptions& options);
+
+}  // namespace gcr::cli

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# What real processes hold besides CUDA (issue 12, Note [Refused up front] in docs/processes.md):
+# each resource is either checkpointed and restored with a bit-identical run, or refused before
+# anything is stopped, with a message that names it, leaving the process running.
+#
+#   resources_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=resources
+source "$(dirname "$0")/lib.sh"
+HOLD=$(dirname "$0")/hold_resources.py
+STEPS=70
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 4M --streams 2)
+
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "reference run printed no checksum"
+
+start() {  # LOG KINDS [hold options]: mlp_train under gcr, holding KINDS; prints its pid
+  local log=$1 kinds=$2
+  shift 2
+  python3 "$HOLD" "$kinds" "$@" -- "$GCR" run -- "${MLP[@]}" > "$log" 2>&1 &
+  local p=$!
+  pids+=("$p")
+  echo "$p"
+}
+
+echo "== handled: checkpointed with -R, restored, bit-identical"
+KINDS=eventfd,timerfd,signalfd,inotify,epoll,memfd,tcp-listen,udp,unix-pair,deleted-small
+P=$(start "$T/ok.log" "$KINDS")
+wait_steps "$T/ok.log" 10
+"$GCR" checkpoint "$P" -R --name ok --json > "$T/ok.json" || fail "checkpoint of a process holding $KINDS"
+wait_exit "$P" "$T/ok.log"
+"$GCR" restore ok --json > "$T/ok-r.json" || fail "restore of a process holding $KINDS"
+R=$(json_field pid < "$T/ok-r.json")
+for _ in $(seq 1 3000); do kill -0 "$R" 2>/dev/null || break; sleep 0.02; done
+[[ $(checksum_of "$T/ok.log") == "$REF" ]] || fail "restored run holding $KINDS ended with $(checksum_of "$T/ok.log")"
+echo "ok: $KINDS survive checkpoint and restore"
+
+images() { "$GCR" image ls --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)))"; }
+refused() {  # KIND PATTERN [hold options]: the checkpoint is refused up front, naming it
+  local kind=$1 pattern=$2
+  shift 2
+  local log=$T/refused-$kind.log
+  P=$(start "$log" "$kind" "$@")
+  wait_steps "$log" 5
+  local rc=0 before
+  before=$(images)
+  "$GCR" checkpoint "$P" -R > "$T/refused.out" 2> "$T/refused.err" || rc=$?
+  [[ $rc == 8 ]] || fail "checkpoint of a process holding $kind: exit $rc, expected 8 (unsupported): $(cat "$T/refused.err")"
+  grep -q "$pattern" "$T/refused.err" || fail "the refusal of $kind does not say '$pattern': $(cat "$T/refused.err")"
+  grep -q "fd [0-9]* of pid $P" "$T/refused.err" || fail "the refusal of $kind does not name the fd and pid: $(cat "$T/refused.err")"
+  # Nothing was stopped: the process never saw a cut and runs to the end unharmed.
+  local state
+  state=$("$GCR" ps --json | python3 -c "import json,sys; print([p.get('state') for p in json.load(sys.stdin) if p['pid']==$P])")
+  [[ $state == "['running']" ]] || fail "after the refusal of $kind, gcr ps says $state"
+  wait_exit "$P" "$log"
+  [[ $(checksum_of "$log") == "$REF" ]] || fail "the process refused for $kind did not finish right"
+  [[ $(images) == "$before" ]] || fail "a refused checkpoint left something in the store"
+  echo "ok: $kind refused: $(head -c 160 "$T/refused.err")"
+}
+
+echo "== refused up front"
+refused tcp-established "established TCP connection"
+refused io_uring "io_uring"
+refused deleted-large "deleted while open"
+python3 - "$T/peer.sock" <<'EOF' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen()
+c, _ = s.accept()
+time.sleep(60)
+EOF
+pids+=("$!")
+for _ in $(seq 1 200); do [[ -S $T/peer.sock ]] && break; sleep 0.02; done
+refused unix-outside "unix socket connected to pid" --unix-peer "$T/peer.sock"
+
+echo "== --tcp-close: an established connection is dumped as closed"
+P=$(start "$T/tcp.log" tcp-established)
+wait_steps "$T/tcp.log" 5
+"$GCR" checkpoint "$P" -R --tcp-close --name tcp || fail "checkpoint --tcp-close"
+wait_exit "$P" "$T/tcp.log"
+"$GCR" restore tcp --json > "$T/tcp-r.json" || fail "restore of a --tcp-close checkpoint"
+R=$(json_field pid < "$T/tcp-r.json")
+for _ in $(seq 1 3000); do kill -0 "$R" 2>/dev/null || break; sleep 0.02; done
+[[ $(checksum_of "$T/tcp.log") == "$REF" ]] || fail "restored --tcp-close run ended with $(checksum_of "$T/tcp.log")"
+echo "ok: --tcp-close"
+
+echo "== /dev/nvidia* opened directly (by a process that does not use the driver)"
+NODE=/dev/nvidia-gcr-test-$$
+mknod "$NODE" c 1 3
+trap 'rc=$?; rm -f "$NODE"; (exit $rc); cleanup' EXIT
+python3 -c "import os,sys,time; f=open(sys.argv[1]); print('opened', flush=True); time.sleep(60)" "$NODE" > "$T/nv.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_for "$T/nv.log" opened
+rc=0
+"$GCR" checkpoint "$P" -R 2> "$T/nv.err" || rc=$?
+[[ $rc == 8 ]] && grep -q "opened directly" "$T/nv.err" || fail "a direct /dev/nvidia* was not refused (exit $rc): $(cat "$T/nv.err")"
+kill -0 "$P" || fail "the refused process is gone"
+echo "ok: /dev/nvidia* refused"
+echo "PASS"
