@@ -116,8 +116,9 @@ class Driver:
             # By name, as PyTorch and cuda-python do: LD_LIBRARY_PATH (and gcr run) decide which.
             self.lib = ctypes.CDLL("libcuda.so.1")
         except OSError as e:
-            sys.exit(f"py_train: cannot load libcuda.so.1 ({e}); point LD_LIBRARY_PATH at simgpu "
-                     "or run on a machine with the NVIDIA driver")
+            sys.stderr.write(f"py_train: cannot load libcuda.so.1 ({e}); point LD_LIBRARY_PATH "
+                             "at simgpu or run on a machine with the NVIDIA driver\n")
+            sys.exit(2)
         for name, argtypes in self.SIGNATURES.items():
             fn = getattr(self.lib, name)
             fn.argtypes = argtypes
@@ -337,7 +338,7 @@ def main():
         drv("cuDevicePrimaryCtxRelease_v2", dev)
     else:
         drv("cuCtxDestroy_v2", ctx)
-    del kernels
+    del kernels  # held until here: the twins ran from it until cuModuleUnload
     return 0
 
 
