@@ -9,6 +9,8 @@
 
 #include "cmd_image.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "gcr/manifest.h"
+#include "gcr/process_tree.h"
 #include "gcr/store.h"
 #include "json.h"
 #include "output.h"
@@ -389,6 +392,28 @@ void print_inspect_human(const Manifest& m, const TagIndex& tags, bool with_chun
   if (auto pid = m.meta_or("pid"); !pid.empty()) {
     std::string cmd = cmdline_display(m.meta_or("cmdline"));
     row("process", "pid " + display_safe(pid) + (cmd.empty() ? "" : ": " + cmd));
+  }
+  if (auto files = criu::decode_files(m.meta_or("files")); files && !m.meta_or("pid").empty()) {
+    // How the process was connected: what a restore reconnects (docs/processes.md).
+    const pid_t root = static_cast<pid_t>(std::atoll(m.meta_or("pid").c_str()));
+    std::size_t others = 0;
+    for (const auto& f : *files) {
+      if (f.pid != root || f.fd > 2) {
+        ++others;
+        continue;
+      }
+      std::string how = criu::file_kind_name(f.kind);
+      if (f.kind == criu::FileKind::regular)
+        how = (f.flags & O_ACCMODE) == O_RDONLY ? "file" : "log";
+      else if (f.kind == criu::FileKind::pipe || f.kind == criu::FileKind::terminal)
+        how += f.external ? ", outside the process tree" : "";
+      row(f.fd == 0   ? "stdin"
+          : f.fd == 1 ? "stdout"
+                      : "stderr",
+          display_safe(f.path) + " (" + how + ")");
+    }
+    if (others) row("other files", std::to_string(others) + " (files, pipes and terminals)");
+    if (m.meta_or("shell_job") == "1") row("session", "a shell job (not a session leader)");
   }
   if (auto host = m.meta_or("host"); !host.empty()) row("host", display_safe(host));
   for (int i = 0;; ++i) {

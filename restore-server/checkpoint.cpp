@@ -312,7 +312,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Gives a stopped process back its memory and lets it run: its checkpoint failed.
   auto let_stopped_go_on = [&](Error e) -> Error {
     if (!end_after_commit) return e;
-    kill(req.pid, SIGCONT);
+    for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGCONT);  // CRIU stopped the whole tree
     if (give_memory_back(req.pid, parked)) {
       keeper->done();
       e.message += "; process " + std::to_string(req.pid) + " runs on";
@@ -353,7 +353,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   store::CommitInfo info = std::move(committed).value();
   if (end_after_commit) {
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
-    kill(req.pid, SIGKILL);
+    // The whole tree CRIU dumped (and left stopped), workers too.
+    for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGKILL);
     keeper->done();
   }
   rep.id = info.id.hex();

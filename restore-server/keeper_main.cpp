@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gcr/control.h"
+#include "gcr/process_tree.h"
 
 using namespace gcr;
 
@@ -85,8 +86,10 @@ int main() {
   while (std::chrono::steady_clock::now() < deadline) {
     if (!alive(pid)) return 0;
     // A checkpoint without --leave-running leaves the process stopped until gcrd commits: gcrd
-    // is gone, so it goes on. (Not while CRIU still traces it: that one lets it go itself.)
-    if (stopped_untraced(pid)) kill(pid, SIGCONT);
+    // is gone, so it goes on, with the tree CRIU stopped with it. (Not while CRIU still traces
+    // it: that one lets it go itself.)
+    for (pid_t p : criu::tree_pids(pid))
+      if (stopped_untraced(p)) kill(p, SIGCONT);
     // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
     auto client = control::Client::connect(pid, std::chrono::seconds(2));
     if (!client) {

@@ -77,8 +77,12 @@ criu_check() {     # runs `criu check`; output in CHECK_OUT
 }
 
 GCR_CRIU=""; GCR_CRIU_PLUGIN_INCLUDE=""
-# 2a. a criu on PATH that is new enough and works
-if [[ "${GCR_REBUILD_CRIU:-0}" != 1 ]] && SYS_CRIU="$(command -v criu 2>/dev/null)"; then
+# gcr's patches to CRIU (docs/processes.md); the project-local build records which it has.
+PATCHES_SHA="$(cat "$ROOT"/scripts/criu-patches/*.patch 2>/dev/null | sha256sum | cut -c1-16)"
+# 2a. a criu on PATH that is new enough and works, when asked for (it lacks gcr's patches: a
+# restore of a process that had a terminal fails with it)
+if [[ "${GCR_USE_SYSTEM_CRIU:-0}" == 1 && "${GCR_REBUILD_CRIU:-0}" != 1 ]] &&
+   SYS_CRIU="$(command -v criu 2>/dev/null)"; then
     v="$(criu_version "$SYS_CRIU")"
     if version_ok "$v" && criu_check "$SYS_CRIU"; then
         log "criu: using $SYS_CRIU (version $v, 'criu check' passes)"
@@ -99,7 +103,8 @@ fi
 if [[ -z "$GCR_CRIU" ]]; then
     cached_ok=0
     if [[ "${GCR_REBUILD_CRIU:-0}" != 1 && -x "$PREFIX/criu" && -f "$PREFIX/.gcr-criu-version" &&
-          -f "$PREFIX/include/criu/criu-plugin.h" ]]; then
+          -f "$PREFIX/include/criu/criu-plugin.h" ]] &&
+       [[ "$(sed -n 's/^patches=//p' "$PREFIX/.gcr-criu-version")" == "$PATCHES_SHA" ]]; then
         v="$(criu_version "$PREFIX/criu")"
         if version_ok "$v" && criu_check "$PREFIX/criu"; then
             cached_ok=1

@@ -283,6 +283,10 @@ FileKind file_kind_from_name(const std::string& name) noexcept {
   return FileKind::other;
 }
 
+std::vector<pid_t> tree_pids(pid_t root) {
+  return descendants(root);
+}
+
 bool ProcessTree::shell_job() const {
   if (!root_is_session_leader) return true;
   return std::any_of(files.begin(), files.end(),

@@ -71,6 +71,9 @@ struct ProcessTree {
 // Reads the tree rooted at `root` from /proc. Fails when root does not exist or cannot be read.
 Result<ProcessTree> inspect_tree(pid_t root);
 
+// root and its descendants as they are now (root first); {root} alone when it has none.
+std::vector<pid_t> tree_pids(pid_t root);
+
 struct Support {
   bool tcp_close = false;  // established TCP connections are dumped as closed (--tcp-close)
 };

@@ -129,4 +129,24 @@ wait_gone "$P"
 wait_gone "$(restored_pid "$T/detach-r.json")"
 expect_ref "$T/detach.log" "detached run restored"
 
+echo "== a pid still held by a zombie (a parent that does not reap, as some container inits)"
+python3 - "$T/zombie.pid" "$T/zombie.log" "$GCR" "${MLP[@]}" <<'EOF' &
+import subprocess, sys, time
+pidfile, log, gcr, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+p = subprocess.Popen([gcr, "run", "--"] + cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+open(pidfile, "w").write(str(p.pid))
+time.sleep(300)  # never waits for p: once it ends, it stays a zombie
+EOF
+pids+=("$!")
+for _ in $(seq 1 500); do [[ -s $T/zombie.pid ]] && break; sleep 0.02; done
+P=$(cat "$T/zombie.pid")
+wait_steps "$T/zombie.log" $((RANDOM % 30 + 5))
+"$GCR" checkpoint "$P" --name zombie || fail "checkpoint of a non-reaped child"
+for _ in $(seq 1 250); do [[ $(awk '{print $3}' /proc/$P/stat 2>/dev/null) == Z ]] && break; sleep 0.02; done
+[[ $(awk '{print $3}' /proc/$P/stat) == Z ]] || fail "pid $P is not a zombie after the checkpoint"
+"$GCR" restore zombie --json > "$T/zombie-r.json" || fail "restore while a zombie holds the pid"
+[[ $(json_field new_pid_namespace < "$T/zombie-r.json") == 1 ]] || fail "the zombie's pid was not counted as taken"
+wait_gone "$(restored_pid "$T/zombie-r.json")"
+expect_ref "$T/zombie.log" "restored beside the zombie holding its pid, in a PID namespace"
+
 echo "PASS"
