@@ -212,6 +212,20 @@ void register_process_commands(CLI::App& app, Context& ctx) {
       "In the foreground gcr becomes the program (exec): its exit status is the program's.");
   on_run(run, ctx, [ro, &ctx] { return run_program(*ro, ctx); });
 
+  auto* preload = app.add_subcommand(
+      "preload-path", "Print the path of gcr's libcuda.so.1, for LD_PRELOAD without gcr run");
+  preload->footer(
+      "Example (a PyTorch job, every process it starts included):\n"
+      "  LD_PRELOAD=$(gcr preload-path) python train.py\n"
+      "  LD_PRELOAD=$(gcr preload-path) torchrun --nproc-per-node 8 train.py\n"
+      "The interposer finds the NVIDIA driver in the standard locations (else simgpu beside it);\n"
+      "set GCR_REAL_LIBCUDA=/path/to/libcuda.so.1 for a driver elsewhere.");
+  on_run(preload, ctx, []() -> Status {
+    GCR_TRY_ASSIGN(auto interposer, interposer_path());
+    print(interposer.string() + "\n");
+    return ok();
+  });
+
   auto* ps = app.add_subcommand("ps", "List the processes running under gcr");
   static bool json_storage = false;
   bool* json = &json_storage;

@@ -49,7 +49,8 @@ Result<fs::path> real_driver_path(bool* simulated) {
 Result<fs::path> gcrd_path() {
   if (const char* p = std::getenv("GCR_GCRD"); p && *p) return fs::path(p);
   fs::path d = self_dir();
-  return first_existing({d / "gcrd", d / "../lib/gcr/gcrd"}, "gcrd", "build gcr or set GCR_GCRD");
+  return first_existing({d / "gcrd", d / "../libexec/gcr/gcrd"}, "gcrd",
+                        "build gcr, reinstall it, or set GCR_GCRD");
 }
 
 std::map<std::string, std::string> gcrd_environment(const fs::path& driver) {

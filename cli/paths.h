@@ -1,6 +1,7 @@
 // Where gcr's pieces are, relative to the gcr binary (a build tree: build/bin/gcr beside
 // build/interpose, build/simgpu, build/criu-plugin; an install: <prefix>/bin/gcr beside
-// <prefix>/lib/gcr), and which CUDA driver a program under gcr should reach.
+// <prefix>/lib/gcr and <prefix>/libexec/gcr, cmake/install.cmake), and which CUDA driver a
+// program under gcr should reach.
 #pragma once
 
 #include <filesystem>

@@ -63,6 +63,13 @@ void load() {
                   "/usr/local/nvidia/lib64/libcuda.so.1",
                   "/usr/lib/wsl/lib/libcuda.so.1",
                   "/usr/local/cuda/compat/libcuda.so.1"};
+    // No NVIDIA driver: simgpu beside the interposer (an install's lib/gcr/simgpu, a build
+    // tree's simgpu/), so that LD_PRELOAD=$(gcr preload-path) works on such a machine too.
+    if (auto slash = self.rfind('/'); slash != std::string::npos) {
+      std::string dir = self.substr(0, slash);
+      candidates.push_back(dir + "/simgpu/libcuda.so.1");
+      candidates.push_back(dir + "/../simgpu/libcuda.so.1");
+    }
   }
   for (const std::string& path : candidates) {
     if (path.empty() || path[0] != '/') {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -205,6 +206,34 @@ void handle_client(UniqueFd fd) {
   }
 }
 
+// Socket activation (packaging/systemd/gcrd.socket): systemd listens already and hands the
+// socket over as fd 3 (LISTEN_PID names this process, LISTEN_FDS counts the fds).
+UniqueFd socket_from_systemd() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (!pid || !fds || std::atoi(pid) != getpid() || std::atoi(fds) < 1) return UniqueFd();
+  unsetenv("LISTEN_PID");  // not for CRIU or the keeper
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_FDNAMES");
+  fcntl(3, F_SETFD, FD_CLOEXEC);
+  return UniqueFd(3);
+}
+
+int serve_forever(UniqueFd listener, const std::string& where) {
+  // Warm the GPU now, off any request's path.
+  if (auto gpu = Gpu::get(); !gpu) log("GPU unavailable: " + gpu.error().message);
+  log("listening on " + where);
+  for (;;) {
+    int c = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR) continue;
+      log(std::string("accept: ") + std::strerror(errno));
+      continue;
+    }
+    std::thread([c] { handle_client(UniqueFd(c)); }).detach();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,7 +248,7 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: gcrd [--socket PATH] [--detach]\n  gcr's daemon; normally started by gcr on "
-          "demand.\n");
+          "demand, or by systemd (gcrd.socket, which hands it the socket).\n");
       return 0;
     } else {
       std::fprintf(stderr, "gcrd: unknown argument '%s' (see --help)\n", a.c_str());
@@ -229,6 +258,8 @@ int main(int argc, char** argv) {
   std::error_code ec;
   g_self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
   signal(SIGPIPE, SIG_IGN);
+  if (UniqueFd activated = socket_from_systemd())
+    return serve_forever(std::move(activated), "the socket systemd passed (gcrd.socket)");
   fs::create_directories(socket_path.parent_path(), ec);
   chmod(socket_path.parent_path().c_str(), 0700);
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -267,16 +298,5 @@ int main(int argc, char** argv) {
       close(lfd);
     }
   }
-  // Warm the GPU now, off any request's path.
-  if (auto gpu = Gpu::get(); !gpu) log("GPU unavailable: " + gpu.error().message);
-  log("listening on " + socket_path.string());
-  for (;;) {
-    int c = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EINTR) continue;
-      log(std::string("accept: ") + std::strerror(errno));
-      continue;
-    }
-    std::thread([c] { handle_client(UniqueFd(c)); }).detach();
-  }
+  return serve_forever(std::move(listener), socket_path.string());
 }

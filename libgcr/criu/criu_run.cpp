@@ -65,8 +65,10 @@ Result<Tools> find_tools(const fs::path& self_dir) {
   if (const char* c = std::getenv("GCR_CRIU"); c && *c) t.criu = c;
   std::vector<fs::path> roots = {self_dir, self_dir.parent_path(),
                                  self_dir.parent_path().parent_path()};
+  // A build tree's .deps/criu (set-up's build), an install's lib/gcr/criu (cmake/install.cmake).
   for (const fs::path& r : roots) {
     if (t.criu.empty() && executable(r / ".deps/criu/criu")) t.criu = r / ".deps/criu/criu";
+    if (t.criu.empty() && executable(r / "lib/gcr/criu/criu")) t.criu = r / "lib/gcr/criu/criu";
   }
   if (t.criu.empty()) {
     for (const char* p :
@@ -82,8 +84,9 @@ Result<Tools> find_tools(const fs::path& self_dir) {
                  "GCR_CRIU"};
   if (const char* d = std::getenv("GCR_CRIU_PLUGIN_DIR"); d && *d) t.plugin_dir = d;
   for (const fs::path& r : roots)
-    if (t.plugin_dir.empty() && fs::exists(r / "criu-plugin/gcr_criu_plugin.so"))
-      t.plugin_dir = r / "criu-plugin";
+    for (const char* dir : {"criu-plugin", "lib/gcr/criu-plugin"})
+      if (t.plugin_dir.empty() && fs::exists(r / dir / "gcr_criu_plugin.so"))
+        t.plugin_dir = r / dir;
   if (t.plugin_dir.empty() || !fs::exists(t.plugin_dir / "gcr_criu_plugin.so"))
     return Error{
         Errc::not_found,

@@ -19,7 +19,8 @@ struct Tools {
 };
 
 // Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
-// used to find a build tree's .deps/ and criu-plugin/). Fails with what to install or set.
+// used to find a build tree's .deps/ and criu-plugin/, or an install's lib/gcr/criu and
+// lib/gcr/criu-plugin). Fails with what to install or set.
 Result<Tools> find_tools(const std::filesystem::path& self_dir);
 
 struct DumpOptions {

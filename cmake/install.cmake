@@ -1,0 +1,54 @@
+# `cmake --install` (docs/install.md): what goes where, relative to CMAKE_INSTALL_PREFIX (and
+# DESTDIR). The binaries find one another relative to themselves (cli/paths.cpp, gcr/criu.h), so
+# an installed tree refers to nothing of the build tree:
+#
+#   bin/gcr                                  the command
+#   libexec/gcr/gcrd, gcr-keeper             the daemon and its keeper
+#   lib/gcr/libcuda.so.1                     the interposer: a private directory, never on the
+#                                            dynamic linker's path (it would preload itself into
+#                                            every CUDA program)
+#   lib/gcr/simgpu/libcuda.so.1              simgpu, for machines without an NVIDIA driver
+#   lib/gcr/criu-plugin/gcr_criu_plugin.so   the plugin directory gcr hands its own CRIU (-L)
+#   lib/gcr/criu/criu                        gcr's patched CRIU (when set-up built one)
+#   lib/criu/gcr_criu_plugin.so              a link where a system CRIU (prefix /usr) looks
+#   lib/systemd/system/gcrd.{service,socket} gcrd as a service, started on first use
+#   share/man/man1/gcr.1                     generated from `gcr --help` of every command
+#   share/doc/gcr/                           README and docs
+include(GNUInstallDirs)
+set(GCR_PRIVATE_DIR lib/gcr)
+
+install(TARGETS gcr_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS gcrd gcr-keeper RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/gcr)
+install(TARGETS gcr_interpose LIBRARY DESTINATION ${GCR_PRIVATE_DIR} NAMELINK_SKIP)
+install(TARGETS simgpu LIBRARY DESTINATION ${GCR_PRIVATE_DIR}/simgpu NAMELINK_SKIP)
+if(TARGET gcr_criu_plugin)
+  install(TARGETS gcr_criu_plugin LIBRARY DESTINATION ${GCR_PRIVATE_DIR}/criu-plugin)
+  install(CODE "
+    file(MAKE_DIRECTORY \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/criu\")
+    file(CREATE_LINK ../gcr/criu-plugin/gcr_criu_plugin.so
+         \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/criu/gcr_criu_plugin.so\" SYMBOLIC)")
+endif()
+
+# gcr's CRIU: the one set-up built (with gcr's patches), unless told to rely on a system CRIU.
+option(GCR_INSTALL_CRIU "Install the CRIU set-up built (.deps/criu) as lib/gcr/criu/criu" ON)
+set(GCR_BUNDLED_CRIU "${CMAKE_SOURCE_DIR}/.deps/criu/sbin/criu" CACHE FILEPATH "CRIU to install")
+if(GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}")
+  install(PROGRAMS "${GCR_BUNDLED_CRIU}" DESTINATION ${GCR_PRIVATE_DIR}/criu)
+endif()
+
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.service
+              ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.socket
+        DESTINATION lib/systemd/system)
+
+# The man page, from the help texts of the installed binary's commands.
+add_custom_command(
+  OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
+          $<TARGET_FILE:gcr_cli> ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man/gcr.1
+  DEPENDS gcr_cli ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
+  COMMENT "man page gcr.1 from gcr --help")
+add_custom_target(gcr_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/man/gcr.1)
+install(FILES ${CMAKE_BINARY_DIR}/man/gcr.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md")

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The Debian package (issue 18): built with cpack, installed with dpkg -i, used (gcr
+# run/checkpoint/restore from /usr/bin/gcr; plain `criu dump/restore` with the plugin where a
+# system CRIU looks for it), its systemd units verified, removed with dpkg -r: nothing of it
+# remains but the store.
+#
+#   deb_test.sh BUILD_DIR      (needs root and dpkg; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=deb
+source "$(dirname "$0")/lib.sh"
+command -v dpkg > /dev/null && command -v cpack > /dev/null || { echo "SKIP: dpkg or cpack missing"; exit 77; }
+if dpkg-query -W -f='${Status}' gcr 2>/dev/null | grep -q installed || [[ -e /usr/bin/gcr ]]; then
+  echo "SKIP: a gcr is installed on this machine already; not replacing it"
+  exit 77
+fi
+installed=0
+extra_cleanup() { if [[ $installed == 1 ]]; then dpkg -r gcr > /dev/null 2>&1 || true; fi; }
+
+(cd "$T" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" -B "$T/pkg" > "$T/cpack.log" 2>&1) ||
+  fail "cpack: $(tail -n 20 "$T/cpack.log")"
+DEB=$(ls "$T"/pkg/gcr_*.deb)
+echo "built $(basename "$DEB") ($(du -h "$DEB" | cut -f1))"
+dpkg-deb -f "$DEB" Depends | grep -q liburing || fail "Depends lacks liburing: $(dpkg-deb -f "$DEB" Depends)"
+if command -v lintian > /dev/null; then lintian "$DEB" > "$T/lintian.log" 2>&1 || true; echo "lintian: $(grep -c '^E:' "$T/lintian.log") errors, $(grep -c '^W:' "$T/lintian.log") warnings"; fi
+
+dpkg -i "$DEB" > "$T/dpkg-i.log" 2>&1 || fail "dpkg -i: $(cat "$T/dpkg-i.log")"
+installed=1
+dpkg -L gcr > "$T/files"
+echo "ok: dpkg -i ($(wc -l < "$T/files") paths)"
+[[ $(/usr/bin/gcr preload-path) == /usr/lib/gcr/libcuda.so.1 ]] || fail "gcr preload-path says $(/usr/bin/gcr preload-path)"
+man -w gcr > /dev/null 2>&1 || [[ -e /usr/share/man/man1/gcr.1 ]] || fail "no man page"
+
+if command -v systemd-analyze > /dev/null; then
+  systemd-analyze verify /usr/lib/systemd/system/gcrd.socket /usr/lib/systemd/system/gcrd.service \
+    > "$T/verify.log" 2>&1 || fail "systemd-analyze verify: $(cat "$T/verify.log")"
+  echo "ok: systemd-analyze verify gcrd.socket gcrd.service"
+fi
+
+round_trip /usr/bin/gcr
+
+echo "== plain criu dump/restore with the installed plugin, of a CUDA process not under gcr"
+log=$T/plain.log
+LD_LIBRARY_PATH=/usr/lib/gcr/simgpu setsid "${MLP[@]}" > "$log" 2>&1 < /dev/null &
+p=$!
+pids+=("$p")
+wait_steps "$log" $((RANDOM % 30 + 5))
+mkdir -p "$T/img"
+GCR_REAL_LIBCUDA=/usr/lib/gcr/simgpu/libcuda.so.1 /usr/lib/gcr/criu/criu dump -t "$p" -D "$T/img" \
+  -L /usr/lib/criu -o dump.log > /dev/null 2>&1 || fail "criu dump: $(grep -i error "$T/img/dump.log" | tail -3)"
+wait "$p" 2>/dev/null || true
+GCR_REAL_LIBCUDA=/usr/lib/gcr/simgpu/libcuda.so.1 /usr/lib/gcr/criu/criu restore -D "$T/img" \
+  -L /usr/lib/criu -d -o restore.log > /dev/null 2>&1 || fail "criu restore: $(grep -i error "$T/img/restore.log" | tail -3)"
+wait_gone "$p"
+[[ $(checksum_of "$log") == "$REF" ]] || fail "plain criu round trip ended with $(checksum_of "$log")"
+echo "ok: criu dump/restore -L /usr/lib/criu"
+
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+dpkg -r gcr > "$T/dpkg-r.log" 2>&1 || fail "dpkg -r: $(cat "$T/dpkg-r.log")"
+installed=0
+left=()
+while read -r f; do
+  [[ -f $f || -L $f ]] && left+=("$f")
+done < "$T/files"
+[[ ${#left[@]} == 0 ]] || fail "dpkg -r left: ${left[*]}"
+for d in /usr/lib/gcr /usr/libexec/gcr /usr/share/doc/gcr; do [[ ! -e $d ]] || fail "dpkg -r left $d"; done
+[[ -d $GCR_STORE ]] || fail "the store went with the package"
+echo "ok: dpkg -r removed every file of the package; the store stays"
+echo "PASS"
