@@ -38,6 +38,21 @@ fi
 
 round_trip /usr/bin/gcr
 
+if command -v systemd-socket-activate > /dev/null; then
+  echo "== gcrd started on first use with the socket systemd passes it (as gcrd.socket does)"
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  export GCR_GCRD_SOCKET=$T/activated.sock
+  # What gcrd.service runs: gcr daemon, which becomes gcrd.
+  systemd-socket-activate -l "$GCR_GCRD_SOCKET" -E GCR_GCRD_SOCKET -E GCR_QUIET /usr/bin/gcr daemon \
+    > "$T/activate.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 250); do [[ -S $GCR_GCRD_SOCKET ]] && break; sleep 0.02; done
+  pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" > /dev/null && fail "gcrd ran before the first connection"
+  round_trip /usr/bin/gcr
+  grep -q "listening on the socket systemd passed" "$T/activate.log" || fail "gcrd did not take the passed socket: $(cat "$T/activate.log")"
+  echo "ok: socket activation"
+fi
+
 echo "== plain criu dump/restore with the installed plugin, of a CUDA process not under gcr"
 log=$T/plain.log
 LD_LIBRARY_PATH=/usr/lib/gcr/simgpu setsid "${MLP[@]}" > "$log" 2>&1 < /dev/null &
