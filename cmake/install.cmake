@@ -12,7 +12,7 @@
 #   lib/gcr/criu/criu                        gcr's patched CRIU (when set-up built one)
 #   lib/criu/gcr_criu_plugin.so              a link where a system CRIU (prefix /usr) looks
 #   lib/systemd/system/gcrd.{service,socket} gcrd as a service, started on first use
-#   share/man/man1/gcr.1                     generated from `gcr --help` of every command
+#   share/man/man1/gcr.1.gz                  generated from `gcr --help` of every command
 #   share/doc/gcr/                           README and docs
 include(GNUInstallDirs)
 set(GCR_PRIVATE_DIR lib/gcr)
@@ -33,7 +33,13 @@ endif()
 option(GCR_INSTALL_CRIU "Install the CRIU set-up built (.deps/criu) as lib/gcr/criu/criu" ON)
 set(GCR_BUNDLED_CRIU "${CMAKE_SOURCE_DIR}/.deps/criu/sbin/criu" CACHE FILEPATH "CRIU to install")
 if(GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}")
-  install(PROGRAMS "${GCR_BUNDLED_CRIU}" DESTINATION ${GCR_PRIVATE_DIR}/criu)
+  add_custom_command(
+    OUTPUT ${CMAKE_BINARY_DIR}/criu-bundle/criu
+    COMMAND ${CMAKE_STRIP} -o ${CMAKE_BINARY_DIR}/criu-bundle/criu ${GCR_BUNDLED_CRIU}
+    DEPENDS ${GCR_BUNDLED_CRIU}
+    COMMENT "gcr's CRIU, stripped, for the install")
+  add_custom_target(gcr_criu_bundle ALL DEPENDS ${CMAKE_BINARY_DIR}/criu-bundle/criu)
+  install(PROGRAMS ${CMAKE_BINARY_DIR}/criu-bundle/criu DESTINATION ${GCR_PRIVATE_DIR}/criu)
 endif()
 
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.service
@@ -42,13 +48,17 @@ install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.service
 
 # The man page, from the help texts of the installed binary's commands.
 add_custom_command(
-  OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1
+  OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1.gz ${CMAKE_BINARY_DIR}/man/changelog.gz
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
           $<TARGET_FILE:gcr_cli> ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man/gcr.1
+  COMMAND gzip -9nf ${CMAKE_BINARY_DIR}/man/gcr.1
+  COMMAND gzip -9nc ${CMAKE_SOURCE_DIR}/packaging/debian/changelog > ${CMAKE_BINARY_DIR}/man/changelog.gz
   DEPENDS gcr_cli ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
+          ${CMAKE_SOURCE_DIR}/packaging/debian/changelog
   COMMENT "man page gcr.1 from gcr --help")
-add_custom_target(gcr_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/man/gcr.1)
-install(FILES ${CMAKE_BINARY_DIR}/man/gcr.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+add_custom_target(gcr_manpage ALL DEPENDS ${CMAKE_BINARY_DIR}/man/gcr.1.gz)
+install(FILES ${CMAKE_BINARY_DIR}/man/gcr.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${CMAKE_BINARY_DIR}/man/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
         FILES_MATCHING PATTERN "*.md")

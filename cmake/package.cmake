@@ -5,13 +5,13 @@
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME gcr)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_CONTACT "gcr developers <gcr@localhost>")
+set(CPACK_PACKAGE_CONTACT "gcr developers <gcr-developers@users.noreply.github.com>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "transparent checkpoint/restore for GPU processes")
 set(CPACK_PACKAGE_DESCRIPTION
-    "gcr checkpoints a running CUDA process without changing it and restores it later, on the\n"
-    "same GPU, another GPU or another host. Device memory is parked in a daemon (gcrd), stored\n"
-    "deduplicated and reloaded on demand; CRIU saves the rest. Includes simgpu, a simulated GPU\n"
-    "for machines without an NVIDIA driver.")
+    "gcr checkpoints a running CUDA process without changing it and restores it\n"
+    "later, on the same GPU, another GPU or another host. Device memory is parked\n"
+    "in a daemon (gcrd), stored deduplicated and reloaded on demand; CRIU saves\n"
+    "the rest. Includes simgpu, a simulated GPU for machines without a driver.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
@@ -20,10 +20,11 @@ set(CPACK_STRIP_FILES ON)  # the build is RelWithDebInfo: the package need not c
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # gcrd links libcuda.so.1: the NVIDIA driver where there is one, else simgpu, shipped here.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS usr/lib/gcr/simgpu)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "util-linux, iproute2")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "iproute2")
 if(NOT (GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}"))
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", criu (>= 4.2)")
 endif()
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${CMAKE_SOURCE_DIR}/packaging/debian/postinst;${CMAKE_SOURCE_DIR}/packaging/debian/prerm;${CMAKE_SOURCE_DIR}/packaging/debian/postrm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

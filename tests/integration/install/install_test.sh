@@ -15,7 +15,7 @@ I=$T/root$PREFIX
 for f in bin/gcr libexec/gcr/gcrd libexec/gcr/gcr-keeper lib/gcr/libcuda.so.1 \
          lib/gcr/simgpu/libcuda.so.1 lib/gcr/criu-plugin/gcr_criu_plugin.so lib/gcr/criu/criu \
          lib/criu/gcr_criu_plugin.so lib/systemd/system/gcrd.service lib/systemd/system/gcrd.socket \
-         share/man/man1/gcr.1; do
+         share/man/man1/gcr.1.gz; do
   [[ -e $I/$f ]] || fail "not installed: $f"
 done
 [[ $(readlink "$I/lib/criu/gcr_criu_plugin.so") == ../gcr/criu-plugin/gcr_criu_plugin.so ]] ||
