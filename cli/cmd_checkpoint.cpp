@@ -221,6 +221,8 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
   }
   if (o.streams.detach)
     o.streams.detach_log = o.log.empty() ? "gcr-" + id.hex().substr(0, 12) + ".log" : o.log;
+  o.streams.owner_uid = static_cast<uid_t>(std::atoll(m.meta_or("owner_uid", "0").c_str()));
+  o.streams.owner_gid = static_cast<gid_t>(std::atoll(m.meta_or("owner_gid", "0").c_str()));
   return plan_streams(files, static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str())),
                       o.streams);
 }
@@ -240,7 +242,7 @@ Status restore(const RestoreOptions& o, Context& ctx) {
   for (std::size_t i = 0; i < streams.inherit.size(); ++i) {
     fields["inherit." + std::to_string(i)] = streams.inherit[i].key;
     files.push_back(streams.inherit[i].fd.get());
-    if (streams.inherit[i].what == "stdout -> gcr restore's stdout") shares_stdout = true;
+    if (streams.inherit[i].callers_own && streams.inherit[i].stream == 1) shares_stdout = true;
   }
   for (const auto& w : streams.warnings) std::fprintf(stderr, "gcr: warning: %s\n", w.c_str());
   GCR_TRY_ASSIGN(auto f, gcrd::call(
@@ -258,7 +260,11 @@ Status restore(const RestoreOptions& o, Context& ctx) {
     for (const auto& in : streams.inherit) j.value(in.what);
     j.end_array();
     j.end_object();
-    print(j.take());
+    // The process writes to our stdout already: the JSON goes to stderr, whole, out of its way.
+    if (shares_stdout)
+      std::fprintf(stderr, "%s", j.take().c_str());
+    else
+      print(j.take());
     return ok();
   }
   std::string where = field(f, "new_pid_namespace") == "1"

@@ -26,6 +26,9 @@ struct RunOptions {
   std::string log;  // --log: where a detached program's stdout and stderr go
 };
 
+// In a detached child: the close-on-exec pipe its parent reads, for a failure before the exec.
+int g_detach_report_fd = -1;
+
 // --detach: the program runs in a session of its own (no terminal: a hangup or Ctrl-C in this
 // one does not reach it), stdin /dev/null, stdout and stderr appended to a log file; gcr prints
 // its pid and returns.
@@ -51,7 +54,8 @@ Status detach(const RunOptions& o) {
     dup2(out, 2);
     close(in);
     close(out);
-    return ok();  // run_program goes on to exec; an exec failure reaches `ready` below
+    g_detach_report_fd = ready[1];
+    return ok();  // run_program goes on to exec; an exec failure is written to `ready`
   }
   close(ready[1]);
   char buf[512];
@@ -98,8 +102,8 @@ Status run_program(const RunOptions& o, Context& ctx) {
   if (o.detach) GCR_TRY(detach(o));  // returns in the child only
   execvp(argv[0], argv.data());
   Error e = errno_error("cannot run '" + o.command[0] + "'");
-  if (o.detach) {  // tell the parent, which is waiting on the close-on-exec pipe
-    std::fprintf(stderr, "gcr: %s\n", e.message.c_str());
+  if (g_detach_report_fd >= 0) {  // tell the parent, which is waiting on the pipe
+    (void)!write(g_detach_report_fd, e.message.data(), e.message.size());
     _exit(127);
   }
   return e;

@@ -1,10 +1,14 @@
 #include "restore_streams.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
+#include <vector>
 
 namespace gcr::cli {
 namespace {
@@ -42,6 +46,44 @@ Result<UniqueFd> callers(int stream) {
                    "standing in for a closed " + std::string(stream_name(stream)));
 }
 
+// While alive, files are opened and created with another user's rights (fsuid, fsgid and that
+// user's groups): root restoring a user's checkpoint opens the paths the process recorded as that
+// user, since any of them may have been turned into a symlink to anything since.
+class OpenAs {
+ public:
+  OpenAs(uid_t uid, gid_t gid) {
+    if (geteuid() != 0 || uid == 0) return;
+    int n = getgroups(0, nullptr);
+    saved_groups_.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (n > 0) getgroups(n, saved_groups_.data());
+    std::vector<gid_t> groups = {gid};
+    if (const passwd* pw = getpwuid(uid)) {
+      int count = 64;
+      groups.resize(static_cast<std::size_t>(count));
+      if (getgrouplist(pw->pw_name, gid, groups.data(), &count) < 0)
+        groups.assign(1, gid);
+      else
+        groups.resize(static_cast<std::size_t>(count));
+    }
+    (void)setgroups(groups.size(), groups.data());
+    setfsgid(gid);
+    setfsuid(uid);
+    active_ = true;
+  }
+  ~OpenAs() {
+    if (!active_) return;
+    setfsuid(0);
+    setfsgid(0);
+    (void)setgroups(saved_groups_.size(), saved_groups_.data());
+  }
+  OpenAs(const OpenAs&) = delete;
+  OpenAs& operator=(const OpenAs&) = delete;
+
+ private:
+  bool active_ = false;
+  std::vector<gid_t> saved_groups_;
+};
+
 }  // namespace
 
 Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, pid_t root,
@@ -70,11 +112,13 @@ Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, pid_t root,
     if (stream >= 0 && !option_file[stream]->empty()) {
       GCR_TRY_ASSIGN(UniqueFd fd, open_for_stream(stream, *option_file[stream]));
       option_used[stream] = true;
-      plan.inherit.push_back(
-          {key, std::move(fd), std::string(stream_name(stream)) + " -> " + *option_file[stream]});
+      plan.inherit.push_back({key, std::move(fd),
+                              std::string(stream_name(stream)) + " -> " + *option_file[stream],
+                              stream});
       continue;
     }
     if (f.kind == FileKind::regular) {
+      OpenAs as_owner(o.owner_uid, o.owner_gid);  // a path the process chose
       int mode = f.flags & O_ACCMODE;
       if (c.writable && (c.append || mode == O_WRONLY)) {
         // A log: appended to as it is now.
@@ -123,20 +167,26 @@ Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, pid_t root,
                                               : open_for_stream(stream, o.detach_log));
       plan.inherit.push_back(
           {key, std::move(fd),
-           std::string(stream_name(stream)) + " -> " + (stream == 0 ? "/dev/null" : o.detach_log)});
+           std::string(stream_name(stream)) + " -> " + (stream == 0 ? "/dev/null" : o.detach_log),
+           stream});
       continue;
     }
     GCR_TRY_ASSIGN(UniqueFd fd, callers(stream));
     plan.inherit.push_back(
         {key, std::move(fd),
-         std::string(stream_name(stream)) + " -> gcr restore's " + stream_name(stream)});
+         std::string(stream_name(stream)) + " -> gcr restore's " + stream_name(stream), stream,
+         true});
   }
-  for (int s = 0; s < 3; ++s)
-    if (!option_file[s]->empty() && !option_used[s])
-      plan.warnings.push_back(std::string("--") + stream_name(s) + " ignored: the process's " +
-                              stream_name(s) +
-                              " was neither a file, a terminal nor a pipe (CRIU restores it as "
-                              "it was)");
+  for (int s = 0; s < 3; ++s) {
+    if (option_file[s]->empty() || option_used[s]) continue;
+    bool shared = false;
+    for (const auto& [key, c] : conns)
+      if (c.stdio.count(s) && c.stdio.size() > 1) shared = true;
+    plan.warnings.push_back(
+        std::string("--") + stream_name(s) + " ignored: the process's " + stream_name(s) +
+        (shared ? " was one open file with its other streams, which get what stdout gets"
+                : " was neither a file, a terminal nor a pipe (CRIU restores it as it was)"));
+  }
   return plan;
 }
 

@@ -16,6 +16,8 @@
 // CRIU (criu --inherit-fd): gcrd never opens a path for a user.
 #pragma once
 
+#include <sys/types.h>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +29,11 @@
 namespace gcr::cli {
 
 struct StreamOptions {
+  // Files are opened with the rights of the checkpointed process's owner when the caller is root
+  // and the owner is not (META owner_uid/owner_gid): a path the process recorded may have been
+  // turned into a symlink to anything since, and root must not open it for the process.
+  uid_t owner_uid = 0;
+  gid_t owner_gid = 0;
   std::string stdin_file, stdout_file, stderr_file;  // --stdin/--stdout/--stderr
   bool detach = false;
   std::string detach_log;                // --detach: where stdout and stderr go
@@ -37,7 +44,9 @@ struct StreamPlan {
   struct Inherited {
     std::string key;  // CRIU's key of the connection (gcr/process_tree.h)
     UniqueFd fd;
-    std::string what;  // "stdout -> your terminal", for --json and messages
+    std::string what;          // "stdout -> your terminal", for --json and messages
+    int stream = -1;           // 0-2: the root's stdin/stdout/stderr that get it, -1 otherwise
+    bool callers_own = false;  // the caller's own stream (so the caller's stdout is the process's)
   };
   std::vector<Inherited> inherit;
   std::vector<std::string> warnings;

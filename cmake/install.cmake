@@ -42,9 +42,15 @@ if(GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}")
   install(PROGRAMS ${CMAKE_BINARY_DIR}/criu-bundle/criu DESTINATION ${GCR_PRIVATE_DIR}/criu)
 endif()
 
-install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.service
-              ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.socket
-        DESTINATION lib/systemd/system)
+# The units name the installed gcr; systemd reads units from /usr/lib/systemd/system (and
+# /etc/systemd/system): for another prefix, link or copy them there (docs/install.md).
+# The prefix is known only at install time (cpack installs with /usr): written then.
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.socket DESTINATION lib/systemd/system)
+install(CODE "
+  file(READ \"${CMAKE_SOURCE_DIR}/packaging/systemd/gcrd.service.in\" unit)
+  string(REPLACE \"@GCR_INSTALL_FULL_BINDIR@\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\"
+         unit \"\${unit}\")
+  file(WRITE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/gcrd.service\" \"\${unit}\")")
 
 # The man page, from the help texts of the installed binary's commands.
 add_custom_command(

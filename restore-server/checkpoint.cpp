@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,6 +59,12 @@ std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind,
   std::map<std::string, std::string> meta;
   meta["pid"] = std::to_string(pid);
   meta["files"] = criu::encode_files(tree);
+  // Whose rights a restore opens the recorded files with (cli/restore_streams.h).
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0) {
+    meta["owner_uid"] = std::to_string(st.st_uid);
+    meta["owner_gid"] = std::to_string(st.st_gid);
+  }
   if (tree.shell_job()) meta["shell_job"] = "1";
   if (req.tcp_close) meta["tcp_close"] = "1";
   meta["cmdline"] = process_cmdline(pid);

@@ -147,6 +147,9 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
       if (key == f.end() || key->second.empty())
         return Error{Errc::protocol, "the client sent file " + std::to_string(i) +
                                          " without an inherit." + std::to_string(i) + " key"};
+      if (fcntl(files[i].get(), F_GETFL) & O_PATH)
+        return Error{Errc::invalid_argument, "file " + std::to_string(i) + " for " + key->second +
+                                                 " is an O_PATH descriptor: send an open file"};
       req.inherit.push_back({key->second, std::move(files[i])});
     }
     GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));

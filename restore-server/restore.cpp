@@ -203,10 +203,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
   for (const auto& in : req.inherit) {
     int fd = in.fd.get();
-    // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, which
-    // would lose a file's position and append mode or fail on a socket: those get a pipe of
-    // gcrd's that copies into them.
-    if (in.key.rfind("pipe:[", 0) == 0 && !reopens_as_itself(fd)) {
+    // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, as
+    // root: anything but an anonymous pipe gets a pipe of gcrd's that copies into it.
+    if (in.key.rfind("pipe:[", 0) == 0 && !may_reopen_as_pipe(fd)) {
       GCR_TRY_ASSIGN(UniqueFd w, relay_into(fd));
       fd = w.get();
       relays.push_back(std::move(w));

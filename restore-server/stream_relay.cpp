@@ -1,18 +1,24 @@
 #include "stream_relay.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 namespace gcr::gcrd {
 
-bool reopens_as_itself(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return false;
-  return S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode);
+bool may_reopen_as_pipe(int fd) {
+  char link[64], target[64];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = 0;
+  return std::strncmp(target, "pipe:[", 6) == 0;
 }
 
 Result<UniqueFd> relay_into(int target) {
@@ -28,6 +34,11 @@ Result<UniqueFd> relay_into(int target) {
       if (n == 0) return;
       if (n > 0) continue;
       if (errno == EINTR) continue;
+      if (errno == EAGAIN) {  // a non-blocking target: wait until it takes more
+        pollfd p{out.get(), POLLOUT, 0};
+        (void)poll(&p, 1, -1);
+        continue;
+      }
       if (errno != EINVAL) return;  // the reader went away: nothing left to copy into
       // splice does not go into this kind of file: copy through a buffer instead.
       for (;;) {
@@ -37,6 +48,11 @@ Result<UniqueFd> relay_into(int target) {
         for (ssize_t done = 0; done < r;) {
           ssize_t w = write(out.get(), buf + done, static_cast<std::size_t>(r - done));
           if (w < 0 && errno == EINTR) continue;
+          if (w < 0 && errno == EAGAIN) {
+            pollfd p{out.get(), POLLOUT, 0};
+            (void)poll(&p, 1, -1);
+            continue;
+          }
           if (w <= 0) return;
           done += w;
         }

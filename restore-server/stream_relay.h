@@ -9,9 +9,11 @@
 
 namespace gcr::gcrd {
 
-// Whether reopening fd through /proc/self/fd gives a file that behaves as fd does (a pipe, a
-// FIFO, a terminal or another character device).
-bool reopens_as_itself(int fd);
+// Whether CRIU may be handed fd for a pipe: an anonymous pipe, which reopening through
+// /proc/self/fd gives back as itself. Anything else gets a relay: a regular file (its offset and
+// O_APPEND would be lost), a socket (cannot be reopened), and a FIFO or a device, which CRIU,
+// as root, would reopen with the image's access mode rather than the one the client had.
+bool may_reopen_as_pipe(int fd);
 
 // A pipe whose writing end is returned; a detached thread copies what arrives on it into a
 // duplicate of `target` until every writer has closed it.

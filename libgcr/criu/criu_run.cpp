@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "gcr/criu.h"
+#include "gcr/process_tree.h"
 #include "gcr/unique_fd.h"
 
 extern char** environ;
@@ -124,10 +125,10 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  // The inherited files go to 3, 4, ... from copies above any of those numbers.
+  // The inherited files go to 3, 4, ... from copies numbered above all of them.
   std::vector<UniqueFd> high;
   for (int fd : extras.fds) {
-    high.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 1024));
+    high.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(3 + extras.fds.size())));
     if (!high.back()) {
       posix_spawn_file_actions_destroy(&actions);
       return errno_error("duplicating a file to hand to CRIU");
@@ -157,11 +158,9 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
 // The pids whose parent is `parent`, from /proc.
 std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "stat");
+  for (pid_t pid : proc_pids()) {
+    const std::string name = std::to_string(pid);
+    std::ifstream in("/proc/" + name + "/stat");
     std::string stat;
     std::getline(in, stat);
     auto close = stat.rfind(')');

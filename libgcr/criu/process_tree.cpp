@@ -1,6 +1,7 @@
 // Reading a process tree's open files from /proc (gcr/process_tree.h).
 #include "gcr/process_tree.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -64,14 +65,23 @@ bool stat_fields(pid_t pid, pid_t& ppid, pid_t& sid) {
   return static_cast<bool>(rest);
 }
 
+// The names in a directory (readdir: processes and fds come and go while it is read, which
+// std::filesystem's iterators turn into exceptions).
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+  closedir(d);
+  return out;
+}
+
 // root and every descendant, breadth first.
 std::vector<pid_t> descendants(pid_t root) {
   std::map<pid_t, std::vector<pid_t>> children;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t pid = static_cast<pid_t>(std::stol(name)), ppid = 0, sid = 0;
+  for (pid_t pid : proc_pids()) {
+    pid_t ppid = 0, sid = 0;
     if (stat_fields(pid, ppid, sid)) children[ppid].push_back(pid);
   }
   std::vector<pid_t> out = {root};
@@ -179,23 +189,37 @@ bool maps_libcuda(pid_t pid) {
   return false;
 }
 
-// The process holding socket inode `ino`, outside `tree` ("pid 123 (name)"), or "".
-std::string holder_of_socket(std::uint64_t ino) {
+struct SocketHolder {
+  pid_t pid = 0;
+  std::string name;  // "pid 123 (comm)"
+};
+// The process holding socket inode `ino`; pid 0 when none is found.
+SocketHolder holder_of_socket(std::uint64_t ino) {
   const std::string want = "socket:[" + std::to_string(ino) + "]";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::error_code ec2;
-    for (const auto& fd : fs::directory_iterator(e.path() / "fd", ec2))
-      if (read_link(fd.path().string()) == want) {
-        std::ifstream comm(e.path() / "comm");
+  for (pid_t pid : proc_pids()) {
+    const std::string dir = "/proc/" + std::to_string(pid);
+    for (const std::string& fd : names_in(dir + "/fd"))
+      if (read_link(dir + "/fd/" + fd) == want) {
+        std::ifstream comm(dir + "/comm");
         std::string c;
         std::getline(comm, c);
-        return "pid " + name + " (" + c + ")";
+        return {pid, "pid " + std::to_string(pid) + " (" + c + ")"};
       }
   }
   return {};
+}
+
+// gcr's own control connections (gcr ps, another gcr command) come and go: they are gcrd's or a
+// gcr binary's beside it, which is what /proc/PID/exe says (a process cannot change that).
+bool is_gcr_itself(pid_t pid) {
+  if (pid == getpid()) return true;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (exe.empty() || self.empty()) return false;
+  for (const fs::path& p : {self.parent_path() / "gcr", self.parent_path() / "../../bin/gcr"})
+    if (fs::equivalent(exe, p, ec)) return true;
+  return false;
 }
 
 std::string where(const OpenFile& f) {
@@ -215,9 +239,9 @@ void classify(OpenFile& f, const std::string& procfd) {
     f.kind = FileKind::io_uring;
   } else if (p.rfind("anon_inode:", 0) == 0 || p.rfind("/memfd:", 0) == 0) {
     f.kind = FileKind::anon;
-  } else if (p.size() > 10 && p.compare(p.size() - 10, 10, " (deleted)") == 0) {
-    f.kind = FileKind::deleted;
-    if (have_stat) f.size = static_cast<std::uint64_t>(st.st_size);
+  } else if (have_stat && S_ISREG(st.st_mode) && st.st_nlink == 0) {
+    f.kind = FileKind::deleted;  // not the " (deleted)" in the name: a file may be called that
+    f.size = static_cast<std::uint64_t>(st.st_size);
   } else if (have_stat && S_ISCHR(st.st_mode)) {
     unsigned maj = major(st.st_rdev), min = minor(st.st_rdev);
     if (p.rfind("/dev/nvidia", 0) == 0) {
@@ -287,6 +311,14 @@ std::vector<pid_t> tree_pids(pid_t root) {
   return descendants(root);
 }
 
+std::vector<pid_t> proc_pids() {
+  std::vector<pid_t> out;
+  for (const std::string& name : names_in("/proc"))
+    if (name.find_first_not_of("0123456789") == std::string::npos)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  return out;
+}
+
 bool ProcessTree::shell_job() const {
   if (!root_is_session_leader) return true;
   return std::any_of(files.begin(), files.end(),
@@ -320,23 +352,19 @@ Result<ProcessTree> inspect_tree(pid_t root) {
   bool peers_read = false, inet_read = false;
   for (pid_t pid : t.pids) {
     const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-    std::error_code ec;
-    fs::directory_iterator it(dir, ec);
-    if (ec) {
+    if (access(dir.c_str(), R_OK) != 0) {
       if (pid == root)
-        return Error{errc_from_errno(ec.value()), "cannot read the open files of process " +
-                                                      std::to_string(pid) + " (" + ec.message() +
-                                                      ")"};
+        return errno_error("cannot read the open files of process " + std::to_string(pid));
       continue;  // a child that just exited
     }
-    for (const auto& e : it) {
+    for (const std::string& name : names_in(dir)) {
       OpenFile f;
       f.pid = pid;
-      f.fd = std::atoi(e.path().filename().c_str());
-      f.path = read_link(e.path().string());
-      if (f.path.empty()) continue;
+      f.fd = std::atoi(name.c_str());
+      f.path = read_link(dir + "/" + name);
+      if (f.path.empty()) continue;  // closed meanwhile
       read_fdinfo(pid, f.fd, f);
-      classify(f, e.path().string());
+      classify(f, dir + "/" + name);
       if (f.kind == FileKind::other_socket) {
         if (!inet_read) {  // the tree's network namespace: the root's
           inet_read = true;
@@ -350,7 +378,11 @@ Result<ProcessTree> inspect_tree(pid_t root) {
         if (auto s = inet.find(ino); s != inet.end()) {
           f.kind = s->second.kind;
           f.detail = s->second.detail;
-          f.external = f.kind == FileKind::tcp_socket && s->second.state == 1;  // ESTABLISHED
+          // Anything but LISTEN (10) and CLOSE (7) is a connection CRIU dumps only with
+          // --tcp-established or --tcp-close: ESTABLISHED, SYN_SENT, SYN_RECV, FIN_WAIT1/2,
+          // CLOSE_WAIT, LAST_ACK, CLOSING.
+          int st = s->second.state;
+          f.external = f.kind == FileKind::tcp_socket && st != 10 && st != 7;
         } else {
           if (!peers_read) {
             peers = unix_peers();
@@ -392,18 +424,17 @@ Status check_supported(const ProcessTree& tree, const Support& support) {
       case FileKind::tcp_socket:
         if (f.external && !support.tcp_close)
           return Error{Errc::unsupported,
-                       where(f) + " is an established TCP connection (" + f.detail +
+                       where(f) + " is a TCP connection (" + f.detail +
                            "); gcr cannot move it: close it first, or checkpoint with --tcp-close "
                            "(the restored process finds it closed)"};
         break;
       case FileKind::unix_socket:
         if (f.external) {
-          std::string peer = holder_of_socket(inode_of(f.detail));
-          // gcr's own control connections (gcr ps, another checkpoint) come and go; not the app's.
-          if (peer.find("(gcr") != std::string::npos) break;
+          SocketHolder peer = holder_of_socket(inode_of(f.detail));
+          if (peer.pid && is_gcr_itself(peer.pid)) break;
           return Error{Errc::unsupported,
                        where(f) + " is a unix socket connected to " +
-                           (peer.empty() ? "a process outside the checkpoint" : peer) +
+                           (peer.pid ? peer.name : "a process outside the checkpoint") +
                            ", which is not part of the checkpoint; checkpoint the process tree "
                            "that holds both ends, or close the connection first"};
         }

@@ -1,8 +1,8 @@
 # Shared by the end-to-end checkpoint tests: sourced after `set -euo pipefail` with the build dir
 # as $1 and TEST_NAME set. Skips (exit 77) without root; gives each test its own store, gcrd and
 # work dir under /var/tmp, kept on failure with the tails of its logs; kills what the test started
-# (add pids to `pids`). Helpers: fail, json_field, checksum_of, steps_in, wait_steps, wait_exit,
-# wait_for.
+# (add pids to `pids`). Helpers: fail, json_field, checksum_of, checksum_after, steps_in,
+# wait_steps, wait_exit, wait_for.
 BUILD=$(cd "$1" && pwd)
 [[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
 GCR=$BUILD/bin/gcr
@@ -38,6 +38,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
 checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
+# The checksum a restored run appended: the last one in LOG past its first BYTES bytes.
+checksum_after() { tail -c +$(($2 + 1)) "$1" | awk '/^checksum/ {c=$2} END {print c}'; }
 steps_in() { grep -c '^step' "$1" 2>/dev/null || true; }
 wait_steps() {  # LOG N: wait until the log shows N steps
   for _ in $(seq 1 1000); do

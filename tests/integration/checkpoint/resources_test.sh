@@ -31,11 +31,14 @@ round_trip() {  # PID LOG NAME WHAT [checkpoint options]: -R checkpoint, run to 
   wait_steps "$log" 5
   "$GCR" checkpoint "$p" -R --name "$name" "$@" > /dev/null || fail "checkpoint of a process holding $what"
   wait_exit "$p" "$log"
+  local len r
+  len=$(stat -c %s "$log")
   "$GCR" restore "$name" --json > "$T/$name-r.json" || fail "restore of a process holding $what"
-  local r
   r=$(json_field pid < "$T/$name-r.json")
   for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
-  [[ $(checksum_of "$log") == "$REF" ]] || fail "restored run holding $what ended with $(checksum_of "$log")"
+  ! kill -0 "$r" 2>/dev/null || fail "the restored run holding $what did not end"
+  [[ $(checksum_after "$log" "$len") == "$REF" ]] ||
+    fail "restored run holding $what ended with '$(checksum_after "$log" "$len")'"
   echo "ok: $what survive(s) checkpoint and restore"
 }
 KINDS=eventfd,timerfd,signalfd,inotify,epoll,memfd,tcp-listen,udp,unix-pair,deleted-small
@@ -69,7 +72,7 @@ refused() {  # KIND PATTERN [hold options]: the checkpoint is refused up front, 
 }
 
 echo "== refused up front"
-refused tcp-established "established TCP connection"
+refused tcp-established "is a TCP connection"
 refused io_uring "io_uring"
 refused deleted-large "deleted while open"
 python3 - "$T/peer.sock" <<'EOF' &

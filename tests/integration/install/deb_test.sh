@@ -14,7 +14,14 @@ if dpkg-query -W -f='${Status}' gcr 2>/dev/null | grep -q installed || [[ -e /us
   exit 77
 fi
 installed=0
-extra_cleanup() { if [[ $installed == 1 ]]; then dpkg -r gcr > /dev/null 2>&1 || true; fi; }
+extra_cleanup() {
+  if [[ $installed == 1 ]]; then dpkg -r gcr > /dev/null 2>&1 || true; fi
+  # What dpkg -r leaves by design (a masked unit, debhelper's way) goes too: this is a test.
+  if command -v deb-systemd-helper > /dev/null; then
+    deb-systemd-helper purge gcrd.socket > /dev/null 2>&1 || true
+    deb-systemd-helper unmask gcrd.socket > /dev/null 2>&1 || true
+  fi
+}
 
 (cd "$T" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" -B "$T/pkg" > "$T/cpack.log" 2>&1) ||
   fail "cpack: $(tail -n 20 "$T/cpack.log")"

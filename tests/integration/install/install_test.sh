@@ -39,6 +39,7 @@ MLP=("$@")
 pids=()
 HERE=$SRC/tests/integration/install
 source "$HERE/helpers.sh"  # read before the source tree's pieces are hidden
+cd "$T"  # not in the build tree (ctest's working directory) about to be hidden
 mkdir -p "$PREFIX"
 mount --bind "$T/root$PREFIX" "$PREFIX"
 mount -t tmpfs none "$BUILD"

@@ -167,3 +167,37 @@ TEST_CASE("a pipe within the tree is left to CRIU") {
   REQUIRE(plan);
   CHECK(plan->inherit.empty());
 }
+
+TEST_CASE("root opens a recorded path as the process's owner, never as root") {
+  if (geteuid() != 0) return;  // the case exists only for root
+  TempDir d;
+  // A directory only root may write: the target a symlink on the recorded path would lead to.
+  std::filesystem::path rootonly = d.path / "rootonly";
+  std::filesystem::create_directory(rootonly);
+  chmod(d.path.c_str(), 0755);
+  chmod(rootonly.c_str(), 0755);
+  std::string log = (rootonly / "train.log").string();
+  StreamOptions o;
+  o.owner_uid = 65534;  // nobody
+  o.owner_gid = 65534;
+  auto refused = plan_streams({file(10, 1, FileKind::regular, log, O_WRONLY, 5)}, 10, o);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.find("Permission denied") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(log));
+  // Root's own files (--stdout) are still root's to name, and root is root again afterwards.
+  o.stdout_file = (rootonly / "mine.log").string();
+  auto mine = plan_streams({file(10, 1, FileKind::pipe, "pipe:[3]", O_WRONLY)}, 10, o);
+  REQUIRE(mine);
+  CHECK(std::filesystem::exists(o.stdout_file));
+  // A file the owner may create is created as the owner.
+  std::filesystem::path shared = d.path / "shared";
+  std::filesystem::create_directory(shared);
+  chmod(shared.c_str(), 0777);
+  std::string theirs = (shared / "theirs.log").string();
+  auto created = plan_streams({file(10, 1, FileKind::regular, theirs, O_WRONLY, 0)}, 10,
+                              StreamOptions{65534, 65534});
+  REQUIRE(created);
+  struct stat st {};
+  REQUIRE(::stat(theirs.c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534u);
+}
