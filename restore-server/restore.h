@@ -27,6 +27,8 @@ struct RestoreRequest {
   // Restore into a PID namespace of its own. Also chosen when the checkpoint's pid is in use (the
   // original still runs, or another restore of the same image does).
   bool new_pid_namespace = false;
+  // Who asks: anyone but root restores only checkpoints whose META owner_uid is theirs.
+  uid_t client_uid = 0;
 };
 
 struct RestoreReport {
