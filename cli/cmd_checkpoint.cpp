@@ -271,6 +271,8 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_flag("--eager", ro.eager,
               "Load all device memory before the process runs (default: the process runs at once "
               "and waits only for memory it touches before it has arrived)");
+  r->add_flag("--new-pid-namespace", ro.new_pid_namespace,
+              "Restore into a PID namespace of its own (chosen anyway when the pid is in use)");
   r->add_flag("--json", ro.json, "Machine-readable output");
   r->footer(
       "The restored process gets its original pid: that pid must be free. The command "

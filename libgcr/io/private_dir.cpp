@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
 #include <vector>
 
 namespace gcr::io {
@@ -50,16 +51,6 @@ Status check_own(const struct stat& st, const fs::path& dir, uid_t uid) {
   return ok();
 }
 
-fs::path absolute_of(const fs::path& path) {
-  std::error_code ec;
-  fs::path abs = fs::absolute(path, ec);
-  if (ec) abs = path;
-  // Resolve what exists (root's symlinks such as /var/run -> /run); what follows is walked with
-  // O_NOFOLLOW, so a symlink swapped in later is an error, not a detour.
-  fs::path canon = fs::weakly_canonical(abs, ec);
-  return ec ? abs.lexically_normal() : canon;
-}
-
 Error open_error(const fs::path& dir, int err) {
   if (err == ELOOP || err == ENOTDIR)
     return Error{Errc::permission_denied,
@@ -68,60 +59,93 @@ Error open_error(const fs::path& dir, int err) {
   return errno_error("opening directory '" + dir.string() + "'", err);
 }
 
+void push_front(std::deque<std::string>& todo, const fs::path& p) {
+  std::vector<std::string> parts;
+  for (const auto& c : p.relative_path()) parts.push_back(c.string());
+  todo.insert(todo.begin(), parts.begin(), parts.end());
+}
+
+// Opens `path` one component at a time (O_NOFOLLOW), checking every directory it looks a name up
+// in (check_ancestor). A symlink is followed only when root or `uid` owns it: in a directory that
+// passed the check, nobody else could have put it there (the kernel's protected_symlinks rule).
+// The last directory is opened O_RDONLY when `readable`, else O_PATH.
+Result<UniqueFd> walk(const fs::path& path, bool create, bool readable, uid_t uid, fs::path* at) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  if (ec) abs = path;
+  std::deque<std::string> todo;
+  push_front(todo, abs);
+  if (todo.empty()) return Error{Errc::invalid_argument, "'/' cannot be a private directory"};
+  UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!cur) return errno_error("opening /");
+  *at = "/";
+  int links = 0;
+  while (!todo.empty()) {
+    std::string name = std::move(todo.front());
+    todo.pop_front();
+    if (name.empty() || name == ".") continue;
+    struct stat st {};
+    if (::fstat(cur.get(), &st) != 0) return errno_error("fstat '" + at->string() + "'");
+    GCR_TRY(check_ancestor(st, *at, uid));
+    fs::path next = name == ".." ? at->parent_path() : *at / name;
+    struct stat lst {};
+    if (::fstatat(cur.get(), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT || !create || name == "..") return open_error(next, errno);
+      if (::mkdirat(cur.get(), name.c_str(), 0700) != 0 && errno != EEXIST)
+        return errno_error("creating directory '" + next.string() + "'");
+    } else if (S_ISLNK(lst.st_mode)) {
+      if (lst.st_uid != 0 && lst.st_uid != uid)
+        return Error{Errc::permission_denied, "'" + next.string() + "' is a symlink of uid " +
+                                                  std::to_string(lst.st_uid) + ": refused"};
+      if (++links > 40) return open_error(next, ELOOP);
+      char target[4096];
+      ssize_t n = ::readlinkat(cur.get(), name.c_str(), target, sizeof target - 1);
+      if (n <= 0) return errno_error("reading symlink '" + next.string() + "'");
+      fs::path t(std::string(target, static_cast<std::size_t>(n)));
+      if (t.is_absolute()) {
+        cur = UniqueFd(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!cur) return errno_error("opening /");
+        *at = "/";
+      }
+      push_front(todo, t);
+      continue;
+    }
+    const int flags =
+        (todo.empty() && readable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    UniqueFd fd(::openat(cur.get(), name.c_str(), flags));
+    if (!fd) return open_error(next, errno);
+    cur = std::move(fd);
+    *at = next;
+  }
+  return cur;
+}
+
 }  // namespace
 
 Result<UniqueFd> open_private_dir(const fs::path& path, bool create) {
   const uid_t uid = geteuid();
-  fs::path abs = absolute_of(path);
-  std::vector<std::string> parts;
-  for (const auto& p : abs.relative_path()) parts.push_back(p.string());
-  if (parts.empty()) return Error{Errc::invalid_argument, "'/' cannot be a private directory"};
-  UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!cur) return errno_error("opening /");
-  fs::path at = "/";
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    struct stat st {};
-    if (::fstat(cur.get(), &st) != 0) return errno_error("fstat '" + at.string() + "'");
-    GCR_TRY(check_ancestor(st, at, uid));
-    fs::path next = at / parts[i];
-    // O_PATH: search permission is enough to pass through (a 0711 parent); the last one is opened
-    // for real, to be fchmod()ed, flock()ed and listed.
-    const int flags =
-        (i + 1 < parts.size() ? O_PATH : O_RDONLY) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    UniqueFd fd(::openat(cur.get(), parts[i].c_str(), flags));
-    if (!fd && errno == ENOENT && create) {
-      if (::mkdirat(cur.get(), parts[i].c_str(), 0700) != 0 && errno != EEXIST)
-        return errno_error("creating directory '" + next.string() + "'");
-      fd = UniqueFd(::openat(cur.get(), parts[i].c_str(), flags));
-    }
-    if (!fd) return open_error(next, errno);
-    cur = std::move(fd);
-    at = next;
-  }
+  fs::path at;
+  GCR_TRY_ASSIGN(UniqueFd dir, walk(path, create, true, uid, &at));
   struct stat st {};
-  if (::fstat(cur.get(), &st) != 0) return errno_error("fstat '" + at.string() + "'");
+  if (::fstat(dir.get(), &st) != 0) return errno_error("fstat '" + at.string() + "'");
   GCR_TRY(check_own(st, at, uid));
-  if ((st.st_mode & 077) && ::fchmod(cur.get(), 0700) != 0)
+  if ((st.st_mode & 077) && ::fchmod(dir.get(), 0700) != 0)
     return errno_error("making '" + at.string() + "' 0700");
-  return cur;
+  return dir;
 }
 
 Status check_trusted_parent(const fs::path& path, uid_t uid) {
-  fs::path abs = absolute_of(path);
-  fs::path at = "/";
-  std::vector<std::string> parts;
-  for (const auto& p : abs.parent_path().relative_path()) parts.push_back(p.string());
-  for (std::size_t i = 0; i <= parts.size(); ++i) {
-    struct stat st {};
-    if (::lstat(at.c_str(), &st) != 0) return open_error(at, errno);
-    if (S_ISLNK(st.st_mode)) return open_error(at, ELOOP);
-    if (i == parts.size() && (st.st_mode & 022))  // sticky or not: the name could be squatted
-      return Error{Errc::permission_denied, "the directory of gcrd's socket, '" + at.string() +
-                                                "' (mode " + mode_text(st.st_mode) +
-                                                "), is writable by other users: not trusted"};
-    GCR_TRY(check_ancestor(st, at, uid));
-    if (i < parts.size()) at /= parts[i];
-  }
+  fs::path at;
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  GCR_TRY_ASSIGN(UniqueFd dir, walk((ec ? path : abs).parent_path(), false, false, uid, &at));
+  struct stat st {};
+  if (::fstat(dir.get(), &st) != 0) return errno_error("fstat '" + at.string() + "'");
+  GCR_TRY(check_ancestor(st, at, uid));
+  if (st.st_mode & 022)  // sticky or not: another user could take the socket's name
+    return Error{Errc::permission_denied, "the directory of gcrd's socket, '" + at.string() +
+                                              "' (mode " + mode_text(st.st_mode) +
+                                              "), is writable by other users: not trusted"};
   return ok();
 }
 

@@ -2,7 +2,8 @@
 # Description: checkpoints and stores of other users (docs/security.md, "Store"). A checkpoint
 # records its owner (META owner_uid). Root's gcrd refuses to restore from a store another user
 # can write (it would run CRIU as root on that user's images), with a message that says so;
-# nobody's own gcrd refuses to restore a checkpoint that is root's, before CRIU runs.
+# nobody's own gcrd refuses to restore a checkpoint that is root's, before CRIU runs, and nobody's
+# `gcr image ls` does not show it.
 #
 #   store_owner_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
@@ -34,4 +35,8 @@ elif [[ $out != *"belongs to uid 0"* ]]; then
   bad "the refusal does not name the owner: $out"
 fi
 pkill -f "gcrd --socket $N/" 2>/dev/null || true
+
+step "nobody lists that store: root's checkpoint is not shown"
+listed=$(env HOME="$N" GCR_STORE="$N/store" "${AS_NOBODY[@]}" "$GCR" image ls --json 2>&1) || bad "nobody's image ls failed: $listed"
+[[ $listed != *'"mine"'* ]] || bad "nobody sees root's checkpoint: $listed"
 finish
