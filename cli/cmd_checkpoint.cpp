@@ -214,6 +214,15 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
   GCR_TRY_ASSIGN(store::CheckpointId id, store->resolve(o.name));
   GCR_TRY_ASSIGN(auto reader, store->open_checkpoint(id));
   const auto& m = reader->manifest();
+  // gcrd decides (restore.cpp); saying it here first keeps the refusal about whose checkpoint
+  // this is rather than about a file of theirs this user cannot open.
+  const std::string owner = m.meta_or("owner_uid");
+  if (geteuid() != 0 && owner != std::to_string(geteuid()))
+    return Error{Errc::permission_denied,
+                 "checkpoint " + id.hex().substr(0, 12) + " belongs to " +
+                     (owner.empty() ? std::string("no recorded owner (an older gcr wrote it)")
+                                    : "uid " + owner) +
+                     "; only root or its owner may restore it"};
   GCR_TRY_ASSIGN(auto files, criu::decode_files(m.meta_or("files")));
   for (const std::string& a : o.accept_changed) {
     std::error_code ec;

@@ -10,6 +10,7 @@
 #include "cmd_image.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -310,6 +311,15 @@ Status image_ls(Context& ctx, bool json) {
   GCR_TRY_ASSIGN(auto store, ctx.open_store());
   GCR_TRY_ASSIGN(auto infos, store->list());
   sort_by_creation(infos);
+  // Anyone but root sees only their own checkpoints (META owner_uid; docs/security.md) in a store
+  // they share; one written before owners were recorded is shown.
+  if (geteuid() != 0) {
+    const std::string me = std::to_string(geteuid());
+    std::erase_if(infos, [&](const auto& info) {
+      std::string owner = meta_str(info.meta, "owner_uid");
+      return !owner.empty() && owner != me;
+    });
+  }
   TagIndex tags = index_tags(infos);
 
   if (json) {

@@ -7,6 +7,7 @@
 // themselves in (g_users) and op_cow_end unmaps only after clearing g_table and seeing no reader.
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <map>
@@ -23,6 +24,11 @@
 namespace gcr::interpose {
 
 std::atomic<bool> g_cow_active{false};
+
+namespace {
+// The exit status of a restored process whose on-demand load could not complete (op_cow_end).
+constexpr int kExitNotLoaded = 70;  // EX_SOFTWARE
+}  // namespace
 std::atomic<bool> g_touch_waits{false};
 
 namespace {
@@ -244,6 +250,24 @@ void op_cow_end() {
   cow::TableHeader* table = g_table.load();
   if (!table) return;
   cow::Entry* entries = cow::entries(table);
+  if (table->kind == cow::kLoad) {
+    // An on-demand restore ends (gcrd's cow_end, or its session closing: gcrd died) with regions
+    // not loaded: releasing the threads that wait for them would run the program on memory it
+    // never got, to a wrong result. It ends here instead (docs/security.md); its checkpoint is
+    // unchanged and can be restored again.
+    std::uint32_t missing = 0;
+    for (std::size_t i = 0; i < g_copies.size(); ++i)
+      if (entries[i].state.load(std::memory_order_acquire) != cow::kDone) ++missing;
+    if (missing) {
+      std::fprintf(stderr,
+                   "gcr: the restore ended with %u of this process's %zu regions not loaded "
+                   "(did gcrd die?); ending the process rather than run it on memory it did not "
+                   "get. Restore the checkpoint again.\n",
+                   missing, g_copies.size());
+      std::fflush(stderr);
+      _exit(kExitNotLoaded);
+    }
+  }
   g_cow_active.store(false, std::memory_order_seq_cst);
   g_touch_waits.store(false, std::memory_order_seq_cst);
   for (std::uint32_t i = 0; i < table->count; ++i) {

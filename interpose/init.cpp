@@ -3,6 +3,7 @@
 // unmanaged. Nothing here runs from a constructor: a program that never calls CUDA never loads
 // the real driver or starts a thread.
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <mutex>
@@ -33,7 +34,18 @@ void atfork_child() {
   control_after_fork_child();
 }
 
+// A park receives and sends one fd per region, an unpark too: with the default soft limit of 1024
+// a process of more than about a thousand regions could not be parked (MSG_CTRUNC).
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 void start() {
+  raise_fd_limit();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (Status s = start_control_thread(); !s)
     std::fprintf(stderr,

@@ -19,6 +19,7 @@
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
 #include "keeper.h"
+#include "lineage.h"
 #include "pause_point.h"
 #include "work_dir.h"
 
@@ -58,13 +59,12 @@ std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind,
                                              const CheckpointRequest& req) {
   std::map<std::string, std::string> meta;
   meta["pid"] = std::to_string(pid);
+  meta["owner_uid"] = std::to_string(process_owner(pid));
   meta["files"] = criu::encode_files(tree);
-  // Whose rights a restore opens the recorded files with (cli/restore_streams.h).
+  // With owner_uid, whose rights a restore opens the recorded files with (restore_streams.h).
   struct stat st {};
-  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0) {
-    meta["owner_uid"] = std::to_string(st.st_uid);
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0)
     meta["owner_gid"] = std::to_string(st.st_gid);
-  }
   if (tree.shell_job()) meta["shell_job"] = "1";
   if (req.tcp_close) meta["tcp_close"] = "1";
   meta["cmdline"] = process_cmdline(pid);
@@ -83,6 +83,32 @@ std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind,
     }
   }
   return meta;
+}
+
+// Note [gcrd owns lineage]: the parent is gcrd's record of this process, when the process's own
+// claim agrees and the parent is still there and belongs to the process's owner; else none.
+Result<std::optional<store::CheckpointId>> choose_parent(store::Store& store, const ProcessKey& key,
+                                                         const std::string& claimed,
+                                                         const Progress& progress) {
+  auto recorded = lineage_last(key);
+  if (!recorded) return std::optional<store::CheckpointId>();
+  if (claimed != *recorded) {
+    progress("process " + std::to_string(key.pid) + " says its last checkpoint was '" +
+             claimed.substr(0, 64) + "', gcrd's record says " + recorded->substr(0, 12) +
+             ": storing a full checkpoint");
+    return std::optional<store::CheckpointId>();
+  }
+  auto id = store.resolve(*recorded);
+  if (!id) return std::optional<store::CheckpointId>();
+  GCR_TRY_ASSIGN(auto reader, store.open_checkpoint(*id));
+  const std::string owner = reader->manifest().meta_or("owner_uid");
+  if (owner != std::to_string(process_owner(key.pid))) {
+    progress("checkpoint " + recorded->substr(0, 12) + " belongs to uid '" + owner +
+             "', not to process " + std::to_string(key.pid) +
+             "'s owner: storing a full checkpoint");
+    return std::optional<store::CheckpointId>();
+  }
+  return std::optional<store::CheckpointId>(*id);
 }
 
 Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
@@ -166,6 +192,12 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
 
 }  // namespace
 
+uid_t process_owner(pid_t pid) {
+  struct stat st {};
+  std::string p = "/proc/" + std::to_string(pid);
+  return ::stat(p.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
 std::string process_cmdline(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
   std::stringstream ss;
@@ -206,10 +238,14 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.kind = "gcr";
   GCR_TRY_ASSIGN(control::StatusInfo before, client.status());
 
-  // Parent: the process's previous checkpoint, if it is still in the store.
-  std::optional<store::CheckpointId> parent;
-  if (!before.last_checkpoint.empty())
-    if (auto id = store.resolve(before.last_checkpoint)) parent = *id;
+  auto key = process_key(req.pid);
+  if (!key) return Error{Errc::not_found, "process " + std::to_string(req.pid) + " has exited"};
+  GCR_TRY_ASSIGN(std::optional<store::CheckpointId> parent,
+                 choose_parent(store, *key, before.last_checkpoint, progress));
+  // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
+  // stalls the process: it runs on until everything the checkpoint needs is in hand.
+  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr", tree, req), parent));
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
 
   auto t0 = Clock::now();
   progress("quiescing process " + std::to_string(req.pid));
@@ -257,12 +293,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     held.push_back(std::move(m).value());
   }
   pause_point("parked");
-  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr", tree, req), parent));
   std::string id = writer->id().hex();
   if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
   if (Status s = client.close(); !s) return unpark_on_error(std::move(s).error());
 
-  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
   progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
   // Without --leave-running the process is not ended by CRIU but left stopped, and ended only
@@ -358,6 +392,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   auto committed = writer->commit(req.tag);
   if (!committed) return let_stopped_go_on(std::move(committed).error());
   store::CommitInfo info = std::move(committed).value();
+  // Note [gcrd owns lineage]: only now is this checkpoint a parent the next one may name.
+  if (req.leave_running) lineage_record(*key, info.id.hex());
   if (end_after_commit) {
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
     // The whole tree CRIU dumped (and left stopped), workers too.

@@ -55,6 +55,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
                                             const CheckpointRequest& request,
                                             const Progress& progress);
 
+// The uid that owns pid (its /proc entry), or (uid_t)-1 if it is gone.
+uid_t process_owner(pid_t pid);
+
 // The command line of pid, NUL-separated as in /proc; empty if unreadable.
 std::string process_cmdline(pid_t pid);
 

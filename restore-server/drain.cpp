@@ -32,7 +32,7 @@ std::optional<std::uint32_t> next_entry(const CowTable& t, const std::vector<boo
     if (t.entry(i).wanted.load(std::memory_order_acquire) &&
         t.entry(i).state.load(std::memory_order_acquire) == cow::kPending)
       return i;
-    if (!best || t.entry(i).size > t.entry(*best).size) best = i;
+    if (!best || t.size(i) > t.size(*best)) best = i;
   }
   return best;
 }

@@ -5,6 +5,7 @@
 //   gcrd [--socket PATH] [--detach]      (normally started by `gcr`, or `gcr daemon`)
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +22,7 @@
 
 #include "checkpoint.h"
 #include "device.h"
+#include "gcr/private_dir.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
@@ -84,18 +86,58 @@ std::string read_request(int fd, std::vector<UniqueFd>& files) {
   return line;
 }
 
+// Parking a process hands gcrd one fd per region (and the keeper a copy of each): the default soft
+// limit of 1024 would fail a park of a thousand regions.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 uid_t owner_of(pid_t pid) {
   struct stat st;
   std::string p = "/proc/" + std::to_string(pid);
   return stat(p.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
 }
 
+fs::path store_root(const std::map<std::string, std::string>& f) {
+  auto it = f.find("store");
+  return it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
+}
+
 Result<std::shared_ptr<store::Store>> open_store(const std::map<std::string, std::string>& f) {
   store::StoreOptions o;
-  auto it = f.find("store");
-  o.root =
-      it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
+  o.root = store_root(f);
   return store::Store::open(o, true);
+}
+
+// A root restore runs CRIU as root on the store's images: a store that anyone but root could have
+// written (the client's GCR_STORE under `sudo -E`, say) could hold images that make CRIU restore a
+// root process running that user's code. Root, its two levels of entries, nobody else's.
+Status check_root_store(const fs::path& root) {
+  auto check = [](const fs::path& p) -> Status {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return errno_error("stat '" + p.string() + "'");
+    if (st.st_uid != 0 || (S_ISDIR(st.st_mode) && (st.st_mode & 022)) || S_ISLNK(st.st_mode))
+      return Error{Errc::permission_denied,
+                   "root restores only from a store that only root can write, and '" + p.string() +
+                       "' belongs to uid " + std::to_string(st.st_uid) +
+                       (S_ISLNK(st.st_mode) ? " and is a symlink" : "") +
+                       ((st.st_mode & 022) ? " and is writable by others" : "") +
+                       "; checkpoint into a store only root can write (GCR_STORE), or restore "
+                       "as that user with their own gcrd"};
+    return ok();
+  };
+  GCR_TRY(check(root));
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    GCR_TRY(check(e.path()));
+    if (e.is_directory(ec) && !e.is_symlink(ec))
+      for (const auto& f : fs::directory_iterator(e.path(), ec)) GCR_TRY(check(f.path()));
+  }
+  return ok();
 }
 
 Result<std::map<std::string, std::string>> serve(const std::string& verb,
@@ -152,6 +194,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
                                                  " is an O_PATH descriptor: send an open file"};
       req.inherit.push_back({key->second, std::move(files[i])});
     }
+    req.client_uid = client_uid;
+    if (geteuid() == 0) GCR_TRY(check_root_store(store_root(f)));
     GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
@@ -261,10 +305,17 @@ int main(int argc, char** argv) {
   std::error_code ec;
   g_self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
   signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
   if (UniqueFd activated = socket_from_systemd())
     return serve_forever(std::move(activated), "the socket systemd passed (gcrd.socket)");
-  fs::create_directories(socket_path.parent_path(), ec);
-  chmod(socket_path.parent_path().c_str(), 0700);
+  // The socket's directory, and the log in it, are gcrd's alone (Note [Private directories]):
+  // one another user made first is refused, never adopted.
+  auto socket_dir = io::open_private_dir(socket_path.parent_path(), true);
+  if (!socket_dir) {
+    std::fprintf(stderr, "gcrd: the directory of its socket: %s\n",
+                 socket_dir.error().message.c_str());
+    return 1;
+  }
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -294,11 +345,12 @@ int main(int argc, char** argv) {
     pid_t child = fork();
     if (child < 0) return 1;
     if (child > 0) _exit(0);  // the socket listens already: the starter may connect
-    fs::path logfile = socket_path.parent_path() / "gcrd.log";
-    int lfd = open(logfile.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (lfd >= 0) {
-      dup2(lfd, 2);
-      close(lfd);
+    auto lfd = io::open_private_file(socket_dir->get(), "gcrd.log", O_WRONLY | O_CREAT | O_APPEND);
+    if (lfd) {
+      dup2(lfd->get(), 2);
+    } else {
+      std::fprintf(stderr, "gcrd: not logging to %s/gcrd.log: %s\n",
+                   socket_path.parent_path().c_str(), lfd.error().message.c_str());
     }
   }
   return serve_forever(std::move(listener), socket_path.string());

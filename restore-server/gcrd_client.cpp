@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "gcr/private_dir.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_protocol.h"
 
@@ -40,6 +41,20 @@ Result<int> try_connect(const fs::path& socket) {
   std::strcpy(addr.sun_path, socket.c_str());
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return errno_error("connecting to gcrd at " + socket.string());
+  return fd.release();
+}
+
+// The process listening must be root or this user: a root client talks only to a root gcrd.
+Result<int> checked_peer(UniqueFd fd, const fs::path& socket) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return errno_error("SO_PEERCRED on gcrd's socket " + socket.string());
+  if (cred.uid != 0 && cred.uid != geteuid())
+    return Error{Errc::permission_denied, "the gcrd listening on " + socket.string() +
+                                              " runs as uid " + std::to_string(cred.uid) +
+                                              ", neither root nor uid " +
+                                              std::to_string(geteuid()) + ": not talking to it"};
   return fd.release();
 }
 
@@ -102,12 +117,18 @@ Result<std::string> read_line(int fd) {
 
 Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
                              const std::map<std::string, std::string>& env) {
-  if (auto fd = try_connect(socket)) return *fd;
+  // A socket in a directory another user can write (or made) may be theirs, and so may the
+  // "gcrd" behind it: refuse before sending it anything.
+  if (Status s = io::check_trusted_parent(socket, geteuid());
+      !s && s.error().code != Errc::not_found)
+    return Error{s.error().code,
+                 "not connecting to gcrd at " + socket.string() + ": " + s.error().message};
+  if (auto fd = try_connect(socket)) return checked_peer(UniqueFd(*fd), socket);
   GCR_TRY(start_gcrd(socket, binary, env));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
     auto fd = try_connect(socket);
-    if (fd) return *fd;
+    if (fd) return checked_peer(UniqueFd(*fd), socket);
     if (std::chrono::steady_clock::now() > deadline) return std::move(fd).error();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -10,12 +10,16 @@
 #include <string>
 #include <thread>
 
+#include "lineage.h"
+
 extern char** environ;
 
 namespace gcr::gcrd {
 namespace fs = std::filesystem;
 
-Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
+namespace {
+Result<Keeper> start_keeper(pid_t pid, const std::vector<control::ParkedRegion>& parked,
+                            bool restore) {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   fs::path bin = self.parent_path() / "gcr-keeper";
@@ -50,7 +54,10 @@ Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>
   if (rc != 0) return errno_error("starting " + arg0, rc);
   std::thread([child] { waitpid(child, nullptr, 0); }).detach();
 
-  std::string text = "pid " + std::to_string(pid) + "\n";
+  auto key = process_key(pid);
+  if (!key) return Error{Errc::not_found, "process " + std::to_string(pid) + " has exited"};
+  std::string text = "pid " + std::to_string(pid) + "\nstart " + std::to_string(key->start_time) +
+                     "\n" + (restore ? "mode restore\n" : "");
   for (const auto& r : parked)
     text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
             " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";
@@ -61,9 +68,16 @@ Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>
     if (w <= 0) return errno_error("telling the keeper what it keeps");
     off += static_cast<std::size_t>(w);
   }
-  Keeper k;
-  k.pipe_ = std::move(write_end);
-  return k;
+  return Keeper::from_pipe(std::move(write_end));
+}
+}  // namespace
+
+Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
+  return start_keeper(pid, parked, false);
+}
+
+Result<Keeper> Keeper::start_restore(pid_t pid) {
+  return start_keeper(pid, {}, true);
 }
 
 void Keeper::done() noexcept {

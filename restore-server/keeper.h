@@ -9,6 +9,14 @@
 // pipe closes without it, gcrd is dead and the keeper gives the memory back itself: it waits
 // until the process answers its control channel again (a CRIU dump that outlived gcrd finishes
 // first), unparks it and lets it run.
+//
+// A restore needs the same guard with the opposite remedy: between CRIU's restore and the moment
+// the process holds its memory (or the load table that makes it wait for it), the restored
+// process is parked and only gcrd can give it memory it does not have. If gcrd dies then, the
+// keeper (started with start_restore) ends the process rather than leave it parked forever; once
+// the process has the table, the interposer guards itself (op_cow_end ends a process whose loads
+// are pending when gcrd goes away). The keeper knows the process by pid and start time: a pid
+// reused by another process is left alone.
 #pragma once
 
 #include <sys/types.h>
@@ -25,12 +33,21 @@ class Keeper {
  public:
   // Starts gcr-keeper (next to gcrd's binary) with duplicates of the parked fds.
   static Result<Keeper> start(pid_t pid, const std::vector<control::ParkedRegion>& parked);
+  // For a restored process, still parked: ended if gcrd dies before done().
+  static Result<Keeper> start_restore(pid_t pid);
   Keeper() = default;
   Keeper(Keeper&&) noexcept = default;
   Keeper& operator=(Keeper&&) noexcept = default;
   // Without done(): the keeper makes sure the process is not left parked (gcrd returning early
   // on an error is treated like gcrd dying; a process that has its memory is left as it is).
   ~Keeper() = default;
+
+  // keeper.cpp's: the write end of a started keeper's pipe.
+  static Keeper from_pipe(UniqueFd pipe) {
+    Keeper k;
+    k.pipe_ = std::move(pipe);
+    return k;
+  }
 
   // The process has its memory back, or is gone: the keeper lets go and exits.
   void done() noexcept;

@@ -1,7 +1,8 @@
 // gcr-keeper: holds a parked process's device memory while gcrd checkpoints it, and gives it back
-// if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h). Started by gcrd only:
-// stdin is gcrd's pipe ("pid N", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4, ...,
-// "go", and later "done"); stdout/stderr are gcrd's log.
+// if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h); for a restored process not
+// yet given its memory, ends it instead. Started by gcrd only: stdin is gcrd's pipe ("pid N",
+// "start TICKS", optionally "mode restore", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4,
+// ..., "go", and later "done"); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
 
@@ -46,8 +47,56 @@ bool stopped_untraced(pid_t pid) {
   return stopped && !traced;
 }
 
-bool alive(pid_t pid) {
-  return kill(pid, 0) == 0 || errno == EPERM;
+// Field 22 of /proc/PID/stat; 0 if the process is gone.
+unsigned long long start_time(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  std::istringstream rest(p + 2);
+  std::string field;
+  for (int i = 3; i < 22; ++i) rest >> field;
+  unsigned long long start = 0;
+  rest >> start;
+  return start;
+}
+
+// The process gcrd named, not another one that got its pid since.
+bool alive(pid_t pid, unsigned long long start) {
+  return start_time(pid) == start;
+}
+
+// gcrd died before the restored process got its memory: a parked one is ended (it has nothing to
+// run on); one that has its memory, or the load table, is its own guard (op_cow_end).
+int end_restored(pid_t pid, unsigned long long start) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!alive(pid, start)) return 0;
+    auto client = control::Client::connect(pid, std::chrono::seconds(2));
+    if (!client && client.error().code == Errc::not_found) return 0;  // gone, or not under gcr
+    if (!client) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    auto status = client->status();
+    (void)client->close();
+    if (status && status->state != control::ProcessState::parked) return 0;
+    if (!alive(pid, start)) return 0;
+    kill(pid, SIGKILL);
+    std::fprintf(stderr,
+                 "gcr-keeper: gcrd died before restored process %d got its device memory; ended "
+                 "it (the checkpoint is unchanged: restore it again)\n",
+                 pid);
+    return 0;
+  }
+  if (alive(pid, start)) kill(pid, SIGKILL);
+  std::fprintf(stderr, "gcr-keeper: restored process %d did not answer for a minute; ended it\n",
+               pid);
+  return 1;
 }
 
 }  // namespace
@@ -55,6 +104,8 @@ bool alive(pid_t pid) {
 int main() {
   signal(SIGPIPE, SIG_IGN);
   pid_t pid = 0;
+  unsigned long long start = 0;
+  bool restore = false;
   std::vector<control::ParkedRegion> regions;
   std::string line;
   bool go = false;
@@ -64,6 +115,12 @@ int main() {
     in >> word;
     if (word == "pid") {
       in >> pid;
+    } else if (word == "start") {
+      in >> start;
+    } else if (word == "mode") {
+      std::string mode;
+      in >> mode;
+      restore = mode == "restore";
     } else if (word == "region") {
       control::ParkedRegion r;
       in >> r.region.address >> r.region.size >> r.region.device >> r.region.flags;
@@ -76,6 +133,7 @@ int main() {
   if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
   while (read_line(line))
     if (line == "done") return 0;
+  if (restore) return end_restored(pid, start);
 
   // gcrd is gone and never said done: the process is parked with its memory here.
   std::fprintf(stderr,
@@ -84,7 +142,7 @@ int main() {
                pid, regions.size());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!alive(pid)) return 0;
+    if (!alive(pid, start)) return 0;
     // A checkpoint without --leave-running leaves the process stopped until gcrd commits: gcrd
     // is gone, so it goes on, with the tree CRIU stopped with it. (Not while CRIU still traces
     // it: that one lets it go itself.)

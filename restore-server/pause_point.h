@@ -12,6 +12,8 @@
 //   reply      gcrd.cpp: the request is done (a checkpoint committed), the answer not yet sent
 // and of a restore:
 //   restored   restore.cpp: CRIU restored the process, it waits for its device memory
+//   load-table restore.cpp: (on demand) the process has the load table, is still parked
+//   loading    restore.cpp: (on demand) it runs, loading goes on
 #pragma once
 
 #include <unistd.h>

@@ -17,6 +17,8 @@
 
 #include "device.h"
 #include "gcr/control.h"
+#include "keeper.h"
+#include "lineage.h"
 #include "loader.h"
 #include "pause_point.h"
 #include "shared_table.h"
@@ -93,6 +95,13 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   RestoreReport rep;
   rep.id = id.hex();
   rep.kind = m.meta_or("kind", "gcr");
+  const std::string owner = m.meta_or("owner_uid");
+  if (req.client_uid != 0 && owner != std::to_string(req.client_uid))
+    return Error{Errc::permission_denied,
+                 "checkpoint " + rep.id.substr(0, 12) + " belongs to " +
+                     (owner.empty() ? std::string("no recorded owner (an older gcr wrote it)")
+                                    : "uid " + owner) +
+                     "; only root or its owner may restore it"};
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   if (req.device && (*req.device < 0 || *req.device >= gpu->device_count()))
     return Error{Errc::invalid_argument, "--device " + std::to_string(*req.device) +
@@ -217,6 +226,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   relays.clear();
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
+  // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
+  // memory (or the table that makes it wait for it), the keeper ends it.
+  Result<Keeper> keeper = records.empty() ? Result<Keeper>(Keeper()) : Keeper::start_restore(pid);
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   auto kill_restored = [&](Error e) -> Error {
@@ -235,25 +247,33 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       if (!fd) return kill_restored(std::move(fd).error());
       regions.push_back({records[i], std::move(fd).value()});
     }
+    if (!keeper) return kill_restored(std::move(keeper).error());
     auto client = control::Client::connect(pid, std::chrono::seconds(10));
     if (!client) return kill_restored(std::move(client).error());
+    // The table first, while the process is parked: from its unpark on, no region it has not got
+    // can be touched without waiting, and should this session end with loads pending, the
+    // interposer ends the process (op_cow_end) instead of letting it run on.
+    if (table)
+      if (Status s = client->cow_begin(table->fd(), table->count()); !s)
+        return kill_restored(std::move(s).error());
+    pause_point("load-table");
     if (Status s = client->unpark(regions); !s)
       return kill_restored(
           std::move(s)
               .context("giving restored process " + std::to_string(pid) + " its memory")
               .error());
-    if (table)
-      if (Status s = client->cow_begin(table->fd(), table->count()); !s)
-        return kill_restored(std::move(s).error());
     if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
+    keeper->done();
     rep.times_ns["unpark"] = ns_since(tu);
     rep.times_ns["resume"] = ns_since(t0);
     if (table) {
       progress("process " + std::to_string(pid) + " resumed; loading the rest of its memory");
+      pause_point("loading");
       Status loaded = loader->wait();
-      // Ends the waiting either way: after a failure the process is killed, not left hanging.
-      (void)client->cow_end();
+      // A failed load ends the process before anything releases its waiters: it never runs on
+      // bytes it did not get.
       if (!loaded) return kill_restored(std::move(loaded).error());
+      (void)client->cow_end();
       rep.times_ns["load"] = ns_since(tl);
       rep.times_ns["full"] = ns_since(t0);
       rep.wanted_regions = loader->wanted_regions();
@@ -263,6 +283,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     rep.times_ns["resume"] = ns_since(t0);
     rep.times_ns["full"] = ns_since(t0);
   }
+  if (keeper) keeper->done();
+  // Note [gcrd owns lineage]: the restored process's next checkpoint may build on this one.
+  if (auto key = process_key(pid)) lineage_record(*key, rep.id);
   if (loader) {
     rep.store_read_bytes = loader->store_read_bytes();
     rep.shared_bytes = loader->shared_bytes();

@@ -36,6 +36,8 @@ struct RestoreRequest {
     UniqueFd fd;
   };
   std::vector<Inherited> inherit;
+  // Who asks: anyone but root restores only checkpoints whose META owner_uid is theirs.
+  uid_t client_uid = 0;
 };
 
 struct RestoreReport {

@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include "gcr/chunk_id.h"
+#include "gcr/private_dir.h"
 
 namespace gcr::gcrd {
 namespace fs = std::filesystem;
@@ -49,38 +50,45 @@ void remove_abandoned(const fs::path& root) {
 
 }  // namespace
 
+fs::path work_root() {
+  if (const char* w = std::getenv("GCR_WORK_DIR"); w && *w) return w;
+  if (geteuid() == 0) return "/var/lib/gcr/work";
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return fs::path(x) / "gcr/work";
+  return "/var/tmp/gcr-" + std::to_string(geteuid());
+}
+
+Result<UniqueFd> open_work_root() {
+  fs::path root = work_root();
+  auto fd = io::open_private_dir(root, true);
+  if (!fd) return std::move(fd).context("gcrd's work directory");
+  return fd;
+}
+
 Result<WorkDir> WorkDir::create(const std::string& purpose) {
-  fs::path root;
-  if (const char* w = std::getenv("GCR_WORK_DIR"); w && *w)
-    root = w;
-  else
-    root = "/var/tmp/gcr-" + std::to_string(geteuid());
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return errno_error("creating work directory " + root.string(), ec.value());
-  fs::permissions(root, fs::perms::owner_all, ec);
+  fs::path root = work_root();
+  GCR_TRY_ASSIGN(UniqueFd root_fd, open_work_root());
   if (!keep_work()) remove_abandoned(root);
   // Made under a name remove_abandoned() skips, locked, then renamed: never unlocked under its
-  // final name while in use.
+  // final name while in use. The root is private (Note [Private directories]): nobody else can
+  // swap what is made in it.
   std::string name = purpose + "-" + store::Id128::random().hex().substr(0, 12);
-  fs::path making = root / ("." + name + ".new");
-  fs::create_directory(making, ec);
-  if (ec) return errno_error("creating " + making.string(), ec.value());
-  fs::permissions(making, fs::perms::owner_all, ec);
+  std::string making = "." + name + ".new";
+  if (::mkdirat(root_fd.get(), making.c_str(), 0700) != 0)
+    return errno_error("creating " + (root / making).string());
   WorkDir w;
-  w.lock_ = UniqueFd(::open(making.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  w.lock_ = UniqueFd(
+      ::openat(root_fd.get(), making.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!w.lock_ || ::flock(w.lock_.get(), LOCK_EX) != 0) {
-    Error e = errno_error("locking " + making.string());
-    fs::remove(making, ec);
+    Error e = errno_error("locking " + (root / making).string());
+    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
+    return e;
+  }
+  if (::renameat(root_fd.get(), making.c_str(), root_fd.get(), name.c_str()) != 0) {
+    Error e = errno_error("renaming " + (root / making).string() + " to " + name);
+    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
     return e;
   }
   w.path_ = root / name;
-  if (::rename(making.c_str(), w.path_.c_str()) != 0) {
-    Error e = errno_error("renaming " + making.string() + " to " + w.path_.string());
-    fs::remove(making, ec);
-    w.path_.clear();
-    return e;
-  }
   return w;
 }
 

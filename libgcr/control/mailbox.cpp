@@ -43,6 +43,12 @@ Result<MailboxMap> MailboxMap::map(int fd) {
     return make_error(Errc::protocol, "mailbox: " + std::to_string(st.st_size) +
                                           " bytes, a gcr mailbox has " +
                                           std::to_string(kMailboxBytes));
+  // The process may be hostile: a mailbox it could shrink after we map it would kill us with
+  // SIGBUS (gcrd, root). create_mailbox() seals it; anything else is refused.
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    return make_error(Errc::protocol, "mailbox: not sealed against shrinking (seals " +
+                                          std::to_string(seals) + "); not a gcr mailbox, refused");
   void* p = mmap(nullptr, kMailboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return errno_error("mailbox: mmap");
   MailboxMap m;

@@ -59,6 +59,16 @@ std::string how_it_ended(int rc) {
   return "exit " + std::to_string(rc);
 }
 
+// The pid CRIU (or its action script) wrote in `file`; 0 if none. Not through a symlink.
+pid_t read_pid_file(const fs::path& file) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[32] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n > 0 ? static_cast<pid_t>(std::atol(buf)) : 0;
+}
+
 }  // namespace
 
 Result<Tools> find_tools(const fs::path& self_dir) {
@@ -141,7 +151,7 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
   posix_spawn_file_actions_addclosefrom_np(&actions, static_cast<int>(3 + high.size()));
   if (!log.empty()) {
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+                                     O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   posix_spawnattr_t attr;
@@ -267,14 +277,17 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
   fs::path ready = o.image_dir / "restored.ready";
   fs::path script = o.image_dir / "gcr-action-script.sh";
   {
-    std::ofstream out(script);
-    out << "#!/bin/sh\n"
-        << "[ \"$CRTOOLS_SCRIPT_ACTION\" = post-resume ] || exit 0\n"
-        << "echo \"$CRTOOLS_INIT_PID\" > '" << ready.string() << ".tmp' && mv '" << ready.string()
-        << ".tmp' '" << ready.string() << "'\n";
-    if (!out) return Error{Errc::io_error, "cannot write " + script.string()};
+    // A new file, never one found there (O_EXCL, O_NOFOLLOW): CRIU runs it as gcrd's user.
+    std::string text =
+        "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" = post-resume ] || exit 0\necho "
+        "\"$CRTOOLS_INIT_PID\" > '" +
+        ready.string() + ".tmp' && mv '" + ready.string() + ".tmp' '" + ready.string() + "'\n";
+    int fd = ::open(script.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    bool written =
+        fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0) ::close(fd);
+    if (!written) return errno_error("cannot write " + script.string());
   }
-  fs::permissions(script, fs::perms::owner_all);
   std::vector<std::string> argv = {unshare->string(),
                                    "--pid",
                                    "--fork",
@@ -315,11 +328,7 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
   // unshare -> criu (the namespace's init) -> the restored root task, which is the child of criu
   // whose pid in the namespace is the one the action script wrote (criu's other children, such
   // as that very script, are not it).
-  pid_t inner = 0;
-  {
-    std::ifstream in(ready);
-    in >> inner;
-  }
+  pid_t inner = read_pid_file(ready);
   pid_t restored = 0;
   for (pid_t criu : children_of(child))
     for (pid_t task : children_of(criu))
@@ -362,12 +371,7 @@ Status restore(const Tools& tools, const RestoreOptions& o) {
   if (rc != 0)
     return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
                                      log.string() + ":" + log_tail(log)};
-  if (o.restored_pid) {
-    std::ifstream in(pidfile);
-    pid_t pid = 0;
-    in >> pid;
-    *o.restored_pid = pid;
-  }
+  if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
   return ok();
 }
 

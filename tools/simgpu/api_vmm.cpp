@@ -100,6 +100,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   std::string name = "simgpu-dev" + std::to_string(physical_device(dev));
   auto p = std::make_shared<PhysAlloc>();
   p->fd = make_memfd(name.c_str(), size);
+  // A real allocation's exported handle cannot be resized; a memfd can: sealed, so that an importer
+  // (gcrd) can trust its size whoever else holds the fd.
+  if (p->fd && !seal_size(p->fd.get())) p->fd.reset();
   if (!p->fd) {
     uncharge_device(dev, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -284,6 +287,9 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   struct stat st;
   if (theirs < 0 || fstat(theirs, &st) != 0 || st.st_size <= 0 || !aligned(st.st_size))
     return CUDA_ERROR_INVALID_VALUE;
+  // Only what cuMemCreate made: its size is sealed, so a mapping of it can never fault.
+  int seals = fcntl(theirs, F_GET_SEALS);
+  if (seals < 0 || (seals & kSizeSeals) != kSizeSeals) return CUDA_ERROR_INVALID_VALUE;
   int dev = device_of_memfd(theirs);
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_VALUE;  // not a simgpu allocation
   int fd = fcntl(theirs, F_DUPFD_CLOEXEC, 3);  // the caller keeps (and closes) its own fd

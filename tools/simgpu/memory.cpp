@@ -120,9 +120,13 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
 }
 
 UniqueFd make_memfd(const char* name, std::uint64_t size) {
-  UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
+  UniqueFd fd(memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd && ftruncate(fd.get(), static_cast<off_t>(size)) != 0) fd.reset();
   return fd;
+}
+
+bool seal_size(int fd) {
+  return fcntl(fd, F_ADD_SEALS, kSizeSeals) == 0;
 }
 
 int prot_of(unsigned access) {
@@ -315,6 +319,7 @@ CUresult memory_restore() {
   for_each_phys([&](PhysAlloc& p) {
     p.imported = false;  // the restored bytes are this process's own now
     p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
+    if (p.fd && !seal_size(p.fd.get())) p.fd.reset();
     // pwrite moves at most 0x7ffff000 bytes a call: loop, as save_phys's pread does.
     for (std::uint64_t done = 0; p.fd && done < p.size;) {
       ssize_t n =

@@ -12,6 +12,8 @@
 // stored in device memory is not translated, so twins cannot follow it (simt.h says so).
 #pragma once
 
+#include <fcntl.h>
+
 #include <cuda.h>
 #include <sys/types.h>
 
@@ -220,6 +222,9 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
 void unmap_alias(DevAddr addr, std::uint64_t size);
 int prot_of(unsigned access);
 UniqueFd make_memfd(const char* name, std::uint64_t size);
+// The seals of an exportable allocation's memfd: its size is fixed for every holder.
+inline constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+bool seal_size(int fd);
 CUresult heap_alloc(int device, std::uint64_t bytes, struct CUctx_st* ctx,
                     struct CUmemPoolHandle_st* pool, DevAddr* out);
 CUresult heap_free(DevAddr d);

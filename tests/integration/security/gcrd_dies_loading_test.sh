@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Description: gcrd killed during an on-demand restore (docs/security.md, "Restored processes").
+# mlp_train is checkpointed, then restored on demand with loading slowed down, and gcrd is killed
+# with SIGKILL at each point: after CRIU restored the process (still parked, no memory), after it
+# got the load table (still parked), and while it runs with loading under way. Each time the
+# restored process must either end or finish with the reference checksum: never run on to
+# another checksum, never stay parked. Then the checkpoint, unchanged, restores to the reference.
+#
+#   gcrd_dies_loading_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
+source "$(dirname "$0")/lib.sh"
+MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --footprint 64M --streams 2)
+LD_LIBRARY_PATH=$BUILD/simgpu "$MLP_BIN" --steps "$STEPS" --footprint 64M --quiet >"$T/ref64.log" 2>&1
+REF=$(checksum_of "$T/ref64.log")
+
+step "checkpoint"
+start "$T/a.log"
+wait_steps "$T/a.log" 40
+"$GCR" checkpoint "$P" --name c >/dev/null || fail "checkpoint"
+wait_gone "$P" 10 || fail "the checkpointed process did not end"
+
+for point in restored load-table loading; do
+  step "gcrd killed at $point"
+  stop_gcrd
+  : >"$T/a.log"
+  sleep 0.2
+  pause=60
+  [[ $point == loading ]] && pause=1
+  GCR_LOAD_MIB_PER_S=4 GCR_GCRD_PAUSE_AT=$point:$pause "$GCR" restore c >"$T/restore-$point.out" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 1000); do grep -q "paused at $point" "$GCRD_LOG" 2>/dev/null && break; sleep 0.02; done
+  grep -q "paused at $point" "$GCRD_LOG" || { bad "gcrd never reached $point: $(tail -3 "$GCRD_LOG")"; continue; }
+  [[ $point == loading ]] && sleep 1.5  # it runs, part of its memory still to come
+  g=$(gcrd_pid)
+  kill -9 "$g"
+  : >"$GCRD_LOG.old"; cat "$GCRD_LOG" >>"$GCRD_LOG.old"; : >"$GCRD_LOG"
+  rc=0
+  finish_run "$P" "$T/a.log" 0 || rc=$?
+  case $rc in
+    0) sum=$(checksum_of "$T/a.log")
+       [[ $sum == "$REF" ]] || bad "killed at $point: the restored process ran on to checksum $sum, not $REF"
+       echo "killed at $point: the process finished with the right checksum" ;;
+    1) bad "killed at $point: the restored process $P hangs (state $(awk '{print $3}' /proc/$P/stat 2>/dev/null))"
+       kill -9 "$P" 2>/dev/null || true ;;
+    2) echo "killed at $point: the process ended: $(grep -h "gcr:\|gcr-keeper" "$T/a.log" "$GCRD_LOG.old" | tail -2)" ;;
+  esac
+  wait_gone "$P" 10 || true
+done
+
+step "the checkpoint restores to the reference"
+stop_gcrd
+: >"$T/a.log"
+restore_check c "$T/a.log" "after gcrd's deaths"
+finish
