@@ -852,7 +852,8 @@ void register_image_commands(CLI::App& app, Context& ctx) {
 
   {
     auto json = std::make_shared<bool>(false);
-    CLI::App* ls = image->add_subcommand("ls", "List checkpoints, oldest first");
+    CLI::App* ls = image->add_subcommand(
+        "ls", "List checkpoints, oldest first (anyone but root: only their own)");
     ls->alias("list");
     ls->footer(
         "SIZE is a checkpoint's logical size (all the bytes it names); WRITTEN is what it added "

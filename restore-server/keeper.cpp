@@ -18,8 +18,19 @@ namespace gcr::gcrd {
 namespace fs = std::filesystem;
 
 namespace {
-Result<Keeper> start_keeper(pid_t pid, const std::vector<control::ParkedRegion>& parked,
-                            bool restore) {
+Status write_all(int fd, const std::string& text) {
+  for (std::size_t off = 0; off < text.size();) {
+    ssize_t w = write(fd, text.data() + off, text.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return errno_error("telling the keeper what it keeps");
+    off += static_cast<std::size_t>(w);
+  }
+  return ok();
+}
+
+// Starts gcr-keeper with the parked fds at 3, 4, ... and tells it `text`.
+Result<Keeper> start_keeper(const std::string& text,
+                            const std::vector<control::ParkedRegion>& parked) {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   fs::path bin = self.parent_path() / "gcr-keeper";
@@ -54,30 +65,36 @@ Result<Keeper> start_keeper(pid_t pid, const std::vector<control::ParkedRegion>&
   if (rc != 0) return errno_error("starting " + arg0, rc);
   std::thread([child] { waitpid(child, nullptr, 0); }).detach();
 
+  GCR_TRY(write_all(write_end.get(), text));
+  return Keeper::from_pipe(std::move(write_end));
+}
+
+Result<std::string> process_lines(pid_t pid) {
   auto key = process_key(pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(pid) + " has exited"};
-  std::string text = "pid " + std::to_string(pid) + "\nstart " + std::to_string(key->start_time) +
-                     "\n" + (restore ? "mode restore\n" : "");
-  for (const auto& r : parked)
-    text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
-            " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";
-  text += "go\n";
-  for (std::size_t off = 0; off < text.size();) {
-    ssize_t w = write(write_end.get(), text.data() + off, text.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return errno_error("telling the keeper what it keeps");
-    off += static_cast<std::size_t>(w);
-  }
-  return Keeper::from_pipe(std::move(write_end));
+  return "pid " + std::to_string(pid) + "\nstart " + std::to_string(key->start_time) + "\n";
 }
 }  // namespace
 
 Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
-  return start_keeper(pid, parked, false);
+  GCR_TRY_ASSIGN(std::string text, process_lines(pid));
+  for (const auto& r : parked)
+    text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
+            " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";
+  return start_keeper(text + "go\n", parked);
 }
 
-Result<Keeper> Keeper::start_restore(pid_t pid) {
-  return start_keeper(pid, {}, true);
+Result<Keeper> Keeper::start_restore(const fs::path& pidfile) {
+  std::string text = "mode restore\n";
+  if (!pidfile.empty() && pidfile.string().find('\n') == std::string::npos)
+    text += "pidfile " + pidfile.string() + "\n";
+  return start_keeper(text, {});
+}
+
+Status Keeper::restored(pid_t pid) {
+  if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
+  GCR_TRY_ASSIGN(std::string text, process_lines(pid));
+  return write_all(pipe_.get(), text + "go\n");
 }
 
 void Keeper::done() noexcept {

@@ -10,7 +10,7 @@
 // until the process answers its control channel again (a CRIU dump that outlived gcrd finishes
 // first), unparks it and lets it run.
 //
-// A restore needs the same guard with the opposite remedy: between CRIU's restore and the moment
+// A restore needs the same guard with the opposite remedy: from CRIU's restore to the moment
 // the process holds its memory (or the load table that makes it wait for it), the restored
 // process is parked and only gcrd can give it memory it does not have. If gcrd dies then, the
 // keeper (started with start_restore) ends the process rather than leave it parked forever; once
@@ -21,6 +21,7 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "gcr/control.h"
@@ -33,8 +34,11 @@ class Keeper {
  public:
   // Starts gcr-keeper (next to gcrd's binary) with duplicates of the parked fds.
   static Result<Keeper> start(pid_t pid, const std::vector<control::ParkedRegion>& parked);
-  // For a restored process, still parked: ended if gcrd dies before done().
-  static Result<Keeper> start_restore(pid_t pid);
+  // For a restore, started before CRIU runs: once restored(pid) names the process, it is ended if
+  // gcrd dies before done(); should gcrd die before that, while CRIU restores, the keeper learns
+  // the pid from `pidfile` (CRIU's --pidfile; empty: no such file, nothing it can do).
+  static Result<Keeper> start_restore(const std::filesystem::path& pidfile);
+  Status restored(pid_t pid);
   Keeper() = default;
   Keeper(Keeper&&) noexcept = default;
   Keeper& operator=(Keeper&&) noexcept = default;

@@ -99,6 +99,26 @@ int end_restored(pid_t pid, unsigned long long start) {
   return 1;
 }
 
+// gcrd died while CRIU was restoring: CRIU goes on and writes the restored pid to its pidfile.
+// Only a process started after this keeper is taken for the restored one.
+int end_restored_from(const std::string& pidfile) {
+  const unsigned long long self_start = start_time(getpid());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::FILE* f = std::fopen(pidfile.c_str(), "re");
+    if (f) {
+      long pid = 0;
+      bool read = std::fscanf(f, "%ld", &pid) == 1;
+      std::fclose(f);
+      unsigned long long start = read && pid > 0 ? start_time(static_cast<pid_t>(pid)) : 0;
+      if (start == 0 || start < self_start) return 0;  // gone, or not the one CRIU restored
+      return end_restored(static_cast<pid_t>(pid), start);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main() {
@@ -106,6 +126,7 @@ int main() {
   pid_t pid = 0;
   unsigned long long start = 0;
   bool restore = false;
+  std::string pidfile;
   std::vector<control::ParkedRegion> regions;
   std::string line;
   bool go = false;
@@ -117,6 +138,8 @@ int main() {
       in >> pid;
     } else if (word == "start") {
       in >> start;
+    } else if (word == "pidfile") {
+      pidfile = line.substr(8);
     } else if (word == "mode") {
       std::string mode;
       in >> mode;
@@ -130,6 +153,7 @@ int main() {
       go = true;
     }
   }
+  if (!go && restore && !pidfile.empty()) return end_restored_from(pidfile);
   if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
   while (read_line(line))
     if (line == "done") return 0;

@@ -199,6 +199,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     progress("pid " + std::to_string(rep.original_pid) +
              " is in use: restoring into a new PID namespace");
   }
+  // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
+  // memory (or the table that makes it wait for it), the keeper ends it; from now, as CRIU may
+  // finish restoring it after gcrd is gone.
+  Result<Keeper> keeper = Keeper();
+  if (!records.empty())
+    keeper = Keeper::start_restore(rep.new_pid_namespace ? std::filesystem::path()
+                                                         : work.path() / "restored.pid");
+  if (!keeper) return std::move(keeper).error();
   progress("restoring the process with CRIU");
   auto tc = Clock::now();
   pid_t pid = 0;
@@ -215,20 +223,26 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, as
     // root: anything but an anonymous pipe gets a pipe of gcrd's that copies into it.
     if (in.key.rfind("pipe:[", 0) == 0 && !may_reopen_as_pipe(fd)) {
-      GCR_TRY_ASSIGN(UniqueFd w, relay_into(fd));
-      fd = w.get();
-      relays.push_back(std::move(w));
+      auto w = relay_into(fd);
+      if (!w) {
+        keeper->done();  // no process to guard
+        return std::move(w).error();
+      }
+      fd = w->get();
+      relays.push_back(std::move(w).value());
     }
     ro.inherit.push_back({in.key, fd});
   }
-  GCR_TRY(criu::restore(tools, ro));
+  if (Status restored = criu::restore(tools, ro); !restored) {
+    keeper->done();  // no process to guard
+    return std::move(restored).error();
+  }
   criu_lock.unlock();
   relays.clear();
   rep.times_ns["criu"] = ns_since(tc);
   rep.pid = pid;
-  // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
-  // memory (or the table that makes it wait for it), the keeper ends it.
-  Result<Keeper> keeper = records.empty() ? Result<Keeper>(Keeper()) : Keeper::start_restore(pid);
+  if (!records.empty())
+    if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   auto kill_restored = [&](Error e) -> Error {
@@ -247,7 +261,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       if (!fd) return kill_restored(std::move(fd).error());
       regions.push_back({records[i], std::move(fd).value()});
     }
-    if (!keeper) return kill_restored(std::move(keeper).error());
+    if (!keeper) return kill_restored(Error(keeper.error()));
     auto client = control::Client::connect(pid, std::chrono::seconds(10));
     if (!client) return kill_restored(std::move(client).error());
     // The table first, while the process is parked: from its unpark on, no region it has not got

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Description: gcrd killed during an on-demand restore (docs/security.md, "Restored processes").
 # mlp_train is checkpointed, then restored on demand with loading slowed down, and gcrd is killed
-# with SIGKILL at each point: after CRIU restored the process (still parked, no memory), after it
+# with SIGKILL at each point: while CRIU restores it (CRIU paused in its post-restore action, and
+# let go once gcrd is dead), after CRIU restored the process (still parked, no memory), after it
 # got the load table (still parked), and while it runs with loading under way. Each time the
 # restored process must either end or finish with the reference checksum: never run on to
 # another checksum, never stay parked. Then the checkpoint, unchanged, restores to the reference.
@@ -18,21 +19,31 @@ wait_steps "$T/a.log" 40
 "$GCR" checkpoint "$P" --name c >/dev/null || fail "checkpoint"
 wait_gone "$P" 10 || fail "the checkpointed process did not end"
 
-for point in restored load-table loading; do
+for point in criu restored load-table loading; do
   step "gcrd killed at $point"
   stop_gcrd
   : >"$T/a.log"
   sleep 0.2
   pause=60
   [[ $point == loading ]] && pause=1
-  GCR_LOAD_MIB_PER_S=4 GCR_GCRD_PAUSE_AT=$point:$pause "$GCR" restore c >"$T/restore-$point.out" 2>&1 &
-  pids+=("$!")
-  for _ in $(seq 1 1000); do grep -q "paused at $point" "$GCRD_LOG" 2>/dev/null && break; sleep 0.02; done
-  grep -q "paused at $point" "$GCRD_LOG" || { bad "gcrd never reached $point: $(tail -3 "$GCRD_LOG")"; continue; }
+  rm -f "$T/criu-paused" "$T/criu-go"
+  log0=$(wc -l <"$GCRD_LOG" 2>/dev/null || echo 0)
+  if [[ $point == criu ]]; then
+    echo post-restore >"$T/criu-pause-at"
+    GCR_LOAD_MIB_PER_S=4 "$GCR" restore c >"$T/restore-$point.out" 2>&1 &
+    pids+=("$!")
+    for _ in $(seq 1 1000); do [[ -e $T/criu-paused ]] && break; sleep 0.02; done
+    [[ -e $T/criu-paused ]] || { bad "CRIU never paused in post-restore"; continue; }
+  else
+    GCR_LOAD_MIB_PER_S=4 GCR_GCRD_PAUSE_AT=$point:$pause "$GCR" restore c >"$T/restore-$point.out" 2>&1 &
+    pids+=("$!")
+    for _ in $(seq 1 1000); do grep -q "paused at $point" "$GCRD_LOG" 2>/dev/null && break; sleep 0.02; done
+    grep -q "paused at $point" "$GCRD_LOG" || { bad "gcrd never reached $point: $(tail -3 "$GCRD_LOG")"; continue; }
+  fi
   [[ $point == loading ]] && sleep 1.5  # it runs, part of its memory still to come
   g=$(gcrd_pid)
   kill -9 "$g"
-  : >"$GCRD_LOG.old"; cat "$GCRD_LOG" >>"$GCRD_LOG.old"; : >"$GCRD_LOG"
+  [[ $point == criu ]] && { sleep 0.3; touch "$T/criu-go"; }
   rc=0
   finish_run "$P" "$T/a.log" 0 || rc=$?
   case $rc in
@@ -41,7 +52,8 @@ for point in restored load-table loading; do
        echo "killed at $point: the process finished with the right checksum" ;;
     1) bad "killed at $point: the restored process $P hangs (state $(awk '{print $3}' /proc/$P/stat 2>/dev/null))"
        kill -9 "$P" 2>/dev/null || true ;;
-    2) echo "killed at $point: the process ended: $(grep -h "gcr:\|gcr-keeper" "$T/a.log" "$GCRD_LOG.old" | tail -2)" ;;
+    2) sleep 0.2
+       echo "killed at $point: the process ended: $({ cat "$T/a.log"; tail -n +$((log0 + 1)) "$GCRD_LOG"; } | grep "gcr: the restore\|gcr-keeper.* $P " | tail -1)" ;;
   esac
   wait_gone "$P" 10 || true
 done

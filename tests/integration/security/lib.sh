@@ -19,7 +19,7 @@ N=$T/nobody
 mkdir -p "$N" && chown nobody:nogroup "$N"
 SHARED=$T/shared
 mkdir -m 1777 "$SHARED"
-FORGE=$BUILD/tests/integration/security/gcr_forge
+FORGE=${GCR_FORGE:-$BUILD/tests/integration/security/gcr_forge}
 [[ -x $FORGE ]] || fail "gcr_forge not built in $BUILD"
 # CRIU dumps another user's process only with CAP_SYS_RESOURCE (prlimit on it): where root lacks
 # it (some containers), the attacks that need nobody's process dumped run it as root instead.
