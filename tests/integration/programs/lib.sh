@@ -116,7 +116,10 @@ checkpoint_scenarios() {  # TAG REF CMD...
   local p left
   for _ in $(seq 1 500); do
     left=""
-    for p in $tree; do kill -0 "$p" 2>/dev/null && left+=" $p($(awk '{print $3}' /proc/"$p"/stat 2>/dev/null))"; done
+    # (A process may go between kill -0 and awk: that awk failing must not end the test.)
+    for p in $tree; do
+      if kill -0 "$p" 2>/dev/null; then left+=" $p($(awk '{print $3}' /proc/"$p"/stat 2>/dev/null || true))"; fi
+    done
     [[ -z $left ]] && break
     sleep 0.02
   done
