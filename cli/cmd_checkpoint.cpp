@@ -54,20 +54,6 @@ std::string field(const std::map<std::string, std::string>& f, const std::string
   return it == f.end() ? "" : it->second;
 }
 
-// Whether pid has a CUDA driver mapped (the NVIDIA driver, simgpu or gcr's interposer: each is a
-// libcuda.so*); nullopt when its maps cannot be read (another user's process).
-std::optional<bool> maps_libcuda(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  bool any = false;
-  for (std::string line; std::getline(in, line);) {
-    any = true;
-    auto slash = line.rfind('/');
-    if (slash != std::string::npos && line.compare(slash + 1, 10, "libcuda.so") == 0) return true;
-  }
-  if (!any) return std::nullopt;
-  return false;
-}
-
 // gcrd serves root and the user it runs as. Another user's gcrd (GCR_GCRD_SOCKET pointing at it)
 // would refuse us, and ours cannot start there: say so rather than "gcrd failed to start".
 Status check_socket_owner(const std::filesystem::path& socket) {
@@ -124,7 +110,7 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < o.pids.size(); ++i) {
     threads.emplace_back([&, i] {
-      cuda[i] = maps_libcuda(o.pids[i]);  // before: without --leave-running it is gone after
+      cuda[i] = criu::maps_libcuda(o.pids[i]);  // before: without --leave-running it is gone after
       auto conn = gcrd_connection();
       if (!conn) {
         results[i] = std::move(conn).error();

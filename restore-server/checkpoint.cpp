@@ -59,12 +59,13 @@ std::map<std::string, std::string> base_meta(pid_t pid, const std::string& kind,
                                              const CheckpointRequest& req) {
   std::map<std::string, std::string> meta;
   meta["pid"] = std::to_string(pid);
-  meta["owner_uid"] = std::to_string(process_owner(pid));
-  meta["files"] = criu::encode_files(tree);
-  // With owner_uid, whose rights a restore opens the recorded files with (restore_streams.h).
+  // The owner: whose checkpoint it is, and whose rights a restore opens the recorded files with
+  // (restore_streams.h). uid -1 when /proc cannot tell, as process_owner() says.
   struct stat st {};
-  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0)
-    meta["owner_gid"] = std::to_string(st.st_gid);
+  bool known = ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+  meta["owner_uid"] = std::to_string(known ? st.st_uid : static_cast<uid_t>(-1));
+  if (known) meta["owner_gid"] = std::to_string(st.st_gid);
+  meta["files"] = criu::encode_files(tree);
   if (tree.shell_job()) meta["shell_job"] = "1";
   if (req.tcp_close) meta["tcp_close"] = "1";
   meta["cmdline"] = process_cmdline(pid);

@@ -165,25 +165,6 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
   return child;
 }
 
-// The pids whose parent is `parent`, from /proc.
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (pid_t pid : proc_pids()) {
-    const std::string name = std::to_string(pid);
-    std::ifstream in("/proc/" + name + "/stat");
-    std::string stat;
-    std::getline(in, stat);
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
 // The last NSpid of /proc/PID/status: the pid as its own (innermost) PID namespace sees it.
 pid_t pid_in_own_namespace(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -76,6 +77,31 @@ std::vector<std::string> names_in(const std::string& dir) {
   closedir(d);
   return out;
 }
+
+}  // namespace
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (pid_t pid : proc_pids()) {
+    pid_t ppid = 0, sid = 0;
+    if (stat_fields(pid, ppid, sid) && ppid == parent) out.push_back(pid);
+  }
+  return out;
+}
+
+std::optional<bool> maps_libcuda(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  bool any = false;
+  for (std::string line; std::getline(in, line);) {
+    any = true;
+    auto slash = line.rfind('/');
+    if (slash != std::string::npos && line.compare(slash + 1, 10, "libcuda.so") == 0) return true;
+  }
+  if (!any) return std::nullopt;
+  return false;
+}
+
+namespace {
 
 // root and every descendant, breadth first.
 std::vector<pid_t> descendants(pid_t root) {
@@ -178,15 +204,6 @@ std::map<std::uint64_t, std::uint64_t> unix_peers() {
       peers[d->udiag_ino] = peer;
     }
   }
-}
-
-bool maps_libcuda(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  for (std::string line; std::getline(in, line);) {
-    auto slash = line.rfind('/');
-    if (slash != std::string::npos && line.compare(slash + 1, 10, "libcuda.so") == 0) return true;
-  }
-  return false;
 }
 
 struct SocketHolder {
@@ -418,7 +435,7 @@ Result<ProcessTree> inspect_tree(pid_t root) {
 Status check_supported(const ProcessTree& tree, const Support& support) {
   std::set<pid_t> cuda;
   for (pid_t p : tree.pids)
-    if (maps_libcuda(p)) cuda.insert(p);
+    if (maps_libcuda(p).value_or(false)) cuda.insert(p);
   for (const auto& f : tree.files) {
     switch (f.kind) {
       case FileKind::tcp_socket:

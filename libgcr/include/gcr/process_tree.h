@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ std::vector<pid_t> tree_pids(pid_t root);
 
 // Every pid in /proc (read with readdir; processes that come and go are no error).
 std::vector<pid_t> proc_pids();
+// The pids whose parent is `parent`, from /proc.
+std::vector<pid_t> children_of(pid_t parent);
+// Whether pid has a CUDA driver mapped (the NVIDIA driver, simgpu or gcr's interposer: each is a
+// libcuda.so*); nullopt when its maps cannot be read (gone, or another user's).
+std::optional<bool> maps_libcuda(pid_t pid);
 
 struct Support {
   bool tcp_close = false;  // established TCP connections are dumped as closed (--tcp-close)

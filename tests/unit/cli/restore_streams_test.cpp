@@ -194,8 +194,10 @@ TEST_CASE("root opens a recorded path as the process's owner, never as root") {
   std::filesystem::create_directory(shared);
   chmod(shared.c_str(), 0777);
   std::string theirs = (shared / "theirs.log").string();
-  auto created = plan_streams({file(10, 1, FileKind::regular, theirs, O_WRONLY, 0)}, 10,
-                              StreamOptions{65534, 65534});
+  StreamOptions as_nobody;
+  as_nobody.owner_uid = 65534;
+  as_nobody.owner_gid = 65534;
+  auto created = plan_streams({file(10, 1, FileKind::regular, theirs, O_WRONLY, 0)}, 10, as_nobody);
   REQUIRE(created);
   struct stat st {};
   REQUIRE(::stat(theirs.c_str(), &st) == 0);
