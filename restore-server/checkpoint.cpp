@@ -136,10 +136,10 @@ bool give_memory_back(pid_t pid, const std::vector<control::ParkedRegion>& parke
   (void)ensure_cuda_running(pid);
   auto again = control::Client::connect(pid, std::chrono::seconds(10));
   if (!again) return false;
-  (void)again->unpark(parked);
+  Status unparked = again->unpark(parked);
   (void)again->resume();
   (void)again->close();
-  return true;
+  return static_cast<bool>(unparked);
 }
 
 // After a --leave-running dump: the process must be able to make CUDA calls again.
@@ -286,17 +286,23 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   // Import every region into gcrd: it is how gcrd reads them, and holds them.
   std::vector<MappedAllocation> held;
+  // The memory is back where it belongs: the keeper has nothing left to protect.
+  auto unpark_kept_on_error = [&](Error e) -> Error {
+    if (client.unpark(parked)) keeper->done();
+    (void)client.resume();
+    return e;
+  };
   for (const auto& p : parked) {
     auto m = MappedAllocation::import(p.fd.get(), p.region.size);
     if (!m)
-      return unpark_on_error(
+      return unpark_kept_on_error(
           with_context(std::move(m).error(), "importing region " + hex_address(p.region.address)));
     held.push_back(std::move(m).value());
   }
   pause_point("parked");
   std::string id = writer->id().hex();
-  if (Status s = client.new_epoch(id); !s) return unpark_on_error(std::move(s).error());
-  if (Status s = client.close(); !s) return unpark_on_error(std::move(s).error());
+  if (Status s = client.new_epoch(id); !s) return unpark_kept_on_error(std::move(s).error());
+  if (Status s = client.close(); !s) return unpark_kept_on_error(std::move(s).error());
 
   progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
@@ -311,7 +317,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (!dumped) {
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
     // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
-    give_memory_back(req.pid, parked);
+    if (give_memory_back(req.pid, parked)) keeper->done();
     return std::move(dumped).error();
   }
   pause_point("dumped");
