@@ -1,6 +1,7 @@
 // cuMemAlloc and friends: every allocation path of the program lands in regions, small ones in
-// shared slabs (Note [Regions and slabs]). Also the program's own VMM calls, and the queries whose
-// answers must describe gcr's sub-allocations rather than the slab behind them.
+// shared slabs (Note [Regions and slabs]). Also the program's address reservations, and the
+// queries whose answers must describe gcr's sub-allocations rather than the slab behind them. The
+// program's own allocation handles are in vmm.cpp.
 #include "alloc.h"
 
 #include <cstdio>
@@ -514,56 +515,6 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     }
   }
   return real->cuMemAddressFree(ptr, size);
-}
-
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                     const CUmemAllocationProp* prop, unsigned long long flags) {
-  const RealDriver* real = real_driver();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged) return real->cuMemCreate(handle, size, prop, flags);
-  GateScope gate;
-  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
-    return real->cuMemCreate(handle, size, prop, flags);
-  // gcr parks memory by exporting it: every device allocation must be exportable as an fd.
-  CUmemAllocationProp p = *prop;
-  p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(
-      p.requestedHandleTypes | CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  CUresult r = real->cuMemCreate(handle, size, &p, flags);
-  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
-    r = real->cuMemCreate(handle, size, prop, flags);
-  return r;
-}
-
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                  unsigned long long flags) {
-  const RealDriver* real = real_driver();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged) return real->cuMemMap(ptr, size, offset, handle, flags);
-  // A region mapped while parked would be one that unpark was not given: wait at the gate.
-  GateScope gate;
-  CUresult r = real->cuMemMap(ptr, size, offset, handle, flags);
-  if (r != CUDA_SUCCESS) return r;
-  CUmemAllocationProp prop{};
-  std::uint32_t device = 0;
-  if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handle) == CUDA_SUCCESS)
-    device = static_cast<std::uint32_t>(prop.location.id);
-  std::lock_guard lock(g_region_mu);
-  register_user_region(ptr, size, offset, device);
-  return r;
-}
-
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  const RealDriver* real = real_driver();
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_unmanaged) return real->cuMemUnmap(ptr, size);
-  GateScope gate;
-  CUresult r = real->cuMemUnmap(ptr, size);
-  if (r == CUDA_SUCCESS) {
-    std::lock_guard lock(g_region_mu);
-    unregister_user_regions(ptr, size);
-  }
-  return r;
 }
 
 }  // extern "C"

@@ -52,6 +52,7 @@ class OpsHandler final : public ctl::Handler {
   std::vector<std::uint64_t> touch_order() override { return op_touch_order(); }
   ctl::StatusInfo status() override { return op_status(); }
   std::vector<ctl::RegionRecord> regions() override { return op_regions(); }
+  std::vector<std::string> blockers() override { return op_blockers(); }
 };
 
 std::atomic<int> g_log_lines{0};

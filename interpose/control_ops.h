@@ -33,8 +33,9 @@ using control::StatusInfo;
 Status op_quiesce(unsigned timeout_ms);
 // Reopens the gate. Valid when quiesced (not parked).
 Status op_resume();
-// Requires quiesced. Exports every region as an fd, unmaps and releases it; the state becomes
-// parked. The region's virtual addresses stay reserved. A failure leaves everything mapped.
+// Requires quiesced and no blockers. Exports every region as an fd, unmaps and releases it (and
+// every real allocation handle: the driver then holds none of the program's memory); the state
+// becomes parked. The region's virtual addresses stay reserved. A failure leaves everything mapped.
 Result<std::vector<ParkedRegion>> op_park();
 // Requires parked. Imports each fd and maps it at its recorded address with read-write access;
 // the state becomes quiesced (resume reopens the gate). Fails without mapping anything unless
@@ -54,5 +55,8 @@ std::vector<std::uint64_t> op_touch_order();
 // A snapshot of the region table (regions with their dirty flags) and counters.
 StatusInfo op_status();
 std::vector<RegionRecord> op_regions();
+// Why the process cannot be checkpointed now (Note [Virtual allocation handles]); op_park refuses
+// for the same reasons.
+std::vector<std::string> op_blockers();
 
 }  // namespace gcr::interpose

@@ -14,6 +14,7 @@
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
+#include "vmm_handles.h"
 
 namespace gcr::interpose {
 namespace {
@@ -35,6 +36,12 @@ Error call_error(const char* what, CUresult r, std::uint64_t address = 0) {
     msg += buf;
   }
   return Error{Errc::driver, msg};
+}
+
+std::vector<std::string> blockers_locked() {
+  std::vector<std::string> out = valloc_blockers();
+  for (std::string& why : ipc_blockers()) out.push_back(std::move(why));
+  return out;
 }
 
 Status drain_all() {
@@ -81,18 +88,37 @@ Result<std::vector<ParkedRegion>> op_park() {
     return Error{Errc::invalid_argument, "park needs a quiesced process (send quiesce first)"};
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_region_mu);
+  if (std::vector<std::string> why = blockers_locked(); !why.empty()) {
+    std::string msg = "the process cannot be checkpointed now: " + why[0];
+    for (std::size_t i = 1; i < why.size(); ++i) msg += "; " + why[i];
+    return Error{Errc::unsupported, msg};
+  }
   std::vector<ParkedRegion> out;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> user_handles;
   auto undo = [&] {
     for (auto& [id, h] : user_handles) real->cuMemRelease(h);
     out.clear();  // closes the exported fds
+    drop_held_regions();
   };
+  for (std::uint32_t allocation : valloc_unmapped()) {
+    const VirtualAllocation* v = valloc_by_id(allocation);
+    auto device = static_cast<std::uint32_t>(v->prop.location.id);
+    if (!register_held_region(v->size, device, allocation)) {
+      undo();
+      return Error{Errc::out_of_memory, "no arena address left to park an unmapped allocation of " +
+                                            std::to_string(v->size) +
+                                            " bytes; set GCR_ARENA_BYTES higher"};
+    }
+  }
   std::uint64_t epoch = g_epoch.load();
   // First export everything: a failure here leaves the process exactly as it was.
   for (std::uint32_t id : live_region_ids()) {
     Region& reg = g_regions[id];
     CUmemGenericAllocationHandle h = reg.handle;
-    if (reg.kind == RegionKind::user) {
+    if (reg.allocation) {
+      const VirtualAllocation* v = valloc_by_id(reg.allocation);
+      h = v ? v->real : 0;  // Note [Virtual allocation handles]: gcr's reference, the only one
+    } else if (reg.kind == RegionKind::user) {
       if (CUresult r =
               real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address))) {
         undo();
@@ -115,10 +141,18 @@ Result<std::vector<ParkedRegion>> op_park() {
   // Then let go of the memory: the fds now hold it.
   for (std::uint32_t id : live_region_ids()) {
     Region& reg = g_regions[id];
-    if (CUresult r = real->cuMemUnmap(reg.address, reg.size))
+    if (reg.kind == RegionKind::held) {
+      // mapped nowhere: only the handle holds it
+    } else if (CUresult r = real->cuMemUnmap(reg.address, reg.size)) {
       std::fprintf(stderr, "gcr: park: cuMemUnmap of region 0x%llx failed (%d)\n",
                    static_cast<unsigned long long>(reg.address), static_cast<int>(r));
-    if (reg.kind == RegionKind::user) {
+    }
+    if (reg.allocation) {
+      if (VirtualAllocation* v = valloc_by_id(reg.allocation); v && v->real) {
+        real->cuMemRelease(v->real);  // now the driver holds none of it: the fd does
+        v->real = 0;
+      }
+    } else if (reg.kind == RegionKind::user) {
       real->cuMemRelease(user_handles[id]);
     } else if (reg.handle) {
       real->cuMemRelease(reg.handle);
@@ -171,6 +205,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
     int device = static_cast<int>(reg.device);
     if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
       device = prop.location.id;
+    if (reg.kind == RegionKind::held) continue;  // the program had it mapped nowhere
     if (CUresult r = real->cuMemMap(reg.address, reg.size, reg.phys_offset, h, 0)) {
       undo();
       return call_error("cuMemMap", r, reg.address);
@@ -187,7 +222,9 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   }
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];
-    if (reg.kind == RegionKind::user) {
+    if (reg.allocation) {
+      if (VirtualAllocation* v = valloc_by_id(reg.allocation)) v->real = handles[id];
+    } else if (reg.kind == RegionKind::user) {
       real->cuMemRelease(handles[id]);  // the mapping keeps the memory alive
     } else {
       reg.handle = handles[id];
@@ -197,8 +234,14 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
       reg.device = static_cast<std::uint32_t>(prop.location.id);
     reg.parked = false;
   }
+  drop_held_regions();  // their allocations are held by their handles again
   g_state = ProcessState::quiesced;
   return ok();
+}
+
+std::vector<std::string> op_blockers() {
+  std::lock_guard lock(g_region_mu);
+  return blockers_locked();
 }
 
 Status op_new_epoch(const std::string& checkpoint_id) {

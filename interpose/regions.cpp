@@ -167,6 +167,7 @@ CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind
   reg.size = size;
   reg.phys_offset = 0;
   reg.handle = handle;
+  reg.allocation = 0;
   reg.device = device;
   reg.kind = kind;
   reg.parked = false;
@@ -196,7 +197,7 @@ void destroy_region(std::uint32_t id) {
 }
 
 std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
-                                   std::uint32_t device) {
+                                   std::uint32_t device, std::uint32_t allocation) {
   std::uint32_t id = new_id();
   if (!id) return 0;
   Region& reg = g_regions[id];
@@ -204,6 +205,7 @@ std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, st
   reg.size = size;
   reg.phys_offset = offset;
   reg.handle = 0;  // the program owns its handle; park retains one from the address
+  reg.allocation = allocation;
   reg.device = device;
   reg.kind = RegionKind::user;
   reg.parked = false;
@@ -212,7 +214,34 @@ std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, st
   return id;
 }
 
-void unregister_user_regions(std::uint64_t address, std::uint64_t size) {
+std::uint32_t register_held_region(std::uint64_t size, std::uint32_t device,
+                                   std::uint32_t allocation) {
+  std::uint64_t address = 0;
+  if (ensure_arena() != CUDA_SUCCESS || !arena_take(size, kGranule, &address)) return 0;
+  std::uint32_t id = register_user_region(address, size, 0, device, allocation);
+  if (!id) {
+    arena_give(address, size);
+    return 0;
+  }
+  g_regions[id].kind = RegionKind::held;
+  return id;
+}
+
+void drop_held_regions() {
+  for (std::uint32_t id = 1; id < g_next_id; ++id) {
+    Region& reg = g_regions[id];
+    if (reg.kind != RegionKind::held) continue;
+    set_granules(reg.address, reg.size, 0);
+    reg.cow_entry.store(0);
+    arena_give(reg.address, reg.size);
+    reg.kind = RegionKind::free;
+    reg.allocation = 0;
+    g_free_ids.push_back(id);
+  }
+}
+
+std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::uint64_t size) {
+  std::vector<std::uint32_t> allocations;
   for (std::uint32_t id = 1; id < g_next_id; ++id) {
     Region& reg = g_regions[id];
     if (reg.kind == RegionKind::user && reg.address >= address &&
@@ -220,9 +249,12 @@ void unregister_user_regions(std::uint64_t address, std::uint64_t size) {
       set_granules(reg.address, reg.size, 0);
       reg.cow_entry.store(0);
       reg.kind = RegionKind::free;
+      if (reg.allocation) allocations.push_back(reg.allocation);
+      reg.allocation = 0;
       g_free_ids.push_back(id);
     }
   }
+  return allocations;
 }
 
 std::vector<std::uint32_t> live_region_ids() {

@@ -31,7 +31,9 @@ namespace gcr::interpose {
 inline constexpr std::uint64_t kGranule = 2ull << 20;
 inline constexpr std::uint32_t kMaxRegions = 1u << 20;
 
-enum class RegionKind : std::uint8_t { free = 0, slab = 1, large = 2, user = 3 };
+// held: an allocation of the program that is mapped nowhere at park, given an address of the
+// arena (not mapped) for the park's duration: park knows memory by address.
+enum class RegionKind : std::uint8_t { free = 0, slab = 1, large = 2, user = 3, held = 4 };
 
 struct Region {
   std::atomic<std::uint64_t> dirty_epoch{0};
@@ -41,6 +43,7 @@ struct Region {
   std::uint64_t size = 0;
   std::uint64_t phys_offset = 0;            // user mappings may show part of an allocation
   CUmemGenericAllocationHandle handle = 0;  // 0 while parked (user regions: retained at park)
+  std::uint32_t allocation = 0;  // user regions: the VirtualAllocation mapped (vmm_handles.h)
   std::uint32_t device = 0;
   RegionKind kind = RegionKind::free;
   bool parked = false;
@@ -140,10 +143,18 @@ CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind
                        std::uint32_t* id);
 // Unmaps and releases a region (the caller has drained the device work that may use it).
 void destroy_region(std::uint32_t id);
-// Registers a mapping the program made itself (its own cuMemMap) as a region.
+// Registers a mapping the program made itself (its own cuMemMap) as a region; `allocation` is the
+// VirtualAllocation it maps (0: a handle gcr does not virtualize).
 std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
-                                   std::uint32_t device);
-void unregister_user_regions(std::uint64_t address, std::uint64_t size);
+                                   std::uint32_t device, std::uint32_t allocation);
+// Gives an unmapped allocation of the program an arena address for a park (RegionKind::held): 0 if
+// the arena is full. drop_held_regions forgets them all and gives their addresses back.
+std::uint32_t register_held_region(std::uint64_t size, std::uint32_t device,
+                                   std::uint32_t allocation);
+void drop_held_regions();
+// Forgets the program's mappings inside [address, address + size); returns the allocations they
+// mapped (one entry per mapping).
+std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::uint64_t size);
 // The arena's free address ranges: carve (deterministic first fit) and give back.
 bool arena_take(std::uint64_t size, std::uint64_t align, std::uint64_t* out);
 void arena_give(std::uint64_t address, std::uint64_t size);

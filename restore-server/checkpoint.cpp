@@ -238,6 +238,15 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.pid = req.pid;
   rep.kind = "gcr";
   GCR_TRY_ASSIGN(control::StatusInfo before, client.status());
+  // What the interposer knows it cannot checkpoint (memory shared with other processes): refused
+  // here, before anything stops. Park checks again, under the gate.
+  if (auto blockers = client.blockers(); blockers && !blockers->empty()) {
+    std::string msg = "cannot checkpoint process " + std::to_string(req.pid) + ": ";
+    for (std::size_t i = 0; i < blockers->size(); ++i) msg += (i ? "; " : "") + (*blockers)[i];
+    return Error{Errc::unsupported, msg};
+  } else if (!blockers && blockers.error().code != Errc::unsupported) {
+    return std::move(blockers).error();
+  }
 
   auto key = process_key(req.pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(req.pid) + " has exited"};

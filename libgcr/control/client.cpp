@@ -345,6 +345,16 @@ Result<std::vector<std::uint64_t>> Client::touch_order() {
   return order;
 }
 
+Result<std::vector<std::string>> Client::blockers() {
+  constexpr const char* what = "blockers";
+  GCR_TRY(ClientExchange::send(*this, MsgType::blockers, {}, {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  if (m.type != MsgType::blockers_reply) return ClientExchange::unexpected(*this, m, what);
+  Result<std::vector<std::string>> reasons = decode_blockers_reply(m.payload);
+  if (!reasons) return ClientExchange::broken(*this, reasons.error(), what, {});
+  return reasons;
+}
+
 Status Client::cow_end() {
   return ClientExchange::call_for_ok(*this, MsgType::cow_end, {}, "cow_end");
 }

@@ -182,6 +182,10 @@ std::string msg_type_name(MsgType type) {
       return "touch_order";
     case MsgType::touch_order_reply:
       return "touch_order_reply";
+    case MsgType::blockers:
+      return "blockers";
+    case MsgType::blockers_reply:
+      return "blockers_reply";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
 }
@@ -562,6 +566,34 @@ Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std:
   return out;
 }
 
+Result<std::vector<std::uint8_t>> encode_blockers_reply(std::span<const std::string> reasons) {
+  if (reasons.size() > kMaxBlockers)
+    return make_error(Errc::invalid_argument, "blockers_reply: " +
+                                                  std::to_string(reasons.size()) +
+                                                  " reasons exceed " + std::to_string(kMaxBlockers));
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(reasons.size()));
+  w.u32(0);
+  for (const std::string& why : reasons)
+    w.str(std::string_view(why).substr(0, kMaxBlockerBytes));
+  return w.take();
+}
+
+Result<std::vector<std::string>> decode_blockers_reply(std::span<const std::uint8_t> payload) {
+  Reader r("blockers_reply", payload);
+  GCR_TRY_ASSIGN(std::uint32_t count, r.u32("count"));
+  GCR_TRY(r.reserved32("reserved"));
+  if (count > kMaxBlockers)
+    return r.fail("count", 0, std::to_string(count) + " exceeds " + std::to_string(kMaxBlockers));
+  std::vector<std::string> out;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    GCR_TRY_ASSIGN(std::string why, r.str("reason", kMaxBlockerBytes));
+    out.push_back(std::move(why));
+  }
+  GCR_TRY(r.done());
+  return out;
+}
+
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload) {
   if (!payload.empty())
     return make_error(Errc::protocol, msg_type_name(type) + ": carries no payload, got " +
@@ -608,6 +640,10 @@ Status decode_payload(MsgType type, std::span<const std::uint8_t> payload) {
     case MsgType::touch_order_reply:
       GCR_TRY(decode_touch_order_reply(payload));
       return ok();
+    case MsgType::blockers_reply:
+      GCR_TRY(decode_blockers_reply(payload));
+      return ok();
+    case MsgType::blockers:
     case MsgType::cow_end:
     case MsgType::touch_order:
     case MsgType::status:

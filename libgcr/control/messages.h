@@ -21,7 +21,7 @@ namespace gcr::control {
 
 inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes on the wire
 inline constexpr std::uint16_t kProtocolMajor = 1;
-inline constexpr std::uint16_t kProtocolMinor = 1;  // 1.1: soft copy-on-write (cow_*)
+inline constexpr std::uint16_t kProtocolMinor = 2;  // 1.1: soft copy-on-write (cow_*); 1.2: blockers
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253
@@ -30,6 +30,8 @@ inline constexpr std::size_t kRegionRecordBytes = 24;
 inline constexpr std::size_t kMaxErrorTextBytes = 4096;
 inline constexpr std::size_t kMaxSoftwareBytes = 256;
 inline constexpr std::size_t kMaxCheckpointIdBytes = 128;
+inline constexpr std::uint32_t kMaxBlockers = 64;
+inline constexpr std::size_t kMaxBlockerBytes = 512;
 
 // Values are fixed and only appended (docs/protocol.md §4).
 enum class MsgType : std::uint32_t {
@@ -54,6 +56,8 @@ enum class MsgType : std::uint32_t {
   cow_end = 31,            // -> ok (1.1)
   touch_order = 32,        // -> touch_order_reply (1.1)
   touch_order_reply = 33,  // server -> caller (1.1)
+  blockers = 34,           // -> blockers_reply (1.2)
+  blockers_reply = 35,     // server -> caller (1.2)
 };
 
 // "status", "parked", ...; "type 99" for a value this side does not know.
@@ -144,6 +148,9 @@ Result<CowSnapshot> decode_cow_snapshot(std::span<const std::uint8_t> payload);
 Result<std::vector<std::uint8_t>> encode_touch_order_reply(
     std::span<const std::uint64_t> addresses);
 Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std::uint8_t> payload);
+// blockers_reply: why the process cannot be checkpointed now (none: it can).
+Result<std::vector<std::uint8_t>> encode_blockers_reply(std::span<const std::string> reasons);
+Result<std::vector<std::string>> decode_blockers_reply(std::span<const std::uint8_t> payload);
 
 // For messages without a payload (status, regions, resume, park, park_done, bye, cow_end,
 // touch_order).

@@ -136,6 +136,12 @@ class Session {
         if (!payload) return reply_error(payload.error());
         return send_reply(MsgType::touch_order_reply, *payload);
       }
+      case MsgType::blockers: {
+        GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
+        auto payload = encode_blockers_reply(h_.blockers());
+        if (!payload) return reply_error(payload.error());
+        return send_reply(MsgType::blockers_reply, *payload);
+      }
       case MsgType::cow_end: {
         GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
         h_.cow_end();
@@ -157,6 +163,7 @@ class Session {
       case MsgType::parked:
       case MsgType::cow_snapshot:
       case MsgType::touch_order_reply:
+      case MsgType::blockers_reply:
         return reply_error(
             make_error(Errc::protocol, msg_type_name(msg.type) + " is not a request"));
     }

@@ -550,6 +550,115 @@ int mode_connect_as(uid_t uid, pid_t pid, int mailbox_fd) {
   return 0;
 }
 
+// ---- handles: the program's own allocation handles (Note [Virtual allocation handles]) ------
+// An expandable segment of four 2 MiB pages whose handles it keeps, one more allocation written
+// and then unmapped but held, and answers about handles that must match the driver's. On
+// "verify": the data where it was (the held page mapped again first), then computed on. On
+// "share": one page exported as a POSIX fd (kept open), which makes it unparkable.
+
+std::string handle_checks(CUdeviceptr slab_memory, CUmemGenericAllocationHandle page,
+                          CUdeviceptr page_address) {
+  std::string bad;
+  auto check = [&](bool good, const char* what) {
+    if (!good) bad += std::string(bad.empty() ? "" : ", ") + what;
+  };
+  CUmemAllocationProp prop{};
+  check(cuMemGetAllocationPropertiesFromHandle(&prop, page) == CUDA_SUCCESS &&
+            prop.requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE,
+        "properties are the ones asked for");
+  CUmemGenericAllocationHandle retained = 0;
+  check(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(page_address + 4096)) ==
+                CUDA_SUCCESS &&
+            retained == page,
+        "retain at an address inside a page returns its handle");
+  check(cuMemRelease(retained) == CUDA_SUCCESS, "the retained reference releases");
+  check(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(slab_memory)) ==
+            CUDA_ERROR_INVALID_VALUE,
+        "cuMemAlloc memory has no allocation handle");
+  check(cuMemRelease(page ^ 0x5555) == CUDA_ERROR_INVALID_VALUE, "a made-up handle is refused");
+  CUmemAllocationProp fabric = prop;
+  fabric.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  CUmemGenericAllocationHandle h = 0;
+  check(cuMemCreate(&h, 2u << 20, &fabric, 0) == CUDA_ERROR_NOT_SUPPORTED,
+        "FABRIC handles are refused");
+  int multicast = -1;
+  check(cuDeviceGetAttribute(&multicast, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0) ==
+                CUDA_SUCCESS &&
+            multicast == 0,
+        "multicast reads as unsupported");
+  return bad.empty() ? "ok" : "bad: " + bad;
+}
+
+int mode_handles() {
+  ChildKernels k = load_kernels();
+  constexpr std::size_t kPage = 2u << 20;
+  constexpr int kPages = 4;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr segment = 0, spare_va = 0, slab = 0;
+  CHILD_CU(cuMemAddressReserve(&segment, kPage * kPages, 0, 0, 0));
+  CHILD_CU(cuMemAddressReserve(&spare_va, kPage, 0, 0, 0));
+  CHILD_CU(cuMemAlloc_v2(&slab, 4096));
+  CUmemGenericAllocationHandle pages[kPages] = {}, spare = 0;
+  for (int i = 0; i < kPages; ++i) {
+    CHILD_CU(cuMemCreate(&pages[i], kPage, &prop, 0));
+    CHILD_CU(cuMemMap(segment + i * kPage, kPage, 0, pages[i], 0));
+    CHILD_CU(cuMemSetAccess(segment + i * kPage, kPage, &access, 1));
+  }
+  CHILD_CU(cuMemCreate(&spare, kPage, &prop, 0));
+  CHILD_CU(cuMemMap(spare_va, kPage, 0, spare, 0));
+  CHILD_CU(cuMemSetAccess(spare_va, kPage, &access, 1));
+  const int n = static_cast<int>(kPage * kPages / 4), m = static_cast<int>(kPage / 4);
+  child_launch(k.fill, n, nullptr, segment, 21u, n);
+  child_launch(k.fill, m, nullptr, spare_va, 22u, m);
+  CHILD_CU(cuCtxSynchronize());
+  CHILD_CU(cuMemUnmap(spare_va, kPage));  // held by its handle alone from here
+  say("checks %s", handle_checks(slab, pages[1], segment + kPage).c_str());
+  say("ready");
+  int shared_fd = -1;
+  for (std::string cmd = next_command(); cmd != "exit" && cmd != "eof"; cmd = next_command()) {
+    if (cmd == "share") {
+      CUmemAllocationProp shareable = prop;
+      shareable.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+      CUmemGenericAllocationHandle h = 0;
+      CUdeviceptr va = 0;
+      CHILD_CU(cuMemAddressReserve(&va, kPage, 0, 0, 0));
+      CHILD_CU(cuMemCreate(&h, kPage, &shareable, 0));
+      CHILD_CU(cuMemMap(va, kPage, 0, h, 0));
+      CHILD_CU(
+          cuMemExportToShareableHandle(&shared_fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      say("shared");
+      continue;
+    }
+    if (cmd != "verify") continue;
+    CHILD_CU(cuMemMap(spare_va, kPage, 0, spare, 0));
+    CHILD_CU(cuMemSetAccess(spare_va, kPage, &access, 1));
+    const std::pair<CUdeviceptr, std::pair<int, unsigned>> bufs[] = {{segment, {n, 21u}},
+                                                                     {spare_va, {m, 22u}}};
+    std::string result = "ok";
+    for (const auto& [p, what] : bufs) {
+      const auto [words, seed] = what;
+      child_launch(k.add, words, nullptr, p, 7u, words);
+      CHILD_CU(cuCtxSynchronize());
+      std::vector<unsigned> host(words);
+      CHILD_CU(cuMemcpyDtoH(host.data(), p, words * 4ull));
+      for (int i = 0; i < words && result == "ok"; ++i)
+        if (host[i] != probe_word(seed, static_cast<unsigned>(i)) + 7u)
+          result = "bad at seed " + std::to_string(seed) + " word " + std::to_string(i);
+    }
+    CHILD_CU(cuMemUnmap(segment, kPage * kPages));
+    CHILD_CU(cuMemUnmap(spare_va, kPage));
+    for (CUmemGenericAllocationHandle h : pages) CHILD_CU(cuMemRelease(h));
+    CHILD_CU(cuMemRelease(spare));
+    say("verified %s", result.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_child_mode(int argc, char** argv) {
@@ -558,6 +667,7 @@ int run_child_mode(int argc, char** argv) {
   if (mode == "track") return mode_track();
   if (mode == "threads" && argc >= 2) return mode_threads(std::atoi(argv[1]));
   if (mode == "park") return mode_park();
+  if (mode == "handles") return mode_handles();
   if (mode == "fork") return mode_fork();
   if (mode == "wait") return mode_wait();
   if (mode == "gate") return mode_gate();

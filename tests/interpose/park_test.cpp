@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -42,26 +43,20 @@ ino_t inode_of(int fd) {
   return st.st_ino;
 }
 
-// After park the process holds none of gcr's regions. What it may still hold is the allocation
-// behind its own VMM mapping: its cuMemCreate handle, which only the program can release, keeps
-// the memory alive (gcr unmapped it and let go of its own reference). Returns how many such.
-std::size_t check_nothing_of_gcr_held(pid_t pid, const std::vector<control::ParkedRegion>& parked,
-                                      std::uint64_t user_address) {
+// After park the driver holds none of the process's device memory: not gcr's regions, and not
+// the allocations behind the program's own handles either (Note [Virtual allocation handles]:
+// those handles are gcr's values, and park let go of the real ones).
+void check_nothing_held(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
   Held h = device_memory_held(pid);
   INFO("mappings left: " << (h.maps.empty() ? std::string("none") : h.maps.front()));
   CHECK(h.maps.empty());
-  std::size_t user_held = 0;
   for (ino_t ino : h.memfds) {
-    const control::ParkedRegion* which = nullptr;
+    std::string which = "no parked region";
     for (const auto& p : parked)
-      if (inode_of(p.fd.get()) == ino) which = &p;
-    INFO("a simgpu-dev memfd of inode " << ino << " is still open in the process");
-    REQUIRE(which != nullptr);
-    INFO("it is region " << hex(which->region.address));
-    CHECK(which->region.address == user_address);
-    ++user_held;
+      if (inode_of(p.fd.get()) == ino) which = "region " + hex(p.region.address);
+    FAIL_CHECK("a simgpu-dev memfd (inode " << ino << ", " << which
+                                            << ") is still open in the parked process");
   }
-  return user_held;
 }
 
 // The pattern `seed` read through a parked region's fd at the pointer's offset.
@@ -118,11 +113,11 @@ TEST_CASE(
     CHECK(parked_records[i].size == (*before)[i].size);
     CHECK(parked_records[i].device == (*before)[i].device);
   }
-  std::size_t user_held = check_nothing_of_gcr_held(child.pid(), *parked, user_address);
+  check_nothing_held(child.pid(), *parked);
   std::printf(
-      "park: %zu regions handed over; the process still holds %zu allocation(s), its own "
-      "cuMemCreate handle's\n",
-      parked->size(), user_held);
+      "park: %zu regions handed over (one of them the program's own cuMemCreate "
+      "allocation at %s); the process holds no device memory\n",
+      parked->size(), hex(user_address).c_str());
 
   // The data is in the fds (simgpu's allocations are memfds: the bytes are right there).
   for (const PrintedPtr& p : ptrs) {
@@ -168,16 +163,13 @@ TEST_CASE("park twice in one process: the second round trip works like the first
   Child child = Child::mode({"park"}, gcr_env());
   std::vector<std::string> lines;
   REQUIRE(child.read_until("ready", 30000, &lines));
-  std::uint64_t user_address = 0;
-  for (auto& l : lines)
-    if (auto p = parse_ptr(l); p && p->label == "vmm_user") user_address = p->address;
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
     control::Client client = connect(child.pid());
     REQUIRE(client.quiesce(std::chrono::seconds(10)));
     auto parked = client.park();
     REQUIRE(parked);
-    check_nothing_of_gcr_held(child.pid(), *parked, user_address);
+    check_nothing_held(child.pid(), *parked);
     REQUIRE(client.unpark(*parked));
     REQUIRE(client.resume());
     REQUIRE(client.close());
@@ -196,6 +188,77 @@ TEST_CASE("park refuses a process that is not quiesced", "[park]") {
   REQUIRE_FALSE(parked);
   CHECK(parked.error().message.find("quiesce") != std::string::npos);
   REQUIRE(client.close());
+  child.send("exit");
+  CHECK(describe_status(child.wait()) == "exit 0");
+}
+
+// The program's own handles (PyTorch's expandable segments keep one per page for the segment's
+// life): park takes the memory from under them too, including an allocation the program holds but
+// has unmapped, and the handles work as before once it is back.
+TEST_CASE("park releases the memory behind the program's own handles, and they work after",
+          "[park]") {
+  Child child = Child::mode({"handles"}, gcr_env());
+  std::vector<std::string> lines;
+  REQUIRE(child.read_until("ready", 30000, &lines));
+  CHECK(std::find(lines.begin(), lines.end(), "checks ok") != lines.end());
+  for (const auto& l : lines) INFO(l);
+
+  control::Client client = connect(child.pid());
+  auto none = client.blockers();
+  REQUIRE(none);
+  CHECK(none->empty());
+  auto before = client.regions();
+  REQUIRE(before);
+  REQUIRE(client.quiesce(std::chrono::seconds(10)));
+  auto parked = client.park();
+  REQUIRE(parked);
+  // The unmapped allocation parks too, under an address of gcr's for the park's duration.
+  CHECK(parked->size() == before->size() + 1);
+  check_nothing_held(child.pid(), *parked);
+  const control::ParkedRegion* held = nullptr;
+  for (const auto& p : *parked) {
+    bool listed = false;
+    for (const auto& r : *before) listed = listed || r.address == p.region.address;
+    if (!listed) held = &p;
+  }
+  REQUIRE(held != nullptr);
+  check_through_fd(*held, PrintedPtr{"held", held->region.address, held->region.size, {}}, 22u);
+  REQUIRE(client.unpark(*parked));
+  auto after = client.regions();
+  REQUIRE(after);
+  CHECK(after->size() == before->size());
+  REQUIRE(client.resume());
+  parked->clear();
+
+  child.send("verify");
+  std::vector<std::string> out;
+  auto verified = child.read_until("verified", 60000, &out);
+  CHECK(verified == std::optional<std::string>("verified ok"));
+  REQUIRE(client.close());
+  child.send("exit");
+  CHECK(describe_status(child.wait()) == "exit 0");
+}
+
+TEST_CASE("memory exported to other processes is a blocker: park refuses and the process goes on",
+          "[park]") {
+  Child child = Child::mode({"handles"}, gcr_env());
+  REQUIRE(child.read_until("ready", 30000));
+  child.send("share");
+  REQUIRE(child.read_until("shared", 30000));
+  control::Client client = connect(child.pid());
+  auto blockers = client.blockers();
+  REQUIRE(blockers);
+  REQUIRE(blockers->size() == 1);
+  CHECK_THAT((*blockers)[0], Catch::Contains("cuMemExportToShareableHandle"));
+  REQUIRE(client.quiesce(std::chrono::seconds(10)));
+  auto parked = client.park();
+  REQUIRE_FALSE(parked);
+  CHECK(parked.error().code == gcr::Errc::unsupported);
+  CHECK_THAT(parked.error().message, Catch::Contains("cuMemExportToShareableHandle"));
+  REQUIRE(client.resume());
+  REQUIRE(client.close());
+  child.send("verify");
+  CHECK(child.read_until("verified", 60000) == std::optional<std::string>("verified ok"));
   child.send("exit");
   CHECK(describe_status(child.wait()) == "exit 0");
 }

@@ -145,6 +145,9 @@ class Client {
   Status cow_end();
   // The addresses of the regions the process first touched since its last cut, in order (1.1).
   Result<std::vector<std::uint64_t>> touch_order();
+  // Why the process cannot be checkpointed now, one reason each (1.2); empty: nothing stands in
+  // the way. A 1.1 process answers unsupported.
+  Result<std::vector<std::string>> blockers();
   // Says goodbye and waits until the process has closed its end of the connection, then releases
   // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
   // it). Idempotent.
@@ -189,6 +192,7 @@ class Handler {
   virtual Result<CowCopy> cow_take(std::uint32_t index);
   virtual void cow_end() {}
   virtual std::vector<std::uint64_t> touch_order() { return {}; }
+  virtual std::vector<std::string> blockers() { return {}; }
 };
 
 struct ServerOptions {

@@ -92,6 +92,10 @@ StatusInfo op_status() {
 std::vector<RegionRecord> op_regions() {
   return g_records;
 }
+std::vector<std::string> g_blockers;
+std::vector<std::string> op_blockers() {
+  return g_blockers;
+}
 }  // namespace gcr::interpose
 
 namespace {
@@ -163,6 +167,18 @@ TEST_CASE("a caller reaches the region manager's operations through the control 
   CHECK(s->region_bytes == 12288);
   CHECK(s->requested_bytes == 10000);
   CHECK(s->conservative);
+
+  auto none = c->blockers();
+  REQUIRE(none);
+  CHECK(none->empty());
+  gcr::interpose::g_blockers = {"device memory at 0x7f0000000000 was exported",
+                                std::string(600, 'x')};
+  auto two = c->blockers();
+  gcr::interpose::g_blockers.clear();
+  REQUIRE(two);
+  REQUIRE(two->size() == 2);
+  CHECK((*two)[0] == "device memory at 0x7f0000000000 was exported");
+  CHECK((*two)[1].size() == 512);  // cut to the protocol's bound, not refused
 
   auto r = c->regions();
   REQUIRE(r);

@@ -25,16 +25,32 @@ Kernels Kernels::load(CUmodule module) {
   };
 }
 
+CUdeviceptr Model::allocate(std::size_t bytes) {
+  if (segment_) return segment_->allocate(bytes);
+  CUdeviceptr p = 0;
+  CU_CHECK(cuMemAlloc(&p, bytes));
+  return p;
+}
+
 Model::Model(const Kernels& kernels, const Options& o) : k_(kernels), batch_(o.batch) {
+  if (o.vmm) {
+    std::size_t bytes = 0;
+    for (int l = 0; l < o.layers; ++l) {
+      std::size_t n_in = l == 0 ? kInputDim : o.hidden,
+                  n_out = l == o.layers - 1 ? kOutputDim : o.hidden;
+      bytes += 4 * ((n_out * n_in + n_out) * sizeof(float) + 256);
+    }
+    segment_ = std::make_unique<VmmSegment>(bytes, o.vmm_share);
+  }
   for (int l = 0; l < o.layers; ++l) {
     Layer layer;
     layer.n_in = l == 0 ? kInputDim : o.hidden;
     layer.n_out = l == o.layers - 1 ? kOutputDim : o.hidden;
     std::size_t bytes = layer.count() * sizeof(float);
-    CU_CHECK(cuMemAlloc(&layer.param, bytes));
-    CU_CHECK(cuMemAlloc(&layer.grad, bytes));
-    CU_CHECK(cuMemAlloc(&layer.adam_m, bytes));
-    CU_CHECK(cuMemAlloc(&layer.adam_v, bytes));
+    layer.param = allocate(bytes);
+    layer.grad = allocate(bytes);
+    layer.adam_m = allocate(bytes);
+    layer.adam_v = allocate(bytes);
     std::vector<float> init = initial_layer(o.seed, l, layer.n_in, layer.n_out);
     CU_CHECK(cuMemcpyHtoD(layer.param, init.data(), bytes));
     CU_CHECK(cuMemsetD32(layer.adam_m, 0, layer.count()));
@@ -43,6 +59,7 @@ Model::Model(const Kernels& kernels, const Options& o) : k_(kernels), batch_(o.b
     CU_CHECK(cuEventCreate(&layer.updated, CU_EVENT_DISABLE_TIMING));
     layers_.push_back(layer);
   }
+  if (o.vmm_share) segment_->share_first_page();
   // Synchronous copies and memsets can still be in flight when they return, and the streams
   // that use these buffers do not synchronize with the legacy stream.
   CU_CHECK(cuCtxSynchronize());
@@ -52,6 +69,7 @@ Model::~Model() {
   for (Layer& layer : layers_) {
     cuEventDestroy(layer.grads_ready);
     cuEventDestroy(layer.updated);
+    if (segment_) continue;  // the segment goes with its pages
     cuMemFree(layer.param);
     cuMemFree(layer.grad);
     cuMemFree(layer.adam_m);

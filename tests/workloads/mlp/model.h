@@ -4,9 +4,11 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "options.h"
+#include "vmm_segment.h"
 
 namespace mlp {
 
@@ -64,8 +66,11 @@ class Model {
   std::uint64_t checksum() const;
 
  private:
+  CUdeviceptr allocate(std::size_t bytes);
+
   const Kernels& k_;
   int batch_;
+  std::unique_ptr<VmmSegment> segment_;  // --vmm: where the layers' buffers live
   std::vector<Layer> layers_;
   double beta1_power_ = 1.0, beta2_power_ = 1.0;  // beta^t, by repeated multiplication
 };

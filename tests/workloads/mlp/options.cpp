@@ -7,7 +7,8 @@ namespace mlp {
 namespace {
 constexpr char kUsage[] =
     "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
-    "                 [--seed S] [--footprint BYTES] [--step-delay-ms M] [--quiet]\n"
+    "                 [--seed S] [--footprint BYTES] [--step-delay-ms M] [--quiet] [--vmm]\n"
+    "                 [--vmm-share]\n"
     "  --steps N          training steps (default 200)\n"
     "  --batch B          samples per step (default 64)\n"
     "  --hidden H         width of the hidden layers (default 128)\n"
@@ -16,7 +17,11 @@ constexpr char kUsage[] =
     "  --seed S           seed of data, initial weights and ballast (default 1)\n"
     "  --footprint BYTES  extra device ballast, e.g. 256M or 4G, read every step (default 0)\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
-    "  --quiet            print every 50th step only";
+    "  --quiet            print every 50th step only\n"
+    "  --vmm              keep parameters and Adam state in an expandable segment: 2 MiB pages of\n"
+    "                     cuMemCreate memory whose handles are held, as PyTorch's allocator does\n"
+    "  --vmm-share        --vmm, and its first page exported as a POSIX fd that stays open, as\n"
+    "                     torch's share() does for another process to import";
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
@@ -31,6 +36,9 @@ Options parse_options(int argc, char** argv) {
   o.footprint = flags.bytes("--footprint", o.footprint);
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
   o.quiet = flags.boolean("--quiet");
+  o.vmm = flags.boolean("--vmm");
+  o.vmm_share = flags.boolean("--vmm-share");
+  o.vmm = o.vmm || o.vmm_share;
   flags.finish();
   return o;
 }

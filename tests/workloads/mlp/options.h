@@ -18,6 +18,9 @@ struct Options {
   std::uint64_t footprint = 0;  // bytes of ballast table; 0: none
   int step_delay_ms = 0;
   bool quiet = false;
+  bool vmm = false;
+  bool vmm_share = false;  // --vmm, and its first page exported as an fd held open  // parameters
+                           // and optimizer state in an expandable segment (vmm_segment.h)
 };
 
 Options parse_options(int argc, char** argv);

@@ -1,0 +1,74 @@
+// Note [Virtual allocation handles]
+// - The handles the program gets from cuMemCreate, cuMemRetainAllocationHandle and
+//   cuMemImportFromShareableHandle are gcr's values (kVirtualHandleTag | id), translated in every
+//   call that takes one. Each names a VirtualAllocation: the real handle gcr holds (one driver
+//   reference, 0 while parked), the properties the program asked for (without the POSIX-fd type
+//   gcr adds so that it can park the memory), the program's reference count (create, import and
+//   each retain +1, each release -1) and how many regions map it.
+// - The memory lives while the program holds a reference or a mapping: gcr releases its real
+//   handle when both are gone, as the driver would have freed it.
+// - Park exports each allocation once and releases gcr's real handle, so afterwards the driver
+//   holds none of the program's memory (the program's own handle used to keep a second copy
+//   alive, which a driver checkpoint then saved and restored beside gcr's). Unpark imports it
+//   back and maps it at the same address; the program's handle values never change.
+// - cuMemAlloc memory (slabs and large regions) keeps cuMemAlloc's semantics: retaining a handle
+//   for it fails, as it does on a driver for memory that cuMemMap did not map.
+// - What gcr cannot yet checkpoint correctly is a *blocker* (`gcr checkpoint` refuses before it
+//   stops anything, park refuses too): memory exported to or imported from another process
+//   (shareable handles, CUDA IPC, pool export), an allocation mapped at two addresses (restored,
+//   each mapping would be memory of its own). An allocation held but mapped nowhere parks under an
+//   arena address of its own for the park's duration (RegionKind::held). FABRIC handles and
+//   multicast are refused at creation, and their device attributes read 0, which makes PyTorch and
+//   NCCL fall back to POSIX fds and no multicast.
+// All of it runs with g_region_mu held; none of it is on the launch path.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gcr::interpose {
+
+inline constexpr std::uint64_t kVirtualHandleTag = 0x6763'7200'0000'0000ull;  // "gcr\0"
+inline constexpr std::uint64_t kVirtualHandleTagMask = 0xffff'ff00'0000'0000ull;
+
+enum class AllocationOrigin : std::uint8_t { created, imported };
+
+struct VirtualAllocation {
+  CUmemGenericAllocationHandle real = 0;  // gcr's driver reference; 0 while parked
+  CUmemAllocationProp prop{};             // as the program asked for it
+  std::uint64_t size = 0;
+  std::uint32_t program_refs = 0;
+  std::uint32_t mappings = 0;
+  AllocationOrigin origin = AllocationOrigin::created;
+  bool exported = false;  // a shareable handle was given out: other processes may map it
+};
+
+inline bool is_virtual_handle(CUmemGenericAllocationHandle h) {
+  return (h & kVirtualHandleTagMask) == kVirtualHandleTag;
+}
+
+// A new allocation holding `real`, with one program reference; returns its handle.
+CUmemGenericAllocationHandle valloc_add(CUmemGenericAllocationHandle real, std::uint64_t size,
+                                        const CUmemAllocationProp& prop, AllocationOrigin origin);
+// The allocation a handle names (null for a stale or foreign value), and by id.
+VirtualAllocation* valloc_find(CUmemGenericAllocationHandle handle);
+VirtualAllocation* valloc_by_id(std::uint32_t id);
+std::uint32_t valloc_id(CUmemGenericAllocationHandle handle);
+CUmemGenericAllocationHandle valloc_handle(std::uint32_t id);
+// Releases the real handle and forgets the allocation once nothing holds or maps it.
+void valloc_release_if_unused(std::uint32_t id);
+
+// The allocations the program holds that are mapped nowhere (they park as RegionKind::held).
+std::vector<std::uint32_t> valloc_unmapped();
+
+// What stands in the way of a checkpoint now (Note [Virtual allocation handles]).
+std::vector<std::string> valloc_blockers();
+
+// Sharing through CUDA IPC and memory pools, counted by the wrappers in ipc.cpp.
+void note_ipc_blocker(const char* what);
+std::vector<std::string> ipc_blockers();
+
+}  // namespace gcr::interpose

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A program that holds its own cuMemCreate handles (PyTorch's expandable segments: mlp_train
+# --vmm keeps parameters and Adam state in 2 MiB pages whose handles it never lets go), started
+# from a shell as users start it: checkpointed at random moments (stopping, and twice live),
+# restored on the same and on the other simulated GPU, bit-identical to an uninterrupted run; the
+# second live checkpoint stores only what changed. A program that exported one of its pages to
+# other processes (--vmm-share) is refused before anything stops, names the exported memory, and
+# runs on to the right result. (Note [Virtual allocation handles] in interpose/vmm_handles.h.)
+#
+#   vmm_handles_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
+TEST_NAME=vmm-handles
+source "$(dirname "$0")/lib.sh"
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 100 --step-delay-ms 15 --hidden 256 --layers 4
+     --footprint 8M --streams 2 --vmm)
+
+echo "== reference: mlp_train --vmm without gcr"
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "reference run printed no checksum"
+
+expect_ref() {  # LOG WHAT
+  [[ $(checksum_of "$1") == "$REF" ]] || fail "$2 ended with '$(checksum_of "$1")', expected $REF"
+  echo "ok: $2 matches the uninterrupted run"
+}
+
+echo "== checkpoint (the process stops), restore, finish"
+"$GCR" run -- "${MLP[@]}" >> "$T/a.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/a.log" $((RANDOM % 40 + 5))
+"$GCR" checkpoint "$P" --name a1 || fail "checkpoint of a program holding its own handles"
+for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
+kill -0 "$P" 2>/dev/null && fail "process $P still runs after a checkpoint without --leave-running"
+"$GCR" restore a1 || fail "restore a1"
+wait_exit "$P" "$T/a.log"
+expect_ref "$T/a.log" "the restored run"
+
+echo "== two live checkpoints; restore each, the second on the other GPU"
+"$GCR" run -- "${MLP[@]}" >> "$T/b.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/b.log" $((RANDOM % 20 + 5))
+"$GCR" checkpoint "$P" -R --name b1 --json > "$T/b1.json" || fail "live checkpoint b1"
+wait_steps "$T/b.log" 60
+"$GCR" checkpoint "$P" -R --name b2 --json > "$T/b2.json" || fail "live checkpoint b2"
+wait_exit "$P" "$T/b.log"
+expect_ref "$T/b.log" "the run with two live checkpoints"
+DEV=$(json_field region_bytes < "$T/b2.json")
+NEW2=$(json_field stat.new_bytes < "$T/b2.json")
+echo "second checkpoint: $NEW2 new bytes of $DEV bytes of device memory"
+(( NEW2 < DEV / 2 )) || fail "the second checkpoint stored $NEW2 new bytes of $DEV"
+for spec in "b1" "b2 --device 1"; do
+  len=$(stat -c %s "$T/b.log")
+  # shellcheck disable=SC2086
+  "$GCR" restore $spec --json > "$T/r.json" || fail "restore $spec"
+  r=$(json_field pid < "$T/r.json")
+  for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
+  [[ $(checksum_after "$T/b.log" "$len") == "$REF" ]] ||
+    fail "restore $spec ended with '$(checksum_after "$T/b.log" "$len")', expected $REF"
+  echo "ok: restore $spec matches"
+done
+
+echo "== memory exported to other processes: refused up front, the run goes on"
+"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" >> "$T/c.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/c.log" 5
+before=$(steps_in "$T/c.log")
+rc=0
+"$GCR" checkpoint "$P" -R > "$T/c.out" 2> "$T/c.err" || rc=$?
+[[ $rc == 8 ]] || fail "checkpoint of a process sharing its memory: exit $rc, expected 8: $(cat "$T/c.err")"
+grep -q "cuMemExportToShareableHandle" "$T/c.err" || fail "the refusal does not name the export: $(cat "$T/c.err")"
+echo "refused: $(head -c 300 "$T/c.err")"
+"$GCR" image ls --json | grep -q '"tag": *"c' && fail "a refused checkpoint left an image"
+wait_exit "$P" "$T/c.log"
+(( $(steps_in "$T/c.log") > before )) || fail "the refused process did not go on"
+expect_ref "$T/c.log" "the process whose checkpoint was refused"
+
+"$GCR" image verify > /dev/null || fail "gcr image verify after the test"
+echo "PASS"
