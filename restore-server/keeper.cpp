@@ -91,6 +91,17 @@ Result<Keeper> Keeper::start_restore(const fs::path& pidfile) {
   return start_keeper(text, {});
 }
 
+Status Keeper::restoring_in_namespace(pid_t unshare_pid, const fs::path& ready_file) {
+  if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
+  if (ready_file.string().find('\n') != std::string::npos)
+    return Error{Errc::invalid_argument, "a ready file name with a newline"};
+  GCR_TRY_ASSIGN(std::string text, process_lines(unshare_pid));
+  // The same lines as a process's, under other names: the keeper tells them apart.
+  text.replace(text.find("pid "), 4, "nsroot ");
+  text.replace(text.find("start "), 6, "nsroot_start ");
+  return write_all(pipe_.get(), text + "ready " + ready_file.string() + "\n");
+}
+
 Status Keeper::restored(pid_t pid) {
   if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
   GCR_TRY_ASSIGN(std::string text, process_lines(pid));

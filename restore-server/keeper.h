@@ -38,6 +38,9 @@ class Keeper {
   // gcrd dies before done(); should gcrd die before that, while CRIU restores, the keeper learns
   // the pid from `pidfile` (CRIU's --pidfile; empty: no such file, nothing it can do).
   static Result<Keeper> start_restore(const std::filesystem::path& pidfile);
+  // A restore into a new PID namespace has no pidfile: should gcrd die while CRIU restores, the
+  // keeper finds the restored task under `unshare_pid` once `ready_file` names it.
+  Status restoring_in_namespace(pid_t unshare_pid, const std::filesystem::path& ready_file);
   Status restored(pid_t pid);
   Keeper() = default;
   Keeper(Keeper&&) noexcept = default;

@@ -1,8 +1,9 @@
 // gcr-keeper: holds a parked process's device memory while gcrd checkpoints it, and gives it back
 // if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h); for a restored process not
 // yet given its memory, ends it instead. Started by gcrd only: stdin is gcrd's pipe ("pid N",
-// "start TICKS", optionally "mode restore", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4,
-// ..., "go", and later "done"); stdout/stderr are gcrd's log.
+// "start TICKS", optionally "mode restore", "pidfile PATH" or "nsroot PID", "nsroot_start TICKS"
+// and "ready PATH", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later
+// "done"); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "gcr/control.h"
+#include "gcr/criu.h"
 #include "gcr/process_tree.h"
 
 using namespace gcr;
@@ -121,12 +123,28 @@ int end_restored_from(const std::string& pidfile) {
 
 }  // namespace
 
+// The same for a restore into a new PID namespace: the restored task is found under unshare once
+// CRIU's action script has named it; unshare gone first means CRIU failed and took it along.
+int end_restored_in_namespace(pid_t nsroot, unsigned long long nsroot_start,
+                              const std::string& ready) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!alive(nsroot, nsroot_start)) return 0;
+    if (pid_t task = criu::find_restored_in_namespace(nsroot, ready))
+      return end_restored(task, start_time(task));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
 int main() {
   signal(SIGPIPE, SIG_IGN);
   pid_t pid = 0;
   unsigned long long start = 0;
   bool restore = false;
-  std::string pidfile;
+  std::string pidfile, ready;
+  pid_t nsroot = 0;
+  unsigned long long nsroot_start = 0;
   std::vector<control::ParkedRegion> regions;
   std::string line;
   bool go = false;
@@ -140,6 +158,12 @@ int main() {
       in >> start;
     } else if (word == "pidfile") {
       pidfile = line.substr(8);
+    } else if (word == "nsroot") {
+      in >> nsroot;
+    } else if (word == "nsroot_start") {
+      in >> nsroot_start;
+    } else if (word == "ready") {
+      ready = line.substr(6);
     } else if (word == "mode") {
       std::string mode;
       in >> mode;
@@ -154,6 +178,8 @@ int main() {
     }
   }
   if (!go && restore && !pidfile.empty()) return end_restored_from(pidfile);
+  if (!go && restore && nsroot > 0 && !ready.empty())
+    return end_restored_in_namespace(nsroot, nsroot_start, ready);
   if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
   while (read_line(line))
     if (line == "done") return 0;

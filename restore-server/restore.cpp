@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -217,6 +218,12 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   ro.new_pid_namespace = rep.new_pid_namespace;
   ro.shell_job = m.meta_or("shell_job") == "1";
   ro.tcp_close = m.meta_or("tcp_close") == "1";
+  if (rep.new_pid_namespace && keeper && !records.empty())
+    ro.on_spawned = [&keeper, ready = work.path() / "restored.ready"](pid_t unshare_pid) {
+      if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
+        std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
+                     s.error().message.c_str());
+    };
   std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
   for (const auto& in : req.inherit) {
     int fd = in.fd.get();

@@ -288,6 +288,7 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
+  if (o.on_spawned) o.on_spawned(child);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   for (;;) {
     if (fs::exists(ready)) break;
@@ -309,11 +310,7 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
   // unshare -> criu (the namespace's init) -> the restored root task, which is the child of criu
   // whose pid in the namespace is the one the action script wrote (criu's other children, such
   // as that very script, are not it).
-  pid_t inner = read_pid_file(ready);
-  pid_t restored = 0;
-  for (pid_t criu : children_of(child))
-    for (pid_t task : children_of(criu))
-      if (inner > 0 && pid_in_own_namespace(task) == inner) restored = task;
+  pid_t restored = find_restored_in_namespace(child, ready);
   // unshare waits for criu, which reaps the namespace until the restored tree exits: whoever
   // waits for unshare must not be this call.
   std::thread([child] { waitpid(child, nullptr, 0); }).detach();
@@ -327,6 +324,15 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
 }
 
 }  // namespace
+
+pid_t find_restored_in_namespace(pid_t unshare_pid, const fs::path& ready_file) {
+  pid_t inner = read_pid_file(ready_file);
+  if (inner <= 0) return 0;
+  for (pid_t criu : children_of(unshare_pid))
+    for (pid_t task : children_of(criu))
+      if (pid_in_own_namespace(task) == inner) return task;
+  return 0;
+}
 
 Status restore(const Tools& tools, const RestoreOptions& o) {
   if (o.new_pid_namespace) return restore_in_new_pid_namespace(tools, o);

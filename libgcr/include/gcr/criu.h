@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,8 +55,16 @@ struct RestoreOptions {
     int fd = -1;
   };
   std::vector<Inherited> inherit;
+  // With new_pid_namespace: called with unshare's pid as soon as it runs, before CRIU restores
+  // anything (a guard that outlives the caller finds the restored task from there).
+  std::function<void(pid_t)> on_spawned;
 };
 Status restore(const Tools& tools, const RestoreOptions& options);
+
+// The restored root task of a restore into a new PID namespace, as this process sees it, once
+// CRIU has resumed it: unshare -> criu -> the task whose pid in the namespace `ready_file` names
+// (the action script writes it). 0 while there is none.
+pid_t find_restored_in_namespace(pid_t unshare_pid, const std::filesystem::path& ready_file);
 
 // Runs a command (argv[0] a path) with extra environment, waits, and returns its exit status;
 // stdout/stderr go to `log` (appended) when not empty.

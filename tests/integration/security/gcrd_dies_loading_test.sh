@@ -5,7 +5,9 @@
 # let go once gcrd is dead), after CRIU restored the process (still parked, no memory), after it
 # got the load table (still parked), and while it runs with loading under way. Each time the
 # restored process must either end or finish with the reference checksum: never run on to
-# another checksum, never stay parked. Then the checkpoint, unchanged, restores to the reference.
+# another checksum, never stay parked. The same while CRIU restores into a new PID namespace
+# (there is no pidfile then: the keeper finds the task under unshare). Then the checkpoint,
+# unchanged, restores to the reference.
 #
 #   gcrd_dies_loading_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
@@ -18,6 +20,49 @@ start "$T/a.log"
 wait_steps "$T/a.log" 40
 "$GCR" checkpoint "$P" --name c >/dev/null || fail "checkpoint"
 wait_gone "$P" 10 || fail "the checkpointed process did not end"
+
+# The host pid of an mlp_train restored into a PID namespace below this shell's, if any.
+restored_in_pidns() {
+  local p mine
+  mine=$(awk '/^NSpid:/ {print NF}' /proc/$$/status)
+  for p in $(pgrep -f "^$MLP_BIN" || true); do
+    (( $(awk '/^NSpid:/ {print NF}' "/proc/$p/status" 2>/dev/null || echo 0) > mine )) && { echo "$p"; return; }
+  done
+  return 0
+}
+
+step "gcrd killed while CRIU restores into a new PID namespace"
+stop_gcrd
+: >"$T/a.log"
+rm -f "$T/criu-paused" "$T/criu-go"
+echo post-restore >"$T/criu-pause-at"
+"$GCR" restore c --new-pid-namespace >"$T/restore-pidns.out" 2>&1 &
+pids+=("$!")
+for _ in $(seq 1 1000); do [[ -e $T/criu-paused ]] && break; sleep 0.02; done
+if [[ -e $T/criu-paused ]]; then
+  kill -9 "$(gcrd_pid)"
+  sleep 0.3
+  touch "$T/criu-go"
+  # Until the restored task shows up (or CRIU's unshare is gone), then until it is gone.
+  for _ in $(seq 1 500); do
+    [[ -n $(restored_in_pidns) ]] && break
+    pgrep -f "unshare --pid --fork --kill-child" >/dev/null || break
+    sleep 0.02
+  done
+  for _ in $(seq 1 500); do
+    [[ -z $(restored_in_pidns) ]] && break
+    sleep 0.02
+  done
+  left=$(restored_in_pidns)
+  if [[ -n $left ]]; then
+    bad "killed while CRIU restored into a new PID namespace: process $left stays (state $(awk '{print $3}' "/proc/$left/stat" 2>/dev/null), $(grep -c '^step' "$T/a.log") steps)"
+    kill -9 "$left" 2>/dev/null || true
+  else
+    echo "killed while CRIU restored into a new PID namespace: the process ended: $(grep "gcr-keeper" "$GCRD_LOG" | tail -1)"
+  fi
+else
+  bad "CRIU never paused in post-restore (new PID namespace)"
+fi
 
 for point in criu restored load-table loading; do
   step "gcrd killed at $point"
