@@ -214,6 +214,20 @@ void free_context_memory(CUctx_st* ctx) {
     std::lock_guard lock(g_mem.mu);
     for (auto& [addr, a] : g_mem.heap_allocs)
       if (a.ctx == ctx) doomed.push_back(addr);
+    // IPC memory the context opened is closed with it, however many references are left.
+    for (auto it = g_mem.ipc_openings.begin(); it != g_mem.ipc_openings.end();) {
+      if (it->second.ctx != ctx) {
+        ++it;
+        continue;
+      }
+      auto m = g_mem.mappings.find(it->second.map_addr);
+      if (m != g_mem.mappings.end()) {
+        unmap_alias(m->first, m->second.size);
+        g_mem.mappings.erase(m);
+      }
+      give_va(it->second.map_addr, it->second.map_size);
+      it = g_mem.ipc_openings.erase(it);
+    }
   }
   for (DevAddr d : doomed) (void)heap_free(d);
 }

@@ -86,8 +86,8 @@ class Gate {
 extern Gate g_gate;
 extern std::atomic<bool> g_initialized;
 
-// Note [Forked child]: a child forked after cuInit inherits simgpu's memory (device memory is
-// MAP_SHARED memfds: it would share the parent's bytes) but none of its threads, so a call that
+// Note [Forked child]: a child forked after cuInit inherits simgpu's host state but none of its
+// threads, nor its device memory (the alias is MADV_DONTFORK), so a call that
 // waits for a stream worker would wait forever. The driver refuses every call in such a child
 // with CUDA_ERROR_NOT_INITIALIZED, cuInit included (the runtime's "initialization error"); so does
 // simgpu, from the pthread_atfork child handler that cuInit registers. A child of a process that
