@@ -79,6 +79,30 @@ int mode_ipc_export(std::size_t n, std::uint32_t seed) {
   return 0;
 }
 
+// Makes an exportable VMM allocation holding pattern `seed`, mapped here, and exports it: says
+// "fd <n>" (the test opens /proc/<pid>/fd/<n>). Then waits for exit.
+int mode_vmm_export(std::size_t size, std::uint32_t seed) {
+  init_device0();
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h;
+  CHILD_CHECK(cuMemCreate(&h, size, &prop, 0));
+  CUdeviceptr d;
+  CHILD_CHECK(cuMemAddressReserve(&d, size, 0, 0, 0));
+  CHILD_CHECK(cuMemMap(d, size, 0, h, 0));
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CHILD_CHECK(cuMemSetAccess(d, size, &access, 1));
+  std::vector<std::uint32_t> mine = pattern_words(seed, size / 4);
+  CHILD_CHECK(cuMemcpyHtoD(d, mine.data(), size));
+  int fd = -1;
+  CHILD_CHECK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  say("fd " + std::to_string(fd));
+  next_command();
+  return 0;
+}
+
 // The peer of the test's shared buffer (ipc_layout.h) and interprocess event; each step on the
 // test's command:
 //   event    query the event ("query <r>"), wait for it on a stream and read the data
@@ -154,6 +178,9 @@ int run_ipc_child_mode(int argc, char** argv) {
                          static_cast<std::uint32_t>(std::atoi(argv[4])));
   if (mode == "ipc-export" && argc == 3)
     return mode_ipc_export(std::strtoull(argv[1], nullptr, 0),
+                           static_cast<std::uint32_t>(std::atoi(argv[2])));
+  if (mode == "vmm-export" && argc == 3)
+    return mode_vmm_export(std::strtoull(argv[1], nullptr, 0),
                            static_cast<std::uint32_t>(std::atoi(argv[2])));
   if (mode == "ipc-peer" && argc == 3) return mode_ipc_peer(argv[1], argv[2]);
   return -1;

@@ -117,5 +117,37 @@ TEST_CASE("the driver checkpoint refuses a process that maps an imported VMM all
   CU_OK(cuMemRelease(handle));
 }
 
+TEST_CASE(
+    "the driver checkpoint refuses a process whose exported VMM allocation another process maps, "
+    "and takes it once unmapped",
+    "[checkpoint]") {
+  use_device0();
+  const std::size_t size = 2 << 20;
+  Child exporter = Child::mode({"vmm-export", std::to_string(size), "91"});
+  std::string fd_number = expect(exporter, "fd");
+  REQUIRE(!fd_number.empty());
+  // The fd the way PyTorch takes it (pidfd_getfd): from the exporter's descriptor table.
+  std::string path = "/proc/" + std::to_string(exporter.pid()) + "/fd/" + fd_number;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CUmemGenericAllocationHandle h;
+  CU_OK(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  close(fd);
+  CUdeviceptr d;
+  CU_OK(cuMemAddressReserve(&d, size, 0, 0, 0));
+  CU_OK(cuMemMap(d, size, 0, h, 0));
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_OK(cuMemSetAccess(d, size, &access, 1));
+  CHECK(read_u32(d, size / 4) == pattern_words(91, size / 4));
+  check_refused(exporter.pid());
+  CU_OK(cuMemUnmap(d, size));
+  CU_OK(cuMemAddressFree(d, size));
+  CU_OK(cuMemRelease(h));
+  checkpoint_and_restore(exporter.pid());
+  exporter.send("exit");
+  CHECK(exporter.wait() == 0);
+}
+
 }  // namespace
 }  // namespace fid
