@@ -17,41 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "child_support.h"
 #include "common.h"
 #include "fidelity_kernels_fatbin.h"
 
 namespace fid {
 namespace {
-
-void say(const std::string& line) {
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
-#define CHILD_CHECK(call)                                      \
-  do {                                                         \
-    CUresult child_r_ = (call);                                \
-    if (child_r_ != CUDA_SUCCESS) {                            \
-      say(std::string("error ") + #call + " " + cu(child_r_)); \
-      std::exit(3);                                            \
-    }                                                          \
-  } while (0)
-
-std::string ptr_hex(CUdeviceptr d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(d));
-  return buf;
-}
-
-// A context on device 0 of this (child) process.
-CUcontext init_device0() {
-  CHILD_CHECK(cuInit(0));
-  CUdevice dev;
-  CHILD_CHECK(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CHILD_CHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
-  return ctx;
-}
 
 // VMM memory on device 0: reserved, created, mapped and read-write.
 CUdeviceptr vmm_alloc(std::size_t size, CUmemGenericAllocationHandle* handle) {
@@ -275,6 +246,7 @@ int run_child_mode(int argc, char** argv) {
                            static_cast<std::uint32_t>(std::atoi(argv[4])));
   if (mode == "checkpoint-target") return mode_checkpoint_target();
   if (mode == "busy-target") return mode_busy_target();
+  if (int r = run_ipc_child_mode(argc, argv); r >= 0) return r;
   std::fprintf(stderr, "unknown child mode %s (or wrong arguments)\n", mode.c_str());
   return 2;
 }

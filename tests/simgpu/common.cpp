@@ -52,6 +52,9 @@ const Kernels& kernels() {
     CU_OK(cuModuleGetFunction(&k.slow_fill, k.module, names::fid_slow_fill));
     CU_OK(cuModuleGetFunction(&k.with_struct, k.module, names::fid_struct));
     CU_OK(cuModuleGetFunction(&k.iota, k.module, names::fid_iota));
+    CU_OK(cuModuleGetFunction(&k.publish, k.module, names::fid_publish));
+    CU_OK(cuModuleGetFunction(&k.wait_copy, k.module, names::fid_wait_copy));
+    CU_OK(cuModuleGetFunction(&k.follow, k.module, names::fid_follow));
     return k;
   }();
   return k;
@@ -317,6 +320,17 @@ std::string hex(const void* data, std::size_t n) {
 
 std::string uuid_hex(const CUuuid& u) {
   return hex(u.bytes, sizeof u.bytes);
+}
+
+bool unhex(const std::string& text, void* out, std::size_t n) {
+  if (text.size() != 2 * n) return false;
+  auto* b = static_cast<unsigned char*>(out);
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(text.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    b[i] = static_cast<unsigned char>(v);
+  }
+  return true;
 }
 
 }  // namespace fid

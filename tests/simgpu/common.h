@@ -41,6 +41,7 @@ CUcontext primary_context(int ordinal);
 struct Kernels {
   CUmodule module = nullptr;
   CUfunction affine = nullptr, slow_fill = nullptr, with_struct = nullptr, iota = nullptr;
+  CUfunction publish = nullptr, wait_copy = nullptr, follow = nullptr;
 };
 const Kernels& kernels();
 
@@ -147,6 +148,13 @@ std::vector<std::string> words(const std::string& line);
 std::string value_of(const std::vector<std::string>& lines, const std::string& key);
 
 std::string hex(const void* data, std::size_t n);
+// The bytes of a hex() string (as many as fit in n), for handles passed to a child; false if
+// it is not exactly n bytes of hex.
+bool unhex(const std::string& text, void* out, std::size_t n);
+// What fid_publish writes: word i of seed.
+inline std::uint32_t published(std::uint32_t seed, std::size_t i) {
+  return seed * 2654435761u + static_cast<std::uint32_t>(i);
+}
 std::string uuid_hex(const CUuuid& u);
 
 // Entry point of child modes (child_modes.cpp): argv[0] is the mode.

@@ -102,7 +102,7 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   }
   auto args = std::make_shared<Args>();
   if (CUresult r = marshal(*fn->info, params, extra, args.get())) return r;
-  TwinLaunch l{{gx, gy, gz}, {bx, by, bz}, shared, 0, 0};
+  TwinLaunch l{{gx, gy, gz}, {bx, by, bz}, shared, 0, 0, static_cast<long long>(g_va.delta)};
   TwinFn twin = fn->twin;
   enqueue(s, [twin, l, args] { run_twin(twin, l, *args); });
   return CUDA_SUCCESS;

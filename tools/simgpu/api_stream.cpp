@@ -1,4 +1,6 @@
-// Stream and event calls, and host functions queued on streams.
+// Stream and event calls, and host functions queued on streams. Interprocess events keep their
+// state in shared memory (ipc.h) instead of in the recording stream's progress.
+#include "ipc.h"
 #include "simgpu.h"
 
 using namespace gcr::simgpu;
@@ -31,6 +33,14 @@ CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptsz) {
   if (flags & ~CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   if (CUresult r = resolve_stream(h, ptsz, &s)) return r;
+  if (SharedEventState* shared = e->shared) {
+    // The record it waits for may come from another process: the wait is an operation of its
+    // own on the stream, which holds the stream (and only it) until the event completes.
+    std::uint64_t target = shared->recorded.load(std::memory_order_acquire);
+    if (!shared_event_reached(shared, target))
+      enqueue(s, [shared, target] { wait_shared_event(shared, target); });
+    return CUDA_SUCCESS;
+  }
   std::vector<Stream::Dep> deps;
   {
     std::lock_guard lock(e->mu);
@@ -47,6 +57,13 @@ CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptsz) {
   if (CUresult r = resolve_stream(h, ptsz, &s)) return r;
   bool timed = !(e->flags & CU_EVENT_DISABLE_TIMING);
   std::lock_guard lock(e->mu);
+  if (SharedEventState* shared = e->shared) {
+    std::uint64_t generation = shared->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;
+    e->stream = s;
+    e->timed = false;
+    e->seq = enqueue(s, [shared, generation] { complete_shared_event(shared, generation); });
+    return CUDA_SUCCESS;
+  }
   // The record's completion is the stream reaching this operation; the timestamp is taken as
   // the worker runs it.
   e->stream = s;
@@ -216,13 +233,16 @@ CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
   if (!ph) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
     return CUDA_ERROR_INVALID_VALUE;
-  if (flags & CU_EVENT_INTERPROCESS) return CUDA_ERROR_NOT_SUPPORTED;
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+    return CUDA_ERROR_INVALID_VALUE;  // as documented: interprocess events cannot be timed
   CUctx_st* ctx;
   if (CUresult r = require_context(&ctx)) return r;
-  auto* e = new CUevent_st;
+  auto e = std::make_unique<CUevent_st>();
   e->flags = flags;
   e->ctx = ctx;
-  *ph = e;
+  if (flags & CU_EVENT_INTERPROCESS)
+    if (CUresult r = create_shared_event(e.get())) return r;
+  *ph = e.release();
   return CUDA_SUCCESS;
 }
 
@@ -242,6 +262,7 @@ CUresult cuEventDestroy_v2(CUevent e) {
     s->wait(seq);
   }
   e->magic = 0;
+  close_shared_event(e);
   delete e;
   return CUDA_SUCCESS;
 }
@@ -262,6 +283,10 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int flags) 
 CUresult cuEventQuery(CUevent e) {
   SIMGPU_API_BEGIN();
   if (!valid_event(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (const SharedEventState* shared = e->shared)
+    return shared_event_reached(shared, shared->recorded.load(std::memory_order_acquire))
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_NOT_READY;
   std::lock_guard lock(e->mu);
   return !e->stream || e->stream->reached(e->seq) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -269,6 +294,12 @@ CUresult cuEventQuery(CUevent e) {
 CUresult cuEventSynchronize(CUevent e) {
   SIMGPU_API_BEGIN();
   if (!valid_event(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (SharedEventState* shared = e->shared) {
+    std::uint64_t target = shared->recorded.load(std::memory_order_acquire);
+    OutsideGate wait;
+    wait_shared_event(shared, target);
+    return CUDA_SUCCESS;
+  }
   Stream* s;
   std::uint64_t seq;
   {

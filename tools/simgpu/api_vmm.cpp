@@ -176,6 +176,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     ++last;
   }
   if (end != ptr + size) return CUDA_ERROR_INVALID_VALUE;  // must cover whole mappings exactly
+  for (auto it = first; it != last; ++it)
+    if (it->second.phys->ipc) return CUDA_ERROR_INVALID_VALUE;  // cuIpcCloseMemHandle's to undo
   for (auto it = first; it != last;) {
     auto p = it->second.phys;
     unmap_alias(it->first, it->second.size);
@@ -205,6 +207,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (auto m = it; m != g_mem.mappings.end() && m->first == end && end < ptr + size; ++m)
     end += m->second.size;
   if (end < ptr + size) return CUDA_ERROR_INVALID_VALUE;
+  for (auto m = it; m != g_mem.mappings.end() && m->first < ptr + size; ++m)
+    if (m->second.phys->ipc) return CUDA_ERROR_INVALID_VALUE;
   for (auto m = it; m != g_mem.mappings.end() && m->first < ptr + size; ++m) {
     if (!map_alias(m->first, m->second.size, m->second.phys->fd.get(), m->second.offset,
                    prot_of(access)))
@@ -236,6 +240,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   --it;
   if (d >= it->first + it->second.size) return CUDA_ERROR_INVALID_VALUE;
   auto p = it->second.phys;
+  if (p->ipc) return CUDA_ERROR_INVALID_VALUE;  // IPC memory has no allocation handle
   if (p->handle_refs <= 0) {  // released but mapped: the handle comes back to life
     std::erase(g_mem.orphans, p);
     p->handle_refs = 0;
@@ -274,6 +279,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   // A new descriptor of the caller's to own (and close), as the driver hands out.
   int fd = fcntl(it->second->fd.get(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  it->second->exported = true;
   *static_cast<int*>(shareable) = fd;
   return CUDA_SUCCESS;
 }

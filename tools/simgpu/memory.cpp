@@ -108,15 +108,20 @@ void give_range(std::map<DevAddr, std::uint64_t>& free, DevAddr addr, std::uint6
 
 }  // namespace
 
+// Every mapping of the alias is MADV_DONTFORK (Note [Shared device memory]); a new mapping made
+// over part of the alias is a new VMA, which does not inherit that, so each one is marked.
 // Returns [addr, addr + size) of the alias to PROT_NONE, dropping whatever was mapped there.
 void unmap_alias(DevAddr addr, std::uint64_t size) {
-  mmap(alias(addr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-       0);
+  void* p = mmap(alias(addr), size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (p != MAP_FAILED) madvise(p, size, MADV_DONTFORK);
 }
 
 bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, int prot) {
   void* p = mmap(alias(addr), size, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
-  return p != MAP_FAILED;
+  if (p == MAP_FAILED) return false;
+  madvise(p, size, MADV_DONTFORK);
+  return true;
 }
 
 UniqueFd make_memfd(const char* name, std::uint64_t size) {
@@ -155,6 +160,7 @@ CUresult init_memory() {
                        " GiB twice); lower SIMGPU_MEMORY or SIMGPU_DEVICES");
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  madvise(alias_base, g_va.size, MADV_DONTFORK);
   g_va.base = reinterpret_cast<DevAddr>(base);
   g_va.delta = reinterpret_cast<std::intptr_t>(alias_base) - static_cast<std::intptr_t>(g_va.base);
   g_va.heap_base = g_va.base;
@@ -208,6 +214,20 @@ void free_context_memory(CUctx_st* ctx) {
     std::lock_guard lock(g_mem.mu);
     for (auto& [addr, a] : g_mem.heap_allocs)
       if (a.ctx == ctx) doomed.push_back(addr);
+    // IPC memory the context opened is closed with it, however many references are left.
+    for (auto it = g_mem.ipc_openings.begin(); it != g_mem.ipc_openings.end();) {
+      if (it->second.ctx != ctx) {
+        ++it;
+        continue;
+      }
+      auto m = g_mem.mappings.find(it->second.map_addr);
+      if (m != g_mem.mappings.end()) {
+        unmap_alias(m->first, m->second.size);
+        g_mem.mappings.erase(m);
+      }
+      give_va(it->second.map_addr, it->second.map_size);
+      it = g_mem.ipc_openings.erase(it);
+    }
   }
   for (DevAddr d : doomed) (void)heap_free(d);
 }
@@ -258,9 +278,14 @@ bool is_pinned_host(const void* p, std::uint64_t bytes) {
 // the process, unmaps the device ranges and closes every memfd, so that nothing of the "GPU" is
 // left for CRIU to see. Restore creates new memfds (on the devices the restore maps to), copies
 // the bytes back and maps them at the same addresses with the same access.
+// Memory shared with another process (IPC-opened or imported memory, or exported memory that
+// another process maps) is refused with CUDA_ERROR_NOT_SUPPORTED before anything is touched, as
+// drivers before 610 refuse it: a restore could only give back a private copy, which would no
+// longer be shared (shared_memory.cpp).
 CUresult memory_checkpoint() {
   std::lock_guard lock(g_mem.mu);
   if (g_checkpointed) return CUDA_ERROR_ILLEGAL_STATE;
+  if (CUresult r = refuse_shared_memory_locked()) return r;
   for (auto& [addr, a] : g_mem.heap_allocs) {
     HostCopy c = host_copy(a.size);
     if (!c.data) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -317,7 +342,6 @@ CUresult memory_restore() {
   g_saved_heap.clear();
   bool ok = true;
   for_each_phys([&](PhysAlloc& p) {
-    p.imported = false;  // the restored bytes are this process's own now
     p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
     if (p.fd && !seal_size(p.fd.get())) p.fd.reset();
     // pwrite moves at most 0x7ffff000 bytes a call: loop, as save_phys's pread does.

@@ -9,7 +9,16 @@
 // host address d + delta. cuMemAlloc* memory comes from one heap memfd; every cuMemCreate
 // allocation is a memfd of its own, so it can be exported as a POSIX fd and imported by another
 // process. Kernel twins receive their pointer arguments translated to the alias; a device pointer
-// stored in device memory is not translated, so twins cannot follow it (simt.h says so).
+// stored in device memory is not, and a twin follows it through simt.h's simt_follow_ptr, which
+// adds the delta simgpu passes in every launch (TwinLaunch::alias_delta).
+//
+// Note [Shared device memory]
+// Memory crosses processes three ways, all of them memfds reached through /proc/<pid>/fd:
+// cuMemExportToShareableHandle hands out a dup of a cuMemCreate memfd; cuIpcGetMemHandle names a
+// range of the exporter's heap memfd (ipc_handles.h); an interprocess event is a small shared
+// memfd of its own. The alias ranges are MADV_DONTFORK: a forked child (which may make no CUDA
+// call, Note [Forked child]) does not keep the parent's device memory mapped, so "who maps this
+// memfd" in /proc answers the sharing question the driver checkpoint asks (shared_memory.cpp).
 #pragma once
 
 #include <fcntl.h>
@@ -77,8 +86,8 @@ class Gate {
 extern Gate g_gate;
 extern std::atomic<bool> g_initialized;
 
-// Note [Forked child]: a child forked after cuInit inherits simgpu's memory (device memory is
-// MAP_SHARED memfds: it would share the parent's bytes) but none of its threads, so a call that
+// Note [Forked child]: a child forked after cuInit inherits simgpu's host state but none of its
+// threads, nor its device memory (the alias is MADV_DONTFORK), so a call that
 // waits for a stream worker would wait forever. The driver refuses every call in such a child
 // with CUDA_ERROR_NOT_INITIALIZED, cuInit included (the runtime's "initialization error"); so does
 // simgpu, from the pthread_atfork child handler that cuInit registers. A child of a process that
@@ -154,6 +163,8 @@ struct PhysAlloc {
   int device = 0;
   unsigned handle_types = 0;  // CUmemAllocationHandleType bits it may be exported as
   bool imported = false;      // charged to the exporting process, not this one
+  bool ipc = false;           // a cuIpcOpenMemHandle window onto another process's heap memfd
+  bool exported = false;      // handed out as a POSIX fd at least once
   int handle_refs = 1;        // cuMemCreate/Import/Retain minus cuMemRelease
   int mappings = 0;
   std::vector<std::byte> saved;  // contents while the process is checkpointed
@@ -167,6 +178,18 @@ struct HeapAlloc {
   struct CUctx_st* ctx = nullptr;
   struct CUmemPoolHandle_st* pool = nullptr;
   std::uint64_t buffer_id = 0;
+  bool ipc_exported = false;  // cuIpcGetMemHandle was called on it
+};
+
+// One cuIpcOpenMemHandle result: the importer's window, opened `refs` times by `ctx`.
+struct IpcOpening {
+  DevAddr addr = 0;      // what cuIpcOpenMemHandle returned
+  DevAddr map_addr = 0;  // the page-aligned mapping holding it
+  std::uint64_t map_size = 0;
+  CUctx_st* ctx = nullptr;
+  int refs = 1;
+  int exporter = 0;  // pid
+  std::uint64_t inode = 0, offset = 0, alloc_id = 0;
 };
 
 // One cuMemMap: [addr, addr + size) shows phys bytes [offset, offset + size).
@@ -205,6 +228,7 @@ struct MemoryState {
   std::map<std::uintptr_t, std::pair<std::uint64_t, unsigned>> host_allocs;  // pinned: size, flags
   std::uint64_t next_id = 1;
   std::vector<std::shared_ptr<PhysAlloc>> orphans;  // released handles still mapped
+  std::map<DevAddr, IpcOpening> ipc_openings;       // by the address returned
 };
 extern MemoryState g_mem;
 
@@ -230,12 +254,23 @@ CUresult heap_alloc(int device, std::uint64_t bytes, struct CUctx_st* ctx,
 CUresult heap_free(DevAddr d);
 void free_context_memory(struct CUctx_st* ctx);
 
+// Note [Shared device memory]: a descriptor of another process, opened through
+// /proc/<pid>/fd/<fd> and accepted only if it is still the file of that inode; or why not
+// (CUDA_ERROR_INVALID_HANDLE: gone or another file; CUDA_ERROR_MAP_FAILED: not ours to open).
+CUresult open_peer_fd(int pid, int fd, std::uint64_t inode, UniqueFd* out);
+std::uint64_t inode_of(int fd);
+// Why the driver checkpoint cannot take this process's memory, or CUDA_SUCCESS: memory shared
+// with another process, which drivers before 610 refuse (CUDA_ERROR_NOT_SUPPORTED). Holds g_mem.mu.
+CUresult refuse_shared_memory_locked();
+
 // Driver checkpoint of this process: device memory into host memory, memfds closed; and back.
+// memory_checkpoint refuses memory shared with another process (shared_memory.cpp).
 CUresult memory_checkpoint();
 CUresult memory_restore();
 
 // ---- contexts, streams, events ---------------------------------------------------------------
 class Stream;
+struct SharedEventState;  // ipc.h
 }  // namespace gcr::simgpu
 
 struct CUctx_st {
@@ -260,6 +295,9 @@ struct CUevent_st {
   std::uint64_t seq = 0;                  // completes when stream reaches seq
   std::chrono::steady_clock::time_point when{};
   bool timed = false;
+  // CU_EVENT_INTERPROCESS: the event's state lives in a memfd other processes map too.
+  gcr::simgpu::SharedEventState* shared = nullptr;
+  gcr::UniqueFd shared_fd;
 };
 
 struct CUmemPoolHandle_st {

@@ -13,7 +13,8 @@ struct TwinLaunch {
   unsigned block[3];
   unsigned shared_bytes;
   unsigned block_begin;
-  unsigned block_end;  // 0: all blocks
+  unsigned block_end;     // 0: all blocks
+  long long alias_delta;  // device address + alias_delta = where the twin reaches it
 };
 
 // The twin symbol for a kernel's (possibly mangled) name: "_Z4axpyPfPKffi" -> "simgpu_twin__axpy",

@@ -40,3 +40,32 @@ SIMT_TWIN(fid_iota)
 // A __device__ variable with an initializer, for cuModuleGetGlobal (twins cannot reach it).
 __device__ unsigned fid_table[4] = {0x11111111u, 0x22222222u, 0x33333333u, 0x44444444u};
 #endif
+
+// One thread writes data[0..n) = seed * 2654435761 + i, then publishes `value` in *flag with a
+// system-scope release: a reader that acquires the value sees all of data.
+SIMT_KERNEL void fid_publish(unsigned* data, int n, unsigned seed, unsigned* flag, unsigned value) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (int i = 0; i < n; ++i) data[i] = seed * 2654435761u + static_cast<unsigned>(i);
+  simt_store_release_sys(flag, value);
+}
+SIMT_TWIN(fid_publish)
+
+// One thread spins until *flag >= value (set by another stream or process), then copies data to
+// out: it must see what the flag's writer wrote before its release.
+SIMT_KERNEL void fid_wait_copy(const unsigned* flag, unsigned value, const unsigned* data,
+                               unsigned* out, int n) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  simt_spin_geq(flag, value);
+  for (int i = 0; i < n; ++i) out[i] = data[i];
+}
+SIMT_TWIN(fid_wait_copy)
+
+// out[t * n + i] = tables[t][i]: the tables' addresses are read from device memory, as a kernel
+// that follows a peer's buffer pointer does.
+SIMT_KERNEL void fid_follow(unsigned* const* tables, int count, int n, unsigned* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count * n) return;
+  const unsigned* table = simt_follow_ptr(tables[i / n]);
+  out[i] = table[i % n];
+}
+SIMT_TWIN(fid_follow)
