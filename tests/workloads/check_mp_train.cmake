@@ -1,0 +1,51 @@
+# Runs mp_train's single-process reference (--ranks 1) and then the job with -DRANKS ranks and the
+# extra flags in -DARGS (separated by spaces), and fails unless every rank prints the reference's checksum
+# and rank 0 prints the reference's loss lines. Invoked by ctest with -DMP=<path to mp_train>.
+set(common --steps 60 --quiet)
+
+function(run_mp out_var)
+  execute_process(COMMAND ${MP} ${ARGN} ${common}
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mp_train ${ARGN} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# "step N loss X" lines without their timings, in order.
+function(loss_lines text out_var)
+  string(REGEX MATCHALL "step [0-9]+ loss [^ ]+" lines "${text}")
+  set(${out_var} "${lines}" PARENT_SCOPE)
+endfunction()
+
+run_mp(reference --ranks 1)
+string(REGEX MATCH "checksum ([0-9a-f]+)" _ "${reference}")
+set(expected "${CMAKE_MATCH_1}")
+if(expected STREQUAL "")
+  message(FATAL_ERROR "the reference printed no checksum:\n${reference}")
+endif()
+loss_lines("${reference}" expected_losses)
+
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+run_mp(job --ranks ${RANKS} ${args})
+message(STATUS "reference checksum ${expected}; ${RANKS} ranks ${ARGS}:\n${job}")
+foreach(rank RANGE 0 ${RANKS})
+  if(rank EQUAL RANKS)
+    break()
+  endif()
+  if(rank EQUAL 0)
+    set(pattern "(^|\n)checksum ([0-9a-f]+)")
+  else()
+    set(pattern "(^|\n)rank ${rank} checksum ([0-9a-f]+)")
+  endif()
+  if(NOT job MATCHES "${pattern}")
+    message(FATAL_ERROR "rank ${rank} printed no checksum")
+  endif()
+  if(NOT CMAKE_MATCH_2 STREQUAL expected)
+    message(FATAL_ERROR "rank ${rank}'s checksum is ${CMAKE_MATCH_2}, the reference's ${expected}")
+  endif()
+endforeach()
+loss_lines("${job}" losses)
+if(NOT losses STREQUAL expected_losses)
+  message(FATAL_ERROR "rank 0's losses differ from the reference's:\n${losses}\nvs\n${expected_losses}")
+endif()

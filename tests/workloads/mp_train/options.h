@@ -1,0 +1,30 @@
+// mp_train's command line. The launcher passes its own flags on to every rank, adding --rank and
+// --job (launcher.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "transport.h"
+
+namespace mp {
+
+struct Options {
+  int ranks = 2;
+  int rank = -1;    // -1: the launcher (or, with ranks == 1, the single-process reference)
+  std::string job;  // names the ranks' sockets; the launcher's pid by default
+  int steps = 100;
+  int batch = 48;  // the global batch, split into kMicroBatches micro-batches
+  int hidden = 64;
+  std::uint64_t seed = 1;
+  int step_delay_ms = 0;
+  bool quiet = false;
+  int lag_rank = -1;
+  int lag_ms = 0;
+  TransportChoice transport = TransportChoice::kRotate;
+};
+
+// Exits with the usage (status 2) on a bad command line.
+Options parse_options(int argc, char** argv);
+
+}  // namespace mp

@@ -1,0 +1,219 @@
+#include "trainer.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "../mlp/data.h"
+#include "mp_kernels_fatbin.h"
+#include "ring.h"
+#include "workload_util.h"
+
+namespace mp {
+
+namespace {
+constexpr int kInputDim = 64, kOutputDim = 16;  // mlp_train's task
+constexpr float kLearningRate = 2e-3f;
+constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-8f;
+constexpr int kLagPeriod = 4;  // --lag-rank lags on steps s with s % kLagPeriod == 1
+
+int micro_begin(int m, int batch) {
+  return static_cast<int>(static_cast<long long>(m) * batch / kMicroBatches);
+}
+
+CUdeviceptr alloc(std::size_t bytes) {
+  CUdeviceptr p = 0;
+  CU_CHECK(cuMemAlloc(&p, bytes));
+  return p;
+}
+}  // namespace
+
+Kernels Kernels::load(CUmodule module) {
+  namespace name = embedded::mp_kernels::kernel;
+  return {
+      wl::get_function(module, name::linear_forward),
+      wl::get_function(module, name::linear_backward_input),
+      wl::get_function(module, name::adam_step),
+      wl::get_function(module, name::mp_backward_params),
+      wl::get_function(module, name::mp_squared_error),
+      wl::get_function(module, name::mp_mse_grad),
+      wl::get_function(module, name::mp_from_fixed),
+      wl::get_function(module, name::mp_ring_allreduce),
+  };
+}
+
+Trainer::Trainer(const Options& o, const Kernels& k) : o_(o), k_(k) {
+  int rank = o.rank < 0 ? 0 : o.rank;
+  m_begin_ = kMicroBatches * rank / o.ranks;
+  m_end_ = kMicroBatches * (rank + 1) / o.ranks;
+  sample0_ = micro_begin(m_begin_, o.batch);
+  local_ = micro_begin(m_end_, o.batch) - sample0_;
+
+  CU_CHECK(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  const int dims[] = {kInputDim, o.hidden, o.hidden, kOutputDim};
+  for (int l = 0; l < 3; ++l) {
+    Layer layer;
+    layer.n_in = dims[l];
+    layer.n_out = dims[l + 1];
+    layer.offset = words_;
+    words_ += layer.count();
+    std::size_t bytes = layer.count() * sizeof(float);
+    layer.param = alloc(bytes);
+    layer.adam_m = alloc(bytes);
+    layer.adam_v = alloc(bytes);
+    std::vector<float> init = mlp::initial_layer(o.seed, l, layer.n_in, layer.n_out);
+    CU_CHECK(cuMemcpyHtoD(layer.param, init.data(), bytes));
+    CU_CHECK(cuMemsetD32(layer.adam_m, 0, layer.count()));
+    CU_CHECK(cuMemsetD32(layer.adam_v, 0, layer.count()));
+    layers_.push_back(layer);
+  }
+  words_ += 1;  // the squared error
+  fixed_ = alloc(words_ * sizeof(unsigned long long));
+  grads_ = alloc(words_ * sizeof(float));
+  act_.push_back(alloc(static_cast<std::size_t>(local_) * kInputDim * sizeof(float)));
+  grad_.push_back(0);
+  for (const Layer& layer : layers_) {
+    act_.push_back(alloc(static_cast<std::size_t>(local_) * layer.n_out * sizeof(float)));
+    grad_.push_back(alloc(static_cast<std::size_t>(local_) * layer.n_out * sizeof(float)));
+  }
+  target_ = alloc(static_cast<std::size_t>(local_) * kOutputDim * sizeof(float));
+  void* host = nullptr;
+  CU_CHECK(cuMemHostAlloc(
+      &host, static_cast<std::size_t>(local_) * (kInputDim + kOutputDim) * sizeof(float), 0));
+  host_batch_ = static_cast<float*>(host);
+  CU_CHECK(cuMemHostAlloc(&host, sizeof(float), 0));
+  host_loss_ = static_cast<float*>(host);
+  CU_CHECK(cuCtxSynchronize());
+  if (o.ranks > 1) ring_ = std::make_unique<Ring>(o, k.ring_allreduce, words_);
+}
+
+Trainer::~Trainer() {
+  cuCtxSynchronize();
+  ring_.reset();
+  for (Layer& layer : layers_) {
+    cuMemFree(layer.param);
+    cuMemFree(layer.adam_m);
+    cuMemFree(layer.adam_v);
+  }
+  for (CUdeviceptr p : act_) cuMemFree(p);
+  for (CUdeviceptr p : grad_)
+    if (p) cuMemFree(p);
+  cuMemFree(target_);
+  cuMemFree(fixed_);
+  cuMemFree(grads_);
+  cuMemFreeHost(host_batch_);
+  cuMemFreeHost(host_loss_);
+  cuStreamDestroy(stream_);
+}
+
+void Trainer::run() {
+  std::size_t params = words_ - 1;
+  if (o_.rank <= 0) {
+    std::printf("config ranks %d steps %d batch %d hidden %d seed %" PRIu64
+                " micro_batches %d params %zu\n",
+                o_.ranks, o_.steps, o_.batch, o_.hidden, o_.seed, kMicroBatches, params);
+    std::fflush(stdout);
+  }
+  mlp::Teacher teacher(o_.seed);
+  std::vector<float> x(static_cast<std::size_t>(o_.batch) * kInputDim);
+  std::vector<float> y(static_cast<std::size_t>(o_.batch) * kOutputDim);
+  const float total_outputs = static_cast<float>(o_.batch * kOutputDim);
+  float loss = 0.0f;
+  for (int s = 0; s < o_.steps; ++s) {
+    teacher.make_batch(static_cast<std::uint64_t>(s), o_.batch, x.data(), y.data());
+    std::size_t nx = static_cast<std::size_t>(local_) * kInputDim;
+    std::size_t ny = static_cast<std::size_t>(local_) * kOutputDim;
+    std::memcpy(host_batch_, x.data() + static_cast<std::size_t>(sample0_) * kInputDim,
+                nx * sizeof(float));
+    std::memcpy(host_batch_ + nx, y.data() + static_cast<std::size_t>(sample0_) * kOutputDim,
+                ny * sizeof(float));
+    CU_CHECK(cuMemcpyHtoDAsync(act_[0], host_batch_, nx * sizeof(float), stream_));
+    CU_CHECK(cuMemcpyHtoDAsync(target_, host_batch_ + nx, ny * sizeof(float), stream_));
+    step(s);
+    CU_CHECK(cuStreamSynchronize(stream_));  // also: host_batch_ may be refilled
+    loss = *host_loss_ / total_outputs;
+    if (o_.rank <= 0 && (!o_.quiet || s % 50 == 0 || s == o_.steps - 1)) {
+      std::printf("step %d loss %.9g t_ms %.1f\n", s, loss, wl::ms_since_start());
+      std::fflush(stdout);
+    }
+    if (o_.step_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
+    }
+  }
+  CU_CHECK(cuCtxSynchronize());
+  if (ring_) ring_->close();
+  std::uint64_t sum = checksum();
+  if (o_.rank <= 0) {
+    std::printf("final_loss %.9g\n", loss);
+    std::printf("checksum %016" PRIx64 "\n", sum);
+  } else {
+    std::printf("rank %d checksum %016" PRIx64 "\n", o_.rank, sum);
+  }
+  std::fflush(stdout);
+}
+
+void Trainer::step(int s) {
+  const int last = static_cast<int>(layers_.size()) - 1;
+  for (int l = 0; l <= last; ++l) {
+    const Layer& layer = layers_[l];
+    CU_CHECK(
+        wl::launch(k_.linear_forward, wl::cover(static_cast<std::uint64_t>(local_) * layer.n_out),
+                   stream_, act_[l + 1], act_[l], layer.param,
+                   layer.param + static_cast<std::size_t>(layer.n_out) * layer.n_in * sizeof(float),
+                   local_, layer.n_in, layer.n_out, l < last ? 1 : 0));
+  }
+  CUdeviceptr squared_error = fixed_ + (words_ - 1) * sizeof(unsigned long long);
+  CU_CHECK(wl::launch(k_.squared_error, wl::Dims{1, 1}, stream_, squared_error, act_.back(),
+                      target_, kOutputDim, o_.batch, kMicroBatches, m_begin_, m_end_, sample0_));
+  int outputs = local_ * kOutputDim;
+  float scale = 2.0f / static_cast<float>(o_.batch * kOutputDim);
+  CU_CHECK(wl::launch(k_.mse_grad, wl::cover(outputs), stream_, grad_.back(), act_.back(), target_,
+                      outputs, scale));
+  for (int l = last; l >= 0; --l) {
+    const Layer& layer = layers_[l];
+    CU_CHECK(wl::launch(k_.backward_params, wl::cover(layer.count()), stream_,
+                        fixed_ + layer.offset * sizeof(unsigned long long), grad_[l + 1], act_[l],
+                        layer.n_in, layer.n_out, o_.batch, kMicroBatches, m_begin_, m_end_,
+                        sample0_));
+    if (l > 0) {
+      CU_CHECK(wl::launch(
+          k_.linear_backward_input, wl::cover(static_cast<std::uint64_t>(local_) * layer.n_in),
+          stream_, grad_[l], grad_[l + 1], layer.param, act_[l], local_, layer.n_in, layer.n_out));
+    }
+  }
+  if (ring_) {
+    if (o_.rank == o_.lag_rank && s % kLagPeriod == 1) {
+      // The peers' all-reduce kernels are already spinning on this rank's flags.
+      std::this_thread::sleep_for(std::chrono::milliseconds(o_.lag_ms));
+    }
+    ring_->allreduce(stream_, fixed_);
+  }
+  int words = static_cast<int>(words_);
+  CU_CHECK(wl::launch(k_.from_fixed, wl::cover(words), stream_, grads_, fixed_, words));
+  beta1_power_ *= kBeta1;
+  beta2_power_ *= kBeta2;
+  const float correction1 = static_cast<float>(1.0 - beta1_power_);
+  const float correction2 = static_cast<float>(1.0 - beta2_power_);
+  for (const Layer& layer : layers_) {
+    int n = static_cast<int>(layer.count());
+    CU_CHECK(wl::launch(k_.adam_step, wl::cover(n), stream_, layer.param, layer.adam_m,
+                        layer.adam_v, grads_ + layer.offset * sizeof(float), n, kLearningRate,
+                        kBeta1, kBeta2, kEps, correction1, correction2));
+  }
+  CU_CHECK(
+      cuMemcpyDtoHAsync(host_loss_, grads_ + (words_ - 1) * sizeof(float), sizeof(float), stream_));
+}
+
+std::uint64_t Trainer::checksum() const {
+  wl::Fnv1a hash;
+  std::vector<float> host;
+  for (const Layer& layer : layers_) {
+    host.resize(layer.count());
+    CU_CHECK(cuMemcpyDtoH(host.data(), layer.param, host.size() * sizeof(float)));
+    hash.add(host.data(), host.size() * sizeof(float));
+  }
+  return hash.value();
+}
+
+}  // namespace mp

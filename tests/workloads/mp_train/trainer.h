@@ -1,0 +1,69 @@
+// One rank's share of data-parallel training (or, with one rank, the whole of it: the reference).
+//
+// Every step's global batch (mlp_train's synthetic task, --batch samples) is cut into
+// kMicroBatches micro-batches; rank r of R holds micro-batches [12 r / R, 12 (r + 1) / R). Each
+// micro-batch's gradient and squared error are summed in float in a fixed order, converted to
+// 64-bit fixed point and added up as integers (mp_kernels.cu), first over the rank's own
+// micro-batches, then over the ranks by the ring all-reduce. Integer sums do not depend on their
+// order, so every rank ends every step with the same bits as one process computing all twelve:
+// the checksum does not depend on --ranks.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "options.h"
+
+namespace mp {
+
+inline constexpr int kMicroBatches = 12;  // divisible by every rank count, 1 to 4
+
+struct Kernels {
+  CUfunction linear_forward, linear_backward_input, adam_step;
+  CUfunction backward_params, squared_error, mse_grad, from_fixed, ring_allreduce;
+  static Kernels load(CUmodule module);
+};
+
+class Ring;
+
+class Trainer {
+ public:
+  Trainer(const Options& options, const Kernels& kernels);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains --steps steps, printing the loss lines (rank 0) and the checksum (every rank).
+  void run();
+
+ private:
+  struct Layer {
+    int n_in = 0, n_out = 0;
+    CUdeviceptr param = 0, adam_m = 0, adam_v = 0;
+    std::size_t offset = 0;  // of its [w | bias] in the fixed-point and float gradient buffers
+    std::size_t count() const { return static_cast<std::size_t>(n_out) * (n_in + 1); }
+  };
+
+  void step(int step);
+  std::uint64_t checksum() const;
+
+  const Options& o_;
+  const Kernels& k_;
+  int m_begin_, m_end_;  // this rank's micro-batches
+  int sample0_, local_;  // its first sample in the global batch, and how many it holds
+  std::vector<Layer> layers_;
+  std::size_t words_ = 0;  // every layer's gradient, then the squared error
+  CUdeviceptr fixed_ = 0, grads_ = 0;
+  std::vector<CUdeviceptr> act_, grad_;  // as mlp's StepBuffers, for the local samples
+  CUdeviceptr target_ = 0;
+  float* host_batch_ = nullptr;  // pinned: the local [x | y]
+  float* host_loss_ = nullptr;   // pinned: the summed squared error, after the all-reduce
+  CUstream stream_ = nullptr;
+  std::unique_ptr<Ring> ring_;
+  double beta1_power_ = 1.0, beta2_power_ = 1.0;
+};
+
+}  // namespace mp
