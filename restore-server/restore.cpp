@@ -200,6 +200,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     progress("pid " + std::to_string(rep.original_pid) +
              " is in use: restoring into a new PID namespace");
   }
+  if (rep.new_pid_namespace && geteuid() != 0)
+    return Error{
+        Errc::unsupported,
+        (req.new_pid_namespace ? std::string("--new-pid-namespace")
+                               : "pid " + std::to_string(rep.original_pid) + " is in use, so") +
+            " the restore needs a PID namespace of its own, which only root's gcrd can "
+            "make (unshare needs CAP_SYS_ADMIN): end what holds the pid, or restore as "
+            "root"};
   // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
   // memory (or the table that makes it wait for it), the keeper ends it; from now, as CRIU may
   // finish restoring it after gcrd is gone.

@@ -198,10 +198,17 @@ Result<int> run_and_wait(const std::vector<std::string>& argv,
   return WEXITSTATUS(status);
 }
 
+// A gcrd that is not root runs CRIU with --unprivileged: CRIU then needs CAP_CHECKPOINT_RESTORE
+// (and CAP_SYS_PTRACE) as file capabilities of its binary, and works on its user's processes only.
+void privilege_arguments(std::vector<std::string>& argv) {
+  if (geteuid() != 0) argv.push_back("--unprivileged");
+}
+
 // --shell-job, --tcp-close and one --inherit-fd per inherited file (at fd 3, 4, ...), and those
 // files for spawn().
 void restore_arguments(const RestoreOptions& o, std::vector<std::string>& argv,
                        SpawnExtras& extras) {
+  privilege_arguments(argv);
   if (o.shell_job) argv.push_back("--shell-job");
   if (o.tcp_close) argv.push_back("--tcp-close");
   for (const auto& in : o.inherit) {
@@ -219,6 +226,7 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
 }
 
 Status dump(const Tools& tools, const DumpOptions& o) {
+  GCR_TRY(check_unprivileged_criu(tools.criu));
   fs::path log = o.image_dir / "dump.log";
   std::vector<std::string> argv = {tools.criu.string(),
                                    "dump",
@@ -231,6 +239,7 @@ Status dump(const Tools& tools, const DumpOptions& o) {
                                    "-o",
                                    "dump.log",
                                    "-v4"};
+  privilege_arguments(argv);
   if (o.leave_running) argv.push_back("-R");
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
@@ -335,6 +344,7 @@ pid_t find_restored_in_namespace(pid_t unshare_pid, const fs::path& ready_file) 
 }
 
 Status restore(const Tools& tools, const RestoreOptions& o) {
+  GCR_TRY(check_unprivileged_criu(tools.criu));
   if (o.new_pid_namespace) return restore_in_new_pid_namespace(tools, o);
   fs::path log = o.image_dir / "restore.log";
   fs::path pidfile = o.image_dir / "restored.pid";

@@ -61,6 +61,11 @@ struct RestoreOptions {
 };
 Status restore(const Tools& tools, const RestoreOptions& options);
 
+// For a gcrd that is not root (CRIU runs with --unprivileged): fails, saying what to do, unless the
+// kernel has CAP_CHECKPOINT_RESTORE and `criu` carries it and CAP_SYS_PTRACE as file capabilities.
+// Root passes.
+Status check_unprivileged_criu(const std::filesystem::path& criu);
+
 // The restored root task of a restore into a new PID namespace, as this process sees it, once
 // CRIU has resumed it: unshare -> criu -> the task whose pid in the namespace `ready_file` names
 // (the action script writes it). 0 while there is none.
