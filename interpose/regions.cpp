@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "real_driver.h"
+#include "vmm_handles.h"
 
 namespace gcr::interpose {
 
@@ -183,6 +184,7 @@ CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind
 
 void destroy_region(std::uint32_t id) {
   const RealDriver* real = real_driver();
+  ipc_forget_region(id);
   Region& reg = g_regions[id];
   set_granules(reg.address, reg.size, 0);
   reg.cow_entry.store(0);  // gcrd reads the cut's bytes from its own import

@@ -80,19 +80,15 @@ std::vector<std::string> valloc_blockers() {
       mapped_at[reg.allocation].push_back(reg.address);
   }
   std::vector<std::string> out;
+  std::size_t exported = 0, imported = 0;
+  std::uint64_t exported_bytes = 0;
+  std::string first_exported, first_imported;
   for (const auto& [id, v] : g_allocations) {
     const auto& at = mapped_at[id];
-    std::string what = "device memory " +
-                       (at.empty() ? std::string("(unmapped)") : "at " + hex(at[0])) + " (" +
-                       mib(v.size) + ")";
-    if (v.exported)
-      out.push_back(what +
-                    " was exported with cuMemExportToShareableHandle: memory shared with other "
-                    "processes cannot be checkpointed by gcr yet");
-    if (v.origin == AllocationOrigin::imported)
-      out.push_back(what +
-                    " was imported from another process with cuMemImportFromShareableHandle: "
-                    "memory shared between processes cannot be checkpointed by gcr yet");
+    std::string where = at.empty() ? std::string("unmapped") : "at " + hex(at[0]);
+    if (v.exported && exported++ == 0) first_exported = where;
+    if (v.exported) exported_bytes += v.size;
+    if (v.origin == AllocationOrigin::imported && imported++ == 0) first_imported = where;
     if (at.size() > 1) {
       std::string list;
       for (std::uint64_t a : at) list += (list.empty() ? "" : ", ") + hex(a);
@@ -101,6 +97,13 @@ std::vector<std::string> valloc_blockers() {
                     "); gcr would restore each mapping as memory of its own, so it refuses");
     }
   }
+  if (exported)
+    out.push_back(std::to_string(exported) + " allocation(s) (" + mib(exported_bytes) +
+                  ", the first " + first_exported +
+                  ") exported to other processes with cuMemExportToShareableHandle");
+  if (imported)
+    out.push_back(std::to_string(imported) + " allocation(s) (the first " + first_imported +
+                  ") imported from another process with cuMemImportFromShareableHandle");
   return out;
 }
 

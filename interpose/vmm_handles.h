@@ -67,8 +67,15 @@ std::vector<std::uint32_t> valloc_unmapped();
 // What stands in the way of a checkpoint now (Note [Virtual allocation handles]).
 std::vector<std::string> valloc_blockers();
 
-// Sharing through CUDA IPC and memory pools, counted by the wrappers in ipc.cpp.
+// Sharing through CUDA IPC and memory pools, counted by the wrappers in ipc.cpp and
+// ipc_memory.cpp (Note [IPC memory under gcr]).
+inline constexpr const char* kExportedMemoryBlocker =
+    "device memory was exported to other processes with cuIpcGetMemHandle";
+inline constexpr const char* kOpenedMemoryBlocker =
+    "the process maps another process's device memory (cuIpcOpenMemHandle)";
 void note_ipc_blocker(const char* what);
 std::vector<std::string> ipc_blockers();
+std::size_t ipc_memory_opened();                  // other processes' memory mapped here now
+void ipc_forget_region(std::uint32_t region_id);  // closes its IPC export, as the region goes
 
 }  // namespace gcr::interpose

@@ -191,6 +191,34 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   return rep;
 }
 
+// Every process of the tree that runs under gcr says what stands in the way of its checkpoint
+// (memory shared with other processes: Note [Virtual allocation handles]); any reason refuses the
+// checkpoint here, before anything stops. The ranks of a job under its launcher are refused this
+// way until gcr checkpoints shared memory: each would come back with a private copy.
+Status check_tree_blockers(const criu::ProcessTree& tree) {
+  std::string reasons;
+  int sharing = 0;
+  for (pid_t pid : tree.pids) {
+    if (criu::maps_libcuda(pid) == false) continue;  // no CUDA driver: nothing to ask
+    auto client = control::Client::connect(pid, std::chrono::seconds(2));
+    if (!client) continue;  // not under gcr (the driver's checkpoint decides), or gone
+    auto blockers = client->blockers();
+    (void)client->close();
+    if (!blockers || blockers->empty()) continue;  // nothing, or an interposer before 1.2
+    if (++sharing > 2) continue;                   // the first two say enough
+    std::string what = pid == tree.root ? "" : "process " + std::to_string(pid) + ": ";
+    for (std::size_t i = 0; i < blockers->size(); ++i) what += (i ? ", " : "") + (*blockers)[i];
+    reasons += (reasons.empty() ? "" : "; ") + what;
+  }
+  if (reasons.empty()) return ok();
+  if (sharing > 2)
+    reasons += "; and " + std::to_string(sharing - 2) + " more process(es) like them";
+  return Error{Errc::unsupported,
+               "cannot checkpoint process " + std::to_string(tree.root) + ": " + reasons +
+                   ". gcr cannot checkpoint device memory shared between processes yet (each "
+                   "would come back with a private copy)"};
+}
+
 }  // namespace
 
 uid_t process_owner(pid_t pid) {
@@ -221,6 +249,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Note [Refused up front] (docs/processes.md): what the tree holds is read, and anything gcr
   // cannot restore correctly refused, before the process is touched.
   GCR_TRY_ASSIGN(criu::ProcessTree tree, criu::inspect_tree(req.pid));
+  GCR_TRY(check_tree_blockers(tree));
   GCR_TRY(criu::check_supported(tree, {req.tcp_close})
               .context("cannot checkpoint process " + std::to_string(req.pid)));
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
@@ -238,15 +267,6 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.pid = req.pid;
   rep.kind = "gcr";
   GCR_TRY_ASSIGN(control::StatusInfo before, client.status());
-  // What the interposer knows it cannot checkpoint (memory shared with other processes): refused
-  // here, before anything stops. Park checks again, under the gate.
-  if (auto blockers = client.blockers(); blockers && !blockers->empty()) {
-    std::string msg = "cannot checkpoint process " + std::to_string(req.pid) + ": ";
-    for (std::size_t i = 0; i < blockers->size(); ++i) msg += (i ? "; " : "") + (*blockers)[i];
-    return Error{Errc::unsupported, msg};
-  } else if (!blockers && blockers.error().code != Errc::unsupported) {
-    return std::move(blockers).error();
-  }
 
   auto key = process_key(req.pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(req.pid) + " has exited"};

@@ -1,0 +1,226 @@
+// Note [IPC memory under gcr]
+// cuMemAlloc memory is a region of gcr's (VMM memory, Note [Regions and slabs]), and a driver
+// refuses legacy IPC on VMM memory: without help, a program that shares memory through
+// cuIpcGetMemHandle works alone and fails under gcr. So the handle is gcr's own 64-byte token:
+//
+//     0   8  magic "gcrIPC1\0"       24  8  region size
+//     8   4  owner pid               32  8  allocation offset in the region
+//     12  4  fd in the owner         40  8  allocation size
+//     16  8  region address          48  8  inode of that fd (checked by the importer)
+//
+// The owner exports the region as a POSIX fd once and keeps it open (closed when the region
+// goes); the importer takes that fd from the owner (pidfd_getfd, else /proc/PID/fd/N), imports
+// it, maps the region at an address of its own and returns the allocation's place in it. Opening
+// a token again returns the same pointer (counted), as the driver does. Memory shared this way is
+// a blocker: gcr refuses to checkpoint either side until it checkpoints shared memory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "alloc.h"
+#include "gate.h"
+#include "real_driver.h"
+#include "regions.h"
+#include "vmm_handles.h"
+
+#undef cuIpcOpenMemHandle  // cuda.h maps it to _v2; the old name is exported as well
+
+namespace gcr::interpose {
+namespace {
+
+constexpr char kMagic[8] = {'g', 'c', 'r', 'I', 'P', 'C', '1', '\0'};
+
+struct Token {
+  char magic[8];
+  std::uint32_t pid;
+  std::int32_t fd;
+  std::uint64_t region_address, region_size, offset, size, inode;
+};
+static_assert(sizeof(Token) <= sizeof(CUipcMemHandle));
+
+struct Opened {
+  CUdeviceptr base = 0;  // the region's mapping here
+  std::uint64_t size = 0;
+  std::uint64_t offset = 0;
+  int count = 0;
+};
+
+std::mutex g_mu;
+std::map<std::uint32_t, int> g_exported_fds;  // region id -> fd exported for IPC (owner side)
+std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, Opened>
+    g_opened;  // importer: by owner pid, inode, region address and offset
+
+// The owner's fd, as a file of this process: pidfd_getfd (needs ptrace rights over the owner),
+// else /proc/PID/fd/N (an open of the file itself: simgpu's memfds).
+int take_fd(pid_t pid, int fd) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    int got = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+    ::close(pidfd);
+    if (got >= 0) return got;
+  }
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  return ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+}
+
+CUresult open_token(CUdeviceptr* ptr, const Token& t) {
+  const RealDriver* real = real_driver();
+  if (t.pid == static_cast<std::uint32_t>(getpid())) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard lock(g_mu);
+  auto key = std::make_tuple(t.pid, t.inode, t.region_address, t.offset);
+  if (auto it = g_opened.find(key); it != g_opened.end()) {
+    ++it->second.count;
+    *ptr = it->second.base + t.offset;
+    return CUDA_SUCCESS;
+  }
+  int fd = take_fd(static_cast<pid_t>(t.pid), t.fd);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != t.inode) {
+    ::close(fd);
+    return CUDA_ERROR_INVALID_HANDLE;  // the owner is gone, or the fd is another file now
+  }
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = real->cuMemImportFromShareableHandle(
+      &h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  ::close(fd);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp prop{};
+  (void)real->cuMemGetAllocationPropertiesFromHandle(&prop, h);
+  CUdeviceptr va = 0;
+  r = real->cuMemAddressReserve(&va, t.region_size, 0, 0, 0);
+  if (r == CUDA_SUCCESS) {
+    r = real->cuMemMap(va, t.region_size, 0, h, 0);
+    if (r != CUDA_SUCCESS) real->cuMemAddressFree(va, t.region_size);
+  }
+  real->cuMemRelease(h);  // the mapping holds the memory
+  if (r != CUDA_SUCCESS) return r;
+  CUdevice device = 0;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = real->cuCtxGetDevice(&device) == CUDA_SUCCESS ? device : prop.location.id;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if ((r = real->cuMemSetAccess(va, t.region_size, &access, 1)) != CUDA_SUCCESS) {
+    real->cuMemUnmap(va, t.region_size);
+    real->cuMemAddressFree(va, t.region_size);
+    return r;
+  }
+  g_opened[key] = Opened{va, t.region_size, t.offset, 1};
+  *ptr = va + t.offset;
+  return CUDA_SUCCESS;
+}
+
+CUresult open_memory(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags, const char* name) {
+  const auto real = real_fn<decltype(&::cuIpcOpenMemHandle_v2)>(name);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real(ptr, handle, flags);
+  GateScope gate;
+  Token t;
+  std::memcpy(&t, handle.reserved, sizeof t);
+  if (std::memcmp(t.magic, kMagic, sizeof kMagic) != 0) {
+    CUresult r = real(ptr, handle, flags);  // a driver's own handle: from a process not under gcr
+    if (r == CUDA_SUCCESS) note_ipc_blocker(kOpenedMemoryBlocker);
+    return r;
+  }
+  if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  return open_token(ptr, t);
+}
+
+}  // namespace
+
+std::size_t ipc_memory_opened() {
+  std::lock_guard lock(g_mu);
+  return g_opened.size();
+}
+
+void ipc_forget_region(std::uint32_t region_id) {
+  std::lock_guard lock(g_mu);
+  if (auto it = g_exported_fds.find(region_id); it != g_exported_fds.end()) {
+    ::close(it->second);
+    g_exported_fds.erase(it);
+  }
+}
+
+extern "C" {
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  static const auto real = real_fn<decltype(&::cuIpcGetMemHandle)>("cuIpcGetMemHandle");
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged || !handle) return real(handle, ptr);
+  GateScope gate;
+  std::lock_guard lock(g_region_mu);
+  CUdeviceptr base = 0;
+  std::uint64_t size = 0;
+  if (!in_arena(ptr) || !find_allocation(ptr, &base, &size)) {
+    CUresult r = real(handle, ptr);  // not cuMemAlloc memory of gcr's: the driver decides
+    if (r == CUDA_SUCCESS) note_ipc_blocker(kExportedMemoryBlocker);
+    return r;
+  }
+  if (base != ptr) return CUDA_ERROR_INVALID_VALUE;  // as the driver: the allocation's start
+  std::uint32_t id = g_arena.granule_region[(base - g_arena.base) / kGranule].load();
+  const Region& reg = g_regions[id];
+  std::lock_guard ipc_lock(g_mu);
+  int& fd = g_exported_fds[id];
+  if (!fd) {
+    if (CUresult r = real_driver()->cuMemExportToShareableHandle(
+            &fd, reg.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+      g_exported_fds.erase(id);
+      return r;
+    }
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  Token t{};
+  std::memcpy(t.magic, kMagic, sizeof kMagic);
+  t.pid = static_cast<std::uint32_t>(getpid());
+  t.fd = fd;
+  t.region_address = reg.address;
+  t.region_size = reg.size;
+  t.offset = base - reg.address;
+  t.size = size;
+  t.inode = static_cast<std::uint64_t>(st.st_ino);
+  std::memset(handle->reserved, 0, sizeof handle->reserved);
+  std::memcpy(handle->reserved, &t, sizeof t);
+  note_ipc_blocker(kExportedMemoryBlocker);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned int flags) {
+  return open_memory(ptr, handle, flags, "cuIpcOpenMemHandle_v2");
+}
+
+CUresult cuIpcOpenMemHandle(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned int flags) {
+  return open_memory(ptr, handle, flags, "cuIpcOpenMemHandle");
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  static const auto real = real_fn<decltype(&::cuIpcCloseMemHandle)>("cuIpcCloseMemHandle");
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real(ptr);
+  GateScope gate;
+  std::unique_lock lock(g_mu);
+  for (auto it = g_opened.begin(); it != g_opened.end(); ++it) {
+    Opened& o = it->second;
+    if (ptr != o.base + o.offset) continue;
+    if (--o.count > 0) return CUDA_SUCCESS;
+    const RealDriver* d = real_driver();
+    // As the driver's close: work still queued on the memory finishes first.
+    if (CUresult r = d->cuCtxSynchronize(); r != CUDA_SUCCESS) return r;
+    d->cuMemUnmap(o.base, o.size);
+    d->cuMemAddressFree(o.base, o.size);
+    g_opened.erase(it);
+    return CUDA_SUCCESS;
+  }
+  lock.unlock();
+  return real(ptr);  // a driver's own mapping
+}
+
+}  // extern "C"
+}  // namespace gcr::interpose
