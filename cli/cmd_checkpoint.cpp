@@ -102,7 +102,10 @@ void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
-  std::string store = ctx.store_root().string();
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3())
+    return Error{Errc::unsupported, "checkpoints into " + location.text() + ": not yet"};
+  std::string store = location.directory.string();
   std::mutex mu;
   std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
                                                                   Error{Errc::internal, "not run"});
