@@ -842,8 +842,8 @@ Status image_du(Context& ctx, const DuOptions& o) {
 }  // namespace
 
 void register_image_commands(CLI::App& app, Context& ctx) {
-  CLI::App* image =
-      app.add_subcommand("image", "Manage checkpoints: list, inspect, verify, remove, gc, du");
+  CLI::App* image = app.add_subcommand(
+      "image", "Manage checkpoints: list, inspect, verify, remove, gc, du, push, pull");
   image->require_subcommand(1);
   image->fallthrough();  // --store may follow the subcommand
   image->footer(
@@ -945,6 +945,7 @@ void register_image_commands(CLI::App& app, Context& ctx) {
     du->fallthrough();
     on_run(du, ctx, [&ctx, o] { return image_du(ctx, *o); });
   }
+  register_image_transfer_commands(image, ctx);
 }
 
 }  // namespace gcr::cli
