@@ -22,7 +22,7 @@ namespace gcr::store {
 
 struct TransferOptions {
   std::optional<std::string> tag;                    // tags/<tag> in the destination names it
-  std::uint64_t pack_target_bytes = 32ull << 20;     // a new destination pack past this size
+  std::uint64_t pack_target_bytes = 16ull << 20;     // a new destination pack past this size
   std::uint64_t max_range_bytes = 8ull << 20;        // one ranged read at most
   std::uint64_t max_range_gap_bytes = 256ull << 10;  // records this close share one read
 };
