@@ -63,6 +63,12 @@ py "assert d['present_bytes'] > 0 and d['copied_bytes'] < d['logical_bytes'], d"
 expect 0 "$GCR_BIN" "${L[@]}" image push other "$B"
 contains "pushed" "$OUT"
 
+step "image ls on the bucket"
+expect 0 "$GCR_BIN" --store "$B" image ls --json
+py "tags = sorted(t for c in d['checkpoints'] for t in c['tags']); assert tags == ['job-1', 'job-2', 'other'], d"
+expect 0 "$GCR_BIN" --store "$B" image ls
+contains "job-2" "$OUT"
+
 step "pull into another store (another node): manifests byte-identical, verify clean"
 N=(--store "$T/node2")
 expect 0 "$GCR_BIN" "${N[@]}" image pull "$B/job-2" --json
@@ -86,6 +92,8 @@ expect 86 env GCR_FAULT=transfer-after-pack "$GCR_BIN" "${L[@]}" image push othe
 expect 0 s3_curl GET "gcr-test?list-type=2&prefix=killed%2F"
 contains "killed/packs/" "$OUT"
 grep -q "killed/manifests/" "$OUT" && fail "a manifest is visible after the killed upload"
+expect 0 "$GCR_BIN" --store "$B2" image ls --json
+py "assert d['checkpoints'] == [], d"
 expect 3 "$GCR_BIN" "${N[@]}" image pull "$B2/other"
 expect 0 "$GCR_BIN" "${L[@]}" image push other "$B2" --json
 py "assert d['present_bytes'] > 0 and not d['already_there'], d"
