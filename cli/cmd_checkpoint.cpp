@@ -19,6 +19,7 @@
 #include "json.h"
 #include "output.h"
 #include "paths.h"
+#include "remote.h"
 #include "restore_streams.h"
 
 namespace gcr::cli {
@@ -99,10 +100,59 @@ void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
   }
 }
 
+void add_transfer_fields(std::map<std::string, std::string>& f, const std::string& prefix,
+                         const store::TransferReport& r) {
+  f[prefix + "logical_bytes"] = std::to_string(r.logical_bytes);
+  f[prefix + "copied_bytes"] = std::to_string(r.copied_bytes);
+  f[prefix + "present_bytes"] = std::to_string(r.present_bytes);
+  f[prefix + "chunks_copied"] = std::to_string(r.chunks_copied);
+  f[prefix + "chunks_present"] = std::to_string(r.chunks_present);
+  f[prefix + "packs"] = std::to_string(r.packs_written);
+  f[prefix + "elapsed_ns"] = std::to_string(r.elapsed_ns);
+}
+
+// A checkpoint into a bucket: gcrd committed it in the bucket's cache store; upload it (its new
+// chunks, then its manifest). A failed upload leaves it committed locally, and says how to retry.
+void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend& remote,
+                        const store::StoreLocation& location, const std::string& cache_store,
+                        std::vector<Result<std::map<std::string, std::string>>>& results) {
+  std::optional<store::CheckpointId> last;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i]) continue;
+    auto& f = *results[i];
+    std::string id = field(f, "id");
+    std::optional<std::string> tag;
+    if (!o.name.empty())
+      tag = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
+    auto pushed = push_from_cache(remote, id, tag);
+    if (!pushed) {
+      Error e = std::move(pushed).error();
+      e.message = "checkpoint " + id.substr(0, 12) + " is committed in the local cache store " +
+                  cache_store + " but not in " + location.text() + ": " + e.message;
+      ctx.hint = "gcr --store " + cache_store + " image push " + id + " " + location.text() +
+                 " uploads it again";
+      results[i] = std::move(e);
+      continue;
+    }
+    add_transfer_fields(f, "upload.", *pushed);
+    f["store"] = location.text();
+    last = pushed->id;
+  }
+  if (last) trim_cache(cache_store, *last);
+}
+
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
-  std::string store = ctx.store_root().string();
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  std::string store = location.directory.string();
+  std::unique_ptr<store::Backend> remote;
+  if (location.is_s3()) {
+    // Before any process is touched: bad credentials, a missing bucket, an endpoint that is down
+    // or a bucket without conditional writes fail here.
+    GCR_TRY_ASSIGN(remote, open_location(location, /*create=*/true));
+    store = cache_store_of(*remote).string();
+  }
   std::mutex mu;
   std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
                                                                   Error{Errc::internal, "not run"});
@@ -131,6 +181,7 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
     });
   }
   for (auto& t : threads) t.join();
+  if (remote) upload_checkpoints(o, ctx, *remote, location, store, results);
   Error first_error{Errc::ok, {}};
   if (o.json) {
     JsonWriter j;
@@ -175,6 +226,11 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
           format_bytes(field_u64(f, "stat.dup_self_bytes") + field_u64(f, "stat.dup_parent_bytes") +
                        field_u64(f, "stat.dup_other_bytes")) +
           ")\n";
+      if (f.count("upload.logical_bytes"))
+        line += "  uploaded " + format_bytes(field_u64(f, "upload.copied_bytes")) + " to " +
+                field(f, "store") + " (" + format_bytes(field_u64(f, "upload.present_bytes")) +
+                " of its chunks were there already) in " +
+                format_duration(ns(field_u64(f, "upload.elapsed_ns"))) + "\n";
       if (field_u64(f, "cow_copies") || field_u64(f, "cow_waits"))
         line += "  while it was stored, the process copied " + field(f, "cow_copies") +
                 " regions before writing them and waited for " + field(f, "cow_waits") + "\n";
@@ -222,9 +278,32 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
                       o.streams);
 }
 
-Status restore(const RestoreOptions& o, Context& ctx) {
+Status restore(RestoreOptions o, Context& ctx) {
   if (!o.log.empty() && !o.streams.detach)
     return Error{Errc::invalid_argument, "--log goes with --detach"};
+  // From a bucket: pull the checkpoint into its cache store (what is not there yet), then restore
+  // from that as from any local store.
+  std::optional<store::LocatedName> located = store::split_store_url_and_name(o.name);
+  if (!located) {
+    GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+    if (location.is_s3()) located = store::LocatedName{location, o.name};
+  }
+  if (located) {
+    GCR_TRY_ASSIGN(auto remote, open_location(located->store, /*create=*/false));
+    auto pulled = pull_into_cache(*remote, located->name);
+    if (!pulled) {
+      Error e = std::move(pulled).error();
+      e.message = "fetching " + located->name + " from " + located->store.text() + ": " + e.message;
+      return e;
+    }
+    if (!o.json)
+      std::fputs(
+          store::describe_transfer(*pulled, "fetched", "from " + located->store.text()).c_str(),
+          stderr);
+    ctx.store_option = cache_store_of(*remote).string();
+    o.name = pulled->id.hex();
+    trim_cache(ctx.store_option, pulled->id);
+  }
   GCR_TRY_ASSIGN(StreamPlan streams, plan_restore_streams(o, ctx));
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
   std::map<std::string, std::string> fields = {{"name", o.name},

@@ -29,6 +29,8 @@
 #include "gcr/store.h"
 #include "json.h"
 #include "output.h"
+#include "remote.h"
+#include "store/backend_list.h"
 
 namespace gcr::cli {
 namespace {
@@ -308,8 +310,15 @@ std::string size_cell(const std::map<std::string, std::uint64_t>& stats, const c
 // gcr image ls
 
 Status image_ls(Context& ctx, bool json) {
-  GCR_TRY_ASSIGN(auto store, ctx.open_store());
-  GCR_TRY_ASSIGN(auto infos, store->list());
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  std::vector<store::CheckpointInfo> infos;
+  if (location.is_s3()) {
+    GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+    GCR_TRY_ASSIGN(infos, store::list_backend_checkpoints(*remote));
+  } else {
+    GCR_TRY_ASSIGN(auto store, ctx.open_store());
+    GCR_TRY_ASSIGN(infos, store->list());
+  }
   sort_by_creation(infos);
   // Anyone but root sees only their own checkpoints (META owner_uid; docs/security.md) in a store
   // they share; one written before owners were recorded is shown.
@@ -842,8 +851,8 @@ Status image_du(Context& ctx, const DuOptions& o) {
 }  // namespace
 
 void register_image_commands(CLI::App& app, Context& ctx) {
-  CLI::App* image =
-      app.add_subcommand("image", "Manage checkpoints: list, inspect, verify, remove, gc, du");
+  CLI::App* image = app.add_subcommand(
+      "image", "Manage checkpoints: list, inspect, verify, remove, gc, du, push, pull");
   image->require_subcommand(1);
   image->fallthrough();  // --store may follow the subcommand
   image->footer(
@@ -945,6 +954,7 @@ void register_image_commands(CLI::App& app, Context& ctx) {
     du->fallthrough();
     on_run(du, ctx, [&ctx, o] { return image_du(ctx, *o); });
   }
+  register_image_transfer_commands(image, ctx);
 }
 
 }  // namespace gcr::cli

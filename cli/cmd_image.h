@@ -8,5 +8,7 @@
 namespace gcr::cli {
 
 void register_image_commands(CLI::App& app, Context& ctx);
+// push and pull (cmd_image_transfer.cpp), under `gcr image`.
+void register_image_transfer_commands(CLI::App* image, Context& ctx);
 
 }  // namespace gcr::cli

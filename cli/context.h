@@ -15,6 +15,7 @@
 
 #include "gcr/result.h"
 #include "gcr/store.h"
+#include "gcr/store_location.h"
 
 namespace gcr::cli {
 
@@ -33,7 +34,12 @@ struct Context {
   // error ("hint: run 'gcr image ls' to see names").
   std::string hint;
 
-  // --store, else GCR_STORE, else Store::default_root().
+  // --store, else GCR_STORE, else Store::default_root(), as given.
+  std::string store_text() const;
+  // store_text() parsed: a relative path made absolute against the working directory; an unknown
+  // URL scheme is invalid_argument.
+  Result<store::StoreLocation> store_location() const;
+  // The local store's absolute directory (for messages: store_text() when it is not one).
   std::filesystem::path store_root() const;
   // Opens the existing store at store_root(). Fails with not_found (and a hint) when there is none.
   Result<std::shared_ptr<store::Store>> open_store();

@@ -18,6 +18,8 @@
 //   12    GPU driver error                          driver
 //   13    out of memory                             out_of_memory
 //   14    already exists                            already_exists
+//   15    remote store unreachable (endpoint down)  unreachable
+//   16    clock skew (a remote store refused time)  clock_skew
 //
 // Codes stay below 64 so that they never collide with sysexits(3) or the shell's 126-165.
 #pragma once
@@ -62,6 +64,10 @@ constexpr int exit_code_for(Errc code) noexcept {
       return 13;
     case Errc::already_exists:
       return 14;
+    case Errc::unreachable:
+      return 15;
+    case Errc::clock_skew:
+      return 16;
   }
   return kExitFailure;
 }
@@ -72,6 +78,7 @@ inline constexpr const char* kExitCodesHelp =
     "  0 success      1 failure          2 usage error      3 not found\n"
     "  4 permission   5 I/O error        6 no space         7 corrupt image\n"
     "  8 unsupported  9 busy            10 timed out       11 protocol error\n"
-    " 12 GPU driver  13 out of memory   14 already exists";
+    " 12 GPU driver  13 out of memory   14 already exists  15 unreachable\n"
+    " 16 clock skew";
 
 }  // namespace gcr::cli

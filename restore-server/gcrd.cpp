@@ -110,6 +110,12 @@ fs::path store_root(const std::map<std::string, std::string>& f) {
 Result<std::shared_ptr<store::Store>> open_store(const std::map<std::string, std::string>& f) {
   store::StoreOptions o;
   o.root = store_root(f);
+  // The client resolves locations (gcr/store_location.h) and stages remote stores locally: a
+  // relative path here would be resolved in gcrd's directory, a URL taken for a directory "s3:".
+  if (!o.root.is_absolute())
+    return Error{Errc::invalid_argument,
+                 "gcrd opens stores by absolute path only, and got '" + o.root.string() +
+                     "'; update the gcr client, which resolves the store location"};
   return store::Store::open(o, true);
 }
 

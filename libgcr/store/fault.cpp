@@ -11,10 +11,11 @@
 namespace gcr::store {
 namespace {
 
-constexpr Fault kAll[] = {
-    Fault::after_pack_create,  Fault::after_chunk_write,      Fault::after_pack_sync,
-    Fault::after_index_rename, Fault::before_manifest_rename, Fault::after_manifest_rename,
-    Fault::after_tag_rename,   Fault::gc_after_rewrite,       Fault::gc_after_index_delete};
+constexpr Fault kAll[] = {Fault::after_pack_create,      Fault::after_chunk_write,
+                          Fault::after_pack_sync,        Fault::after_index_rename,
+                          Fault::before_manifest_rename, Fault::after_manifest_rename,
+                          Fault::after_tag_rename,       Fault::gc_after_rewrite,
+                          Fault::gc_after_index_delete,  Fault::transfer_after_pack};
 
 std::optional<Fault> configured() {
   static const std::optional<Fault> fault = []() -> std::optional<Fault> {
@@ -55,6 +56,8 @@ std::string_view fault_name(Fault f) {
       return "gc-after-rewrite";
     case Fault::gc_after_index_delete:
       return "gc-after-index-delete";
+    case Fault::transfer_after_pack:
+      return "transfer-after-pack";
   }
   return "";
 }

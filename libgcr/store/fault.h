@@ -17,6 +17,7 @@ enum class Fault {
   after_tag_rename,        // tag in place, lock still held
   gc_after_rewrite,        // gc: a rewritten pack is sealed, the old one not yet deleted
   gc_after_index_delete,   // gc: an old pack's index is gone, the pack not yet
+  transfer_after_pack,     // push/pull: a pack and its index are in the destination, no manifest
 };
 
 inline constexpr int kFaultExitCode = 86;

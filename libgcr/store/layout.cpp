@@ -81,9 +81,18 @@ Status check_marker(const Layout& layout) {
   return ok();
 }
 
-bool dir_is_empty(const std::filesystem::path& dir) {
+// Empty, or holding only what prepare_store itself makes: another process creating the same store
+// right now (or one that crashed while it did). Creation is idempotent, so both carry on.
+bool empty_or_store_skeleton(const std::filesystem::path& dir) {
   std::error_code ec;
-  return std::filesystem::is_empty(dir, ec) && !ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name != "packs" && name != "manifests" && name != "tags" && name != "tmp" &&
+        name != "gc.lock" && name != "STORE") {
+      return false;
+    }
+  }
+  return !ec;
 }
 
 // mkdir -p with 0700 for every directory it creates.
@@ -122,7 +131,7 @@ Status prepare_store(const Layout& layout, bool create) {
                                            "'; create one by writing a checkpoint, or set "
                                            "GCR_STORE to the store's directory");
   }
-  if (exists && !dir_is_empty(layout.root)) {
+  if (exists && !empty_or_store_skeleton(layout.root)) {
     return make_error(Errc::invalid_argument,
                       "'" + layout.root.string() +
                           "' exists, is not empty and has no STORE marker: not a gcr store; "

@@ -34,6 +34,10 @@ const char* errc_name(Errc code) noexcept {
       return "internal";
     case Errc::already_exists:
       return "already_exists";
+    case Errc::unreachable:
+      return "unreachable";
+    case Errc::clock_skew:
+      return "clock_skew";
   }
   return "unknown";
 }

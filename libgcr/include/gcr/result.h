@@ -33,6 +33,8 @@ enum class Errc : int {
   out_of_memory = 12,
   internal = 13,
   already_exists = 14,
+  unreachable = 15,  // a remote endpoint (S3) cannot be reached: down, refused, no route
+  clock_skew = 16,   // a remote endpoint refused the request's time (signatures need a good clock)
 };
 
 const char* errc_name(Errc code) noexcept;

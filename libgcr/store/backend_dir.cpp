@@ -1,0 +1,123 @@
+// The local-directory Backend (backend.h): today's store layout, written the way the store's own
+// writer writes (docs/image-format.md §5): a file is complete and fsynced in tmp/ before it gets
+// its name, and its directory is fsynced after. create_only names a file with link(2), which fails
+// when the name exists, where rename(2) would replace it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <cerrno>
+
+#include "io/file.h"
+#include "store/backend.h"
+#include "store/gc_lock.h"
+#include "store/layout.h"
+
+namespace gcr::store {
+namespace {
+
+class DirBackend final : public Backend {
+ public:
+  DirBackend(Layout layout, GcLock lock)
+      : layout_(std::move(layout)), lock_(std::move(lock)), name_(layout_.root.string()) {}
+
+  const std::string& name() const override { return name_; }
+
+  Result<std::vector<std::string>> list(const std::string& dir) override {
+    auto path = layout_.root / dir;
+    DIR* d = ::opendir(path.c_str());
+    if (d == nullptr) {
+      if (errno == ENOENT) return std::vector<std::string>{};
+      return io::file_error("cannot list", path, errno);
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    int err = errno;
+    ::closedir(d);
+    if (err != 0) return io::file_error("cannot list", path, err);
+    return names;
+  }
+
+  Result<std::vector<std::byte>> get(const std::string& key, std::uint64_t max_bytes) override {
+    return io::read_file(layout_.root / key, max_bytes);
+  }
+
+  Status get_range(const std::string& key, std::uint64_t offset,
+                   std::span<std::byte> out) override {
+    auto path = layout_.root / key;
+    GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(path, O_RDONLY));
+    std::size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done,
+                          static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return io::file_error("cannot read", path, errno);
+      if (n == 0) {
+        return make_error(Errc::corrupt_image, "'" + path.string() + "' ends at " +
+                                                   std::to_string(offset + done) +
+                                                   ", before the range read from it");
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    return ok();
+  }
+
+  Status put(const std::string& key, std::span<const std::byte> bytes, PutMode mode) override {
+    auto final_path = layout_.root / key;
+    auto dir = final_path.parent_path();
+    GCR_TRY(io::make_dir(dir));
+    auto tmp = layout_.tmp_file("put");
+    if (mode == PutMode::replace) {
+      GCR_TRY(io::write_file_durably(tmp, final_path, bytes));
+      return io::sync_dir(dir);
+    }
+    {
+      GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600));
+      Status s = io::write_all(fd.get(), bytes, 0, tmp);
+      if (s) s = io::sync_fd(fd.get(), tmp);
+      if (!s) {
+        (void)io::remove_file(tmp);
+        return s;
+      }
+    }
+    int rc = ::link(tmp.c_str(), final_path.c_str());
+    int err = errno;
+    (void)io::remove_file(tmp);
+    if (rc != 0 && err == EEXIST) {
+      return make_error(Errc::already_exists, "'" + final_path.string() + "' exists");
+    }
+    if (rc != 0) return io::file_error("cannot create", final_path, err);
+    return io::sync_dir(dir);
+  }
+
+  Status remove(const std::string& key) override { return io::remove_file(layout_.root / key); }
+
+  unsigned parallelism() const override { return 4; }
+
+ private:
+  Layout layout_;
+  GcLock lock_;
+  std::string name_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> open_dir_backend(const std::filesystem::path& root,
+                                                  const BackendOptions& options) {
+  Layout layout{root};
+  GCR_TRY(prepare_store(layout, options.create));
+  GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
+  return std::unique_ptr<Backend>(new DirBackend(std::move(layout), std::move(lock)));
+}
+
+Result<std::unique_ptr<Backend>> open_backend(const StoreLocation& location,
+                                              const BackendOptions& options) {
+  if (location.is_s3()) return open_s3_backend(location, options);
+  return open_dir_backend(location.directory, options);
+}
+
+}  // namespace gcr::store

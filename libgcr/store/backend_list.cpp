@@ -1,0 +1,59 @@
+// Listing a Backend's checkpoints: see backend_list.h.
+#include "store/backend_list.h"
+
+#include <map>
+
+#include "store/layout.h"
+#include "store/workers.h"
+
+namespace gcr::store {
+
+Result<std::vector<CheckpointInfo>> list_backend_checkpoints(Backend& store) {
+  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
+  std::vector<CheckpointId> ids;
+  for (const auto& n : names) {
+    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
+  }
+  std::map<CheckpointId, std::vector<std::string>> tags_of;
+  GCR_TRY_ASSIGN(auto tag_names, store.list("tags"));
+  for (const auto& t : tag_names) {
+    if (!valid_tag(t)) continue;
+    auto bytes = store.get("tags/" + t, 64);
+    if (!bytes) continue;  // removed meanwhile
+    std::string_view text(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    auto id =
+        text.size() == 33 && text[32] == '\n' ? Id128::from_hex(text.substr(0, 32)) : std::nullopt;
+    if (id) tags_of[*id].push_back(t);
+  }
+  std::vector<CheckpointInfo> out(ids.size());
+  std::vector<bool> gone(ids.size(), false);
+  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
+  pool.parallel_for(ids.size(), [&](std::size_t i) {
+    CheckpointInfo& info = out[i];
+    info.id = ids[i];
+    info.tags = tags_of[ids[i]];
+    std::string origin = "manifest " + ids[i].hex() + " (" + store.name() + ")";
+    auto bytes = store.get("manifests/" + ids[i].hex() + ".manifest", kMaxManifestBytes);
+    if (!bytes) {
+      gone[i] = bytes.error().code == Errc::not_found;
+      info.meta["error"] = bytes.error().message;
+      return;
+    }
+    auto m = decode_manifest(*bytes, origin);
+    if (!m) {
+      info.meta["error"] = m.error().message;
+    } else if (m->id != ids[i]) {
+      info.meta["error"] = origin + ": holds checkpoint " + m->id.hex();
+    } else {
+      info.meta = std::move(m->meta);
+      info.stats = std::move(m->stats);
+    }
+  });
+  std::vector<CheckpointInfo> listed;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!gone[i]) listed.push_back(std::move(out[i]));
+  }
+  return listed;
+}
+
+}  // namespace gcr::store

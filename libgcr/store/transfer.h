@@ -1,0 +1,56 @@
+// Transfer: copies one checkpoint from a store to another, whichever their homes (backend.h):
+// `gcr image push/pull`, a checkpoint written to a bucket (staged in a local store first) and a
+// restore from one (pulled into a local cache store first). Only chunks the destination lacks
+// move: it lists the destination's pack indexes first (dedup across machines), then reads the
+// missing chunks' records from the source with ranged reads, many at once, and checks each one
+// (record header against the index, codec, XXH3-128 against the chunk id) before writing it:
+// no damaged byte crosses. The records go, unchanged, into new packs of the destination (each
+// pack, then its index), and the manifest, byte for byte, last, with one create-only write: the
+// checkpoint exists there from that write on, and an interrupted transfer leaves only packs no
+// manifest names (gc's). Run again, it finds what arrived and moves the rest (resumable).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gcr/chunk_id.h"
+#include "gcr/result.h"
+#include "store/backend.h"
+
+namespace gcr::store {
+
+struct TransferOptions {
+  std::optional<std::string> tag;                    // tags/<tag> in the destination names it
+  std::uint64_t pack_target_bytes = 16ull << 20;     // a new destination pack past this size
+  std::uint64_t max_range_bytes = 8ull << 20;        // one ranged read at most
+  std::uint64_t max_range_gap_bytes = 256ull << 10;  // records this close share one read
+};
+
+struct TransferReport {
+  CheckpointId id;
+  bool already_there = false;        // the destination had the manifest: nothing moved
+  std::uint64_t chunks = 0;          // distinct non-zero chunks the checkpoint names
+  std::uint64_t chunks_present = 0;  // of those, already in the destination (dedup)
+  std::uint64_t chunks_copied = 0;
+  std::uint64_t logical_bytes = 0;  // raw bytes of the distinct non-zero chunks
+  std::uint64_t copied_bytes = 0;   // record bytes written to the destination
+  std::uint64_t present_bytes = 0;  // raw bytes not moved because the destination had them
+  std::uint64_t packs_written = 0;
+  std::uint64_t elapsed_ns = 0;
+};
+
+// A tag, a full id, or a unique prefix of 8+ hex digits, in `store`. by_tag (optional) is set
+// when it was a tag.
+Result<CheckpointId> resolve_checkpoint(Backend& store, std::string_view name,
+                                        bool* by_tag = nullptr);
+
+// Copies checkpoint `id` from `from` to `to` (see above).
+Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const CheckpointId& id,
+                                       const TransferOptions& options);
+
+// "pushed 3f2a… to s3://b/p: 12.0 MiB new of 1.0 GiB (dedup 98.8%), 1 pack, 0.41 s (29 MiB/s)".
+std::string describe_transfer(const TransferReport& r, std::string_view verb,
+                              std::string_view where);
+
+}  // namespace gcr::store

@@ -1,0 +1,115 @@
+// Transfers between two stores (store/transfer.h), both local directories here (an S3 endpoint is
+// tests/integration/s3's): only missing chunks move, the manifest arrives unchanged and last, a
+// damaged record is refused, and the cache store stays within its limit.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "store/backend.h"
+#include "store/remote_cache.h"
+#include "store/transfer.h"
+#include "test_util.h"
+
+using namespace gcr;
+using namespace gcr::store;
+
+namespace {
+
+CheckpointId commit_regions(Store& store, std::vector<std::uint64_t> seeds,
+                            std::optional<std::string> tag = {}) {
+  auto w = store.begin_checkpoint({{"pid", "42"}}, std::nullopt);
+  REQUIRE(w);
+  std::uint64_t address = 0x10000;
+  for (auto seed : seeds) {
+    auto data = seed % 2 == 0 ? test::random_bytes(3 << 20, seed) : test::text_bytes(3 << 20, seed);
+    REQUIRE((*w)->add_region(address, data, 0, true));
+    address += 16 << 20;
+  }
+  auto c = (*w)->commit(tag);
+  REQUIRE(c);
+  return c->id;
+}
+
+std::unique_ptr<Backend> dir_backend(const std::filesystem::path& root) {
+  BackendOptions o;
+  o.create = true;
+  auto b = open_dir_backend(root, o);
+  REQUIRE(b);
+  return std::move(b).value();
+}
+
+}  // namespace
+
+TEST_CASE("a transfer moves only the chunks the destination lacks", "[transfer]") {
+  test::TempDir dir;
+  auto src = test::open_store(dir.path() / "a");
+  CheckpointId one = commit_regions(*src, {2, 3}, "one");
+  CheckpointId two = commit_regions(*src, {2, 4}, "two");
+  auto from = dir_backend(dir.path() / "a");
+  auto to = dir_backend(dir.path() / "b");
+
+  CHECK(resolve_checkpoint(*from, "one").value() == one);
+  CHECK(resolve_checkpoint(*from, two.hex().substr(0, 10)).value() == two);
+
+  TransferOptions o;
+  o.tag = "one";
+  o.pack_target_bytes = 1 << 20;  // several packs, several batches in parallel
+  auto r1 = copy_checkpoint(*from, *to, one, o);
+  REQUIRE(r1);
+  CHECK(r1->chunks_copied == r1->chunks);
+  CHECK(r1->present_bytes == 0);
+  CHECK(r1->packs_written > 1);
+
+  auto r2 = copy_checkpoint(*from, *to, two, {});
+  REQUIRE(r2);
+  CHECK(r2->present_bytes == 3u << 20);  // region 2 is shared
+  CHECK(r2->chunks_copied == r2->chunks - r2->chunks_present);
+
+  auto again = copy_checkpoint(*from, *to, two, {});
+  REQUIRE(again);
+  CHECK(again->already_there);
+
+  to.reset();
+  auto copy = test::open_store(dir.path() / "b");
+  CHECK(copy->resolve("one").value() == one);
+  auto report = copy->verify(std::nullopt);
+  REQUIRE(report);
+  CHECK(report->problems.empty());
+  CHECK(report->checkpoints == 2);
+}
+
+TEST_CASE("a damaged record in the source is refused, and nothing is committed", "[transfer]") {
+  test::TempDir dir;
+  auto src = test::open_store(dir.path() / "a");
+  CheckpointId one = commit_regions(*src, {2});
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "a" / "packs")) {
+    if (e.path().extension() != ".pack") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  auto from = dir_backend(dir.path() / "a");
+  auto to = dir_backend(dir.path() / "b");
+  auto r = copy_checkpoint(*from, *to, one, {});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::corrupt_image);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "b" / "manifests" / (one.hex() + ".manifest")));
+}
+
+TEST_CASE("the cache store is trimmed to its limit, least recently used first",
+          "[transfer][cache]") {
+  test::TempDir dir;
+  auto store = test::open_store(dir.path() / "c");
+  CheckpointId a = commit_regions(*store, {10});
+  CheckpointId b = commit_regions(*store, {12});
+  CheckpointId c = commit_regions(*store, {14});
+  touch_cached_checkpoint(dir.path() / "c", a);  // a used last: b is the oldest
+  store.reset();
+  auto removed = trim_cache_store(dir.path() / "c", 7u << 20, c);
+  REQUIRE(removed);
+  CHECK(*removed == 1);
+  auto after = test::open_store(dir.path() / "c");
+  CHECK(after->resolve(a.hex()));
+  CHECK_FALSE(after->resolve(b.hex()));
+  CHECK(after->resolve(c.hex()));
+}
