@@ -3,7 +3,7 @@
 # here, tests/integration/s3/ceph_lib.sh) against plain curl moving the same bytes to the same
 # endpoint: `gcr image push` of a checkpoint into an empty bucket prefix against one `curl PUT` of
 # its pack bytes, and `gcr image pull` into an empty store against one `curl GET`. Prints MB/s
-# and the ratio (goal >= 0.8). Asserts nothing.
+# and the ratio (goal >= 0.8), and writes them to bench/results/s3-<time>.json. Asserts nothing.
 #
 #   bench/s3_bench.sh [BUILD_DIR] [SIZE_MIB] [RUNS]      (default build, 128, 3; the median run)
 set -euo pipefail
@@ -60,3 +60,21 @@ printf '  download: gcr image pull %5s MB/s   curl GET %5s MB/s   ratio %s\n' "$
   "$(python3 -c "print(f'{$pull / $get:.2f}')")"
 printf '            gcr image pull %5s MB/s   curl GET + fsync %5s MB/s   ratio %s\n' "$pull" \
   "$get_sync" "$(python3 -c "print(f'{$pull / $get_sync:.2f}')")"
+# The numbers, to cite: bench/results/s3-<time>.json.
+mkdir -p "$ROOT/bench/results"
+OUT_JSON="$ROOT/bench/results/s3-$(date -u +%Y-%m-%dT%H%M%S).json"
+python3 - "$OUT_JSON" "$SIZE_MIB" "$BYTES" "$push" "$put" "$pull" "$get" "$get_sync" \
+  "${PUTS[*]}" "${PUSHES[*]}" "${GETS[*]}" "${GETS_SYNC[*]}" "${PULLS[*]}" <<'PY'
+import json, sys
+out, size_mib, nbytes, push, put, pull, get, get_sync = sys.argv[1:9]
+runs = dict(zip(["curl_put", "push", "curl_get", "curl_get_fsync", "pull"],
+                [[float(x) for x in s.split()] for s in sys.argv[9:14]]))
+f = float
+json.dump({"bench": "s3", "endpoint": "Ceph RGW on 127.0.0.1", "checkpoint_mib": int(size_mib),
+           "pack_bytes": int(nbytes), "unit": "MB/s (medians)",
+           "push": f(push), "curl_put": f(put), "push_ratio": round(f(push) / f(put), 3),
+           "pull": f(pull), "curl_get": f(get), "pull_ratio": round(f(pull) / f(get), 3),
+           "curl_get_fsync": f(get_sync), "pull_ratio_vs_fsync": round(f(pull) / f(get_sync), 3),
+           "runs": runs}, open(out, "w"), indent=2)
+print("wrote", out)
+PY
