@@ -35,6 +35,11 @@ when a checkpoint or restore failed, 2 on bad usage.
 
   bench/ckpt_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--json FILE]
                       [--no-results] [--keep-work] [--dir /var/tmp]
+                      [--host-footprint SIZE] [--images memory|disk]
+
+With --host-footprint the workload also holds that much pageable host memory, which CRIU copies
+while the process is frozen; --images says where it writes it (Note [Dumping into memory]): run
+once with each to see what the memory-backed image directory saves.
 
 Python 3 standard library only. Needs root (CRIU). Results: bench/results/ckpt-<time>.json.
 """
@@ -300,6 +305,12 @@ def measure(footprint, mode, args, build, timeouts):
                GCR_WORK_DIR=os.path.join(root, "work"), GCR_QUIET="1", SIMGPU_DEVICES="1",
                SIMGPU_MEMORY=size_arg(max(args.simgpu_memory, 2 * footprint + GiB)))
     env.pop("GCR_KEEP_WORK", None)
+    # Note [Dumping into memory] (restore-server/work_dir.h): CRIU's images in the work dir on disk
+    # (--images disk, gcrd's default), or in a private directory under /dev/shm (--images memory).
+    env["GCR_MEMORY_WORK_DIR"] = (os.path.join("/dev/shm", f"gcr-bench-{os.getpid()}")
+                                  if args.images == "memory" else "off")
+    r["images"] = args.images
+    r["host_footprint_bytes"] = args.host_footprint
     if args.keep_work:
         env["GCR_KEEP_WORK"] = "1"
     gcr = os.path.join(build, "bin", "gcr")
@@ -336,7 +347,8 @@ def measure(footprint, mode, args, build, timeouts):
         with open(log_path, "ab") as lf:
             app = subprocess.Popen(
                 [gcr, "run", "--", mlp, "--footprint", size_arg(footprint), "--step-delay-ms",
-                 str(args.step_delay_ms), "--steps", "1000000"],
+                 str(args.step_delay_ms), "--steps", "1000000"] +
+                (["--host-footprint", size_arg(args.host_footprint)] if args.host_footprint else []),
                 env=env, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
                 start_new_session=True)
         pid = app.pid
@@ -629,6 +641,12 @@ def main():
                     help="SIMGPU_MEMORY (at least 2 x footprint + 1G is used: gcr's -R snapshot "
                          "doubles the device memory for a moment)")
     ap.add_argument("--dir", default="/var/tmp", help="where the temporary stores go")
+    ap.add_argument("--host-footprint", type=parse_size, default=0,
+                    help="pageable host memory the workload holds (mlp_train --host-footprint), "
+                         "dumped by CRIU inside the freeze (default 0)")
+    ap.add_argument("--images", choices=("memory", "disk"), default="disk",
+                    help="where CRIU writes during the freeze: the work dir on disk (gcrd's "
+                         "default) or a private directory under /dev/shm (GCR_MEMORY_WORK_DIR)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-results", action="store_true", help="do not write bench/results/")
     ap.add_argument("--keep-work", action="store_true",
@@ -703,6 +721,7 @@ def main():
         return 1
     finally:
         REAPER.kill_all()
+        shutil.rmtree(os.path.join("/dev/shm", f"gcr-bench-{os.getpid()}"), ignore_errors=True)
 
     load_after = os.getloadavg()[0]
     if not results:

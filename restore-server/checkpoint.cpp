@@ -164,7 +164,9 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
   rep.pid = req.pid;
   rep.kind = kind;
   auto t0 = Clock::now();
-  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
+  bool in_memory = false;
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create_for_dump(resident_bytes(tree.pids), &in_memory));
+  rep.images_in = in_memory ? "memory" : "disk";
   auto meta = base_meta(req.pid, kind, tree, req);
   progress("dumping process " + std::to_string(req.pid) +
            " with CRIU (driver copies device memory to host)");
@@ -275,7 +277,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
   // stalls the process: it runs on until everything the checkpoint needs is in hand.
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr", tree, req), parent));
-  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("ckpt"));
+  // Note [Dumping into memory]: CRIU writes host memory there while the process is frozen.
+  bool in_memory = false;
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create_for_dump(resident_bytes(tree.pids), &in_memory));
+  rep.images_in = in_memory ? "memory" : "disk";
 
   auto t0 = Clock::now();
   progress("quiescing process " + std::to_string(req.pid));

@@ -47,6 +47,7 @@ struct CheckpointReport {
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
+  std::string images_in;  // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])
 };
 
 using Progress = std::function<void(const std::string& line)>;

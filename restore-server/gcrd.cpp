@@ -177,6 +177,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
     out["cow_copies"] = std::to_string(rep.cow_copies);
     out["cow_waits"] = std::to_string(rep.cow_waits);
+    out["images_in"] = rep.images_in;
     for (std::size_t i = 0; i < rep.warnings.size(); ++i)
       out["warning" + (i ? "." + std::to_string(i) : std::string())] = rep.warnings[i];
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);

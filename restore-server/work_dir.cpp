@@ -4,9 +4,13 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <cuda.h>
 
@@ -48,7 +52,59 @@ void remove_abandoned(const fs::path& root) {
   }
 }
 
+// What /proc/meminfo says is available, in bytes (0 if unreadable).
+std::uint64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13)) * 1024;
+  return 0;
+}
+
+// Note [Dumping into memory]: the memory root, if there is one to use.
+std::optional<fs::path> memory_root() {
+  const char* m = std::getenv("GCR_MEMORY_WORK_DIR");
+  if (!m || !*m || std::string(m) == "off") return std::nullopt;
+  return fs::path(m);
+}
+
+// Makes purpose-<hex> in root (a private directory, opened as root_fd), locked; see create().
+Status create_in(const fs::path& root, const UniqueFd& root_fd, const std::string& purpose,
+                 UniqueFd& lock, fs::path& path) {
+  if (!keep_work()) remove_abandoned(root);
+  // Made under a name remove_abandoned() skips, locked, then renamed: never unlocked under its
+  // final name while in use. The root is private (Note [Private directories]): nobody else can
+  // swap what is made in it.
+  std::string name = purpose + "-" + store::Id128::random().hex().substr(0, 12);
+  std::string making = "." + name + ".new";
+  if (::mkdirat(root_fd.get(), making.c_str(), 0700) != 0)
+    return errno_error("creating " + (root / making).string());
+  lock = UniqueFd(
+      ::openat(root_fd.get(), making.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!lock || ::flock(lock.get(), LOCK_EX) != 0) {
+    Error e = errno_error("locking " + (root / making).string());
+    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
+    return e;
+  }
+  if (::renameat(root_fd.get(), making.c_str(), root_fd.get(), name.c_str()) != 0) {
+    Error e = errno_error("renaming " + (root / making).string() + " to " + name);
+    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
+    return e;
+  }
+  path = root / name;
+  return ok();
+}
+
 }  // namespace
+
+std::uint64_t resident_bytes(const std::vector<pid_t>& pids) {
+  std::uint64_t total = 0;
+  for (pid_t pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("VmRSS:", 0) == 0) total += std::stoull(line.substr(6)) * 1024;
+  }
+  return total;
+}
 
 fs::path work_root() {
   if (const char* w = std::getenv("GCR_WORK_DIR"); w && *w) return w;
@@ -67,29 +123,30 @@ Result<UniqueFd> open_work_root() {
 Result<WorkDir> WorkDir::create(const std::string& purpose) {
   fs::path root = work_root();
   GCR_TRY_ASSIGN(UniqueFd root_fd, open_work_root());
-  if (!keep_work()) remove_abandoned(root);
-  // Made under a name remove_abandoned() skips, locked, then renamed: never unlocked under its
-  // final name while in use. The root is private (Note [Private directories]): nobody else can
-  // swap what is made in it.
-  std::string name = purpose + "-" + store::Id128::random().hex().substr(0, 12);
-  std::string making = "." + name + ".new";
-  if (::mkdirat(root_fd.get(), making.c_str(), 0700) != 0)
-    return errno_error("creating " + (root / making).string());
   WorkDir w;
-  w.lock_ = UniqueFd(
-      ::openat(root_fd.get(), making.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!w.lock_ || ::flock(w.lock_.get(), LOCK_EX) != 0) {
-    Error e = errno_error("locking " + (root / making).string());
-    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
-    return e;
-  }
-  if (::renameat(root_fd.get(), making.c_str(), root_fd.get(), name.c_str()) != 0) {
-    Error e = errno_error("renaming " + (root / making).string() + " to " + name);
-    ::unlinkat(root_fd.get(), making.c_str(), AT_REMOVEDIR);
-    return e;
-  }
-  w.path_ = root / name;
+  GCR_TRY(create_in(root, root_fd, purpose, w.lock_, w.path_));
   return w;
+}
+
+Result<WorkDir> WorkDir::create_for_dump(std::uint64_t memory_bytes, bool* in_memory) {
+  *in_memory = false;
+  if (auto root = memory_root()) {
+    constexpr std::uint64_t kSpare = 256ull << 20;
+    struct statvfs sv {};
+    fs::path probe = fs::exists(*root) ? *root : root->parent_path();
+    bool fits = ::statvfs(probe.c_str(), &sv) == 0 &&
+                static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize >= memory_bytes + kSpare &&
+                mem_available() >= memory_bytes + memory_bytes / 4 + kSpare;
+    if (fits) {
+      auto root_fd = io::open_private_dir(*root, true);
+      WorkDir w;
+      if (root_fd && create_in(*root, *root_fd, "ckpt", w.lock_, w.path_)) {
+        *in_memory = true;
+        return w;
+      }
+    }
+  }
+  return create("ckpt");
 }
 
 WorkDir& WorkDir::operator=(WorkDir&& o) noexcept {

@@ -22,6 +22,7 @@ constexpr int kTableDim = kInputDim;  // floats per ballast row
 class Trainer {
  public:
   Trainer(const Options& o, const Kernels& k) : o_(o), k_(k), model_(k, o), teacher_(o.seed) {
+    if (o.host_footprint) fill_host();
     for (int i = 0; i < o.streams; ++i) {
       CUstream s;
       CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -71,6 +72,7 @@ class Trainer {
     for (int step = 0; step < o_.steps; ++step) {
       if (step + 1 < o_.steps) stage(step + 1);
       train(step);
+      touch_host(step);
       if (!o_.quiet || step % 50 == 0 || step == o_.steps - 1) {
         CU_CHECK(cuStreamSynchronize(compute_));
         std::printf("step %d loss %.9g t_ms %.1f\n", step, host_losses_[step],
@@ -84,9 +86,36 @@ class Trainer {
     CU_CHECK(cuCtxSynchronize());
     std::printf("final_loss %.9g\n", host_losses_[o_.steps - 1]);
     std::printf("checksum %016" PRIx64 "\n", model_.checksum());
+    if (!host_.empty()) std::printf("host_checksum %016" PRIx64 "\n", host_checksum());
   }
 
  private:
+  // --host-footprint: words that differ in every page (CRIU must copy each), one page of which
+  // each step rewrites, so that a second checkpoint finds little of it changed.
+  static constexpr std::size_t kPageWords = 4096 / sizeof(std::uint64_t);
+  void fill_host() {
+    host_.resize(o_.host_footprint / sizeof(std::uint64_t));
+    std::uint64_t x = o_.seed * 0x9e3779b97f4a7c15ull + 1;
+    for (auto& w : host_) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      w = x;
+    }
+  }
+  void touch_host(int step) {
+    if (host_.size() < kPageWords) return;
+    std::size_t pages = host_.size() / kPageWords;
+    std::size_t page = (static_cast<std::size_t>(step) * 7919) % pages;
+    for (std::size_t i = 0; i < kPageWords; ++i)
+      host_[page * kPageWords + i] =
+          host_[page * kPageWords + i] * 31 + static_cast<unsigned>(step);
+  }
+  std::uint64_t host_checksum() const {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::uint64_t w : host_) h = (h ^ w) * 1099511628211ull;
+    return h;
+  }
+  std::vector<std::uint64_t> host_;
+
   // A pinned host buffer for a batch ([x | y]) and its device copy; two of them, so that the
   // next step's batch is generated and copied while this one trains.
   struct Slot {

@@ -15,7 +15,8 @@ struct Options {
   int layers = 3;  // linear layers: kInputDim -> hidden -> ... -> hidden -> kOutputDim
   int streams = 3;
   std::uint64_t seed = 1;
-  std::uint64_t footprint = 0;  // bytes of ballast table; 0: none
+  std::uint64_t footprint = 0;       // bytes of ballast table; 0: none
+  std::uint64_t host_footprint = 0;  // bytes of pageable host ballast; 0: none
   int step_delay_ms = 0;
   bool quiet = false;
   bool vmm = false;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Note [Dumping into memory] (restore-server/work_dir.h): with GCR_MEMORY_WORK_DIR set, CRIU writes
+# a checkpoint's images, the process's host memory among them, there when the process fits, and
+# into the work dir on disk when it does not (or with GCR_MEMORY_WORK_DIR=off). mlp_train
+# with 64 MiB of pageable host memory (--host-footprint) is checkpointed live twice and once for
+# good each way; every restore must end with the uninterrupted run's model and host checksums,
+# the report must say where the images went, and nothing may be left in the memory directory.
+#
+#   host_memory_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=host-memory
+source "$(dirname "$0")/lib.sh"
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 120 --step-delay-ms 15 --footprint 4M
+     --host-footprint 64M --streams 2)
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref.log")
+[[ -n $REF && -n $HREF ]] || fail "the reference printed no checksums"
+host_after() { tail -c +$(($2 + 1)) "$1" | awk '/^host_checksum/ {c=$2} END {print c}'; }
+
+round_trip() {  # WHERE EXPECTED: a live checkpoint, a stopping one, restores of both
+  local where=$1 expected=$2 log=$T/$1.log p len r
+  : > "$log"
+  "$GCR" run -- "${MLP[@]}" >> "$log" 2>&1 &
+  p=$!
+  pids+=("$p")
+  wait_steps "$log" $((RANDOM % 30 + 5))
+  "$GCR" checkpoint "$p" -R --name "$where-live" --json > "$T/$where-live.json" ||
+    fail "live checkpoint ($where)"
+  [[ $(json_field images_in < "$T/$where-live.json") == "$expected" ]] ||
+    fail "images of the live checkpoint went to '$(json_field images_in < "$T/$where-live.json")', expected $expected"
+  wait_steps "$log" 70
+  "$GCR" checkpoint "$p" --name "$where-stop" --json > "$T/$where-stop.json" ||
+    fail "stopping checkpoint ($where)"
+  [[ $(json_field images_in < "$T/$where-stop.json") == "$expected" ]] || fail "images of the stopping checkpoint: not $expected"
+  for _ in $(seq 1 250); do kill -0 "$p" 2>/dev/null || break; sleep 0.02; done
+  for name in "$where-stop" "$where-live"; do
+    len=$(stat -c %s "$log")
+    "$GCR" restore "$name" --json > "$T/r.json" || fail "restore $name"
+    r=$(json_field pid < "$T/r.json")
+    for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
+    [[ $(checksum_after "$log" "$len") == "$REF" ]] || fail "restore $name: model checksum '$(checksum_after "$log" "$len")'"
+    [[ $(host_after "$log" "$len") == "$HREF" ]] || fail "restore $name: host memory checksum '$(host_after "$log" "$len")', expected $HREF"
+    echo "ok: $name restores bit-identical, host memory included"
+  done
+}
+
+echo "== images in memory"
+export GCR_MEMORY_WORK_DIR=$T/memory
+round_trip memory memory
+left=$(find "$T/memory" -mindepth 1 -maxdepth 1 | wc -l)
+[[ $left == 0 ]] || fail "$left entries left in the memory directory: $(ls -a "$T/memory")"
+
+echo "== images on disk (GCR_MEMORY_WORK_DIR=off)"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
+export GCR_MEMORY_WORK_DIR=off
+round_trip disk disk
+
+echo "== a memory directory too small for the process: on disk"
+mkdir -p "$T/small"
+if mount -t tmpfs -o size=32m tmpfs "$T/small" 2>/dev/null; then
+  trap 'umount "$T/small" 2>/dev/null || true; cleanup' EXIT
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  export GCR_MEMORY_WORK_DIR=$T/small/gcr
+  round_trip small disk
+  umount "$T/small"
+else
+  echo "note: cannot mount a tmpfs here; the fall-back to disk is not tested"
+fi
+echo "PASS"
