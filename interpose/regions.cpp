@@ -57,6 +57,17 @@ void set_granules(std::uint64_t address, std::uint64_t size, std::uint32_t id) {
     g_arena.granule_region[(a - g_arena.base) / kGranule].store(id, std::memory_order_release);
 }
 
+// Takes a region out of the table (its memory is the caller's business) and recycles its id.
+void free_slot(std::uint32_t id) {
+  Region& reg = g_regions[id];
+  set_granules(reg.address, reg.size, 0);
+  reg.cow_entry.store(0);  // gcrd reads the cut's bytes from its own import
+  reg.kind = RegionKind::free;
+  reg.handle = 0;
+  reg.allocation = 0;
+  g_free_ids.push_back(id);
+}
+
 }  // namespace
 
 bool in_arena(std::uint64_t addr) {
@@ -186,16 +197,12 @@ void destroy_region(std::uint32_t id) {
   const RealDriver* real = real_driver();
   ipc_forget_region(id);
   Region& reg = g_regions[id];
-  set_granules(reg.address, reg.size, 0);
-  reg.cow_entry.store(0);  // gcrd reads the cut's bytes from its own import
   if (!reg.parked) {
     real->cuMemUnmap(reg.address, reg.size);
     if (reg.handle) real->cuMemRelease(reg.handle);
   }
   if (reg.kind != RegionKind::user) arena_give(reg.address, reg.size);
-  reg.kind = RegionKind::free;
-  reg.handle = 0;
-  g_free_ids.push_back(id);
+  free_slot(id);
 }
 
 std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
@@ -233,12 +240,8 @@ void drop_held_regions() {
   for (std::uint32_t id = 1; id < g_next_id; ++id) {
     Region& reg = g_regions[id];
     if (reg.kind != RegionKind::held) continue;
-    set_granules(reg.address, reg.size, 0);
-    reg.cow_entry.store(0);
     arena_give(reg.address, reg.size);
-    reg.kind = RegionKind::free;
-    reg.allocation = 0;
-    g_free_ids.push_back(id);
+    free_slot(id);
   }
 }
 
@@ -248,12 +251,8 @@ std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::u
     Region& reg = g_regions[id];
     if (reg.kind == RegionKind::user && reg.address >= address &&
         reg.address + reg.size <= address + size) {
-      set_granules(reg.address, reg.size, 0);
-      reg.cow_entry.store(0);
-      reg.kind = RegionKind::free;
       if (reg.allocation) allocations.push_back(reg.allocation);
-      reg.allocation = 0;
-      g_free_ids.push_back(id);
+      free_slot(id);
     }
   }
   return allocations;

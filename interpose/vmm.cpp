@@ -23,8 +23,8 @@ const Region* region_at(std::uint64_t addr) {
   return nullptr;
 }
 
-void note_refused(const char* what) {
-  static std::once_flag once;
+// Logged once per kind of refusal: each call site passes its own flag.
+void note_refused(std::once_flag& once, const char* what) {
   std::call_once(once, [what] {
     std::fprintf(stderr,
                  "gcr: %s is not supported under gcr (memory gcr cannot checkpoint); the program "
@@ -63,13 +63,16 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (g_unmanaged || !handle || !prop) return real->cuMemCreate(handle, size, prop, flags);
   GateScope gate;
   if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) {
-    note_refused("cuMemCreate with a FABRIC handle type");
+    static std::once_flag once;
+    note_refused(once, "cuMemCreate with a FABRIC handle type");
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
       prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
     if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
-      note_refused("exportable host memory (cuMemCreate at a host location with a handle type)");
+      static std::once_flag once;
+      note_refused(once,
+                   "exportable host memory (cuMemCreate at a host location with a handle type)");
       return CUDA_ERROR_NOT_SUPPORTED;
     }
     return real->cuMemCreate(handle, size, prop, flags);
@@ -219,7 +222,8 @@ CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* infos, unsigned int count, CUst
 }
 
 CUresult cuMulticastCreate(CUmemGenericAllocationHandle*, const CUmulticastObjectProp*) {
-  note_refused("multicast (cuMulticastCreate)");
+  static std::once_flag once;
+  note_refused(once, "multicast (cuMulticastCreate)");
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 

@@ -69,10 +69,13 @@ Result<Keeper> start_keeper(const std::string& text,
   return Keeper::from_pipe(std::move(write_end));
 }
 
-Result<std::string> process_lines(pid_t pid) {
+// "pid N\nstart TICKS\n", under other names where the keeper is told of another process.
+Result<std::string> process_lines(pid_t pid, const char* pid_word = "pid",
+                                  const char* start_word = "start") {
   auto key = process_key(pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(pid) + " has exited"};
-  return "pid " + std::to_string(pid) + "\nstart " + std::to_string(key->start_time) + "\n";
+  return std::string(pid_word) + " " + std::to_string(pid) + "\n" + start_word + " " +
+         std::to_string(key->start_time) + "\n";
 }
 }  // namespace
 
@@ -95,10 +98,7 @@ Status Keeper::restoring_in_namespace(pid_t unshare_pid, const fs::path& ready_f
   if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
   if (ready_file.string().find('\n') != std::string::npos)
     return Error{Errc::invalid_argument, "a ready file name with a newline"};
-  GCR_TRY_ASSIGN(std::string text, process_lines(unshare_pid));
-  // The same lines as a process's, under other names: the keeper tells them apart.
-  text.replace(text.find("pid "), 4, "nsroot ");
-  text.replace(text.find("start "), 6, "nsroot_start ");
+  GCR_TRY_ASSIGN(std::string text, process_lines(unshare_pid, "nsroot", "nsroot_start"));
   return write_all(pipe_.get(), text + "ready " + ready_file.string() + "\n");
 }
 
