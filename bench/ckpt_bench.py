@@ -364,8 +364,9 @@ def measure(footprint, mode, args, build, timeouts):
         normal = None
         for name in ["live", "live2"][:1 + (not args.no_second)]:
             k0 = slog.last()[0]
+            traced = [] if args.no_trace else ["--trace", os.path.join(root, name + ".trace.json")]
             wall, doc, c0, c1 = run_gcr([gcr, "checkpoint", str(pid), "--name", name, "-R",
-                                         "--json"] + extra, env, timeouts["cmd"])
+                                         "--json"] + extra + traced, env, timeouts["cmd"])
             k1 = slog.last()[0]
             if not alive():
                 raise Failure(f"the process exited after a --leave-running checkpoint ({name})")
@@ -385,6 +386,9 @@ def measure(footprint, mode, args, build, timeouts):
                 "normal_gaps_ms": [round(gp, 1) for _, gp in normal],  # ending at steps 6...
                 "max_gap_ms": worst, "max_gap_at_step": worst_step,
                 "stall_ms": worst - period,
+                # Note [Kernel timeline]: the longest a thread was held by gcr's gate or CRIU
+                "kernel_stall_ms": ns_ms(doc.get("trace.stall_ns")),
+                "kernel_frozen_ms": ns_ms(doc.get("trace.frozen_ns")),
                 "lost_ms": sum(max(0.0, gp - period) for _, gp in window),
                 "window_gap_median_ms": statistics.median(gp for _, gp in window),
                 # gap i ends at step window_first_step + i
@@ -530,11 +534,16 @@ def report(results, footprints, load_before, load_after, cpus, args_keep_work=Fa
                          f"{fmt_ms(g(sc, which, 'normal_gap_median_ms'))}",
                          fmt_ms(g(gc, which, "max_gap_ms")), fmt_ms(stall(f, "gcr", which)),
                          fmt_ms(ns_ms(g(gc, which, "json", "time.stall_ns"))),
+                         fmt_ms(g(gc, which, "kernel_stall_ms")),
                          fmt_ms(g(sc, which, "max_gap_ms")), fmt_ms(stall(f, "stop-copy", which)),
                          fmt_ms(ns_ms(g(sc, which, "json", "time.stall_ns"))),
+                         fmt_ms(g(sc, which, "kernel_stall_ms")),
                          fmt_ratio(r_), goal])
+    w("  'kernel': the longest time a thread was held at gcr's gate or frozen by CRIU, as eBPF saw "
+      "it (gcr checkpoint --trace; '-' without the rights to load BPF)")
     w(table(["footprint", "ckpt", "period gcr / s-c", "gcr gap", "gcr stall", "gcr says",
-             "s-c gap", "s-c stall", "s-c says", "s-c/gcr", "goal"], rows, right=range(2, 10)))
+             "gcr kernel", "s-c gap", "s-c stall", "s-c says", "s-c kernel", "s-c/gcr", "goal"],
+            rows, right=range(2, 12)))
     for which in LIVE:
         flat = goals[which]["stall_flat"]
         if flat:
@@ -647,6 +656,8 @@ def main():
     ap.add_argument("--images", choices=("memory", "disk"), default="disk",
                     help="where CRIU writes during the freeze: the work dir on disk (gcrd's "
                          "default) or a private directory under /dev/shm (GCR_MEMORY_WORK_DIR)")
+    ap.add_argument("--no-trace", action="store_true",
+                    help="do not trace the live checkpoints with eBPF (gcr checkpoint --trace)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-results", action="store_true", help="do not write bench/results/")
     ap.add_argument("--keep-work", action="store_true",

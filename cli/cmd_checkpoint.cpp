@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_trace.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "json.h"
@@ -32,6 +33,7 @@ struct CheckpointOptions {
   bool stop_copy = false;
   bool tcp_close = false;
   bool json = false;
+  std::string trace;  // --trace FILE
 };
 
 struct RestoreOptions {
@@ -144,6 +146,9 @@ void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
+  if (!o.trace.empty() && o.pids.size() != 1)
+    return Error{Errc::invalid_argument,
+                 "--trace records one process: give one pid (or one --trace per checkpoint)"};
   GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
   std::string store = location.directory.string();
   std::unique_ptr<store::Backend> remote;
@@ -157,6 +162,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
                                                                   Error{Errc::internal, "not run"});
   std::vector<std::optional<bool>> cuda(o.pids.size());
+  std::optional<CheckpointTrace> trace;
+  if (!o.trace.empty()) trace = CheckpointTrace::begin(o.pids[0]);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < o.pids.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -181,6 +188,20 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
     });
   }
   for (auto& t : threads) t.join();
+  std::map<std::string, std::string> trace_fields;
+  if (trace) {
+    auto written = trace->finish(o.trace, results[0] ? &*results[0] : nullptr);
+    if (!written) {
+      Error e = std::move(written).error();
+      e.message = "--trace: " + e.message;
+      return e;
+    }
+    trace_fields = std::move(written).value();
+    if (results[0]) results[0]->insert(trace_fields.begin(), trace_fields.end());
+    if (!o.json)
+      for (const auto& [k, v] : trace_fields)
+        if (k.rfind("trace.note.", 0) == 0) std::fprintf(stderr, "gcr: --trace: %s\n", v.c_str());
+  }
   if (remote) upload_checkpoints(o, ctx, *remote, location, store, results);
   Error first_error{Errc::ok, {}};
   if (o.json) {
@@ -234,11 +255,13 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       if (field_u64(f, "cow_copies") || field_u64(f, "cow_waits"))
         line += "  while it was stored, the process copied " + field(f, "cow_copies") +
                 " regions before writing them and waited for " + field(f, "cow_waits") + "\n";
+      line += describe_trace(f);
       print(line);
       for (const auto& [k, v] : f)
         if (k.rfind("warning", 0) == 0) std::fprintf(stderr, "gcr: warning: %s\n", v.c_str());
     }
   }
+  if (trace && !results[0] && !o.json) std::fputs(describe_trace(trace_fields).c_str(), stderr);
   for (std::size_t i = 0; i < o.pids.size(); ++i)
     if (!results[i] && first_error.code == Errc::ok) {
       first_error = results[i].error();
@@ -391,6 +414,12 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   c->add_flag("--tcp-close", co.tcp_close,
               "Checkpoint established TCP connections as closed (the restored process finds them "
               "closed) instead of refusing");
+  c->add_option("--trace", co.trace,
+                "Record the checkpoint as the kernel saw it (eBPF: every thread's scheduling and "
+                "its waits at gcr's gate) beside gcrd's phases, into FILE (Chrome/Perfetto JSON), "
+                "and report the app-visible stall the kernel measured; one pid; needs root for "
+                "the kernel part")
+      ->type_name("FILE");
   c->add_flag("--json", co.json, "Machine-readable output");
   c->footer("Without --leave-running the process is gone once the checkpoint is committed.");
   on_run(c, ctx, [&ctx] { return checkpoint(co, ctx); });

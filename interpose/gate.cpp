@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <thread>
 
 __attribute__((visibility("hidden"))) volatile unsigned char gcr_gate_closed = 0;
@@ -15,8 +16,20 @@ namespace gcr::interpose {
 std::atomic<std::uint64_t> g_calls_inside{0};
 
 namespace {
-// Waiters sleep on this word; gate_open bumps it and wakes them.
-std::atomic<std::uint32_t> g_open_generation{0};
+// Note [The gate seen from the kernel]
+// Waiters sleep on `generation`; gate_open bumps it and wakes them. The magic just before it lets
+// `gcr checkpoint --trace` (trace/sched.bpf.c) tell a futex wait at the gate from any other
+// without symbols or uprobes (a uprobe leaves a [uprobes] mapping that CRIU refuses to dump): a
+// futex wait on a word preceded by kGateMagic is a thread entering the gate, and the zero-count
+// wake a waiter makes as it leaves marks its way out. Neither is on the launch path: only a thread
+// that found the gate closed makes them.
+struct alignas(16) GateWord {
+  std::uint64_t magic = 0x3145544147726367ull;  // "gcrGATE1" (trace/sched_event.h)
+  std::atomic<std::uint32_t> generation{0};
+};
+static_assert(offsetof(GateWord, generation) == 8);
+GateWord g_gate;
+std::atomic<std::uint32_t>& g_open_generation = g_gate.generation;
 
 long futex(std::atomic<std::uint32_t>* w, int op, std::uint32_t v, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(w), op, v, ts, nullptr, 0);
@@ -24,12 +37,15 @@ long futex(std::atomic<std::uint32_t>* w, int op, std::uint32_t v, const timespe
 }  // namespace
 
 void gate_wait_open() {
+  bool waited = false;
   while (gcr_gate_closed) {
     std::uint32_t gen = g_open_generation.load(std::memory_order_acquire);
     if (!gcr_gate_closed) break;
     timespec ts{0, 100'000'000};
     futex(&g_open_generation, FUTEX_WAIT_PRIVATE, gen, &ts);
+    waited = true;
   }
+  if (waited) futex(&g_open_generation, FUTEX_WAKE_PRIVATE, 0, nullptr);  // "left the gate"
 }
 
 bool gate_close(unsigned timeout_ms) {

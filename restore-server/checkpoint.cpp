@@ -34,6 +34,13 @@ std::uint64_t ns_since(Clock::time_point t) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
+// A phase's length for the summary and its start for a trace (Note [Kernel timeline]).
+void record_phase(CheckpointReport& rep, const std::string& phase, Clock::time_point start) {
+  rep.times_ns[phase] = ns_since(start);
+  rep.starts_ns[phase] = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+}
+
 Error with_context(Error e, const std::string& what) {
   e.message = what + ": " + e.message;
   return e;
@@ -177,14 +184,14 @@ Result<CheckpointReport> checkpoint_stop_copy(store::Store& store, const criu::T
     (void)ensure_cuda_running(req.pid);  // CRIU may have died with the driver locked
     return std::move(dumped).error();
   }
-  rep.times_ns["dump"] = ns_since(td);
+  record_phase(rep, "dump", td);
   if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
-  rep.times_ns["stall"] = ns_since(t0);
+  record_phase(rep, "stall", t0);
   auto ts = Clock::now();
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, std::nullopt));
   GCR_TRY(store_criu_images(*writer, work.path()));
-  rep.times_ns["store"] = ns_since(ts);
-  rep.times_ns["total"] = ns_since(t0);
+  record_phase(rep, "store", ts);
+  record_phase(rep, "total", t0);
   for (const auto& [k, v] : rep.times_ns)
     writer->set_meta("timing." + k + "_ns", std::to_string(v));
   GCR_TRY_ASSIGN(store::CommitInfo info, writer->commit(req.tag));
@@ -286,7 +293,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   progress("quiescing process " + std::to_string(req.pid));
   GCR_TRY(
       client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
-  rep.times_ns["quiesce"] = ns_since(t0);
+  record_phase(rep, "quiesce", t0);
   pause_point("quiesced");
   // Note [First-touch order]: what the process touched first since its last cut; with
   // --leave-running, what it touches first after this one is put before it at the end.
@@ -300,7 +307,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   auto parked_r = client.park();
   if (!parked_r) return resume_on_error(with_context(std::move(parked_r).error(), "parking"));
   std::vector<control::ParkedRegion> parked = std::move(parked_r).value();
-  rep.times_ns["park"] = ns_since(tp);
+  record_phase(rep, "park", tp);
   auto unpark_on_error = [&](Error e) -> Error {
     (void)client.unpark(parked);
     (void)client.resume();
@@ -347,7 +354,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   criu::DumpOptions dump_options{req.pid,          work.path(),  req.leave_running,
                                  end_after_commit, driver_env(), dump_arguments(tree, req)};
   Status dumped = criu::dump(tools, dump_options);
-  rep.times_ns["dump"] = ns_since(td);
+  record_phase(rep, "dump", td);
   if (!dumped) {
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
     // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
@@ -388,7 +395,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
     GCR_TRY(again.resume());
     keeper->done();
-    rep.times_ns["unpark"] = ns_since(tu);
+    record_phase(rep, "unpark", tu);
     running.emplace(std::move(again));
   }
   // Gives a stopped process back its memory and lets it run: its checkpoint failed.
@@ -401,7 +408,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
     return e;
   };
-  rep.times_ns["stall"] = ns_since(t0);
+  record_phase(rep, "stall", t0);
   pause_point("draining");
 
   // Drain: regions, then CRIU's images, then the manifest.
@@ -426,8 +433,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (Status s = store_criu_images(*writer, work.path()); !s)
     return let_stopped_go_on(std::move(s).error());
   if (!touch_order.empty()) writer->set_meta("touch_order", format_touch_order(touch_order));
-  rep.times_ns["store"] = ns_since(tstore);
-  rep.times_ns["total"] = ns_since(t0);
+  record_phase(rep, "store", tstore);
+  record_phase(rep, "total", t0);
   for (const auto& [k, v] : rep.times_ns)
     writer->set_meta("timing." + k + "_ns", std::to_string(v));
   auto committed = writer->commit(req.tag);

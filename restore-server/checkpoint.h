@@ -42,6 +42,7 @@ struct CheckpointReport {
   std::string kind;  // "gcr" or "stop-copy"
   std::map<std::string, std::uint64_t>
       times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
+  std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
   std::uint64_t regions = 0, region_bytes = 0, dirty_bytes = 0;
   std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)

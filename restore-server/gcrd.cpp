@@ -181,6 +181,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     for (std::size_t i = 0; i < rep.warnings.size(); ++i)
       out["warning" + (i ? "." + std::to_string(i) : std::string())] = rep.warnings[i];
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+    for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
     for (const auto& [k, v] : rep.stats) out["stat." + k] = std::to_string(v);
     return out;
   }

@@ -36,9 +36,10 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 # --- 1. Debian packages ---------------------------------------------------------------------------
-# gcr itself (C++20, CMake/Ninja, libraries, tests; clang for libFuzzer)
+# gcr itself (C++20, CMake/Ninja, libraries, tests; clang for libFuzzer and, with libbpf-dev and
+# bpftool, the eBPF programs of `gcr checkpoint --trace`)
 GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
-          libzstd-dev liblz4-dev libxxhash-dev liburing-dev libbpf-dev libcli11-dev catch2 clang
+          libzstd-dev liblz4-dev libxxhash-dev liburing-dev libbpf-dev bpftool libcli11-dev catch2 clang
 # ... S3 stores: libcurl (it signs requests itself, CURLOPT_AWS_SIGV4), and for their tests a
 # single-node Ceph with the RADOS Gateway (tests/integration/s3/ceph_lib.sh) and curl
           libcurl4-openssl-dev curl ceph-mon ceph-osd ceph-common radosgw)

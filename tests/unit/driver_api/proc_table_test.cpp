@@ -1,7 +1,6 @@
 // proc_table_test.cpp: unit tests of gcr/driver_api.h: cuGetProcAddress resolution against known
 // answers of the real driver, the invariants tying the generated table to the exported names, and
 // the comparison with the CUDA toolkit's stub libcuda.so when it is installed.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

@@ -1,6 +1,5 @@
 // IoQueue: both backends move every byte of many requests in flight, continue short transfers,
 // and report a read past the end of a file.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>

@@ -1,6 +1,5 @@
 // io::open_private_dir and friends (gcr/private_dir.h, Note [Private directories]). The cases
 // that need another owner run only as root (chown); the rest everywhere.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>

@@ -2,7 +2,6 @@
 // time from kernels/module_image_kernels.cu (paths come in as MODULE_IMAGE_* definitions), against
 // hand-written PTX, and against truncated, bit-flipped and hand-corrupted images. Does not test
 // loading modules or launching kernels (simgpu's own tests do).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstdint>

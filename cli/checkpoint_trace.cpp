@@ -1,0 +1,157 @@
+#include "checkpoint_trace.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "output.h"
+
+namespace gcr::cli {
+namespace {
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string read_comm(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::vector<trace::ThreadName> threads_of(pid_t pid) {
+  std::vector<trace::ThreadName> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      out.push_back({static_cast<std::uint32_t>(std::atoi(e->d_name)),
+                     read_comm(dir + "/" + e->d_name + "/comm")});
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// gcrd's phases from its answer: start.PHASE_ns and time.PHASE_ns. Longer first at equal
+// starts, so that a viewer nests the stall's phases inside it.
+std::vector<trace::Span> gcrd_spans(const std::map<std::string, std::string>& f) {
+  std::vector<trace::Span> out;
+  for (const auto& [k, v] : f) {
+    if (k.rfind("start.", 0) != 0 || k.size() < 10) continue;
+    std::string phase = k.substr(6, k.size() - 6 - 3);
+    auto len = f.find("time." + phase + "_ns");
+    if (len == f.end()) continue;
+    std::uint64_t start = std::strtoull(v.c_str(), nullptr, 10);
+    out.push_back({phase, start, start + std::strtoull(len->second.c_str(), nullptr, 10)});
+  }
+  std::sort(out.begin(), out.end(), [](const trace::Span& a, const trace::Span& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+  });
+  return out;
+}
+
+Status write_file_atomically(const std::string& file, const std::string& text) {
+  std::string tmp = file + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_error("cannot write the trace to " + tmp);
+  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  int err = errno;
+  ::close(fd);
+  if (!written) {
+    ::unlink(tmp.c_str());
+    return errno_error("writing the trace to " + tmp, err);
+  }
+  if (::rename(tmp.c_str(), file.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return errno_error("cannot put the trace at " + file, err);
+  }
+  return ok();
+}
+
+std::uint64_t u64(const std::map<std::string, std::string>& f, const std::string& k) {
+  auto it = f.find(k);
+  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+}  // namespace
+
+CheckpointTrace CheckpointTrace::begin(pid_t pid) {
+  CheckpointTrace t;
+  t.input_.pid = pid;
+  t.input_.process_name = read_comm("/proc/" + std::to_string(pid) + "/comm");
+  t.input_.threads = threads_of(pid);
+  auto tracer = trace::KernelTracer::start(pid);
+  if (tracer)
+    t.tracer_ = std::move(tracer).value();
+  else
+    t.notes_.push_back("no kernel timeline, gcrd's phases only: " + tracer.error().message);
+  t.input_.begin_ns = monotonic_ns();
+  return t;
+}
+
+Result<std::map<std::string, std::string>> CheckpointTrace::finish(
+    const std::string& file, const std::map<std::string, std::string>* gcrd_fields) {
+  input_.end_ns = monotonic_ns();
+  if (tracer_) {
+    input_.events = tracer_->stop();
+    for (std::string& n : tracer_->notes()) notes_.push_back(std::move(n));
+  }
+  if (gcrd_fields) input_.spans = gcrd_spans(*gcrd_fields);
+  std::vector<trace::Slice> slices = trace::thread_slices(input_);
+  trace::StallSummary summary = trace::summarize(input_, slices);
+  GCR_TRY(write_file_atomically(file, trace::chrome_trace_json(input_, slices, summary)));
+  std::map<std::string, std::string> out;
+  out["trace.file"] = file;
+  out["trace.kernel"] = tracer_ ? "1" : "0";
+  if (tracer_) {
+    out["trace.stall_ns"] = std::to_string(summary.stall_ns);
+    out["trace.stall_start_ns"] = std::to_string(summary.start_ns);
+    out["trace.stall_tid"] = std::to_string(summary.tid);
+    out["trace.frozen_ns"] = std::to_string(summary.frozen_ns);
+    out["trace.gate_ns"] = std::to_string(summary.gate_ns);
+    out["trace.threads"] = std::to_string(summary.threads);
+    out["trace.events"] = std::to_string(input_.events.size());
+    for (const auto& [phase, ns] : summary.phases)
+      if (phase != "stall" && phase != "total")
+        out["trace.stall." + phase + "_ns"] = std::to_string(ns);
+  }
+  for (std::size_t i = 0; i < notes_.size(); ++i)
+    out["trace.note." + std::to_string(i)] = notes_[i];
+  return out;
+}
+
+std::string describe_trace(const std::map<std::string, std::string>& f) {
+  auto file = f.find("trace.file");
+  if (file == f.end()) return "";
+  std::string out;
+  if (u64(f, "trace.stall_ns")) {
+    out += "  kernel-measured stall " +
+           format_duration(std::chrono::nanoseconds(u64(f, "trace.stall_ns"))) + " (thread " +
+           std::to_string(u64(f, "trace.stall_tid")) + ")";
+    std::string phases;
+    for (const auto& [k, v] : f) {
+      if (k.rfind("trace.stall.", 0) != 0) continue;
+      std::string phase = k.substr(12, k.size() - 12 - 3);
+      phases += (phases.empty() ? "" : ", ") + phase + " " +
+                format_duration(std::chrono::nanoseconds(std::strtoull(v.c_str(), nullptr, 10)));
+    }
+    if (!phases.empty()) out += ": " + phases;
+    out += "; frozen by CRIU " +
+           format_duration(std::chrono::nanoseconds(u64(f, "trace.frozen_ns"))) + "\n";
+  }
+  out += "  trace written to " + file->second + " (open it in ui.perfetto.dev)\n";
+  return out;
+}
+
+}  // namespace gcr::cli

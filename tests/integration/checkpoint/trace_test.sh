@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# gcr checkpoint --trace FILE (Note [Kernel timeline] in trace/timeline.h): a live checkpoint of
+# mlp_train traced with eBPF. The trace must load as Chrome trace JSON with gcrd's phases; the
+# process's threads must be seen traced by CRIU only inside gcrd's dump phase, held at gcr's gate,
+# and running before and after the stall; the kernel-measured stall must lie within the stall gcr
+# reports (give or take the thread's wake-up after the gate opens) and cover CRIU's freeze; and
+# the traced run must still end bit-identical. Skips (77) where the kernel refuses eBPF.
+#
+#   trace_test.sh BUILD_DIR      (needs root for CRIU and eBPF; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=trace
+source "$(dirname "$0")/lib.sh"
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 16M --streams 2)
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+
+rc=0
+"$GCR" checkpoint 1 2 --trace "$T/x.json" > /dev/null 2> "$T/two.err" || rc=$?
+[[ $rc != 0 ]] && grep -q "one pid" "$T/two.err" || fail "--trace with two pids: exit $rc, $(cat "$T/two.err")"
+
+"$GCR" run -- "${MLP[@]}" > "$T/a.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/a.log" 30
+"$GCR" checkpoint "$P" -R --trace "$T/trace.json" --json > "$T/ck.json" 2> "$T/ck.err" ||
+  fail "traced checkpoint: $(cat "$T/ck.err")"
+[[ -s $T/trace.json ]] || fail "no trace written"
+if [[ $(json_field trace.kernel < "$T/ck.json") != 1 ]]; then
+  note=$(json_field trace.note.0 < "$T/ck.json")
+  [[ -n $note ]] || fail "no kernel timeline and no note saying why"
+  python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/trace.json" || fail "the fallback trace is not JSON"
+  wait_exit "$P" "$T/a.log"
+  echo "SKIP: no kernel timeline here ($note)"
+  exit 77
+fi
+wait_exit "$P" "$T/a.log"
+[[ $(checksum_of "$T/a.log") == "$REF" ]] || fail "the traced run ended with $(checksum_of "$T/a.log"), not $REF"
+echo "ok: the traced run is bit-identical"
+
+python3 - "$T/trace.json" "$T/ck.json" "$P" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+report = json.load(open(sys.argv[2]))[0]
+pid = int(sys.argv[3])
+ms = 1e3  # trace timestamps are microseconds from the trace's start
+def fail(msg):
+    print("FAIL:", msg); sys.exit(1)
+g = trace["gcr"]
+begin = g["begin_ns"]
+def rel_us(ns): return (ns - begin) / 1e3
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+if not events: fail("no slices in the trace")
+for e in events:
+    if not (isinstance(e["ts"], (int, float)) and e["dur"] >= 0): fail(f"bad slice {e}")
+phases = {e["name"]: e for e in events if e.get("cat") == "gcrd"}
+for name in ("quiesce", "park", "dump", "unpark", "stall"):
+    if name not in phases: fail(f"gcrd phase {name} missing: {sorted(phases)}")
+mine = [e for e in events if e["pid"] == pid and e.get("cat") == "sched"]
+dump = phases["dump"]
+slack = 2 * ms
+traced = [e for e in mine if e["name"] == "traced (CRIU)"]
+if not any(e["tid"] == pid for e in traced): fail("the main thread was never seen traced by CRIU")
+for e in traced:
+    if e["ts"] < dump["ts"] - slack or e["ts"] + e["dur"] > dump["ts"] + dump["dur"] + slack:
+        fail(f"thread {e['tid']} traced at {e['ts']:.0f}+{e['dur']:.0f} us, outside the dump phase "
+             f"{dump['ts']:.0f}+{dump['dur']:.0f} us")
+gates = [e for e in mine if e["name"] == "waiting at gcr's gate"]
+if not gates: fail("no thread was seen waiting at gcr's gate")
+stall_ns, stall_start = report["trace.stall_ns"], report["trace.stall_start_ns"]
+if stall_ns <= 0: fail("no kernel-measured stall")
+if report["trace.frozen_ns"] > stall_ns: fail("CRIU's freeze is longer than the stall that holds it")
+s0, s1 = rel_us(stall_start), rel_us(stall_start + stall_ns)
+running = [e for e in mine if e["name"] == "running"]
+if not any(e["ts"] + e["dur"] <= s0 for e in running): fail("no thread seen running before the stall")
+if not any(e["ts"] >= s1 for e in running): fail("no thread seen running after the stall")
+gcr0 = report["start.stall_ns"]
+gcr1 = gcr0 + report["time.stall_ns"]
+wake = 50e6  # the held thread runs again once scheduled after the gate opens (a busy machine)
+if stall_start < gcr0 - 1e6 or stall_start + stall_ns > gcr1 + wake:
+    fail(f"kernel stall [{stall_start}, {stall_start + stall_ns}] outside gcr's [{gcr0}, {gcr1}]")
+print(f"ok: kernel-measured stall {stall_ns/1e6:.1f} ms (gcr reports {report['time.stall_ns']/1e6:.1f} ms;"
+      f" ends {(stall_start + stall_ns - gcr1)/1e6:+.1f} ms after it), CRIU froze the process "
+      f"{report['trace.frozen_ns']/1e6:.1f} ms, {report['trace.threads']} threads,"
+      f" {report['trace.events']} events")
+PY
+echo "PASS"

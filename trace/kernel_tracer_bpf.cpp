@@ -1,0 +1,142 @@
+// KernelTracer on libbpf: the skeleton bpftool generated from sched.bpf.c at build time.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "kernel_tracer.h"
+#include "sched.skel.h"
+
+namespace gcr::trace {
+namespace {
+
+// libbpf prints its diagnostics to stderr; gcr keeps the last one for its own message instead.
+std::mutex g_libbpf_mu;
+std::string g_libbpf_last;
+
+int keep_libbpf_message(enum libbpf_print_level level, const char* fmt, va_list ap) {
+  if (level == LIBBPF_DEBUG) return 0;
+  char buf[512];
+  int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  std::lock_guard lock(g_libbpf_mu);
+  g_libbpf_last.assign(buf);
+  while (!g_libbpf_last.empty() && g_libbpf_last.back() == '\n') g_libbpf_last.pop_back();
+  return n;
+}
+
+std::string last_libbpf_message() {
+  std::lock_guard lock(g_libbpf_mu);
+  return g_libbpf_last;
+}
+
+class BpfTracer final : public KernelTracer {
+ public:
+  BpfTracer(gcr_sched* skel, pid_t pid) : skel_(skel), pid_(pid) {}
+  ~BpfTracer() override {
+    if (!stopped_) (void)stop();
+  }
+
+  Status attach() {
+    std::uint32_t key = static_cast<std::uint32_t>(pid_);
+    std::uint8_t one = 1;
+    if (bpf_map__update_elem(skel_->maps.targets, &key, sizeof key, &one, sizeof one, BPF_ANY))
+      return errno_error("adding pid " + std::to_string(pid_) + " to the trace");
+    for (bpf_program* prog : {skel_->progs.on_switch, skel_->progs.on_wakeup,
+                              skel_->progs.on_wakeup_new, skel_->progs.on_sys_enter}) {
+      bpf_link* link = bpf_program__attach(prog);
+      if (!link)
+        return Error{Errc::unsupported, std::string("attaching ") + bpf_program__name(prog) + ": " +
+                                            std::strerror(errno) + " " + last_libbpf_message()};
+      links_.push_back(link);
+    }
+    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &BpfTracer::on_event, this, nullptr);
+    if (!rb_) return errno_error("opening the trace's ring buffer");
+    poller_ = std::thread([this] {
+      while (!stopping_.load(std::memory_order_acquire)) ring_buffer__poll(rb_, 20);
+    });
+    return ok();
+  }
+
+  std::vector<SchedEvent> stop() override {
+    if (stopped_) return {};
+    stopped_ = true;
+    stopping_.store(true, std::memory_order_release);
+    if (poller_.joinable()) poller_.join();
+    for (bpf_link* l : links_) bpf_link__destroy(l);
+    links_.clear();
+    if (rb_) {
+      ring_buffer__consume(rb_);
+      ring_buffer__free(rb_);
+      rb_ = nullptr;
+    }
+    std::uint32_t zero = 0;
+    std::uint64_t lost = 0;
+    if (bpf_map__lookup_elem(skel_->maps.lost, &zero, sizeof zero, &lost, sizeof lost, 0) == 0 &&
+        lost)
+      notes_.push_back(std::to_string(lost) +
+                       " events were lost (the ring buffer was full): the timeline has gaps");
+    gcr_sched::destroy(skel_);
+    skel_ = nullptr;
+    std::stable_sort(events_.begin(), events_.end(),
+                     [](const SchedEvent& a, const SchedEvent& b) { return a.ts_ns < b.ts_ns; });
+    if (std::none_of(events_.begin(), events_.end(),
+                     [](const SchedEvent& e) { return e.kind == GCR_EV_GATE_IN; }))
+      notes_.push_back("no thread of pid " + std::to_string(pid_) +
+                       " was seen waiting at gcr's API gate (it does not run under gcr, or made "
+                       "no CUDA call while the gate was closed)");
+    return std::move(events_);
+  }
+
+  std::vector<std::string> notes() const override { return notes_; }
+
+ private:
+  static int on_event(void* self, void* data, size_t size) {
+    if (size >= sizeof(SchedEvent))
+      static_cast<BpfTracer*>(self)->events_.push_back(*static_cast<SchedEvent*>(data));
+    return 0;
+  }
+
+  gcr_sched* skel_;
+  pid_t pid_;
+  std::vector<bpf_link*> links_;
+  ring_buffer* rb_ = nullptr;
+  std::thread poller_;
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;
+  std::vector<SchedEvent> events_;  // written by the poller only until it is joined
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KernelTracer>> KernelTracer::start(pid_t pid) {
+  libbpf_set_print(keep_libbpf_message);
+  gcr_sched* skel = gcr_sched::open_and_load();
+  if (!skel) {
+    int err = errno;
+    std::string why = last_libbpf_message();
+    if (err == EPERM || err == EACCES)
+      return Error{Errc::permission_denied,
+                   "loading eBPF programs needs root (or CAP_BPF and CAP_PERFMON): " +
+                       std::string(std::strerror(err))};
+    return Error{Errc::unsupported, "cannot load gcr's eBPF programs (" +
+                                        std::string(std::strerror(err)) +
+                                        (why.empty() ? "" : "; libbpf: " + why) +
+                                        "); the kernel needs BTF (/sys/kernel/btf/vmlinux)"};
+  }
+  auto tracer = std::make_unique<BpfTracer>(skel, pid);
+  GCR_TRY(tracer->attach());
+  return std::unique_ptr<KernelTracer>(std::move(tracer));
+}
+
+bool kernel_tracing_built() {
+  return true;
+}
+
+}  // namespace gcr::trace

@@ -1,0 +1,108 @@
+// The kernel side of `gcr checkpoint --trace` (Note [Kernel timeline]): every thread of the
+// traced processes going off and on CPU and why, becoming runnable, and waiting at gcr's gate
+// (its futex calls, Note [The gate seen from the kernel] in interpose/gate.cpp). Processes are
+// chosen by tgid in `targets`; a thread is reported by its tid.
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "sched_event.h"
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 64);
+  __type(key, u32);
+  __type(value, u8);
+} targets SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+// Events the ring buffer had no room for: the tracer reports them rather than a wrong timeline.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, u32);
+  __type(value, u64);
+} lost SEC(".maps");
+
+static __always_inline bool traced(struct task_struct* t) {
+  u32 tgid = BPF_CORE_READ(t, tgid);
+  return bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+static __always_inline void emit(u32 tid, u32 kind, u32 state) {
+  struct gcr_sched_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+  if (!e) {
+    u32 zero = 0;
+    u64* n = bpf_map_lookup_elem(&lost, &zero);
+    if (n) __sync_fetch_and_add(n, 1);
+    return;
+  }
+  e->ts_ns = bpf_ktime_get_ns();
+  e->tid = tid;
+  e->kind = kind;
+  e->state = state;
+  e->pad = 0;
+  bpf_ringbuf_submit(e, 0);
+}
+
+// The task state at the switch: __state since 5.14, state before (CO-RE picks the field).
+struct task_struct___old {
+  long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline u32 task_state(struct task_struct* t) {
+  if (bpf_core_field_exists(t->__state)) return BPF_CORE_READ(t, __state);
+  return (u32)BPF_CORE_READ((struct task_struct___old*)t, state);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_struct* next) {
+  if (traced(prev)) emit(BPF_CORE_READ(prev, pid), GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
+  if (traced(next)) emit(BPF_CORE_READ(next, pid), GCR_EV_ON_CPU, 0);
+  return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(on_wakeup, struct task_struct* p) {
+  if (traced(p)) emit(BPF_CORE_READ(p, pid), GCR_EV_WAKEUP, 0);
+  return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(on_wakeup_new, struct task_struct* p) {
+  if (traced(p)) emit(BPF_CORE_READ(p, pid), GCR_EV_NEW_THREAD, 0);
+  return 0;
+}
+
+// x86-64: futex(2) is syscall 202; its arguments are in rdi (uaddr), rsi (op), rdx (val).
+#define GCR_NR_FUTEX 202
+#define GCR_FUTEX_CMD_MASK 0x7f  // without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME
+#define GCR_FUTEX_WAIT 0
+#define GCR_FUTEX_WAKE 1
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
+  if (id != GCR_NR_FUTEX) return 0;
+  u64 pid_tgid = bpf_get_current_pid_tgid();
+  u32 tgid = pid_tgid >> 32;
+  if (!bpf_map_lookup_elem(&targets, &tgid)) return 0;
+  unsigned long uaddr = BPF_CORE_READ(regs, di);
+  int op = (int)BPF_CORE_READ(regs, si) & GCR_FUTEX_CMD_MASK;
+  u32 val = (u32)BPF_CORE_READ(regs, dx);
+  u64 magic = 0;
+  if (uaddr < 8 || bpf_probe_read_user(&magic, sizeof magic, (void*)(uaddr - 8)) != 0) return 0;
+  if (magic != GCR_GATE_MAGIC) return 0;
+  if (op == GCR_FUTEX_WAIT)
+    emit((u32)pid_tgid, GCR_EV_GATE_IN, 0);
+  else if (op == GCR_FUTEX_WAKE && val == 0)
+    emit((u32)pid_tgid, GCR_EV_GATE_OUT, 0);
+  return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

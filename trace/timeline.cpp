@@ -1,0 +1,229 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+namespace gcr::trace {
+namespace {
+
+SliceKind off_cpu_kind(std::uint32_t state) {
+  if (state & GCR_TASK_TRACED) return SliceKind::traced;
+  if (state & GCR_TASK_STOPPED) return SliceKind::stopped;
+  if (state & GCR_TASK_UNINTERRUPTIBLE) return SliceKind::blocked;
+  if (state & GCR_TASK_INTERRUPTIBLE) return SliceKind::sleeping;
+  if (state == GCR_TASK_RUNNING) return SliceKind::runnable;  // preempted
+  return SliceKind::off_cpu;
+}
+
+bool holds(SliceKind k) {
+  return k == SliceKind::gate || k == SliceKind::stopped || k == SliceKind::traced;
+}
+
+struct ThreadState {
+  std::optional<SliceKind> kind;  // unknown until its first event
+  std::uint64_t since = 0;
+  std::optional<std::uint64_t> gate_since;
+};
+
+void close(std::vector<Slice>& out, std::uint32_t tid, SliceKind kind, std::uint64_t from,
+           std::uint64_t to) {
+  if (to > from) out.push_back({tid, kind, from, to});
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string micros(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(ns) / 1e3);
+  return buf;
+}
+
+}  // namespace
+
+const char* slice_name(SliceKind kind) {
+  switch (kind) {
+    case SliceKind::running:
+      return "running";
+    case SliceKind::runnable:
+      return "runnable";
+    case SliceKind::sleeping:
+      return "sleeping";
+    case SliceKind::blocked:
+      return "blocked (D)";
+    case SliceKind::stopped:
+      return "stopped";
+    case SliceKind::traced:
+      return "traced (CRIU)";
+    case SliceKind::off_cpu:
+      return "off CPU";
+    case SliceKind::gate:
+      return "waiting at gcr's gate";
+  }
+  return "?";
+}
+
+std::vector<Slice> thread_slices(const TimelineInput& in) {
+  std::map<std::uint32_t, ThreadState> threads;
+  std::vector<Slice> out;
+  for (const ThreadName& t : in.threads) threads[t.tid];
+  for (const gcr_sched_event& e : in.events) {
+    if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
+    ThreadState& t = threads[e.tid];
+    auto move_to = [&](SliceKind next, SliceKind before_trace) {
+      close(out, e.tid, t.kind.value_or(before_trace), t.kind ? t.since : in.begin_ns, e.ts_ns);
+      t.kind = next;
+      t.since = e.ts_ns;
+    };
+    switch (e.kind) {
+      case GCR_EV_OFF_CPU:
+        // Seen leaving the CPU first: it was on it since before the trace began.
+        move_to(off_cpu_kind(e.state), SliceKind::running);
+        break;
+      case GCR_EV_ON_CPU:
+        move_to(SliceKind::running, SliceKind::off_cpu);
+        break;
+      case GCR_EV_WAKEUP:
+        if (t.kind != SliceKind::running && t.kind != SliceKind::runnable)
+          move_to(SliceKind::runnable, SliceKind::sleeping);
+        break;
+      case GCR_EV_NEW_THREAD:
+        t.kind = SliceKind::runnable;
+        t.since = e.ts_ns;
+        break;
+      case GCR_EV_GATE_IN:  // once per futex wait while the gate stays closed: the first counts
+        if (!t.gate_since) t.gate_since = e.ts_ns;
+        break;
+      case GCR_EV_GATE_OUT:
+        close(out, e.tid, SliceKind::gate, t.gate_since.value_or(in.begin_ns), e.ts_ns);
+        t.gate_since.reset();
+        break;
+    }
+  }
+  for (auto& [tid, t] : threads) {
+    if (t.kind) close(out, tid, *t.kind, t.since, in.end_ns);
+    if (t.gate_since) close(out, tid, SliceKind::gate, *t.gate_since, in.end_ns);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Slice& a, const Slice& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+  });
+  return out;
+}
+
+StallSummary summarize(const TimelineInput& in, const std::vector<Slice>& slices) {
+  StallSummary s;
+  std::map<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> held;
+  for (const Slice& sl : slices) {
+    std::uint64_t len = sl.end_ns - sl.start_ns;
+    if (sl.kind == SliceKind::gate) s.gate_ns = std::max(s.gate_ns, len);
+    if (sl.kind == SliceKind::stopped || sl.kind == SliceKind::traced)
+      s.frozen_ns = std::max(s.frozen_ns, len);
+    if (holds(sl.kind)) held[sl.tid].push_back({sl.start_ns, sl.end_ns});
+  }
+  std::map<std::uint32_t, bool> seen;
+  for (const Slice& sl : slices) seen[sl.tid] = true;
+  s.threads = seen.size();
+  for (auto& [tid, intervals] : held) {
+    std::sort(intervals.begin(), intervals.end());
+    std::uint64_t a = intervals[0].first, b = intervals[0].second;
+    auto consider = [&] {
+      if (b - a > s.stall_ns) {
+        s.stall_ns = b - a;
+        s.start_ns = a;
+        s.end_ns = b;
+        s.tid = tid;
+      }
+    };
+    for (std::size_t i = 1; i < intervals.size(); ++i) {
+      if (intervals[i].first <= b) {
+        b = std::max(b, intervals[i].second);
+      } else {
+        consider();
+        a = intervals[i].first;
+        b = intervals[i].second;
+      }
+    }
+    consider();
+  }
+  for (const Span& sp : in.spans) {
+    std::uint64_t from = std::max(sp.start_ns, s.start_ns), to = std::min(sp.end_ns, s.end_ns);
+    if (s.stall_ns && to > from) s.phases.push_back({sp.name, to - from});
+  }
+  return s;
+}
+
+std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>& slices,
+                              const StallSummary& summary) {
+  // gcrd's phases and the stall go on a process track of their own; each thread's gate waits on
+  // a track beside the thread's (the slices overlap its scheduling slices without nesting).
+  constexpr std::int64_t kGcrdTrack = 0x7ffffff0;
+  constexpr std::uint32_t kGateTrackBit = 0x40000000;
+  std::string pid = std::to_string(in.pid);
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto add = [&](const std::string& event) {
+    if (!first) out += ",\n";
+    first = false;
+    out += event;
+  };
+  auto rel = [&](std::uint64_t ns) { return micros(ns > in.begin_ns ? ns - in.begin_ns : 0); };
+  add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
+      ",\"args\":{\"name\":" + json_string("pid " + pid + " (" + in.process_name + ")") + "}}");
+  add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kGcrdTrack) +
+      ",\"args\":{\"name\":\"gcrd\"}}");
+  std::map<std::uint32_t, std::string> names;
+  for (const ThreadName& t : in.threads) names[t.tid] = t.name;
+  std::map<std::uint32_t, bool> gate_tracks;
+  for (const Slice& sl : slices) {
+    if (!names.count(sl.tid)) names[sl.tid] = "thread " + std::to_string(sl.tid);
+    if (sl.kind == SliceKind::gate) gate_tracks[sl.tid] = true;
+  }
+  for (const auto& [tid, name] : names)
+    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid +
+        ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + json_string(name) + "}}");
+  for (const auto& [tid, _] : gate_tracks)
+    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid +
+        ",\"tid\":" + std::to_string(tid | kGateTrackBit) + ",\"args\":{\"name\":" +
+        json_string(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
+  for (const Slice& sl : slices) {
+    std::uint32_t tid = sl.kind == SliceKind::gate ? (sl.tid | kGateTrackBit) : sl.tid;
+    add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + json_string(slice_name(sl.kind)) +
+        ",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + rel(sl.start_ns) +
+        ",\"dur\":" + micros(sl.end_ns - sl.start_ns) + "}");
+  }
+  for (const Span& sp : in.spans)
+    add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + json_string(sp.name) +
+        ",\"pid\":" + std::to_string(kGcrdTrack) + ",\"tid\":1,\"ts\":" + rel(sp.start_ns) +
+        ",\"dur\":" + micros(sp.end_ns - sp.start_ns) + "}");
+  if (summary.stall_ns)
+    add("{\"ph\":\"X\",\"cat\":\"stall\",\"name\":\"app-visible stall (kernel)\",\"pid\":" +
+        std::to_string(kGcrdTrack) + ",\"tid\":2,\"ts\":" + rel(summary.start_ns) + ",\"dur\":" +
+        micros(summary.stall_ns) + ",\"args\":{\"tid\":" + std::to_string(summary.tid) + "}}");
+  out += "\n],\"otherData\":{\"producer\":\"gcr checkpoint --trace\"},\"gcr\":{\"pid\":" + pid +
+         ",\"stall_ns\":" + std::to_string(summary.stall_ns) +
+         ",\"stall_start_ns\":" + std::to_string(summary.start_ns) +
+         ",\"stall_tid\":" + std::to_string(summary.tid) +
+         ",\"frozen_ns\":" + std::to_string(summary.frozen_ns) +
+         ",\"gate_ns\":" + std::to_string(summary.gate_ns) +
+         ",\"begin_ns\":" + std::to_string(in.begin_ns) +
+         ",\"end_ns\":" + std::to_string(in.end_ns) + "}}\n";
+  return out;
+}
+
+}  // namespace gcr::trace
