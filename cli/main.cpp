@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cmd_checkpoint.h"
+#include "cmd_doctor.h"
 #include "cmd_image.h"
 #include "cmd_process.h"
 #include "context.h"
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   register_process_commands(app, ctx);
   register_checkpoint_commands(app, ctx);
   register_image_commands(app, ctx);
+  register_doctor_command(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,414 @@
+// gcr doctor: each check finds one thing gcr uses and says whether it is there, what it is, and
+// (when it is not) what to do. Required checks decide the exit code: 0 when gcr can checkpoint
+// and restore here, 8 (unsupported) when it cannot; optional ones only say what a user would miss.
+#include "cmd_doctor.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "exit_codes.h"
+#include "gcr/criu.h"
+#include "gcrd_client.h"
+#include "json.h"
+#include "kernel_tracer.h"
+#include "output.h"
+#include "paths.h"
+
+namespace gcr::cli {
+namespace {
+namespace fs = std::filesystem;
+
+enum class State { ok, warn, missing };
+
+struct Check {
+  std::string name;
+  State state = State::ok;
+  std::string detail;     // what was found
+  std::string fix;        // what to do, when not ok
+  bool required = false;  // gcr cannot checkpoint or restore without it
+};
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::ok:
+      return "ok";
+    case State::warn:
+      return "warn";
+    case State::missing:
+      return "missing";
+  }
+  return "?";
+}
+
+// First line of a command's output (stdout and stderr), and its exit status.
+std::pair<int, std::string> run_capture(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  std::array<char, 512> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string last_line(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  auto nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Check kernel_check() {
+  utsname u{};
+  ::uname(&u);
+  Check c{"kernel", State::ok, std::string(u.sysname) + " " + u.release + " (" + u.machine + ")",
+          "", false};
+  int major = 0, minor = 0;
+  std::sscanf(u.release, "%d.%d", &major, &minor);
+  if (major < 5 || (major == 5 && minor < 15)) {
+    c.state = State::missing;
+    c.fix = "gcr needs Linux 5.15 or later (CRIU 4.x, pidfd_getfd, CAP_CHECKPOINT_RESTORE)";
+    c.required = true;
+  }
+  return c;
+}
+
+std::vector<Check> criu_checks() {
+  std::vector<Check> out;
+  Check c{"CRIU", State::ok, "", "", true};
+  auto tools = criu::find_tools(self_dir());
+  if (!tools) {
+    // find_tools fails on the plugin too: tell the two apart.
+    c.state = State::missing;
+    c.detail = tools.error().message;
+    c.fix = "run scripts/setup.sh (it builds CRIU 4.2 with gcr's patches), or set GCR_CRIU";
+    out.push_back(c);
+    return out;
+  }
+  auto [rc, version] = run_capture(shell_quote(tools->criu.string()) + " --version");
+  std::string v = version.substr(0, version.find('\n'));
+  if (v.rfind("Version: ", 0) == 0) v = v.substr(9);
+  int major = 0;
+  std::sscanf(v.c_str(), "%d", &major);
+  c.detail = v + " at " + tools->criu.string();
+  if (rc != 0 || major < 4) {
+    c.state = State::missing;
+    c.fix =
+        "gcr needs CRIU 4.x (Debian 12's 3.17 fails on current kernels); scripts/setup.sh "
+        "builds 4.2";
+  }
+  // Set-up's build records its patches beside the binary (.deps/criu, or its sbin/).
+  std::string line, patches;
+  for (const fs::path& dir : {tools->criu.parent_path(), tools->criu.parent_path().parent_path()}) {
+    std::ifstream stamp(dir / ".gcr-criu-version");
+    while (std::getline(stamp, line))
+      if (line.rfind("patches=", 0) == 0) patches = line.substr(8);
+    if (!patches.empty()) break;
+  }
+  Check p{"CRIU patches", State::ok, "", "", false};
+  if (!patches.empty()) {
+    p.detail = "built by gcr's set-up with its patches (" + patches + ")";
+  } else {
+    p.state = State::warn;
+    p.detail = "a CRIU without gcr's patches";
+    p.fix =
+        "restoring a process that had a terminal, and processes whose session is outside "
+        "their pid namespace, need gcr's patched CRIU: run scripts/setup.sh";
+  }
+  out.push_back(c);
+  out.push_back(p);
+  out.push_back(
+      {"CRIU plugin", State::ok, tools->plugin_dir.string() + "/gcr_criu_plugin.so", "", true});
+  if (geteuid() == 0) {
+    auto [crc, text] = run_capture(shell_quote(tools->criu.string()) + " check");
+    Check k{"criu check", State::ok, last_line(text), "", true};
+    if (crc != 0) {
+      k.state = State::missing;
+      k.fix = "CRIU cannot work on this kernel as it is; its message above says what is missing";
+    }
+    out.push_back(k);
+  }
+  Check perm{"permissions", State::ok, "", "", true};
+  if (geteuid() == 0) {
+    perm.detail = "root: gcrd runs CRIU with every capability";
+  } else if (Status s = criu::check_unprivileged_criu(tools->criu); s) {
+    perm.detail = "uid " + std::to_string(geteuid()) +
+                  ": CRIU carries CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE (--unprivileged)";
+  } else {
+    perm.state = State::missing;
+    perm.detail = "uid " + std::to_string(geteuid());
+    perm.fix = s.error().message;
+  }
+  out.push_back(perm);
+  return out;
+}
+
+Check unshare_check() {
+  for (const char* p : {"/usr/bin/unshare", "/bin/unshare", "/usr/sbin/unshare"})
+    if (::access(p, X_OK) == 0) return {"unshare", State::ok, p, "", true};
+  return {"unshare", State::missing, "unshare(1) not found",
+          "install util-linux: a restore whose pid is taken goes into a pid namespace of its own "
+          "with it",
+          true};
+}
+
+Check driver_check() {
+  bool simulated = false;
+  auto driver = real_driver_path(&simulated);
+  if (!driver)
+    return {"GPU driver", State::missing, driver.error().message,
+            "install the NVIDIA driver, or build gcr (simgpu, the simulated GPU, comes with it)",
+            true};
+  Check c{"GPU driver", State::ok, "", "", true};
+  void* h = ::dlopen(driver->c_str(), RTLD_NOW | RTLD_LOCAL);
+  bool checkpoint_api = h && ::dlsym(h, "cuCheckpointProcessLock");
+  if (h) ::dlclose(h);
+  c.detail = (simulated ? "simgpu, the simulated GPU (no NVIDIA driver found): " : "") +
+             driver->string() +
+             (checkpoint_api ? "; its checkpoint API (cuCheckpointProcess*) is there"
+                             : "; no checkpoint API (cuCheckpointProcess*)");
+  if (!checkpoint_api) {
+    c.state = State::missing;
+    c.fix = "gcr needs a driver with the CUDA checkpoint API: NVIDIA driver 570 or later";
+  }
+  return c;
+}
+
+Check io_uring_check() {
+  io_uring_params p{};
+  long fd = ::syscall(__NR_io_uring_setup, 4, &p);
+  if (fd >= 0) {
+    ::close(static_cast<int>(fd));
+    return {"io_uring", State::ok, "available", "", false};
+  }
+  int err = errno;
+  return {"io_uring", State::warn, std::string("io_uring_setup: ") + std::strerror(err),
+          "gcr stores and loads with plain reads and writes instead (slower on fast disks); "
+          "allow io_uring (sysctl kernel.io_uring_disabled=0) for its queue",
+          false};
+}
+
+Check userfaultfd_check() {
+  long fd = ::syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    ::close(static_cast<int>(fd));
+    return {"userfaultfd", State::ok, "available", "", false};
+  }
+  int err = errno;
+  return {"userfaultfd", State::warn, std::string("userfaultfd: ") + std::strerror(err),
+          "CRIU's lazy restore of host memory (criu --lazy-pages) needs it; as root, or sysctl "
+          "vm.unprivileged_userfaultfd=1",
+          false};
+}
+
+// Soft-dirty bits: CRIU's pre-dump and incremental dumps of host memory track writes with them.
+Check soft_dirty_check() {
+  Check c{"soft-dirty", State::ok, "", "", false};
+  long page = ::sysconf(_SC_PAGESIZE);
+  void* m = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return {"soft-dirty", State::warn, "cannot test (mmap failed)", "", false};
+  static_cast<volatile char*>(m)[0] = 1;
+  bool cleared = false, set = false;
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "4";
+    clear.flush();
+    cleared = clear.good();
+  }
+  if (cleared) {
+    static_cast<volatile char*>(m)[0] = 2;
+    int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    std::uint64_t entry = 0;
+    if (fd >= 0 &&
+        ::pread(fd, &entry, sizeof entry,
+                static_cast<off_t>(reinterpret_cast<std::uintptr_t>(m) / page * 8)) == sizeof entry)
+      set = (entry >> 55) & 1;
+    if (fd >= 0) ::close(fd);
+  }
+  ::munmap(m, page);
+  if (cleared && set) {
+    c.detail = "the kernel tracks writes to host memory";
+  } else {
+    c.state = State::warn;
+    c.detail = cleared ? "writes are not marked (no CONFIG_MEM_SOFT_DIRTY)"
+                       : "cannot clear soft-dirty bits (no CONFIG_MEM_SOFT_DIRTY)";
+    c.fix =
+        "every checkpoint dumps all host memory while the process is frozen; a kernel with "
+        "CONFIG_MEM_SOFT_DIRTY lets CRIU dump only what changed";
+  }
+  return c;
+}
+
+Check bpf_check() {
+  Check c{"eBPF tracing", State::ok, "", "", false};
+  if (!trace::kernel_tracing_built()) {
+    c.state = State::warn;
+    c.detail = "this gcr was built without eBPF (libbpf, bpftool, clang)";
+    c.fix =
+        "gcr checkpoint --trace records gcrd's phases only; install libbpf-dev, bpftool and "
+        "clang (scripts/setup.sh) and rebuild";
+    return c;
+  }
+  if (::access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    c.state = State::warn;
+    c.detail = "the kernel has no BTF (/sys/kernel/btf/vmlinux)";
+    c.fix = "gcr checkpoint --trace needs a kernel built with CONFIG_DEBUG_INFO_BTF";
+    return c;
+  }
+  auto tracer = trace::KernelTracer::start(getpid());
+  if (!tracer) {
+    c.state = State::warn;
+    c.detail = tracer.error().message;
+    c.fix =
+        "gcr checkpoint --trace records gcrd's phases only; run it as root (or with CAP_BPF "
+        "and CAP_PERFMON) for the kernel's timeline";
+    return c;
+  }
+  (void)(*tracer)->stop();
+  c.detail = "eBPF programs load and attach (gcr checkpoint --trace)";
+  return c;
+}
+
+Check gcrd_check() {
+  fs::path socket = gcrd::default_socket_path();
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  bool up = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  if (fd >= 0) ::close(fd);
+  if (up) return {"gcrd", State::ok, "running, listening on " + socket.string(), "", false};
+  return {"gcrd", State::ok,
+          "not running (gcr starts it on demand; its socket will be " + socket.string() + ")", "",
+          false};
+}
+
+Check store_check(Context& ctx) {
+  Check c{"image store", State::ok, "", "", true};
+  auto location = ctx.store_location();
+  if (!location) {
+    c.state = State::missing;
+    c.detail = location.error().message;
+    c.fix = "set --store or GCR_STORE to a directory or an s3:// bucket";
+    return c;
+  }
+  if (location->is_s3()) {
+    c.detail = location->text() + " (a bucket: `gcr image ls` checks that it answers)";
+    return c;
+  }
+  // The store, or the directory it would be created in. exists() is false where it cannot tell
+  // (a directory this user may not search), and ::access says why below.
+  std::error_code ec;
+  const bool created = fs::exists(location->directory, ec);
+  fs::path dir = location->directory;
+  while (!dir.empty() && !fs::exists(dir, ec) && dir != dir.parent_path()) dir = dir.parent_path();
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) {
+    c.state = State::missing;
+    c.detail = location->text() + ": " + std::strerror(errno);
+    c.fix = "make the store's directory reachable, or choose another with --store";
+    return c;
+  }
+  std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+  bool writable = ::access(dir.c_str(), W_OK) == 0;
+  c.detail = location->text() + (created ? "" : " (not created yet)") + ", " +
+             format_bytes(free_bytes) + " free";
+  if (!writable) {
+    c.state = State::missing;
+    c.fix = "uid " + std::to_string(geteuid()) + " cannot write " + dir.string() +
+            "; choose a store of yours with --store or GCR_STORE";
+  } else if (free_bytes < (1ull << 30)) {
+    c.state = State::warn;
+    c.fix =
+        "under 1 GiB free: checkpoints of any size will fail with 'no space'; free space or "
+        "run `gcr image gc`";
+  }
+  return c;
+}
+
+Status doctor(bool json, Context& ctx) {
+  std::vector<Check> checks;
+  checks.push_back(kernel_check());
+  for (Check& c : criu_checks()) checks.push_back(std::move(c));
+  checks.push_back(unshare_check());
+  checks.push_back(driver_check());
+  checks.push_back(store_check(ctx));
+  checks.push_back(gcrd_check());
+  checks.push_back(io_uring_check());
+  checks.push_back(userfaultfd_check());
+  checks.push_back(soft_dirty_check());
+  checks.push_back(bpf_check());
+  std::size_t blocking = 0, warnings = 0;
+  for (const Check& c : checks) {
+    if (c.state != State::ok && c.required) ++blocking;
+    if (c.state != State::ok && !c.required) ++warnings;
+  }
+  if (json) {
+    JsonWriter j;
+    j.begin_object().field("ready", blocking == 0).key("checks").begin_array();
+    for (const Check& c : checks) {
+      j.begin_object()
+          .field("name", c.name)
+          .field("state", state_name(c.state))
+          .field("required", c.required)
+          .field("detail", c.detail);
+      if (!c.fix.empty()) j.field("fix", c.fix);
+      j.end_object();
+    }
+    j.end_array().end_object();
+    print(j.take());
+  } else {
+    std::string out;
+    for (const Check& c : checks) {
+      char head[64];
+      std::snprintf(head, sizeof head, "%-8s %-14s ", state_name(c.state), c.name.c_str());
+      out += head + display_safe(c.detail) + "\n";
+      if (!c.fix.empty()) out += std::string(24, ' ') + "fix: " + c.fix + "\n";
+    }
+    out += blocking ? std::to_string(blocking) +
+                          " required part(s) missing: gcr cannot checkpoint or restore here yet\n"
+                    : "gcr can checkpoint and restore here" +
+                          (warnings ? "; " + std::to_string(warnings) +
+                                          " optional part(s) missing (see warn)\n"
+                                    : std::string("\n"));
+    print(out);
+  }
+  if (blocking)
+    return Error{Errc::unsupported, std::to_string(blocking) + " required part(s) missing"};
+  return ok();
+}
+
+}  // namespace
+
+void register_doctor_command(CLI::App& app, Context& ctx) {
+  static bool json = false;
+  auto* d = app.add_subcommand(
+      "doctor",
+      "What this machine supports and what is missing for gcr (CRIU, the GPU driver and its "
+      "checkpoint API, permissions, the store, io_uring, userfaultfd, soft-dirty, eBPF), each "
+      "with its fix; exit 0 when gcr can checkpoint and restore here, 8 when a required part is "
+      "missing");
+  d->add_flag("--json", json, "Machine-readable output");
+  on_run(d, ctx, [&ctx] { return doctor(json, ctx); });
+}
+
+}  // namespace gcr::cli
