@@ -6,7 +6,9 @@
 // Points, in the order a --leave-running checkpoint reaches them:
 //   request    gcrd.cpp: a request is read, nothing is done yet
 //   quiesced   checkpoint.cpp: the process is quiesced, not parked
-//   parked     checkpoint.cpp: its memory is parked in gcrd, CRIU not started
+//   parked     checkpoint.cpp: its memory is parked in gcrd; CRIU, started before the cut, waits
+//              for gcrd's go (Note [CRIU started before the cut]; with GCR_CRIU_EARLY=0 it is
+//              not started yet)
 //   dumped     checkpoint.cpp: CRIU dumped it (and left it running), still parked
 //   draining   checkpoint.cpp: it runs again, nothing stored yet
 //   reply      gcrd.cpp: the request is done (a checkpoint committed), the answer not yet sent

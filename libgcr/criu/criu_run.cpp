@@ -4,7 +4,9 @@
 // CRIU hands the process back and exits — except into a new PID namespace, where CRIU stays on as
 // the namespace's init.
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "gcr/criu.h"
 #include "gcr/process_tree.h"
@@ -225,9 +228,9 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
   return run_and_wait(argv, env, log, {});
 }
 
-Status dump(const Tools& tools, const DumpOptions& o) {
-  GCR_TRY(check_unprivileged_criu(tools.criu));
-  fs::path log = o.image_dir / "dump.log";
+namespace {
+
+std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o) {
   std::vector<std::string> argv = {tools.criu.string(),
                                    "dump",
                                    "-t",
@@ -243,14 +246,100 @@ Status dump(const Tools& tools, const DumpOptions& o) {
   if (o.leave_running) argv.push_back("-R");
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+  return argv;
+}
+
+std::map<std::string, std::string> dump_env(const DumpOptions& o) {
   auto env = o.env;
   if (o.leave_running || o.leave_stopped) env["GCR_LEAVE_RUNNING"] = "1";  // the tasks stay
-  GCR_TRY_ASSIGN(int rc, run(argv, env, o.image_dir / "criu.out"));
-  if (rc != 0)
-    return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (" +
-                                     how_it_ended(rc) + "); from " + log.string() + ":" +
-                                     log_tail(log)};
-  return ok();
+  return env;
+}
+
+Status dump_result(int rc, const DumpOptions& o) {
+  if (rc == 0) return ok();
+  fs::path log = o.image_dir / "dump.log";
+  return Error{Errc::io_error, "criu dump of pid " + std::to_string(o.pid) + " failed (" +
+                                   how_it_ended(rc) + "); from " + log.string() + ":" +
+                                   log_tail(log)};
+}
+
+int wait_exit_code(pid_t child) {
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) return 127;
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+Status dump(const Tools& tools, const DumpOptions& o) {
+  GCR_TRY(check_unprivileged_criu(tools.criu));
+  GCR_TRY_ASSIGN(int rc, run(dump_argv(tools, o), dump_env(o), o.image_dir / "criu.out"));
+  return dump_result(rc, o);
+}
+
+Result<StartedDump> StartedDump::start(const Tools& tools, const DumpOptions& o,
+                                       std::chrono::seconds timeout) {
+  GCR_TRY(check_unprivileged_criu(tools.criu));
+  int p[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0)
+    return errno_error("creating the socket that starts CRIU's dump");
+  UniqueFd ours(p[0]), criu_end(p[1]);
+  std::vector<std::string> argv = dump_argv(tools, o);
+  argv.push_back("--timeout");
+  argv.push_back(std::to_string(timeout.count()));
+  auto env = dump_env(o);
+  env["GCR_DUMP_GO_FD"] = "3";  // spawn() puts extras.fds at 3, 4, ...
+  SpawnExtras extras;
+  extras.fds = {criu_end.get()};
+  GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, o.image_dir / "criu.out", extras));
+  return StartedDump(child, std::move(ours), o);
+}
+
+StartedDump::StartedDump(pid_t criu, UniqueFd go, DumpOptions options)
+    : criu_(criu), go_(std::move(go)), options_(std::move(options)) {}
+
+StartedDump::StartedDump(StartedDump&& other) noexcept
+    : criu_(std::exchange(other.criu_, 0)),
+      go_(std::move(other.go_)),
+      options_(std::move(other.options_)) {}
+
+StartedDump::~StartedDump() {
+  go_.reset();  // no go: the plugin fails the dump before anything is frozen
+  if (criu_ > 0) (void)wait_exit_code(criu_);
+}
+
+Status StartedDump::wait_ready(std::chrono::milliseconds limit) {
+  if (criu_ <= 0 || !go_) return Error{Errc::internal, "this CRIU dump was already let go"};
+  pollfd p{go_.get(), POLLIN, 0};
+  int n;
+  do n = ::poll(&p, 1, static_cast<int>(limit.count()));
+  while (n < 0 && errno == EINTR);
+  char ready = 0;
+  if (n > 0 && ::recv(go_.get(), &ready, 1, 0) == 1 && ready == 'r') return ok();
+  go_.reset();
+  if (n == 0) {
+    ::kill(criu_, SIGKILL);
+    (void)wait_exit_code(std::exchange(criu_, 0));
+    return Error{Errc::timeout, "CRIU did not get ready to dump pid " + std::to_string(options_.pid) +
+                                    " within " + std::to_string(limit.count()) + " ms; see " +
+                                    (options_.image_dir / "dump.log").string()};
+  }
+  int rc = wait_exit_code(std::exchange(criu_, 0));  // it ended (or failed) before the freeze
+  return dump_result(rc == 0 ? 1 : rc, options_);
+}
+
+Status StartedDump::go_and_wait() {
+  if (criu_ <= 0) return Error{Errc::internal, "this CRIU dump was already waited for"};
+  // A CRIU that already failed has closed its end: the write fails (gcrd ignores SIGPIPE), and
+  // its exit status says why.
+  if (go_) {
+    (void)::send(go_.get(), "g", 1, MSG_NOSIGNAL);  // CRIU gone: its exit status says why
+    go_.reset();
+  }
+  int rc = wait_exit_code(std::exchange(criu_, 0));
+  return dump_result(rc, options_);
 }
 
 namespace {

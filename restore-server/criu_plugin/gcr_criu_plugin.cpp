@@ -16,6 +16,10 @@
 // tasks). gcr's parallel device reload will start there, asking gcrd to allocate and load device
 // memory while CRIU restores CPU state (DESIGN.md §5); until then there is nothing to do in it.
 #include <errno.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string_view>
 
@@ -72,6 +76,33 @@ Result<Outcome> guarded(const char* hook, Fn&& fn) noexcept {
   } catch (...) {
     return make_error(Errc::internal, std::string(hook) + ": unknown exception");
   }
+}
+
+// Note [CRIU started before the cut] (gcr/criu.h): when gcrd started CRIU before it quiesced the
+// process, the first PAUSE_DEVICES says ready and waits for gcrd's go. EOF (gcrd gave up, or
+// died) fails the dump with nothing frozen yet.
+Status wait_for_go() {
+  static bool waited = false;
+  const char* fd_text = std::getenv("GCR_DUMP_GO_FD");
+  if (waited || !fd_text) return ok();
+  waited = true;
+  int fd = std::atoi(fd_text);
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  char go = 0;
+  ssize_t n = -1;
+  if (::send(fd, "r", 1, MSG_NOSIGNAL) == 1) {  // ready
+    do n = ::read(fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+  }
+  ::close(fd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  if (n != 1 || go != 'g')
+    return Error{Errc::io_error,
+                 "gcrd stopped the checkpoint before CRIU froze the process (it did not say go)"};
+  log_info("gcrd said go after %.1f ms: the process is parked", ms);
+  return ok();
 }
 
 Status enable(int stage) {
@@ -155,6 +186,7 @@ void gcr_plugin_exit(int stage, int ret) noexcept {
 }
 
 int gcr_plugin_pause_devices(int pid) noexcept {
+  if (gcr::Status go = wait_for_go(); !go) return to_errno(go.error());
   Result<Outcome> r = guarded("PAUSE_DEVICES", [&](DeviceSteps& steps) -> Result<Outcome> {
     GCR_TRY_ASSIGN(Outcome o, steps.pause(pid));
     // Restore then requires this plugin ("Missing required plugin" without it).

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gcr/result.h"
+#include "gcr/unique_fd.h"
 
 namespace gcr::criu {
 
@@ -36,6 +38,38 @@ struct DumpOptions {
   std::vector<std::string> extra_args;
 };
 Status dump(const Tools& tools, const DumpOptions& options);
+
+// Note [CRIU started before the cut]
+// A live checkpoint's stall used to include CRIU's own start: exec, its libraries, kernel feature
+// detection (56 ms here, where /run is no tmpfs and CRIU keeps no cache of it), loading gcr's
+// plugin and the driver, setting up: time in which the process's CUDA calls wait at the closed
+// gate (gcr checkpoint --trace shows it). So gcrd starts `criu dump` before the cut. gcr's plugin,
+// at its first PAUSE_DEVICES (the last step before CRIU freezes the process), says it is ready
+// and waits for go: one byte each way on a socket CRIU inherits as GCR_DUMP_GO_FD. gcrd quiesces
+// and parks only once CRIU is ready, so that none of CRIU's start is in the stall, and a CRIU that
+// refuses early (a tree it cannot dump) refuses before anything is stopped. Dropped without go,
+// the handle closes the socket: the plugin fails the dump with nothing frozen, and the handle
+// reaps CRIU. CRIU's --timeout covers the wait, so it is set from how long gcrd may take.
+class StartedDump {
+ public:
+  static Result<StartedDump> start(const Tools& tools, const DumpOptions& options,
+                                   std::chrono::seconds timeout);
+  StartedDump(StartedDump&& other) noexcept;
+  StartedDump& operator=(StartedDump&&) = delete;
+  StartedDump(const StartedDump&) = delete;
+  ~StartedDump();
+
+  // Waits until CRIU is ready to freeze the process; CRIU's error if it ended first.
+  Status wait_ready(std::chrono::milliseconds limit);
+  // Lets CRIU freeze and dump the process, then waits for it: dump()'s result.
+  Status go_and_wait();
+
+ private:
+  StartedDump(pid_t criu, UniqueFd go, DumpOptions options);
+  pid_t criu_ = 0;  // 0 once reaped
+  UniqueFd go_;     // the plugin's socket; closed without a go, it fails the dump
+  DumpOptions options_;
+};
 
 struct RestoreOptions {
   std::filesystem::path image_dir;

@@ -224,7 +224,8 @@ REF=$(checksum_of "$T/ref.log")
 # only gcr died, it must have been: gcrd finishes the work of a client that went away).
 #
 # PHASE: a gcrd pause point (request quiesced parked dumped draining reply), criu-start (CRIU's
-# pre-dump action: the process is parked, CRIU has not seized it), criu-parasite (CRIU inside
+# pre-dump action: CRIU has started, before gcrd quiesces the process, Note [CRIU started before
+# the cut] in gcr/criu.h), criu-parasite (CRIU inside
 # parasite_dump_pages_seized, its parasite in the process), criu-frozen (CRIU's post-dump
 # action: all dumped, the process still frozen), or crash:FAULT (gcrd exits at the store's
 # crash point FAULT during the drain, as if killed there; VICTIM must be gcrd).
@@ -253,7 +254,9 @@ kill_at() {
     criu-start | criu-parasite) echo pre-dump >"$T/criu-pause-at" ;;
     criu-frozen) echo post-dump >"$T/criu-pause-at" ;;
     crash:*) env=(GCR_FAULT="${phase#crash:}") ;;
-    *) env=(GCR_GCRD_PAUSE_AT="$phase:$([[ $victim == gcr ]] && echo 1 || echo 60)") ;;
+    # gcrd goes on after a pause of 1 s when gcr is killed, 3 s when CRIU is (it must see CRIU
+    # gone), and is killed itself within its 60 s.
+    *) env=(GCR_GCRD_PAUSE_AT="$phase:$(case $victim in gcr) echo 1 ;; criu) echo 3 ;; *) echo 60 ;; esac)") ;;
   esac
   # A gcrd with that environment: started by the next command.
   stop_gcrd
@@ -305,7 +308,8 @@ kill_at() {
       case $victim in
         gcr) victim_pid=$c ;;
         gcrd) victim_pid=$(gcrd_pid) ;;
-        criu) victim_pid=$criu_pid ;;
+        # At a gcrd pause point: the CRIU gcrd started before the cut, waiting for its go.
+        criu) victim_pid=${criu_pid:-$(pgrep -P "$(gcrd_pid)" -x criu | head -n 1 || true)} ;;
       esac
       [[ -n $victim_pid ]] || fail "$what: no $victim process to kill"
       kill -9 "$victim_pid"
