@@ -64,7 +64,9 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 STEP_RE = re.compile(rb"^step (\d+) loss \S+ t_ms ([0-9.]+)\s*$")
-MODES = ("gcr", "stop-copy")
+# gcr-late: gcr with CRIU started after the park (GCR_CRIU_EARLY=0), as before Note [CRIU started
+# before the cut]; opt-in (--modes gcr,gcr-late).
+MODES = ("gcr", "stop-copy", "gcr-late")
 LIVE = {"live": "1st", "live2": "2nd"}  # the live (-R) checkpoints, as the tables name them
 
 
@@ -316,6 +318,8 @@ def measure(footprint, mode, args, build, timeouts):
     gcr = os.path.join(build, "bin", "gcr")
     mlp = os.path.join(build, "tests", "workloads", "mlp_train")
     extra = ["--stop-copy"] if mode == "stop-copy" else []
+    if mode == "gcr-late":
+        env["GCR_CRIU_EARLY"] = "0"
     log_path = os.path.join(root, "app.log")
     gcrd_log = os.path.join(root, "gcrd.log")
     gcrd = app = slog = None
@@ -553,6 +557,23 @@ def report(results, footprints, load_before, load_after, cpus, args_keep_work=Fa
               "grow (<= 1.5x + one step period): " + ("met" if flat["met"] else "MISSED"))
     rows = []
     for f in fps:
+        gc, gl = by.get((f, "gcr")), by.get((f, "gcr-late"))
+        for which in LIVE:
+            if g(gc, which) is None or g(gl, which) is None:
+                continue
+            rows.append([fmt_bytes(f), LIVE[which],
+                         fmt_ms(stall(f, "gcr", which)), fmt_ms(stall(f, "gcr-late", which)),
+                         fmt_ms(g(gc, which, "kernel_stall_ms")),
+                         fmt_ms(g(gl, which, "kernel_stall_ms")),
+                         fmt_ms(ns_ms(g(gc, which, "json", "time.criu_start_ns"))),
+                         fmt_ratio(ratio(g(gl, which, "kernel_stall_ms"),
+                                         g(gc, which, "kernel_stall_ms")))])
+    if rows:
+        w("  CRIU started before the cut (gcr) vs after the park (gcr-late, GCR_CRIU_EARLY=0)")
+        w(table(["footprint", "ckpt", "gcr stall", "late stall", "gcr kernel", "late kernel",
+                 "CRIU start", "late/gcr (kernel)"], rows, right=range(2, 8)))
+    rows = []
+    for f in fps:
         for m in MODES:
             r = by.get((f, m))
             for which in LIVE:
@@ -638,7 +659,8 @@ def main():
     ap.add_argument("--footprints", default=None,
                     help="comma-separated device footprints (default 256M,1G,4G)")
     ap.add_argument("--quick", action="store_true", help="footprints 64M,256M")
-    ap.add_argument("--modes", default="gcr,stop-copy", help="gcr, stop-copy or both (default)")
+    ap.add_argument("--modes", default="gcr,stop-copy",
+                    help="gcr, stop-copy (both by default), gcr-late (CRIU started after the park)")
     ap.add_argument("--step-delay-ms", type=int, default=10)
     ap.add_argument("--warm-steps", type=int, default=60,
                     help="steps before the live checkpoint (the normal period's sample)")
@@ -670,7 +692,7 @@ def main():
     footprints = [parse_size(s) for s in spec.split(",") if s.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in MODES for m in modes):
-        ap.error(f"--modes: {args.modes!r}; choose from gcr, stop-copy")
+        ap.error(f"--modes: {args.modes!r}; choose from gcr, stop-copy, gcr-late")
     build = os.path.abspath(args.build)
     for exe in ("bin/gcr", "bin/gcrd", "tests/workloads/mlp_train"):
         if not os.access(os.path.join(build, exe), os.X_OK):

@@ -1,6 +1,7 @@
 // KernelTracer on libbpf: the skeleton bpftool generated from sched.bpf.c at build time.
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -117,7 +118,20 @@ class BpfTracer final : public KernelTracer {
 
 Result<std::unique_ptr<KernelTracer>> KernelTracer::start(pid_t pid) {
   libbpf_set_print(keep_libbpf_message);
-  gcr_sched* skel = gcr_sched::open_and_load();
+  gcr_sched* skel = gcr_sched::open();
+  if (skel) {
+    // Pids in the tracer's pid namespace (sched.bpf.c's tracer_pidns): 0 for the initial one.
+    constexpr std::uint64_t kInitialPidNamespace = 0xEFFFFFFCu;  // PROC_PID_INIT_INO
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino != kInitialPidNamespace)
+      skel->rodata->tracer_pidns = static_cast<std::uint32_t>(st.st_ino);
+    if (gcr_sched::load(skel) != 0) {
+      int err = errno;
+      gcr_sched::destroy(skel);
+      skel = nullptr;
+      errno = err;
+    }
+  }
   if (!skel) {
     int err = errno;
     std::string why = last_libbpf_message();

@@ -30,9 +30,38 @@ struct {
   __type(value, u64);
 } lost SEC(".maps");
 
+// Pids as the tracer sees them: the kernel's are those of the initial pid namespace, and a gcr
+// running in a namespace of its own (a container, `unshare --pid`) names processes by theirs.
+// The tracer sets this to its pid namespace's inode before loading; 0 means the initial one.
+const volatile __u32 tracer_pidns = 0;  // __u32: the skeleton names this type for C++ too
+
+#define GCR_MAX_PIDNS_LEVEL 8
+
+// The number of `p` in the tracer's pid namespace; 0 when it has none there.
+static __always_inline u32 nr_seen(struct pid* p) {
+  if (!p) return 0;
+  if (!tracer_pidns) {
+    struct upid first = {};
+    bpf_core_read(&first, sizeof first, &p->numbers[0]);
+    return first.nr;
+  }
+  unsigned int level = BPF_CORE_READ(p, level);
+  for (int i = 0; i < GCR_MAX_PIDNS_LEVEL; i++) {
+    if (i > level) break;
+    struct upid up = {};
+    bpf_core_read(&up, sizeof up, &p->numbers[i]);
+    if (up.ns && BPF_CORE_READ(up.ns, ns.inum) == tracer_pidns) return up.nr;
+  }
+  return 0;
+}
+
+static __always_inline u32 tid_seen(struct task_struct* t) {
+  return nr_seen(BPF_CORE_READ(t, thread_pid));
+}
+
 static __always_inline bool traced(struct task_struct* t) {
-  u32 tgid = BPF_CORE_READ(t, tgid);
-  return bpf_map_lookup_elem(&targets, &tgid) != 0;
+  u32 tgid = nr_seen(BPF_CORE_READ(t, group_leader, thread_pid));
+  return tgid && bpf_map_lookup_elem(&targets, &tgid) != 0;
 }
 
 static __always_inline void emit(u32 tid, u32 kind, u32 state) {
@@ -63,20 +92,20 @@ static __always_inline u32 task_state(struct task_struct* t) {
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  if (traced(prev)) emit(BPF_CORE_READ(prev, pid), GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
-  if (traced(next)) emit(BPF_CORE_READ(next, pid), GCR_EV_ON_CPU, 0);
+  if (traced(prev)) emit(tid_seen(prev), GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
+  if (traced(next)) emit(tid_seen(next), GCR_EV_ON_CPU, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct* p) {
-  if (traced(p)) emit(BPF_CORE_READ(p, pid), GCR_EV_WAKEUP, 0);
+  if (traced(p)) emit(tid_seen(p), GCR_EV_WAKEUP, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct* p) {
-  if (traced(p)) emit(BPF_CORE_READ(p, pid), GCR_EV_NEW_THREAD, 0);
+  if (traced(p)) emit(tid_seen(p), GCR_EV_NEW_THREAD, 0);
   return 0;
 }
 
@@ -89,9 +118,8 @@ int BPF_PROG(on_wakeup_new, struct task_struct* p) {
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
   if (id != GCR_NR_FUTEX) return 0;
-  u64 pid_tgid = bpf_get_current_pid_tgid();
-  u32 tgid = pid_tgid >> 32;
-  if (!bpf_map_lookup_elem(&targets, &tgid)) return 0;
+  struct task_struct* self = bpf_get_current_task_btf();
+  if (!traced(self)) return 0;
   unsigned long uaddr = BPF_CORE_READ(regs, di);
   int op = (int)BPF_CORE_READ(regs, si) & GCR_FUTEX_CMD_MASK;
   u32 val = (u32)BPF_CORE_READ(regs, dx);
@@ -99,9 +127,9 @@ int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
   if (uaddr < 8 || bpf_probe_read_user(&magic, sizeof magic, (void*)(uaddr - 8)) != 0) return 0;
   if (magic != GCR_GATE_MAGIC) return 0;
   if (op == GCR_FUTEX_WAIT)
-    emit((u32)pid_tgid, GCR_EV_GATE_IN, 0);
+    emit(tid_seen(self), GCR_EV_GATE_IN, 0);
   else if (op == GCR_FUTEX_WAKE && val == 0)
-    emit((u32)pid_tgid, GCR_EV_GATE_OUT, 0);
+    emit(tid_seen(self), GCR_EV_GATE_OUT, 0);
   return 0;
 }
 

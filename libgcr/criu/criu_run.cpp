@@ -322,8 +322,9 @@ Status StartedDump::wait_ready(std::chrono::milliseconds limit) {
   if (n == 0) {
     ::kill(criu_, SIGKILL);
     (void)wait_exit_code(std::exchange(criu_, 0));
-    return Error{Errc::timeout, "CRIU did not get ready to dump pid " + std::to_string(options_.pid) +
-                                    " within " + std::to_string(limit.count()) + " ms; see " +
+    return Error{Errc::timeout, "CRIU did not get ready to dump pid " +
+                                    std::to_string(options_.pid) + " within " +
+                                    std::to_string(limit.count()) + " ms; see " +
                                     (options_.image_dir / "dump.log").string()};
   }
   int rc = wait_exit_code(std::exchange(criu_, 0));  // it ended (or failed) before the freeze
