@@ -126,7 +126,7 @@ void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend
     std::optional<std::string> tag;
     if (!o.name.empty())
       tag = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
-    auto pushed = push_from_cache(remote, id, tag);
+    auto pushed = push_from_cache(remote, id, tag, !o.json && ctx.stderr_tty);
     if (!pushed) {
       Error e = std::move(pushed).error();
       e.message = "checkpoint " + id.substr(0, 12) + " is committed in the local cache store " +
@@ -313,7 +313,7 @@ Status restore(RestoreOptions o, Context& ctx) {
   }
   if (located) {
     GCR_TRY_ASSIGN(auto remote, open_location(located->store, /*create=*/false));
-    auto pulled = pull_into_cache(*remote, located->name);
+    auto pulled = pull_into_cache(*remote, located->name, !o.json && ctx.stderr_tty);
     if (!pulled) {
       Error e = std::move(pulled).error();
       e.message = "fetching " + located->name + " from " + located->store.text() + ": " + e.message;

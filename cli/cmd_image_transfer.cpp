@@ -58,8 +58,13 @@ Status copy(Context& ctx, const store::StoreLocation& from_loc, const std::strin
     t.tag = o.tag;
   else if (by_tag)
     t.tag = name;
-  GCR_TRY_ASSIGN(auto r, store::copy_checkpoint(*from, *to, *id, t));
-  return report(r, o.json, verb, where);
+  ProgressLine line(!o.json && ctx.stderr_tty,
+                    std::string(verb == "pushed" ? "pushing " : "pulling ") + where);
+  t.progress = [&line](std::uint64_t done, std::uint64_t total) { line.update(done, total); };
+  auto r = store::copy_checkpoint(*from, *to, *id, t);
+  line.clear();
+  if (!r) return std::move(r).error();
+  return report(*r, o.json, verb, where);
 }
 
 Status image_push(Context& ctx, const TransferCliOptions& o) {

@@ -244,9 +244,19 @@ void ProgressLine::update(std::uint64_t done_bytes, std::uint64_t total_bytes) {
     return;
   state_->last_draw = now;
   state_->drawn = true;
+  auto elapsed = now - state_->start;
   std::string line = "\r\033[K" + state_->label + ": " + format_percent(done_bytes, total_bytes) +
                      "  " + format_bytes(done_bytes) + " of " + format_bytes(total_bytes) + ", " +
-                     format_rate(done_bytes, now - state_->start);
+                     format_rate(done_bytes, elapsed);
+  // Time left at the rate so far, once there is a rate to go by.
+  if (done_bytes > 0 && done_bytes < total_bytes && elapsed > std::chrono::milliseconds(500)) {
+    double left = static_cast<double>(total_bytes - done_bytes) / static_cast<double>(done_bytes) *
+                  static_cast<double>(elapsed.count());
+    line += ", " +
+            format_duration(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::duration(static_cast<std::int64_t>(left)))) +
+            " left";
+  }
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }

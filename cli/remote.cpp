@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "output.h"
 #include "store/remote_cache.h"
 
 namespace gcr::cli {
@@ -30,22 +31,28 @@ std::filesystem::path cache_store_of(const store::Backend& remote) {
 }
 
 Result<store::TransferReport> push_from_cache(store::Backend& remote, const std::string& id_hex,
-                                              std::optional<std::string> tag) {
+                                              std::optional<std::string> tag, bool progress) {
   auto id = store::Id128::from_hex(id_hex);
   if (!id) return make_error(Errc::protocol, "gcrd named checkpoint '" + id_hex + "'");
   store::BackendOptions options;
   GCR_TRY_ASSIGN(auto local, store::open_dir_backend(cache_store_of(remote), options));
   store::TransferOptions t;
   t.tag = std::move(tag);
+  ProgressLine line(progress, "uploading to " + remote.name());
+  t.progress = [&line](std::uint64_t done, std::uint64_t total) { line.update(done, total); };
   return store::copy_checkpoint(*local, remote, *id, t);
 }
 
-Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::string_view name) {
+Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::string_view name,
+                                              bool progress) {
   GCR_TRY_ASSIGN(store::CheckpointId id, store::resolve_checkpoint(remote, name));
   store::BackendOptions options;
   options.create = true;
   GCR_TRY_ASSIGN(auto local, store::open_dir_backend(cache_store_of(remote), options));
-  GCR_TRY_ASSIGN(auto report, store::copy_checkpoint(remote, *local, id, {}));
+  store::TransferOptions t;
+  ProgressLine line(progress, "downloading from " + remote.name());
+  t.progress = [&line](std::uint64_t done, std::uint64_t total) { line.update(done, total); };
+  GCR_TRY_ASSIGN(auto report, store::copy_checkpoint(remote, *local, id, t));
   store::touch_cached_checkpoint(cache_store_of(remote), id);
   return report;
 }

@@ -29,11 +29,13 @@ Result<std::unique_ptr<store::Backend>> open_location(const store::StoreLocation
 std::filesystem::path cache_store_of(const store::Backend& remote);
 
 // Uploads checkpoint `id` from the cache store to `remote`, tagging it `tag` there.
+// Both show a progress line on a terminal (`progress`: whether to; the label says what moves).
 Result<store::TransferReport> push_from_cache(store::Backend& remote, const std::string& id_hex,
-                                              std::optional<std::string> tag);
+                                              std::optional<std::string> tag, bool progress);
 
 // Downloads checkpoint `name` of `remote` into its cache store; returns the checkpoint id.
-Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::string_view name);
+Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::string_view name,
+                                              bool progress);
 
 // Keeps the cache store within GCR_CACHE_MAX_BYTES (remote_cache.h); problems are warnings.
 void trim_cache(const std::filesystem::path& cache_store, const store::CheckpointId& keep);

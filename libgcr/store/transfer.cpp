@@ -279,15 +279,28 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
         }
         wanted.push_back(it->second);
       }
+      std::uint64_t total_raw = 0;
+      for (const Located& l : wanted) total_raw += l.entry.raw_bytes;
       auto batches = plan_batches(std::move(wanted), options);
       std::vector<Result<std::uint64_t>> results(batches.size(), std::uint64_t{0});
       std::atomic<bool> failed{false};
+      std::atomic<std::uint64_t> done_raw{0};
+      if (options.progress) options.progress(0, total_raw);
       unsigned parallel = std::min(from.parallelism(), to.parallelism());
       WorkerPool pool(std::min<unsigned>(parallel, std::max<std::size_t>(batches.size(), 1)));
       pool.parallel_for(batches.size(), [&](std::size_t i) {
         if (failed) return;  // one failure fails the transfer: do not start more
         results[i] = copy_batch(from, to, batches[i]);
-        if (!results[i]) failed = true;
+        if (!results[i]) {
+          failed = true;
+          return;
+        }
+        if (options.progress) {
+          std::uint64_t raw = 0;
+          for (const Range& r : batches[i].ranges)
+            for (const Located& l : r.records) raw += l.entry.raw_bytes;
+          options.progress(done_raw += raw, total_raw);
+        }
       });
       for (auto& r : results) {
         if (!r) return std::move(r).error();

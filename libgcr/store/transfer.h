@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,9 @@ struct TransferOptions {
   std::uint64_t pack_target_bytes = 16ull << 20;     // a new destination pack past this size
   std::uint64_t max_range_bytes = 8ull << 20;        // one ranged read at most
   std::uint64_t max_range_gap_bytes = 256ull << 10;  // records this close share one read
+  // Called from the copying threads as packs arrive: raw bytes of the chunks copied so far, of
+  // all the destination lacked. May run concurrently; must be quick.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 
 struct TransferReport {

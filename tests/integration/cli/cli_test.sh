@@ -146,6 +146,19 @@ if command -v script >/dev/null; then
   contains "verifying: " "$OUT"
 fi
 
+step "image push to another store: progress with rate and size on a terminal only"
+expect 0 gcr image push job-2 "$WORK/copy"
+[[ ! -s "$ERR" ]] || fail "push printed to a non-terminal stderr: $(cat "$ERR")"
+contains "pushed" "$OUT"
+expect 0 env GCR_STORE="$WORK/copy" "$GCR_BIN" image verify job-2
+if command -v script >/dev/null; then
+  script -qec "'$GCR_BIN' --store '$STORE' image push job-1 '$WORK/copy2' >/dev/null" /dev/null >"$OUT" 2>&1 ||
+    fail "push under a pty"
+  contains "pushing to $WORK/copy2: " "$OUT"
+  contains " of " "$OUT"
+  contains "/s" "$OUT"
+fi
+
 step "unknown names are not_found (3), nothing removed"
 expect 3 gcr image inspect no-such-job
 contains "gcr: no checkpoint named 'no-such-job'" "$ERR"
