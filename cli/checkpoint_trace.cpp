@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 
@@ -89,7 +90,8 @@ std::uint64_t u64(const std::map<std::string, std::string>& f, const std::string
 CheckpointTrace CheckpointTrace::begin(pid_t pid) {
   CheckpointTrace t;
   t.input_.pid = pid;
-  t.input_.process_name = read_comm("/proc/" + std::to_string(pid) + "/comm");
+  t.input_.process_names[static_cast<std::uint32_t>(pid)] =
+      read_comm("/proc/" + std::to_string(pid) + "/comm");
   t.input_.threads = threads_of(pid);
   auto tracer = trace::KernelTracer::start(pid);
   if (tracer)
@@ -101,30 +103,58 @@ CheckpointTrace CheckpointTrace::begin(pid_t pid) {
 }
 
 Result<std::map<std::string, std::string>> CheckpointTrace::finish(
-    const std::string& file, const std::map<std::string, std::string>* gcrd_fields) {
+    const std::string& file, const std::map<std::string, std::string>* gcrd_fields,
+    pid_t restored) {
   input_.end_ns = monotonic_ns();
   if (tracer_) {
     input_.events = tracer_->stop();
     for (std::string& n : tracer_->notes()) notes_.push_back(std::move(n));
   }
   if (gcrd_fields) input_.spans = gcrd_spans(*gcrd_fields);
+  // Processes the traced one started (a restore's CRIU and restored tasks): named while they run.
+  for (const trace::SchedEvent& e : input_.events)
+    if (!input_.process_names.count(e.tgid))
+      input_.process_names[e.tgid] = read_comm("/proc/" + std::to_string(e.tgid) + "/comm");
+  const auto subject = static_cast<std::uint32_t>(restored ? restored : input_.pid);
+  if (restored) input_.pid = restored;
+  if (tracer_ && !restored &&
+      std::none_of(input_.events.begin(), input_.events.end(), [&](const trace::SchedEvent& e) {
+        return e.kind == GCR_EV_GATE_IN && e.tgid == subject;
+      }))
+    notes_.push_back("no thread of pid " + std::to_string(subject) +
+                     " was seen waiting at gcr's API gate (it does not run under gcr, or made no "
+                     "CUDA call while the gate was closed)");
   std::vector<trace::Slice> slices = trace::thread_slices(input_);
+  // A restore has no stall of its own: the summary is about a checkpoint.
   trace::StallSummary summary = trace::summarize(input_, slices);
+  if (restored) {
+    std::size_t threads = summary.threads;
+    summary = trace::StallSummary{};
+    summary.threads = threads;
+  }
   GCR_TRY(write_file_atomically(file, trace::chrome_trace_json(input_, slices, summary)));
   std::map<std::string, std::string> out;
   out["trace.file"] = file;
   out["trace.kernel"] = tracer_ ? "1" : "0";
   if (tracer_) {
+    out["trace.events"] = std::to_string(input_.events.size());
+    out["trace.threads"] = std::to_string(summary.threads);
+  }
+  if (tracer_ && !restored) {
     out["trace.stall_ns"] = std::to_string(summary.stall_ns);
     out["trace.stall_start_ns"] = std::to_string(summary.start_ns);
     out["trace.stall_tid"] = std::to_string(summary.tid);
     out["trace.frozen_ns"] = std::to_string(summary.frozen_ns);
     out["trace.gate_ns"] = std::to_string(summary.gate_ns);
-    out["trace.threads"] = std::to_string(summary.threads);
-    out["trace.events"] = std::to_string(input_.events.size());
     for (const auto& [phase, ns] : summary.phases)
       if (phase != "stall" && phase != "total")
         out["trace.stall." + phase + "_ns"] = std::to_string(ns);
+  }
+  if (tracer_ && restored) {
+    // CRIU has let go of the restored process and its gate is open: it runs its own code.
+    std::uint64_t resumed = trace::last_held_end(slices, subject);
+    if (resumed > input_.begin_ns)
+      out["trace.resumed_ns"] = std::to_string(resumed - input_.begin_ns);
   }
   for (std::size_t i = 0; i < notes_.size(); ++i)
     out["trace.note." + std::to_string(i)] = notes_[i];
@@ -150,6 +180,10 @@ std::string describe_trace(const std::map<std::string, std::string>& f) {
     out += "; frozen by CRIU " +
            format_duration(std::chrono::nanoseconds(u64(f, "trace.frozen_ns"))) + "\n";
   }
+  if (u64(f, "trace.resumed_ns"))
+    out += "  kernel-measured: CRIU and gcr's gate let go of it " +
+           format_duration(std::chrono::nanoseconds(u64(f, "trace.resumed_ns"))) +
+           " after the command began\n";
   out += "  trace written to " + file->second + " (open it in ui.perfetto.dev)\n";
   return out;
 }

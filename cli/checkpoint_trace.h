@@ -1,6 +1,6 @@
-// `gcr checkpoint --trace FILE`: the kernel's timeline of one checkpoint beside gcrd's phases
-// (Note [Kernel timeline] in trace/timeline.h), written as a Chrome/Perfetto trace, and the
-// app-visible stall as the kernel saw it.
+// `gcr checkpoint --trace FILE` and `gcr restore --trace FILE`: the kernel's timeline of one
+// command beside gcrd's phases (Note [Kernel timeline] in trace/timeline.h), written as a
+// Chrome/Perfetto trace, and the app-visible stall (or time to resume) as the kernel saw it.
 #pragma once
 
 #include <sys/types.h>
@@ -23,10 +23,13 @@ class CheckpointTrace {
   // without libbpf) the trace holds gcrd's phases only, and why is one of the notes.
   static CheckpointTrace begin(pid_t pid);
 
-  // After the checkpoint: writes the trace to `file` and returns what to add to the command's
-  // result (trace.* fields). `gcrd_fields` is gcrd's answer, null when the checkpoint failed.
+  // After the command: writes the trace to `file` and returns what to add to the command's
+  // result (trace.* fields). `gcrd_fields` is gcrd's answer, null when the command failed. For a
+  // restore, the trace began on gcrd (it follows the processes gcrd starts) and is about
+  // `restored`: trace.resumed_ns says when CRIU and gcr's gate last held it (timeline.h).
   Result<std::map<std::string, std::string>> finish(
-      const std::string& file, const std::map<std::string, std::string>* gcrd_fields);
+      const std::string& file, const std::map<std::string, std::string>* gcrd_fields,
+      pid_t restored = 0);
 
  private:
   trace::TimelineInput input_;

@@ -44,7 +44,8 @@ struct RestoreOptions {
   bool json = false;
   StreamOptions streams;
   std::vector<std::string> accept_changed;
-  std::string log;  // --log: where --detach sends stdout and stderr
+  std::string log;    // --log: where --detach sends stdout and stderr
+  std::string trace;  // --trace FILE
 };
 
 std::uint64_t field_u64(const std::map<std::string, std::string>& f, const std::string& k) {
@@ -342,13 +343,38 @@ Status restore(RestoreOptions o, Context& ctx) {
     if (streams.inherit[i].callers_own && streams.inherit[i].stream == 1) shares_stdout = true;
   }
   for (const auto& w : streams.warnings) std::fprintf(stderr, "gcr: warning: %s\n", w.c_str());
-  GCR_TRY_ASSIGN(auto f, gcrd::call(
-                             conn.get(), "restore", fields,
-                             [&](const std::string& line) {
-                               if (!o.json && ctx.stderr_tty)
-                                 std::fprintf(stderr, "%s\n", line.c_str());
-                             },
-                             files));
+  // --trace: gcrd, and what it starts (CRIU, the restored tasks), from here on.
+  std::optional<CheckpointTrace> trace;
+  if (!o.trace.empty()) {
+    // gcrd's pid from gcrd (the socket's peer is whoever created it: before --detach forked).
+    GCR_TRY_ASSIGN(UniqueFd ping, gcrd_connection());
+    GCR_TRY_ASSIGN(auto pong, gcrd::call(ping.get(), "ping", {}, [](const std::string&) {}));
+    trace = CheckpointTrace::begin(static_cast<pid_t>(field_u64(pong, "pid")));
+  }
+  auto called = gcrd::call(
+      conn.get(), "restore", fields,
+      [&](const std::string& line) {
+        if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
+      },
+      files);
+  if (trace) {
+    pid_t restored = called ? static_cast<pid_t>(field_u64(*called, "pid")) : 0;
+    auto written = trace->finish(o.trace, called ? &*called : nullptr, restored);
+    if (!written) {
+      Error e = std::move(written).error();
+      e.message = "--trace: " + e.message;
+      return e;
+    }
+    if (!o.json || !called)
+      for (const auto& [k, v] : *written)
+        if (k.rfind("trace.note.", 0) == 0) std::fprintf(stderr, "gcr: --trace: %s\n", v.c_str());
+    if (called)
+      called->insert(written->begin(), written->end());
+    else if (!o.json)
+      std::fputs(describe_trace(*written).c_str(), stderr);
+  }
+  if (!called) return std::move(called).error();
+  auto f = std::move(called).value();
   if (o.json) {
     JsonWriter j;
     j.begin_object();
@@ -382,7 +408,7 @@ Status restore(RestoreOptions o, Context& ctx) {
       (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +
       format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
       " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
-      "\n");
+      "\n" + describe_trace(f));
   if (o.streams.detach) say("  its output goes to " + o.streams.detach_log + "\n");
   return ok();
 }
@@ -452,6 +478,12 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_option("--accept-changed", ro.accept_changed,
                 "A file the process had open for reading that changed since the checkpoint: "
                 "restore it as it is now, at the old position (repeatable)")
+      ->type_name("FILE");
+  r->add_option("--trace", ro.trace,
+                "Record the restore as the kernel saw it (eBPF: gcrd, CRIU and the restored "
+                "process, every thread's scheduling and gate waits) beside gcrd's phases, into "
+                "FILE (Chrome/Perfetto JSON), and report when CRIU and gcr's gate let go of the "
+                "restored process; needs root for the kernel part")
       ->type_name("FILE");
   r->add_flag("--json", ro.json, "Machine-readable output");
   r->footer(

@@ -23,25 +23,13 @@
 #include "keeper.h"
 #include "lineage.h"
 #include "pause_point.h"
+#include "phase_clock.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::uint64_t ns_since(Clock::time_point t) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
-}
-
-// A phase's length for the summary and its start for a trace (Note [Kernel timeline]).
-void record_phase(CheckpointReport& rep, const std::string& phase, Clock::time_point start) {
-  rep.times_ns[phase] = ns_since(start);
-  rep.starts_ns[phase] = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
-}
 
 Error with_context(Error e, const std::string& what) {
   e.message = what + ": " + e.message;

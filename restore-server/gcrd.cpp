@@ -216,6 +216,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+    for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
     return out;
   }
   return Error{Errc::invalid_argument, "unknown request '" + verb + "'"};

@@ -22,19 +22,14 @@
 #include "lineage.h"
 #include "loader.h"
 #include "pause_point.h"
+#include "phase_clock.h"
 #include "shared_table.h"
 #include "stream_relay.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
-using Clock = std::chrono::steady_clock;
 
 namespace {
-std::uint64_t ns_since(Clock::time_point t) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
-}
-
 // Waits (up to 5 s) until pid is gone or a zombie: a restore that failed returns only once the
 // process it killed no longer runs (and its pid is free again soon after).
 void wait_gone(pid_t pid) {
@@ -143,7 +138,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     objects.push_back(obj);
   }
   order_by_first_touch(m, objects, records, allocations);
-  rep.times_ns["allocate"] = ns_since(tl);
+  record_phase(rep, "allocate", tl);
   std::vector<Loader::Item> items;
   for (std::size_t i = 0; i < objects.size(); ++i) items.push_back({objects[i], &allocations[i]});
 
@@ -161,8 +156,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
              std::to_string(rep.region_bytes >> 20) + " MiB of device memory");
     if (req.eager) {
       GCR_TRY(loader->wait());
-      rep.times_ns["load"] = ns_since(tl);
-      rep.times_ns["full"] = ns_since(t0);
+      record_phase(rep, "load", tl);
+      record_phase(rep, "full", t0);
     }
   }
   // A failure from here on stops the loader (its destructor) before the allocations go.
@@ -170,7 +165,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   auto tm = Clock::now();
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("restore"));
   GCR_TRY(reader->materialize_files(work.path()));
-  rep.times_ns["materialize"] = ns_since(tm);
+  record_phase(rep, "materialize", tm);
 
   auto env = driver_env();
   if (req.device) {
@@ -254,7 +249,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   }
   criu_lock.unlock();
   relays.clear();
-  rep.times_ns["criu"] = ns_since(tc);
+  record_phase(rep, "criu", tc);
   rep.pid = pid;
   if (!records.empty())
     if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
@@ -293,8 +288,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
               .error());
     if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
     keeper->done();
-    rep.times_ns["unpark"] = ns_since(tu);
-    rep.times_ns["resume"] = ns_since(t0);
+    record_phase(rep, "unpark", tu);
+    record_phase(rep, "resume", t0);
     if (table) {
       progress("process " + std::to_string(pid) + " resumed; loading the rest of its memory");
       pause_point("loading");
@@ -303,14 +298,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       // bytes it did not get.
       if (!loaded) return kill_restored(std::move(loaded).error());
       (void)client->cow_end();
-      rep.times_ns["load"] = ns_since(tl);
-      rep.times_ns["full"] = ns_since(t0);
+      record_phase(rep, "load", tl);
+      record_phase(rep, "full", t0);
       rep.wanted_regions = loader->wanted_regions();
     }
     if (Status s = client->close(); !s) return kill_restored(std::move(s).error());
   } else {
-    rep.times_ns["resume"] = ns_since(t0);
-    rep.times_ns["full"] = ns_since(t0);
+    record_phase(rep, "resume", t0);
+    record_phase(rep, "full", t0);
   }
   if (keeper) keeper->done();
   // Note [gcrd owns lineage]: the restored process's next checkpoint may build on this one.
@@ -319,7 +314,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     rep.store_read_bytes = loader->store_read_bytes();
     rep.shared_bytes = loader->shared_bytes();
   }
-  rep.times_ns["total"] = ns_since(t0);
+  record_phase(rep, "total", t0);
   return rep;
 }
 

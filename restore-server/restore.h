@@ -53,6 +53,7 @@ struct RestoreReport {
   // allocate, load, materialize, criu, unpark; resume (restore start -> process running),
   // full (restore start -> all device memory loaded), total
   std::map<std::string, std::uint64_t> times_ns;
+  std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
 };
 
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,

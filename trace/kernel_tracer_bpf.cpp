@@ -48,8 +48,9 @@ class BpfTracer final : public KernelTracer {
     std::uint8_t one = 1;
     if (bpf_map__update_elem(skel_->maps.targets, &key, sizeof key, &one, sizeof one, BPF_ANY))
       return errno_error("adding pid " + std::to_string(pid_) + " to the trace");
-    for (bpf_program* prog : {skel_->progs.on_switch, skel_->progs.on_wakeup,
-                              skel_->progs.on_wakeup_new, skel_->progs.on_sys_enter}) {
+    for (bpf_program* prog :
+         {skel_->progs.on_switch, skel_->progs.on_wakeup, skel_->progs.on_wakeup_new,
+          skel_->progs.on_sys_enter, skel_->progs.on_fork}) {
       bpf_link* link = bpf_program__attach(prog);
       if (!link)
         return Error{Errc::unsupported, std::string("attaching ") + bpf_program__name(prog) + ": " +
@@ -86,11 +87,6 @@ class BpfTracer final : public KernelTracer {
     skel_ = nullptr;
     std::stable_sort(events_.begin(), events_.end(),
                      [](const SchedEvent& a, const SchedEvent& b) { return a.ts_ns < b.ts_ns; });
-    if (std::none_of(events_.begin(), events_.end(),
-                     [](const SchedEvent& e) { return e.kind == GCR_EV_GATE_IN; }))
-      notes_.push_back("no thread of pid " + std::to_string(pid_) +
-                       " was seen waiting at gcr's API gate (it does not run under gcr, or made "
-                       "no CUDA call while the gate was closed)");
     return std::move(events_);
   }
 

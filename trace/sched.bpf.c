@@ -12,7 +12,7 @@
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 64);
+  __uint(max_entries, 1024);
   __type(key, u32);
   __type(value, u8);
 } targets SEC(".maps");
@@ -64,7 +64,7 @@ static __always_inline bool traced(struct task_struct* t) {
   return tgid && bpf_map_lookup_elem(&targets, &tgid) != 0;
 }
 
-static __always_inline void emit(u32 tid, u32 kind, u32 state) {
+static __always_inline void emit(struct task_struct* t, u32 kind, u32 state) {
   struct gcr_sched_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
   if (!e) {
     u32 zero = 0;
@@ -73,10 +73,10 @@ static __always_inline void emit(u32 tid, u32 kind, u32 state) {
     return;
   }
   e->ts_ns = bpf_ktime_get_ns();
-  e->tid = tid;
+  e->tid = tid_seen(t);
   e->kind = kind;
   e->state = state;
-  e->pad = 0;
+  e->tgid = nr_seen(BPF_CORE_READ(t, group_leader, thread_pid));
   bpf_ringbuf_submit(e, 0);
 }
 
@@ -92,20 +92,31 @@ static __always_inline u32 task_state(struct task_struct* t) {
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  if (traced(prev)) emit(tid_seen(prev), GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
-  if (traced(next)) emit(tid_seen(next), GCR_EV_ON_CPU, 0);
+  if (traced(prev)) emit(prev, GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
+  if (traced(next)) emit(next, GCR_EV_ON_CPU, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct* p) {
-  if (traced(p)) emit(tid_seen(p), GCR_EV_WAKEUP, 0);
+  if (traced(p)) emit(p, GCR_EV_WAKEUP, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct* p) {
-  if (traced(p)) emit(tid_seen(p), GCR_EV_NEW_THREAD, 0);
+  if (traced(p)) emit(p, GCR_EV_NEW_THREAD, 0);
+  return 0;
+}
+
+// A process the traced ones start is traced too: a launcher's workers, and for a restore, gcrd's
+// CRIU and the tasks CRIU restores.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
+  if (!traced(parent)) return 0;
+  u32 tgid = nr_seen(BPF_CORE_READ(child, group_leader, thread_pid));
+  u8 one = 1;
+  if (tgid) bpf_map_update_elem(&targets, &tgid, &one, BPF_NOEXIST);
   return 0;
 }
 
@@ -127,9 +138,9 @@ int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
   if (uaddr < 8 || bpf_probe_read_user(&magic, sizeof magic, (void*)(uaddr - 8)) != 0) return 0;
   if (magic != GCR_GATE_MAGIC) return 0;
   if (op == GCR_FUTEX_WAIT)
-    emit(tid_seen(self), GCR_EV_GATE_IN, 0);
+    emit(self, GCR_EV_GATE_IN, 0);
   else if (op == GCR_FUTEX_WAKE && val == 0)
-    emit(tid_seen(self), GCR_EV_GATE_OUT, 0);
+    emit(self, GCR_EV_GATE_OUT, 0);
   return 0;
 }
 

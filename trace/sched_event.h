@@ -29,7 +29,7 @@ struct gcr_sched_event {
   unsigned int tid;
   unsigned int kind;  /* enum gcr_sched_event_kind */
   unsigned int state; /* GCR_EV_OFF_CPU: the task state bits */
-  unsigned int pad;
+  unsigned int tgid;  /* the thread's process */
 };
 
 #endif

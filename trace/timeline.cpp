@@ -22,14 +22,15 @@ bool holds(SliceKind k) {
 }
 
 struct ThreadState {
+  std::uint32_t tgid = 0;
   std::optional<SliceKind> kind;  // unknown until its first event
   std::uint64_t since = 0;
   std::optional<std::uint64_t> gate_since;
 };
 
-void close(std::vector<Slice>& out, std::uint32_t tid, SliceKind kind, std::uint64_t from,
-           std::uint64_t to) {
-  if (to > from) out.push_back({tid, kind, from, to});
+void close(std::vector<Slice>& out, const ThreadState& t, std::uint32_t tid, SliceKind kind,
+           std::uint64_t from, std::uint64_t to) {
+  if (to > from) out.push_back({t.tgid, tid, kind, from, to});
 }
 
 std::string json_string(const std::string& s) {
@@ -79,15 +80,23 @@ const char* slice_name(SliceKind kind) {
   return "?";
 }
 
+std::uint64_t last_held_end(const std::vector<Slice>& slices, std::uint32_t tgid) {
+  std::uint64_t last = 0;
+  for (const Slice& s : slices)
+    if (s.tgid == tgid && holds(s.kind)) last = std::max(last, s.end_ns);
+  return last;
+}
+
 std::vector<Slice> thread_slices(const TimelineInput& in) {
   std::map<std::uint32_t, ThreadState> threads;
   std::vector<Slice> out;
-  for (const ThreadName& t : in.threads) threads[t.tid];
+  for (const ThreadName& t : in.threads) threads[t.tid].tgid = static_cast<std::uint32_t>(in.pid);
   for (const gcr_sched_event& e : in.events) {
     if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
     ThreadState& t = threads[e.tid];
+    t.tgid = e.tgid;
     auto move_to = [&](SliceKind next, SliceKind before_trace) {
-      close(out, e.tid, t.kind.value_or(before_trace), t.kind ? t.since : in.begin_ns, e.ts_ns);
+      close(out, t, e.tid, t.kind.value_or(before_trace), t.kind ? t.since : in.begin_ns, e.ts_ns);
       t.kind = next;
       t.since = e.ts_ns;
     };
@@ -111,14 +120,14 @@ std::vector<Slice> thread_slices(const TimelineInput& in) {
         if (!t.gate_since) t.gate_since = e.ts_ns;
         break;
       case GCR_EV_GATE_OUT:
-        close(out, e.tid, SliceKind::gate, t.gate_since.value_or(in.begin_ns), e.ts_ns);
+        close(out, t, e.tid, SliceKind::gate, t.gate_since.value_or(in.begin_ns), e.ts_ns);
         t.gate_since.reset();
         break;
     }
   }
   for (auto& [tid, t] : threads) {
-    if (t.kind) close(out, tid, *t.kind, t.since, in.end_ns);
-    if (t.gate_since) close(out, tid, SliceKind::gate, *t.gate_since, in.end_ns);
+    if (t.kind) close(out, t, tid, *t.kind, t.since, in.end_ns);
+    if (t.gate_since) close(out, t, tid, SliceKind::gate, *t.gate_since, in.end_ns);
   }
   std::stable_sort(out.begin(), out.end(), [](const Slice& a, const Slice& b) {
     return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
@@ -183,29 +192,40 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
     out += event;
   };
   auto rel = [&](std::uint64_t ns) { return micros(ns > in.begin_ns ? ns - in.begin_ns : 0); };
-  add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
-      ",\"args\":{\"name\":" + json_string("pid " + pid + " (" + in.process_name + ")") + "}}");
-  add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kGcrdTrack) +
-      ",\"args\":{\"name\":\"gcrd\"}}");
+  std::map<std::uint32_t, std::string> processes = in.process_names;
+  processes.emplace(static_cast<std::uint32_t>(in.pid), "");
   std::map<std::uint32_t, std::string> names;
   for (const ThreadName& t : in.threads) names[t.tid] = t.name;
+  std::map<std::uint32_t, std::uint32_t> owner;  // thread -> process
   std::map<std::uint32_t, bool> gate_tracks;
   for (const Slice& sl : slices) {
+    processes.emplace(sl.tgid, "");
+    owner[sl.tid] = sl.tgid;
     if (!names.count(sl.tid)) names[sl.tid] = "thread " + std::to_string(sl.tid);
     if (sl.kind == SliceKind::gate) gate_tracks[sl.tid] = true;
   }
+  auto process_of = [&](std::uint32_t tid) {
+    auto it = owner.find(tid);
+    return std::to_string(it == owner.end() ? static_cast<std::uint32_t>(in.pid) : it->second);
+  };
+  for (const auto& [p, name] : processes)
+    add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(p) +
+        ",\"args\":{\"name\":" +
+        json_string("pid " + std::to_string(p) + (name.empty() ? "" : " (" + name + ")")) + "}}");
+  add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kGcrdTrack) +
+      ",\"args\":{\"name\":\"gcrd\"}}");
   for (const auto& [tid, name] : names)
-    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid +
+    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
         ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + json_string(name) + "}}");
   for (const auto& [tid, _] : gate_tracks)
-    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid +
+    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
         ",\"tid\":" + std::to_string(tid | kGateTrackBit) + ",\"args\":{\"name\":" +
         json_string(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
   for (const Slice& sl : slices) {
     std::uint32_t tid = sl.kind == SliceKind::gate ? (sl.tid | kGateTrackBit) : sl.tid;
     add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + json_string(slice_name(sl.kind)) +
-        ",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + rel(sl.start_ns) +
-        ",\"dur\":" + micros(sl.end_ns - sl.start_ns) + "}");
+        ",\"pid\":" + std::to_string(sl.tgid) + ",\"tid\":" + std::to_string(tid) +
+        ",\"ts\":" + rel(sl.start_ns) + ",\"dur\":" + micros(sl.end_ns - sl.start_ns) + "}");
   }
   for (const Span& sp : in.spans)
     add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + json_string(sp.name) +

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,10 +35,10 @@ struct ThreadName {
 };
 
 struct TimelineInput {
-  pid_t pid = 0;
-  std::string process_name;
-  std::vector<ThreadName> threads;      // as /proc named them when the trace began
-  std::vector<gcr_sched_event> events;  // in time order
+  pid_t pid = 0;  // the process the trace is about (processes it started are traced too)
+  std::map<std::uint32_t, std::string> process_names;  // by pid, as /proc named them
+  std::vector<ThreadName> threads;                     // as /proc named them
+  std::vector<gcr_sched_event> events;                 // in time order
   std::vector<Span> spans;
   std::uint64_t begin_ns = 0, end_ns = 0;  // the trace's window
 };
@@ -45,6 +46,7 @@ struct TimelineInput {
 enum class SliceKind { running, runnable, sleeping, blocked, stopped, traced, off_cpu, gate };
 
 struct Slice {
+  std::uint32_t tgid = 0;
   std::uint32_t tid = 0;
   SliceKind kind = SliceKind::running;
   std::uint64_t start_ns = 0, end_ns = 0;
@@ -61,6 +63,12 @@ struct StallSummary {
   std::vector<std::pair<std::string, std::uint64_t>> phases;  // gcrd phases within the stall
   std::size_t threads = 0;                                    // threads seen
 };
+
+// When process `tgid` was last let go: the latest end of a slice in which one of its threads was
+// held (stopped or traced by CRIU, or waiting at gcr's gate); 0 when none was seen. For a
+// restored process, when it runs its own code again: CRIU has let go of it and gcrd's unpark has
+// opened the gate (the gate closes only for a checkpoint).
+std::uint64_t last_held_end(const std::vector<Slice>& slices, std::uint32_t tgid);
 
 // Every thread's slices over [begin_ns, end_ns], gate waits included.
 std::vector<Slice> thread_slices(const TimelineInput& in);

@@ -4,7 +4,9 @@
 # process's threads must be seen traced by CRIU only inside gcrd's dump phase, held at gcr's gate,
 # and running before and after the stall; the kernel-measured stall must lie within the stall gcr
 # reports (give or take the thread's wake-up after the gate opens) and cover CRIU's freeze; and
-# the traced run must still end bit-identical. Skips (77) where the kernel refuses eBPF.
+# the traced run must still end bit-identical. Then a restore traced from gcrd (gcr restore
+# --trace): gcrd, CRIU and the restored process in one file, the restored process held by CRIU
+# and then running on its own, bit-identical. Skips (77) where the kernel refuses eBPF.
 #
 #   trace_test.sh BUILD_DIR      (needs root for CRIU and eBPF; exits 77 to skip)
 set -euo pipefail
@@ -82,5 +84,45 @@ print(f"ok: kernel-measured stall {stall_ns/1e6:.1f} ms (gcr reports {report['ti
       f" ends {(stall_start + stall_ns - gcr1)/1e6:+.1f} ms after it), CRIU froze the process "
       f"{report['trace.frozen_ns']/1e6:.1f} ms, {report['trace.threads']} threads,"
       f" {report['trace.events']} events")
+PY
+echo "== gcr restore --trace: gcrd, CRIU and the restored process"
+: > "$T/b.log"
+"$GCR" run -- "${MLP[@]}" >> "$T/b.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/b.log" 30
+"$GCR" checkpoint "$P" --name stopped > /dev/null || fail "stopping checkpoint"
+for _ in $(seq 1 250); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
+len=$(stat -c %s "$T/b.log")
+"$GCR" restore stopped --trace "$T/restore.json" --json > "$T/r.json" 2> "$T/r.err" ||
+  fail "traced restore: $(cat "$T/r.err")"
+R=$(json_field pid < "$T/r.json")
+pids+=("$R")
+for _ in $(seq 1 3000); do kill -0 "$R" 2>/dev/null || break; sleep 0.02; done
+[[ $(checksum_after "$T/b.log" "$len") == "$REF" ]] || fail "the traced restore ended with $(checksum_after "$T/b.log" "$len"), not $REF"
+echo "ok: the traced restore is bit-identical"
+python3 - "$T/restore.json" "$T/r.json" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+report = json.load(open(sys.argv[2]))
+def fail(msg):
+    print("FAIL:", msg); sys.exit(1)
+restored = report["pid"]
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+phases = {e["name"] for e in events if e.get("cat") == "gcrd"}
+for name in ("criu", "unpark", "resume"):
+    if name not in phases: fail(f"gcrd phase {name} missing: {sorted(phases)}")
+names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+if not any("gcrd" in n for n in names.values()): fail(f"gcrd is not in the trace: {names}")
+mine = [e for e in events if e["pid"] == restored and e.get("cat") == "sched"]
+if not any(e["name"] == "running" for e in mine): fail("the restored process was never seen running")
+others = {e["pid"] for e in events if e.get("cat") == "sched"} - {restored}
+if len(others) < 2: fail(f"only {others} besides the restored process: CRIU and gcrd should be there")
+resumed = report.get("trace.resumed_ns")
+if not resumed: fail("no trace.resumed_ns: CRIU was never seen holding the restored process")
+total = report["time.total_ns"]
+if resumed > total + 200e6: fail(f"resumed at {resumed} ns, after the restore's {total} ns")
+print(f"ok: CRIU and the gate let go of the restored process after {resumed/1e6:.1f} ms (gcr says running"
+      f" after {report['time.resume_ns']/1e6:.1f} ms); {len(others)} other processes traced")
 PY
 echo "PASS"

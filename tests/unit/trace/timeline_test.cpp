@@ -8,8 +8,9 @@ namespace {
 
 constexpr std::uint64_t ms = 1'000'000;
 
+// Threads 100 and 101 belong to process 100, 7 and 8 to process 7.
 gcr_sched_event ev(std::uint64_t t_ms, std::uint32_t tid, unsigned kind, unsigned state = 0) {
-  return {t_ms * ms, tid, kind, state, 0};
+  return {t_ms * ms, tid, kind, state, tid >= 100 ? 100u : 7u};
 }
 
 // Thread 100 runs CUDA calls: it meets the closed gate at 10 ms, sleeps in it, is seized by CRIU
@@ -18,7 +19,7 @@ gcr_sched_event ev(std::uint64_t t_ms, std::uint32_t tid, unsigned kind, unsigne
 TimelineInput checkpoint_input() {
   TimelineInput in;
   in.pid = 100;
-  in.process_name = "train";
+  in.process_names[100] = "train";
   in.threads = {{100, "train"}, {101, "worker"}};
   in.begin_ns = 0;
   in.end_ns = 100 * ms;
@@ -125,7 +126,7 @@ TEST_CASE("a thread first seen coming onto the CPU was off it since the trace be
 
 TEST_CASE("the trace file is Chrome trace JSON with every track named") {
   TimelineInput in = checkpoint_input();
-  in.process_name = "tr\"ain";
+  in.process_names[100] = "tr\"ain";
   auto slices = thread_slices(in);
   std::string json = chrome_trace_json(in, slices, summarize(in, slices));
   CHECK(json.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0);
@@ -137,4 +138,26 @@ TEST_CASE("the trace file is Chrome trace JSON with every track named") {
                   "\"ts\":10000.000,\"dur\":60000.000") != std::string::npos);
   CHECK(json.find("\"stall_ns\":60000000") != std::string::npos);
   CHECK(json.back() == '\n');
+}
+
+TEST_CASE("a restore's trace: processes apart, and when the restored one was let go") {
+  TimelineInput in;
+  in.pid = 7;
+  in.process_names[100] = "gcrd";
+  in.begin_ns = 0;
+  in.end_ns = 100 * ms;
+  // gcrd (threads 100+) runs; CRIU holds the restored process (7) traced until 40 ms, then it
+  // waits at the gate from 45 ms until 60 ms, and sleeps from 70 ms.
+  in.events = {ev(10, 100, GCR_EV_ON_CPU), ev(20, 7, GCR_EV_OFF_CPU, GCR_TASK_TRACED),
+               ev(40, 7, GCR_EV_ON_CPU),   ev(45, 7, GCR_EV_GATE_IN),
+               ev(60, 7, GCR_EV_GATE_OUT), ev(70, 7, GCR_EV_OFF_CPU, GCR_TASK_INTERRUPTIBLE)};
+  auto slices = thread_slices(in);
+  CHECK(last_held_end(slices, 7) == 60 * ms);
+  CHECK(last_held_end(slices, 100) == 0);
+  std::string json = chrome_trace_json(in, slices, StallSummary{});
+  CHECK(json.find("\"name\":\"pid 100 (gcrd)\"") != std::string::npos);
+  CHECK(json.find("\"name\":\"pid 7\"") != std::string::npos);
+  CHECK(json.find("\"name\":\"running\",\"pid\":100,\"tid\":100") != std::string::npos);
+  CHECK(json.find("\"pid\":7,\"tid\":1073741831") != std::string::npos);  // 7's gate track
+  CHECK(json.find("app-visible stall") == std::string::npos);
 }
