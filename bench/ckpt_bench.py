@@ -368,7 +368,7 @@ def measure(footprint, mode, args, build, timeouts):
         normal = None
         for name in ["live", "live2"][:1 + (not args.no_second)]:
             k0 = slog.last()[0]
-            traced = [] if args.no_trace else ["--trace", os.path.join(root, name + ".trace.json")]
+            traced = ["--trace", os.path.join(root, name + ".trace.json")] if args.trace else []
             wall, doc, c0, c1 = run_gcr([gcr, "checkpoint", str(pid), "--name", name, "-R",
                                          "--json"] + extra + traced, env, timeouts["cmd"])
             k1 = slog.last()[0]
@@ -544,7 +544,7 @@ def report(results, footprints, load_before, load_after, cpus, args_keep_work=Fa
                          fmt_ms(g(sc, which, "kernel_stall_ms")),
                          fmt_ratio(r_), goal])
     w("  'kernel': the longest time a thread was held at gcr's gate or frozen by CRIU, as eBPF saw "
-      "it (gcr checkpoint --trace; '-' without the rights to load BPF)")
+      "it (--trace: gcr checkpoint --trace; '-' without it or without the rights to load BPF)")
     w(table(["footprint", "ckpt", "period gcr / s-c", "gcr gap", "gcr stall", "gcr says",
              "gcr kernel", "s-c gap", "s-c stall", "s-c says", "s-c kernel", "s-c/gcr", "goal"],
             rows, right=range(2, 12)))
@@ -678,8 +678,10 @@ def main():
     ap.add_argument("--images", choices=("memory", "disk"), default="disk",
                     help="where CRIU writes during the freeze: the work dir on disk (gcrd's "
                          "default) or a private directory under /dev/shm (GCR_MEMORY_WORK_DIR)")
-    ap.add_argument("--no-trace", action="store_true",
-                    help="do not trace the live checkpoints with eBPF (gcr checkpoint --trace)")
+    ap.add_argument("--trace", action="store_true",
+                    help="trace the live checkpoints with eBPF (gcr checkpoint --trace): the "
+                         "kernel-measured stall columns; tracing slows --stop-copy's dump, so "
+                         "compare modes without it")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-results", action="store_true", help="do not write bench/results/")
     ap.add_argument("--keep-work", action="store_true",

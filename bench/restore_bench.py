@@ -126,6 +126,8 @@ def measure(footprint, mode, args, build):
                     drop_caches()
                 n_before = slog.count()
                 cmd = [gcr, "restore", "img", "--json"] + (["--eager"] if variant == "eager" else [])
+                if args.trace:  # Note [Kernel timeline]: gcrd, CRIU and the restored tasks
+                    cmd += ["--trace", os.path.join(root, f"{variant}-{cache}.trace.json")]
                 t0 = time.monotonic()
                 wall, doc, _, c1 = cb.run_gcr(cmd, env, t_cmd)
                 restored = int(doc.get("pid", 0))
@@ -136,9 +138,13 @@ def measure(footprint, mode, args, build):
                 ms = lambda k: int(doc.get(k, 0)) / 1e6
                 one = {"variant": variant, "cache": cache, "json": doc, "wall_ms": wall,
                        "resume_ms": ms("time.resume_ns"), "full_ms": ms("time.full_ns"),
-                       "criu_ms": ms("time.criu_ns"), "first_step_ms": (first[2] - t0) * 1e3}
+                       "criu_ms": ms("time.criu_ns"), "first_step_ms": (first[2] - t0) * 1e3,
+                       # when CRIU and gcr's gate last held it, as eBPF saw (None: not traced)
+                       "kernel_resume_ms": (int(doc["trace.resumed_ns"]) / 1e6
+                                            if "trace.resumed_ns" in doc else None)}
                 r["restores"].append(one)
-                print(f"    {variant:9} {cache}: resume {cb.fmt_ms(one['resume_ms'])}, full "
+                print(f"    {variant:9} {cache}: resume {cb.fmt_ms(one['resume_ms'])} (kernel "
+                      f"{cb.fmt_ms(one['kernel_resume_ms'])}), full "
                       f"{cb.fmt_ms(one['full_ms'])}, first step {cb.fmt_ms(one['first_step_ms'])}, "
                       f"CRIU {cb.fmt_ms(one['criu_ms'])}", flush=True)
                 cb.REAPER.kill(restored)
@@ -171,15 +177,17 @@ def report(results):
         for x in r.get("restores", []):
             by[(r["footprint_bytes"], x["variant"], x["cache"])] = x
             rows.append([cb.fmt_bytes(r["footprint_bytes"]), x["variant"], x["cache"],
-                         cb.fmt_ms(x["resume_ms"]), cb.fmt_ms(x["full_ms"]),
+                         cb.fmt_ms(x["resume_ms"]), cb.fmt_ms(x.get("kernel_resume_ms")),
+                         cb.fmt_ms(x["full_ms"]),
                          cb.fmt_ms(x["wall_ms"]), cb.fmt_ms(x["criu_ms"]),
                          cb.fmt_ms(x["first_step_ms"])])
     print()
     print("restore: resume = restore start -> process running; full = all device memory loaded;")
     print("e2e = the command's wall time; CRIU = CPU-side restore alone; first step = the restored")
-    print("mlp_train's first step line (it reads its whole ballast every step)")
-    print(cb.table(["footprint", "variant", "cache", "resume", "full", "e2e", "CRIU", "first step"],
-                   rows, right={3, 4, 5, 6, 7}))
+    print("mlp_train's first step line (it reads its whole ballast every step); kernel = when CRIU")
+    print("and gcr's gate last held the restored process, as eBPF saw it (gcr restore --trace)")
+    print(cb.table(["footprint", "variant", "cache", "resume", "kernel", "full", "e2e", "CRIU",
+                    "first step"], rows, right={3, 4, 5, 6, 7, 8}))
     goals = []
     fps = sorted({r["footprint_bytes"] for r in results})
     for cache in ("warm", "cold"):
@@ -213,6 +221,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help="footprints 64M,256M")
     ap.add_argument("--warm-steps", type=int, default=30)
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache restores")
+    ap.add_argument("--trace", action="store_true",
+                    help="trace the restores with eBPF (gcr restore --trace): the kernel column; "
+                         "tracing gcrd slows the restores (about 2x for eager and --stop-copy "
+                         "here), so time them without it")
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-results", action="store_true")

@@ -18,6 +18,7 @@
 #include "cmd_doctor.h"
 #include "cmd_image.h"
 #include "cmd_process.h"
+#include "cmd_trace.h"
 #include "context.h"
 #include "exit_codes.h"
 #include "gcr/manifest.h"
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
   register_checkpoint_commands(app, ctx);
   register_image_commands(app, ctx);
   register_doctor_command(app, ctx);
+  register_trace_command(app, ctx);
 
   try {
     app.parse(argc, argv);

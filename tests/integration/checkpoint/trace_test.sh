@@ -85,6 +85,37 @@ print(f"ok: kernel-measured stall {stall_ns/1e6:.1f} ms (gcr reports {report['ti
       f"{report['trace.frozen_ns']/1e6:.1f} ms, {report['trace.threads']} threads,"
       f" {report['trace.events']} events")
 PY
+echo "== gcr trace PID: watching a process while someone else checkpoints it"
+"$GCR" run -- "${MLP[@]}" > "$T/w.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/w.log" 20
+"$GCR" trace "$P" --duration 30 -o "$T/watch.json" --json > "$T/watch.out" 2> "$T/watch.err" &
+W=$!
+sleep 1
+"$GCR" checkpoint "$P" -R > /dev/null || fail "checkpoint while traced"
+sleep 0.5
+kill -INT "$W"
+wait "$W" || fail "gcr trace: $(cat "$T/watch.err")"
+python3 - "$T/watch.json" "$T/watch.out" "$P" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+out = json.load(open(sys.argv[2]))
+pid = int(sys.argv[3])
+def fail(msg):
+    print("FAIL:", msg); sys.exit(1)
+if out["pid"] != pid: fail(f"gcr trace --json names pid {out['pid']}")
+if out["trace.events"] <= 0: fail("no events")
+if out["trace.stall_ns"] <= 0 or out["trace.frozen_ns"] <= 0:
+    fail(f"the checkpoint taken meanwhile is not in the trace: {out}")
+span_s = (trace["gcr"]["end_ns"] - trace["gcr"]["begin_ns"]) / 1e9
+if span_s > 20: fail(f"Ctrl-C did not end the recording ({span_s:.1f} s)")
+print(f"ok: gcr trace saw the checkpoint another command took: held {out['trace.stall_ns']/1e6:.1f} ms,"
+      f" frozen {out['trace.frozen_ns']/1e6:.1f} ms, {span_s:.1f} s recorded until Ctrl-C")
+PY
+wait_exit "$P" "$T/w.log"
+[[ $(checksum_of "$T/w.log") == "$REF" ]] || fail "the watched run ended with $(checksum_of "$T/w.log")"
+
 echo "== gcr restore --trace: gcrd, CRIU and the restored process"
 : > "$T/b.log"
 "$GCR" run -- "${MLP[@]}" >> "$T/b.log" 2>&1 &
