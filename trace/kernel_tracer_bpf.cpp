@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstring>
 #include <mutex>
@@ -59,8 +60,13 @@ class BpfTracer final : public KernelTracer {
     }
     rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &BpfTracer::on_event, this, nullptr);
     if (!rb_) return errno_error("opening the trace's ring buffer");
+    // The programs do not wake us per event (sched.bpf.c): drain every 10 ms, well before an
+    // 8 MiB buffer fills (about 260k events).
     poller_ = std::thread([this] {
-      while (!stopping_.load(std::memory_order_acquire)) ring_buffer__poll(rb_, 20);
+      while (!stopping_.load(std::memory_order_acquire)) {
+        ring_buffer__consume(rb_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     });
     return ok();
   }
