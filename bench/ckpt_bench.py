@@ -140,6 +140,69 @@ def meminfo():
     return info
 
 
+def machine_limits(directory, size=1 << 30):
+    """This machine's limits, measured now: single-thread memory copy, durable write (write +
+    fdatasync) to `directory`'s disk, cold read (after drop_caches) and warm read of that file.
+    Bytes per second each; the benches print every data-path rate as a fraction of the limit that
+    bounds it."""
+    chunk = 8 << 20
+    block = bytearray(os.urandom(chunk))  # incompressible, and not zero pages
+    src = block * (size // chunk)
+    dst = bytearray(size)
+    best = None
+    for _ in range(3):
+        t0 = time.monotonic()
+        dst[:] = src  # one memcpy of `size` bytes
+        dt = time.monotonic() - t0
+        best = dt if best is None else min(best, dt)
+    limits = {"memcpy_Bps": size / best}
+    path = os.path.join(directory, f"gcr-bench-limits-{os.getpid()}")
+    try:
+        view = memoryview(src)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            t0 = time.monotonic()
+            for off in range(0, size, chunk):
+                os.write(fd, view[off:off + chunk])
+            os.fdatasync(fd)
+            limits["durable_write_Bps"] = size / (time.monotonic() - t0)
+        finally:
+            os.close(fd)
+        # Into all of `dst`, as a restore fills device memory: not one small, cache-hot buffer.
+        out = memoryview(dst)
+        for which in ("cold_read_Bps", "warm_read_Bps"):
+            if which == "cold_read_Bps":
+                with open("/proc/sys/vm/drop_caches", "w") as f:
+                    f.write("3\n")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                t0 = time.monotonic()
+                for off in range(0, size, chunk):
+                    if os.readv(fd, [out[off:off + chunk]]) <= 0:
+                        break
+                limits[which] = size / (time.monotonic() - t0)
+            finally:
+                os.close(fd)
+        out.release()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return limits
+
+
+def fmt_rate(bps):
+    return "-" if bps is None else f"{bps / 1e6:.0f} MB/s" if bps < 1e9 else f"{bps / 1e9:.2f} GB/s"
+
+
+def describe_limits(limits):
+    return (f"machine: memcpy {fmt_rate(limits['memcpy_Bps'])}, durable write "
+            f"{fmt_rate(limits.get('durable_write_Bps'))}, cold read "
+            f"{fmt_rate(limits.get('cold_read_Bps'))}, warm read "
+            f"{fmt_rate(limits.get('warm_read_Bps'))}")
+
+
 def tail(path, n=15):
     try:
         with open(path, "rb") as f:
@@ -493,7 +556,7 @@ def ns_ms(v):
     return None if v is None else v / 1e6
 
 
-def report(results, footprints, load_before, load_after, cpus, args_keep_work=False):
+def report(results, footprints, load_before, load_after, cpus, args_keep_work=False, limits=None):
     by = {(r["footprint_bytes"], r["mode"]): r for r in results}
     fps = [f for f in footprints if any((f, m) in by for m in MODES)]
     out = []
@@ -616,6 +679,24 @@ def report(results, footprints, load_before, load_after, cpus, args_keep_work=Fa
     w(table(["footprint", "gcr to step", "gcr total", "gcr wall", "s-c to step", "s-c total",
              "s-c wall", "s-c/gcr"], rows))
 
+    if limits:
+        # The first live checkpoint stores everything: its drain against the disk's durable write.
+        w("\nthroughput against the machine (" + describe_limits(limits) + ")")
+        rows = []
+        for f in fps:
+            for m in MODES:
+                doc = g(by.get((f, m)), "live", "json")
+                if not doc or not doc.get("time.store_ns"):
+                    continue
+                rate = doc.get("stat.stored_bytes", 0) / (doc["time.store_ns"] / 1e9)
+                rows.append([fmt_bytes(f), m, fmt_bytes(doc.get("stat.stored_bytes", 0)),
+                             fmt_ms(ns_ms(doc["time.store_ns"])), fmt_rate(rate),
+                             f"{100 * rate / limits['durable_write_Bps']:.0f}%"])
+        w("  the 1st live checkpoint's store (drain): bytes written to packs / time.store_ns; "
+          "goal >= 80% of durable write")
+        w(table(["footprint", "mode", "stored", "store time", "rate", "of durable write"], rows,
+                right={2, 3, 4, 5}))
+
     w("\nimage sizes (store stats; CRIU image = the checkpoint's files; device = gcr's regions)")
     rows = []
     for f in fps:
@@ -682,6 +763,8 @@ def main():
                     help="trace the live checkpoints with eBPF (gcr checkpoint --trace): the "
                          "kernel-measured stall columns; tracing slows --stop-copy's dump, so "
                          "compare modes without it")
+    ap.add_argument("--no-limits", action="store_true",
+                    help="skip measuring this machine's memcpy, durable write and read rates")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-results", action="store_true", help="do not write bench/results/")
     ap.add_argument("--keep-work", action="store_true",
@@ -711,6 +794,12 @@ def main():
     signal.signal(signal.SIGHUP, on_signal)
 
     cpus = os.cpu_count() or 1
+    limits = None
+    if not args.no_limits:
+        print("bench_ckpt: measuring this machine's limits (memcpy, durable write, reads)...",
+              flush=True)
+        limits = machine_limits(args.dir)
+        print("  " + describe_limits(limits), flush=True)
     load_before = os.getloadavg()[0]
     mem, disk = meminfo(), shutil.disk_usage(args.dir)
     print(f"bench_ckpt: mlp_train --step-delay-ms {args.step_delay_ms} under gcr on simgpu; "
@@ -762,7 +851,7 @@ def main():
     if not results:
         print("bench_ckpt: nothing measured")
         return 0
-    text, goals = report(results, footprints, load_before, load_after, cpus, args.keep_work)
+    text, goals = report(results, footprints, load_before, load_after, cpus, args.keep_work, limits)
     print(text)
     print(f"total {time.monotonic() - started:.0f} s")
 
@@ -777,6 +866,7 @@ def main():
         "build": build,
         "dir": args.dir,
         "step_delay_ms": args.step_delay_ms,
+        "machine": limits,
         "warm_steps": args.warm_steps,
         "post_steps": args.post_steps,
         "simgpu_memory_bytes": args.simgpu_memory,

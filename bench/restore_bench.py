@@ -170,7 +170,7 @@ def measure(footprint, mode, args, build):
     return r
 
 
-def report(results):
+def report(results, limits=None):
     rows = []
     by = {}
     for r in results:
@@ -210,6 +210,29 @@ def report(results):
                          + ("" if big >= 4 * GiB else " (largest footprint here is smaller)"))
     for g in goals:
         print("  " + g)
+    if limits:
+        # Loading device memory against what bounds it: the disk (cold), the page cache and a
+        # memory copy (warm). Goals: >= 60% of cold read; >= 50% of memcpy with the cache warm.
+        print("\nthroughput against the machine (" + cb.describe_limits(limits) + ")")
+        rows = []
+        for r in results:
+            for x in r.get("restores", []):
+                doc = x["json"]
+                load_ns = int(doc.get("time.load_ns", 0))
+                size = int(doc.get("region_bytes", 0))
+                if not load_ns or not size:
+                    continue
+                rate = size / (load_ns / 1e9)
+                if x["cache"] == "cold":
+                    vs = f"{100 * rate / limits['cold_read_Bps']:.0f}% of cold read (goal 60%)"
+                else:
+                    vs = (f"{100 * rate / limits['warm_read_Bps']:.0f}% of warm read, "
+                          f"{100 * rate / limits['memcpy_Bps']:.0f}% of memcpy (goal 50%)")
+                rows.append([cb.fmt_bytes(r["footprint_bytes"]), x["variant"], x["cache"],
+                             cb.fmt_ms(load_ns / 1e6), cb.fmt_rate(rate), vs])
+        print("  full load: device memory / time.load_ns")
+        print(cb.table(["footprint", "variant", "cache", "load", "rate", "against"], rows,
+                       right={3, 4}))
     return goals
 
 
@@ -228,6 +251,8 @@ def main():
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-results", action="store_true")
+    ap.add_argument("--no-limits", action="store_true",
+                    help="skip measuring this machine's memcpy, durable write and read rates")
     args = ap.parse_args()
     spec = "64M,256M" if args.quick else (args.footprints or "256M,1G,4G")
     footprints = [cb.parse_size(s) for s in spec.split(",") if s.strip()]
@@ -244,6 +269,11 @@ def main():
     print(f"bench_restore: mlp_train on simgpu; footprints "
           f"{', '.join(cb.fmt_bytes(f) for f in footprints)}; {os.cpu_count()} CPUs, "
           f"load average {load_before:.2f}", flush=True)
+    limits = None
+    if not args.no_limits:
+        print("  measuring this machine's limits (memcpy, durable write, reads)...", flush=True)
+        limits = cb.machine_limits(args.dir)
+        print("  " + cb.describe_limits(limits), flush=True)
     results, started = [], time.monotonic()
     try:
         for f in footprints:
@@ -261,7 +291,7 @@ def main():
         print("interrupted", file=sys.stderr)
     finally:
         cb.REAPER.kill_all()
-    goals = report(results)
+    goals = report(results, limits)
     load_after = os.getloadavg()[0]
     doc = {"benchmark": "restore",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -269,7 +299,7 @@ def main():
            "cpus": os.cpu_count(), "load_average_before": load_before,
            "load_average_after": load_after, "build": build,
            "footprints_bytes": footprints, "goals": goals,
-           "total_s": time.monotonic() - started, "runs": results}
+           "total_s": time.monotonic() - started, "machine": limits, "runs": results}
     print(f"\nload average {load_before:.2f} before, {load_after:.2f} after; "
           f"total {doc['total_s']:.0f} s")
     paths = [args.json] if args.json else []
