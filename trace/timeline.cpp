@@ -5,6 +5,8 @@
 #include <map>
 #include <optional>
 
+#include "json.h"  // cli/json.h: json_quote (RFC 8259, invalid UTF-8 made U+FFFD)
+
 namespace gcr::trace {
 namespace {
 
@@ -31,23 +33,6 @@ struct ThreadState {
 void close(std::vector<Slice>& out, const ThreadState& t, std::uint32_t tid, SliceKind kind,
            std::uint64_t from, std::uint64_t to) {
   if (to > from) out.push_back({t.tgid, tid, kind, from, to});
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string micros(std::uint64_t ns) {
@@ -211,24 +196,25 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
   for (const auto& [p, name] : processes)
     add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(p) +
         ",\"args\":{\"name\":" +
-        json_string("pid " + std::to_string(p) + (name.empty() ? "" : " (" + name + ")")) + "}}");
+        cli::json_quote("pid " + std::to_string(p) + (name.empty() ? "" : " (" + name + ")")) +
+        "}}");
   add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kGcrdTrack) +
       ",\"args\":{\"name\":\"gcrd\"}}");
   for (const auto& [tid, name] : names)
     add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
-        ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + json_string(name) + "}}");
+        ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + cli::json_quote(name) + "}}");
   for (const auto& [tid, _] : gate_tracks)
     add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
         ",\"tid\":" + std::to_string(tid | kGateTrackBit) + ",\"args\":{\"name\":" +
-        json_string(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
+        cli::json_quote(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
   for (const Slice& sl : slices) {
     std::uint32_t tid = sl.kind == SliceKind::gate ? (sl.tid | kGateTrackBit) : sl.tid;
-    add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + json_string(slice_name(sl.kind)) +
+    add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + cli::json_quote(slice_name(sl.kind)) +
         ",\"pid\":" + std::to_string(sl.tgid) + ",\"tid\":" + std::to_string(tid) +
         ",\"ts\":" + rel(sl.start_ns) + ",\"dur\":" + micros(sl.end_ns - sl.start_ns) + "}");
   }
   for (const Span& sp : in.spans)
-    add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + json_string(sp.name) +
+    add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + cli::json_quote(sp.name) +
         ",\"pid\":" + std::to_string(kGcrdTrack) + ",\"tid\":1,\"ts\":" + rel(sp.start_ns) +
         ",\"dur\":" + micros(sp.end_ns - sp.start_ns) + "}");
   if (summary.stall_ns)

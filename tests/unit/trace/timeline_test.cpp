@@ -132,6 +132,10 @@ TEST_CASE("the trace file is Chrome trace JSON with every track named") {
   CHECK(json.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0);
   CHECK(json.find("\"name\":\"pid 100 (tr\\\"ain)\"") != std::string::npos);
   CHECK(json.find("\"name\":\"worker\"") != std::string::npos);
+  // /proc names are bytes: one that is not UTF-8 still gives valid JSON (U+FFFD).
+  in.threads[1].name = "w\xff";
+  std::string bytes = chrome_trace_json(in, slices, summarize(in, slices));
+  CHECK(bytes.find("\"name\":\"w\\ufffd\"") != std::string::npos);
   CHECK(json.find("\"name\":\"train 100: gcr gate\"") != std::string::npos);
   CHECK(json.find("\"name\":\"traced (CRIU)\"") != std::string::npos);
   CHECK(json.find("\"name\":\"app-visible stall (kernel)\",\"pid\":2147483632,\"tid\":2,"
