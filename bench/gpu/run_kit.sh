@@ -35,7 +35,8 @@ if ! LD_LIBRARY_PATH=$LIBPATH "$BUNDLE/bin/gcr" --version >/dev/null 2>&1; then 
 export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The real driver, wherever this host keeps it.
 if [[ -z ${GCR_REAL_LIBCUDA:-} ]]; then
-  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ {print $NF; exit}')
+  # awk reads to the end: exiting early could kill ldconfig with SIGPIPE, and pipefail this script.
+  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ && !found {print $NF; found = 1}')
   [[ -n $d ]] && export GCR_REAL_LIBCUDA=$d
 fi
 export GCR=$BUNDLE/bin/gcr GCR_CRIU=$BUNDLE/bin/criu W=$BUNDLE/workloads

@@ -49,7 +49,9 @@ IFS='|' read -r state required fix <<< "$(check "$T/nocriu.json" CRIU)"
 echo "ok: exit 8, fix: $fix"
 
 echo "== a driver without the checkpoint API (zlib standing in for it)"
-LIBZ=$(ldconfig -p | awk '/libz\.so\.1 / {print $NF; exit}')
+# awk reads all of ldconfig's output: exiting at the first match would let ldconfig die of
+# SIGPIPE now and then, and pipefail end this script there.
+LIBZ=$(ldconfig -p | awk '/libz\.so\.1 / && !found {print $NF; found = 1}')
 [[ -n $LIBZ ]] || fail "ldconfig finds no libz.so.1 to stand in for a driver"
 rc=0
 GCR_REAL_LIBCUDA=$LIBZ "$GCR" doctor --json > "$T/nodrv.json" || rc=$?
