@@ -190,15 +190,20 @@ std::optional<fs::path> find_unshare() {
 }  // namespace
 
 namespace {
+// Reaps `child`: its exit status, or 128 + the signal that ended it.
+Result<int> wait_exit_code(pid_t child, const std::string& what) {
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) return errno_error("waiting for " + what);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
 Result<int> run_and_wait(const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env, const fs::path& log,
                          const SpawnExtras& extras) {
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, log, extras));
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0)
-    if (errno != EINTR) return errno_error("waiting for " + argv[0]);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
+  return wait_exit_code(child, argv[0]);
 }
 
 // A gcrd that is not root runs CRIU with --unprivileged: CRIU then needs CAP_CHECKPOINT_RESTORE
@@ -263,14 +268,6 @@ Status dump_result(int rc, const DumpOptions& o) {
                                    log_tail(log)};
 }
 
-int wait_exit_code(pid_t child) {
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0)
-    if (errno != EINTR) return 127;
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
-
 }  // namespace
 
 Status dump(const Tools& tools, const DumpOptions& o) {
@@ -307,7 +304,7 @@ StartedDump::StartedDump(StartedDump&& other) noexcept
 
 StartedDump::~StartedDump() {
   go_.reset();  // no go: the plugin fails the dump before anything is frozen
-  if (criu_ > 0) (void)wait_exit_code(criu_);
+  if (criu_ > 0) (void)wait_exit_code(criu_, "criu");
 }
 
 Status StartedDump::wait_ready(std::chrono::milliseconds limit) {
@@ -321,13 +318,14 @@ Status StartedDump::wait_ready(std::chrono::milliseconds limit) {
   go_.reset();
   if (n == 0) {
     ::kill(criu_, SIGKILL);
-    (void)wait_exit_code(std::exchange(criu_, 0));
+    (void)wait_exit_code(std::exchange(criu_, 0), "criu");
     return Error{Errc::timeout, "CRIU did not get ready to dump pid " +
                                     std::to_string(options_.pid) + " within " +
                                     std::to_string(limit.count()) + " ms; see " +
                                     (options_.image_dir / "dump.log").string()};
   }
-  int rc = wait_exit_code(std::exchange(criu_, 0));  // it ended (or failed) before the freeze
+  // It ended (or failed) before the freeze.
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(std::exchange(criu_, 0), "criu"));
   return dump_result(rc == 0 ? 1 : rc, options_);
 }
 
@@ -339,7 +337,7 @@ Status StartedDump::go_and_wait() {
     (void)::send(go_.get(), "g", 1, MSG_NOSIGNAL);  // CRIU gone: its exit status says why
     go_.reset();
   }
-  int rc = wait_exit_code(std::exchange(criu_, 0));
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(std::exchange(criu_, 0), "criu"));
   return dump_result(rc, options_);
 }
 
