@@ -59,12 +59,14 @@ static __always_inline u32 tid_seen(struct task_struct* t) {
   return nr_seen(BPF_CORE_READ(t, thread_pid));
 }
 
-static __always_inline bool traced(struct task_struct* t) {
+// The process of `t` as the tracer names it when that process is traced, else 0.
+static __always_inline u32 traced(struct task_struct* t) {
   u32 tgid = nr_seen(BPF_CORE_READ(t, group_leader, thread_pid));
-  return tgid && bpf_map_lookup_elem(&targets, &tgid) != 0;
+  return tgid && bpf_map_lookup_elem(&targets, &tgid) ? tgid : 0;
 }
 
-static __always_inline void emit(struct task_struct* t, u32 kind, u32 state) {
+// An event of thread `t` of traced process `tgid` (traced()'s answer).
+static __always_inline void emit(struct task_struct* t, u32 tgid, u32 kind, u32 state) {
   struct gcr_sched_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
   if (!e) {
     u32 zero = 0;
@@ -76,7 +78,7 @@ static __always_inline void emit(struct task_struct* t, u32 kind, u32 state) {
   e->tid = tid_seen(t);
   e->kind = kind;
   e->state = state;
-  e->tgid = nr_seen(BPF_CORE_READ(t, group_leader, thread_pid));
+  e->tgid = tgid;
   // No wake-up per event: on a busy machine that is a context switch of the tracer per event
   // (and more events). The tracer drains the buffer on a timer instead.
   bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
@@ -94,20 +96,24 @@ static __always_inline u32 task_state(struct task_struct* t) {
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  if (traced(prev)) emit(prev, GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
-  if (traced(next)) emit(next, GCR_EV_ON_CPU, 0);
+  u32 tgid = traced(prev);
+  if (tgid) emit(prev, tgid, GCR_EV_OFF_CPU, preempt ? 0 : task_state(prev));
+  tgid = traced(next);
+  if (tgid) emit(next, tgid, GCR_EV_ON_CPU, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct* p) {
-  if (traced(p)) emit(p, GCR_EV_WAKEUP, 0);
+  u32 tgid = traced(p);
+  if (tgid) emit(p, tgid, GCR_EV_WAKEUP, 0);
   return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct* p) {
-  if (traced(p)) emit(p, GCR_EV_NEW_THREAD, 0);
+  u32 tgid = traced(p);
+  if (tgid) emit(p, tgid, GCR_EV_NEW_THREAD, 0);
   return 0;
 }
 
@@ -137,11 +143,12 @@ int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
   bool in = op == GCR_FUTEX_WAIT, out = op == GCR_FUTEX_WAKE && val == 0;
   if (!in && !out) return 0;
   struct task_struct* self = bpf_get_current_task_btf();
-  if (!traced(self)) return 0;
+  u32 tgid = traced(self);
+  if (!tgid) return 0;
   unsigned long uaddr = BPF_CORE_READ(regs, di);
   u64 magic = 0;
   if (uaddr < 8 || bpf_probe_read_user(&magic, sizeof magic, (void*)(uaddr - 8)) != 0) return 0;
-  if (magic == GCR_GATE_MAGIC) emit(self, in ? GCR_EV_GATE_IN : GCR_EV_GATE_OUT, 0);
+  if (magic == GCR_GATE_MAGIC) emit(self, tgid, in ? GCR_EV_GATE_IN : GCR_EV_GATE_OUT, 0);
   return 0;
 }
 
