@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint_trace.h"
+#include "command_trace.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "json.h"
@@ -92,17 +92,6 @@ std::chrono::nanoseconds ns(std::uint64_t v) {
   return std::chrono::nanoseconds(v);
 }
 
-void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
-  for (const auto& [k, v] : f) {
-    bool numeric =
-        !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && k != "id";
-    if (numeric)
-      j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
-    else
-      j.field(k, v);
-  }
-}
-
 void add_transfer_fields(std::map<std::string, std::string>& f, const std::string& prefix,
                          const store::TransferReport& r) {
   f[prefix + "logical_bytes"] = std::to_string(r.logical_bytes);
@@ -163,8 +152,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   std::vector<Result<std::map<std::string, std::string>>> results(o.pids.size(),
                                                                   Error{Errc::internal, "not run"});
   std::vector<std::optional<bool>> cuda(o.pids.size());
-  std::optional<CheckpointTrace> trace;
-  if (!o.trace.empty()) trace = CheckpointTrace::begin(o.pids[0]);
+  std::optional<CommandTrace> trace;
+  if (!o.trace.empty()) trace = CommandTrace::begin(o.pids[0]);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < o.pids.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -344,12 +333,12 @@ Status restore(RestoreOptions o, Context& ctx) {
   }
   for (const auto& w : streams.warnings) std::fprintf(stderr, "gcr: warning: %s\n", w.c_str());
   // --trace: gcrd, and what it starts (CRIU, the restored tasks), from here on.
-  std::optional<CheckpointTrace> trace;
+  std::optional<CommandTrace> trace;
   if (!o.trace.empty()) {
     // gcrd's pid from gcrd (the socket's peer is whoever created it: before --detach forked).
     GCR_TRY_ASSIGN(UniqueFd ping, gcrd_connection());
     GCR_TRY_ASSIGN(auto pong, gcrd::call(ping.get(), "ping", {}, [](const std::string&) {}));
-    trace = CheckpointTrace::begin(static_cast<pid_t>(field_u64(pong, "pid")));
+    trace = CommandTrace::begin(static_cast<pid_t>(field_u64(pong, "pid")));
   }
   auto called = gcrd::call(
       conn.get(), "restore", fields,

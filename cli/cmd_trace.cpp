@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "checkpoint_trace.h"
+#include "command_trace.h"
 #include "json.h"
 #include "output.h"
 
@@ -38,7 +38,7 @@ Status trace_process(const TraceOptions& o, Context& ctx) {
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   sigprocmask(SIG_BLOCK, &stop, nullptr);
-  CheckpointTrace trace = CheckpointTrace::begin(o.pid);
+  CommandTrace trace = CommandTrace::begin(o.pid);
   if (!o.json && ctx.stderr_tty)
     std::fprintf(stderr, "tracing pid %d for %.1f s (Ctrl-C stops sooner)\n", o.pid, o.duration_s);
   auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.duration_s);
@@ -51,13 +51,7 @@ Status trace_process(const TraceOptions& o, Context& ctx) {
   if (o.json) {
     JsonWriter j;
     j.begin_object().field("pid", static_cast<std::int64_t>(o.pid));
-    for (const auto& [k, v] : fields) {
-      bool numeric = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-      if (numeric)
-        j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
-      else
-        j.field(k, v);
-    }
+    json_fields(j, fields);
     j.end_object();
     print(j.take());
     return ok();

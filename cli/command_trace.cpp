@@ -1,4 +1,4 @@
-#include "checkpoint_trace.h"
+#include "command_trace.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <span>
 
+#include "gcr/unique_fd.h"
+#include "io/file.h"
 #include "output.h"
 
 namespace gcr::cli {
@@ -61,23 +64,14 @@ std::vector<trace::Span> gcrd_spans(const std::map<std::string, std::string>& f)
   return out;
 }
 
+// The whole trace, then renamed into place: a reader never sees half a file.
 Status write_file_atomically(const std::string& file, const std::string& text) {
   std::string tmp = file + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("cannot write the trace to " + tmp);
-  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  int err = errno;
-  ::close(fd);
-  if (!written) {
-    ::unlink(tmp.c_str());
-    return errno_error("writing the trace to " + tmp, err);
-  }
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    return errno_error("cannot put the trace at " + file, err);
-  }
-  return ok();
+  GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  Status s = io::write_all(fd.get(), std::as_bytes(std::span(text.data(), text.size())), 0, tmp);
+  if (s) s = io::rename_file(tmp, file);
+  if (!s) (void)io::remove_file(tmp);
+  return s;
 }
 
 std::uint64_t u64(const std::map<std::string, std::string>& f, const std::string& k) {
@@ -87,8 +81,8 @@ std::uint64_t u64(const std::map<std::string, std::string>& f, const std::string
 
 }  // namespace
 
-CheckpointTrace CheckpointTrace::begin(pid_t pid) {
-  CheckpointTrace t;
+CommandTrace CommandTrace::begin(pid_t pid) {
+  CommandTrace t;
   t.input_.pid = pid;
   t.input_.process_names[static_cast<std::uint32_t>(pid)] =
       read_comm("/proc/" + std::to_string(pid) + "/comm");
@@ -102,7 +96,7 @@ CheckpointTrace CheckpointTrace::begin(pid_t pid) {
   return t;
 }
 
-Result<std::map<std::string, std::string>> CheckpointTrace::finish(
+Result<std::map<std::string, std::string>> CommandTrace::finish(
     const std::string& file, const std::map<std::string, std::string>* gcrd_fields,
     pid_t restored) {
   input_.end_ns = monotonic_ns();

@@ -1,6 +1,7 @@
-// `gcr checkpoint --trace FILE` and `gcr restore --trace FILE`: the kernel's timeline of one
-// command beside gcrd's phases (Note [Kernel timeline] in trace/timeline.h), written as a
-// Chrome/Perfetto trace, and the app-visible stall (or time to resume) as the kernel saw it.
+// `gcr checkpoint --trace FILE`, `gcr restore --trace FILE` and `gcr trace PID`: the kernel's
+// timeline of one command (or of a while) beside gcrd's phases (Note [Kernel timeline] in
+// trace/timeline.h), written as a Chrome/Perfetto trace, and the app-visible stall (or time to
+// resume) as the kernel saw it.
 #pragma once
 
 #include <sys/types.h>
@@ -17,11 +18,11 @@
 
 namespace gcr::cli {
 
-class CheckpointTrace {
+class CommandTrace {
  public:
   // Starts recording process `pid`. Never fails: without eBPF (no rights, no BTF, a build
   // without libbpf) the trace holds gcrd's phases only, and why is one of the notes.
-  static CheckpointTrace begin(pid_t pid);
+  static CommandTrace begin(pid_t pid);
 
   // After the command: writes the trace to `file` and returns what to add to the command's
   // result (trace.* fields). `gcrd_fields` is gcrd's answer, null when the command failed. For a

@@ -219,6 +219,17 @@ JsonWriter& JsonWriter::null() {
   return *this;
 }
 
+void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f) {
+  for (const auto& [k, v] : f) {
+    bool numeric =
+        !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && k != "id";
+    if (numeric)
+      j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
+    else
+      j.field(k, v);
+  }
+}
+
 std::string JsonWriter::take() {
   if (!stack_.empty() || after_key_ || !done_) misuse("take() before the document is complete");
   out_ += '\n';

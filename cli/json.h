@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,5 +66,9 @@ class JsonWriter {
   bool after_key_ = false;
   bool done_ = false;
 };
+
+// The fields of a gcrd answer (or one like it), each key to its text: numbers (all digits, but
+// never "id", a hex id that may happen to be all digits) as numbers, the rest as strings.
+void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f);
 
 }  // namespace gcr::cli
