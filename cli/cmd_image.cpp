@@ -31,6 +31,9 @@
 #include "output.h"
 #include "remote.h"
 #include "store/backend_list.h"
+#include "store/bucket_gc.h"
+#include "store/bucket_verify.h"
+#include "store/transfer.h"
 
 namespace gcr::cli {
 namespace {
@@ -603,19 +606,43 @@ struct VerifyOptions {
   bool json = false;
 };
 
+// A name in a bucket store -> its checkpoint id.
+Result<CheckpointId> resolve_remote_name(Context& ctx, store::Backend& remote,
+                                         const std::string& name) {
+  GCR_TRY(check_name(ctx, name));
+  auto id = store::resolve_checkpoint(remote, name);
+  if (!id && (id.error().code == Errc::not_found || id.error().code == Errc::invalid_argument)) {
+    ctx.hint = kSeeNamesHint;
+  }
+  return id;
+}
+
 Status image_verify(Context& ctx, const VerifyOptions& o) {
   if (o.name) GCR_TRY(check_name(ctx, *o.name));
-  GCR_TRY_ASSIGN(auto store, ctx.open_store());
-  std::optional<CheckpointId> id;
-  if (o.name) {
-    GCR_TRY_ASSIGN(id, resolve_name(ctx, *store, *o.name));
-  }
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
   auto start = std::chrono::steady_clock::now();
   store::VerifyReport report;
   {
     ProgressLine progress(ctx.stderr_tty, "verifying");
-    auto r = store->verify(
-        id, [&progress](std::uint64_t done, std::uint64_t total) { progress.update(done, total); });
+    auto on_progress = [&progress](std::uint64_t done, std::uint64_t total) {
+      progress.update(done, total);
+    };
+    Result<store::VerifyReport> r = store::VerifyReport{};
+    if (location.is_s3()) {
+      GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+      std::optional<CheckpointId> id;
+      if (o.name) {
+        GCR_TRY_ASSIGN(id, resolve_remote_name(ctx, *remote, *o.name));
+      }
+      r = store::verify_backend(*remote, id, on_progress);
+    } else {
+      GCR_TRY_ASSIGN(auto store, ctx.open_store());
+      std::optional<CheckpointId> id;
+      if (o.name) {
+        GCR_TRY_ASSIGN(id, resolve_name(ctx, *store, *o.name));
+      }
+      r = store->verify(id, on_progress);
+    }
     progress.clear();
     if (!r) return with_context(std::move(r).error(), "verify");
     report = std::move(r).value();
@@ -696,8 +723,48 @@ struct RmOptions {
   bool json = false;
 };
 
+// `gcr image rm` on a bucket: the same, through the Backend.
+Status image_rm_remote(Context& ctx, const RmOptions& o, const store::StoreLocation& location) {
+  GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+  std::vector<CheckpointId> ids;
+  for (const auto& name : o.names) {
+    GCR_TRY_ASSIGN(CheckpointId id, resolve_remote_name(ctx, *remote, name));
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  JsonWriter j;
+  if (o.json) j.begin_object().key("removed").begin_array();
+  Status result;
+  for (const auto& id : ids) {
+    auto r = store::remove_backend_checkpoint(*remote, id);
+    if (!r) {
+      result = with_context(std::move(r).error(),
+                            "removing checkpoint " + id.hex() + " from " + location.text());
+      break;
+    }
+    if (o.json) {
+      j.begin_object().field("id", id.hex()).key("tags");
+      json_string_array(j, *r);
+      j.end_object();
+    } else {
+      TagIndex tags{{id, *r}};
+      print("removed " + id_with_tags(id, tags, /*full_id=*/true) + "\n");
+    }
+  }
+  if (o.json) {
+    j.end_array().end_object();
+    print(j.take());
+  } else if (result) {
+    print(
+        "run 'gcr image gc' to free the space no other checkpoint uses (after its grace "
+        "period)\n");
+  }
+  return result;
+}
+
 Status image_rm(Context& ctx, const RmOptions& o) {
   for (const auto& name : o.names) GCR_TRY(check_name(ctx, name));
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3()) return image_rm_remote(ctx, o, location);
   GCR_TRY_ASSIGN(auto store, ctx.open_store());
   // Resolve every name before removing anything, so that a typo removes nothing.
   std::vector<CheckpointId> ids;
@@ -737,7 +804,86 @@ Status image_rm(Context& ctx, const RmOptions& o) {
 // ---------------------------------------------------------------------------------------------
 // gcr image gc
 
-Status image_gc(Context& ctx, bool json) {
+struct GcOptions {
+  bool json = false;
+  std::optional<std::string> grace;
+  bool dry_run = false;
+};
+
+// "1h", "30m", "90s", "2d", "0" -> seconds.
+std::optional<std::int64_t> parse_duration_seconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || v < 0) return std::nullopt;
+  std::string unit(end);
+  std::int64_t scale = unit.empty() || unit == "s"    ? 1
+                       : unit == "m" || unit == "min" ? 60
+                       : unit == "h"                  ? 3600
+                       : unit == "d"                  ? 86400
+                                                      : 0;
+  if (scale == 0 || v > (1ll << 40)) return std::nullopt;
+  return static_cast<std::int64_t>(v) * scale;
+}
+
+Status image_gc_remote(Context& ctx, const GcOptions& o, const store::StoreLocation& location) {
+  store::BucketGcOptions options;
+  options.dry_run = o.dry_run;
+  if (o.grace) {
+    auto seconds = parse_duration_seconds(*o.grace);
+    if (!seconds) {
+      ctx.hint = "for example --grace 1h, --grace 30m, --grace 0";
+      return make_error(Errc::invalid_argument, "--grace '" + *o.grace + "' is not a duration");
+    }
+    options.grace_seconds = *seconds;
+  }
+  GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+  auto start = std::chrono::steady_clock::now();
+  auto r = store::collect_bucket_garbage(*remote, options);
+  if (!r) return with_context(std::move(r).error(), "gc of " + location.text());
+  const store::BucketGcReport& g = *r;
+  auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (o.json) {
+    JsonWriter j;
+    j.begin_object()
+        .field("store", location.text())
+        .field("dry_run", o.dry_run)
+        .field("grace_seconds", options.grace_seconds)
+        .field("packs", g.packs)
+        .field("packs_marked", g.packs_marked)
+        .field("packs_unmarked", g.packs_unmarked)
+        .field("packs_deleted", g.packs_deleted)
+        .field("packs_waiting", g.packs_waiting)
+        .field("bytes_freed", g.bytes_freed)
+        .field("bytes_waiting", g.bytes_waiting)
+        .field("elapsed_ns", static_cast<std::int64_t>(elapsed.count()))
+        .end_object();
+    print(j.take());
+  } else {
+    std::string would = o.dry_run ? "would free " : "freed ";
+    print(would + format_bytes(g.bytes_freed) + " in " + format_duration(elapsed) + ": " +
+          plural(g.packs_deleted, "pack", "packs") + " deleted, " + std::to_string(g.packs_marked) +
+          " newly marked unused, " + std::to_string(g.packs_unmarked) + " in use again, of " +
+          plural(g.packs, "pack", "packs") + "\n");
+    if (g.bytes_waiting > 0) {
+      print(format_bytes(g.bytes_waiting) +
+            " in marked packs goes when its mark is older than the grace period (" +
+            std::to_string(options.grace_seconds) + " s) and no checkpoint uses it again\n");
+    }
+  }
+  return ok();
+}
+
+Status image_gc(Context& ctx, const GcOptions& o) {
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3()) return image_gc_remote(ctx, o, location);
+  if (o.grace || o.dry_run) {
+    ctx.hint = "a local store's gc locks out writers and needs no grace period";
+    return make_error(Errc::invalid_argument, "--grace and --dry-run are for a bucket store");
+  }
+  bool json = o.json;
   GCR_TRY_ASSIGN(auto store, ctx.open_store());
   auto start = std::chrono::steady_clock::now();
   auto r = store->gc();
@@ -925,17 +1071,27 @@ void register_image_commands(CLI::App& app, Context& ctx) {
     on_run(rm, ctx, [&ctx, o] { return image_rm(ctx, *o); });
   }
   {
-    auto json = std::make_shared<bool>(false);
+    auto o = std::make_shared<GcOptions>();
     CLI::App* gc = image->add_subcommand(
         "gc", "Delete data no checkpoint needs, and leftovers of failed writes");
     gc->footer(
-        "Waits for checkpoints being written to commit, then deletes packs no checkpoint uses, "
-        "rewrites\n"
-        "packs that are mostly garbage, and removes files interrupted writers left in tmp/.");
-    gc->add_flag("--json", *json,
-                 "Print JSON: {packs_deleted, packs_rewritten, tmp_files_deleted, bytes_freed}");
+        "A local store: waits for checkpoints being written to commit, then deletes packs no\n"
+        "checkpoint uses, rewrites packs that are mostly garbage, and removes files interrupted\n"
+        "writers left in tmp/.\n"
+        "A bucket (s3://...): writers on other machines cannot be locked out, so gc marks the\n"
+        "packs no checkpoint uses, and deletes a marked pack on a later run, once its mark is\n"
+        "older than the grace period and still no checkpoint uses it (docs/image-format.md 8.3).");
+    gc->add_flag("--json", o->json,
+                 "Print JSON: {packs_deleted, packs_rewritten, tmp_files_deleted, bytes_freed}; "
+                 "on a bucket {packs, packs_marked, packs_unmarked, packs_deleted, bytes_freed, "
+                 "...}");
+    gc->add_option("--grace", o->grace,
+                   "Bucket only: how old a mark must be before its pack goes (default 1h; 0 "
+                   "marks and deletes in one run, for a bucket no one else writes to)")
+        ->type_name("DURATION");
+    gc->add_flag("--dry-run", o->dry_run, "Bucket only: say what would change, change nothing");
     gc->fallthrough();
-    on_run(gc, ctx, [&ctx, json] { return image_gc(ctx, *json); });
+    on_run(gc, ctx, [&ctx, o] { return image_gc(ctx, *o); });
   }
   {
     auto o = std::make_shared<DuOptions>();

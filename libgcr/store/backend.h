@@ -30,6 +30,24 @@ enum class PutMode {
   create_only,  // everything else: already_exists when the key exists (the commit point)
 };
 
+// An object listed with what gc ages it by.
+struct ObjectInfo {
+  std::string name;  // under the listed directory
+  std::uint64_t bytes = 0;
+  std::int64_t modified_unix = 0;  // last written, by the store's clock
+};
+
+struct DirListing {
+  std::vector<ObjectInfo> objects;
+  std::int64_t now_unix = 0;  // the store's clock when it listed (a bucket's: the endpoint's)
+};
+
+// An object and the version it was read at, for a later put_if.
+struct Versioned {
+  std::vector<std::byte> bytes;
+  std::string version;  // opaque: a bucket's ETag, a file's content hash
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -39,6 +57,8 @@ class Backend {
   // Names of the objects directly under `dir` ("packs", "manifests", "tags"), unordered; names
   // that are not store names may be among them (callers check).
   virtual Result<std::vector<std::string>> list(const std::string& dir) = 0;
+  // As list, with sizes and times, and the store's clock to age them against (bucket gc).
+  virtual Result<DirListing> list_detailed(const std::string& dir) = 0;
   // A whole object, refusing one larger than max_bytes; not_found when absent.
   virtual Result<std::vector<std::byte>> get(const std::string& key, std::uint64_t max_bytes) = 0;
   // [offset, offset + out.size()) of an object, exactly.
@@ -46,6 +66,12 @@ class Backend {
                            std::span<std::byte> out) = 0;
   // Writes a whole object; durable when it returns. create_only: already_exists when present.
   virtual Status put(const std::string& key, std::span<const std::byte> bytes, PutMode mode) = 0;
+  // The object and its version; not_found when absent.
+  virtual Result<Versioned> get_versioned(const std::string& key, std::uint64_t max_bytes) = 0;
+  // Writes an object only if it is still at `version` (empty: still absent): a compare-and-swap
+  // (tags). busy when another writer changed it since it was read.
+  virtual Status put_if(const std::string& key, std::span<const std::byte> bytes,
+                        const std::string& version) = 0;
   // Deletes an object; absent is not an error.
   virtual Status remove(const std::string& key) = 0;
   // How many requests are worth having in flight at once.

@@ -6,7 +6,13 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <ctime>
+
+#include "gcr/chunk_id.h"
 
 #include "io/file.h"
 #include "store/backend.h"
@@ -42,8 +48,50 @@ class DirBackend final : public Backend {
     return names;
   }
 
+  Result<DirListing> list_detailed(const std::string& dir) override {
+    DirListing out;
+    out.now_unix = static_cast<std::int64_t>(::time(nullptr));
+    GCR_TRY_ASSIGN(auto names, list(dir));
+    for (auto& n : names) {
+      struct stat st {};
+      if (::stat((layout_.root / dir / n).c_str(), &st) != 0) continue;  // gone meanwhile
+      out.objects.push_back(ObjectInfo{std::move(n), static_cast<std::uint64_t>(st.st_size),
+                                       static_cast<std::int64_t>(st.st_mtime)});
+    }
+    return out;
+  }
+
   Result<std::vector<std::byte>> get(const std::string& key, std::uint64_t max_bytes) override {
     return io::read_file(layout_.root / key, max_bytes);
+  }
+
+  Result<Versioned> get_versioned(const std::string& key, std::uint64_t max_bytes) override {
+    GCR_TRY_ASSIGN(auto bytes, get(key, max_bytes));
+    std::string version = chunk_id_of(bytes).hex();
+    return Versioned{std::move(bytes), std::move(version)};
+  }
+
+  // The compare and the swap under an exclusive flock of the object's directory.
+  Status put_if(const std::string& key, std::span<const std::byte> bytes,
+                const std::string& version) override {
+    auto dir = (layout_.root / key).parent_path();
+    GCR_TRY(io::make_dir(dir));
+    GCR_TRY_ASSIGN(UniqueFd dir_fd, io::open_file(dir, O_RDONLY | O_DIRECTORY));
+    while (::flock(dir_fd.get(), LOCK_EX) != 0) {
+      if (errno != EINTR) return io::file_error("cannot lock", dir, errno);
+    }
+    auto now = get_versioned(key, bytes.size() + (1 << 20));
+    std::string current;
+    if (now) {
+      current = now->version;
+    } else if (now.error().code != Errc::not_found) {
+      return std::move(now).error();
+    }
+    if (current != version) {
+      return make_error(Errc::busy,
+                        "'" + (layout_.root / key).string() + "' changed while gcr was writing it");
+    }
+    return put(key, bytes, PutMode::replace);
   }
 
   Status get_range(const std::string& key, std::uint64_t offset,

@@ -1,6 +1,7 @@
 // Listing a Backend's checkpoints: see backend_list.h.
 #include "store/backend_list.h"
 
+#include <algorithm>
 #include <map>
 
 #include "store/layout.h"
@@ -8,23 +9,32 @@
 
 namespace gcr::store {
 
-Result<std::vector<CheckpointInfo>> list_backend_checkpoints(Backend& store) {
-  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
-  std::vector<CheckpointId> ids;
-  for (const auto& n : names) {
-    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
-  }
+Result<std::map<CheckpointId, std::vector<std::string>>> read_backend_tags(Backend& store) {
   std::map<CheckpointId, std::vector<std::string>> tags_of;
   GCR_TRY_ASSIGN(auto tag_names, store.list("tags"));
   for (const auto& t : tag_names) {
     if (!valid_tag(t)) continue;
     auto bytes = store.get("tags/" + t, 64);
     if (!bytes) continue;  // removed meanwhile
-    std::string_view text(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-    auto id =
-        text.size() == 33 && text[32] == '\n' ? Id128::from_hex(text.substr(0, 32)) : std::nullopt;
-    if (id) tags_of[*id].push_back(t);
+    if (auto id = tag_target(*bytes)) tags_of[*id].push_back(t);
   }
+  for (auto& [id, names] : tags_of) std::sort(names.begin(), names.end());
+  return tags_of;
+}
+
+std::optional<CheckpointId> tag_target(std::span<const std::byte> bytes) {
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (text.size() != 33 || text[32] != '\n') return std::nullopt;
+  return Id128::from_hex(text.substr(0, 32));
+}
+
+Result<std::vector<CheckpointInfo>> list_backend_checkpoints(Backend& store) {
+  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
+  std::vector<CheckpointId> ids;
+  for (const auto& n : names) {
+    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
+  }
+  GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
   std::vector<CheckpointInfo> out(ids.size());
   std::vector<bool> gone(ids.size(), false);
   WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
@@ -54,6 +64,20 @@ Result<std::vector<CheckpointInfo>> list_backend_checkpoints(Backend& store) {
     if (!gone[i]) listed.push_back(std::move(out[i]));
   }
   return listed;
+}
+
+Result<std::vector<std::string>> remove_backend_checkpoint(Backend& store, const CheckpointId& id) {
+  GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
+  GCR_TRY(store.get("manifests/" + id.hex() + ".manifest", kMaxManifestBytes));
+  GCR_TRY(store.remove("manifests/" + id.hex() + ".manifest"));
+  std::vector<std::string> removed;
+  for (const std::string& tag : tags_of[id]) {
+    auto now = store.get("tags/" + tag, 64);
+    if (!now || tag_target(*now) != id) continue;  // moved or removed meanwhile
+    GCR_TRY(store.remove("tags/" + tag));
+    removed.push_back(tag);
+  }
+  return removed;
 }
 
 }  // namespace gcr::store

@@ -37,14 +37,39 @@ class S3Backend final : public Backend {
   const std::string& name() const override { return name_; }
 
   Result<std::vector<std::string>> list(const std::string& dir) override {
-    std::string start = prefix_ + dir + "/";
-    GCR_TRY_ASSIGN(auto keys, client_.list_keys(start));
+    GCR_TRY_ASSIGN(DirListing listing, list_detailed(dir));
     std::vector<std::string> names;
-    for (auto& k : keys) {
-      std::string rest = k.substr(start.size());
-      if (!rest.empty() && rest.find('/') == std::string::npos) names.push_back(std::move(rest));
-    }
+    for (auto& o : listing.objects) names.push_back(std::move(o.name));
     return names;
+  }
+
+  Result<DirListing> list_detailed(const std::string& dir) override {
+    std::string start = prefix_ + dir + "/";
+    GCR_TRY_ASSIGN(S3Listing listing, client_.list_objects(start));
+    DirListing out;
+    out.now_unix = listing.now_unix;
+    for (auto& o : listing.objects) {
+      std::string rest = o.key.substr(start.size());
+      if (rest.empty() || rest.find('/') != std::string::npos) continue;
+      out.objects.push_back(ObjectInfo{std::move(rest), o.size, o.modified_unix});
+    }
+    return out;
+  }
+
+  Result<Versioned> get_versioned(const std::string& key, std::uint64_t max_bytes) override {
+    GCR_TRY_ASSIGN(S3Versioned v, client_.get_object_versioned(prefix_ + key, max_bytes));
+    if (v.etag.empty()) {
+      return make_error(Errc::protocol, name_ + "/" + key + ": the endpoint sent no ETag");
+    }
+    return Versioned{std::move(v.bytes), std::move(v.etag)};
+  }
+
+  Status put_if(const std::string& key, std::span<const std::byte> bytes,
+                const std::string& version) override {
+    Status s = version.empty() ? client_.put_object(prefix_ + key, bytes, /*if_none_match=*/true)
+                               : client_.put_object_if_match(prefix_ + key, bytes, version);
+    if (s || s.error().code != Errc::already_exists) return s;
+    return make_error(Errc::busy, name_ + "/" + key + " changed while gcr was writing it");
   }
 
   Result<std::vector<std::byte>> get(const std::string& key, std::uint64_t max_bytes) override {

@@ -1,6 +1,6 @@
-// Named crash points (STYLE.md §2, after CRIU's fault-injection.h): GCR_FAULT=<name>, read once,
-// makes the process _exit(86) at that step, so tests can kill the store at every step of a commit
-// or a gc and check that nothing committed is lost.
+// Named crash and pause points (STYLE.md §2, after CRIU's fault-injection.h): GCR_FAULT=<name>,
+// read once, makes the process _exit(86) at that step, so tests can kill the store at every step of
+// a commit or a gc and check that nothing committed is lost.
 #pragma once
 
 #include <string_view>
@@ -18,6 +18,7 @@ enum class Fault {
   gc_after_rewrite,        // gc: a rewritten pack is sealed, the old one not yet deleted
   gc_after_index_delete,   // gc: an old pack's index is gone, the pack not yet
   transfer_after_pack,     // push/pull: a pack and its index are in the destination, no manifest
+  transfer_before_check,   // push/pull: all packs written; the packs reused not yet re-checked
 };
 
 inline constexpr int kFaultExitCode = 86;
@@ -26,5 +27,9 @@ std::string_view fault_name(Fault f);
 
 // _exit(kFaultExitCode) when GCR_FAULT names f; nothing otherwise. Cheap: one compare.
 void fault_point(Fault f);
+
+// For race tests: when GCR_PAUSE names f, creates the file GCR_PAUSE_FILE and waits until the test
+// removes it (at most 120 s), so that another process can act at exactly this step.
+void pause_point(Fault f);
 
 }  // namespace gcr::store

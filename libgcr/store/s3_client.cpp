@@ -3,8 +3,10 @@
 
 #include <curl/curl.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <thread>
 
@@ -124,6 +126,7 @@ struct S3Client::Request {
   std::string key;    // "" for the bucket itself
   std::string query;  // canonical, without '?'
   bool if_none_match = false;
+  std::string if_match;                             // an ETag, unquoted
   std::uint64_t range_offset = 0, range_bytes = 0;  // range_bytes > 0: a ranged GET
   std::span<const std::byte> body;                  // PUT
   std::span<std::byte> into;                        // ranged GET: exactly this many bytes
@@ -134,11 +137,14 @@ struct S3Client::Request {
   std::vector<std::byte> received;
   std::size_t into_filled = 0;
   bool overflow = false;
+  std::string etag, date;  // response headers
 };
 
 struct S3Client::Response {
   long status = 0;
   std::vector<std::byte> body;
+  std::string etag;  // unquoted
+  std::string date;
 };
 
 S3Client::S3Client(S3Config config, std::string bucket)
@@ -172,6 +178,8 @@ Result<S3Client::Response> S3Client::perform(Request& request) {
     request.received.clear();
     request.into_filled = 0;
     request.overflow = false;
+    request.etag.clear();
+    request.date.clear();
     auto r = perform_once(request, *easy);
     if (!r) {
       last = std::move(r).error();
@@ -205,6 +213,7 @@ Result<S3Client::Response> S3Client::perform_once(Request& request, CurlEasy& ea
   headers.add("x-amz-content-sha256: UNSIGNED-PAYLOAD");
   if (!config_.session_token.empty()) headers.add("x-amz-security-token: " + config_.session_token);
   if (request.if_none_match) headers.add("If-None-Match: *");
+  if (!request.if_match.empty()) headers.add("If-Match: " + request.if_match);
   if (request.range_bytes > 0) {
     headers.add("Range: bytes=" + std::to_string(request.range_offset) + "-" +
                 std::to_string(request.range_offset + request.range_bytes - 1));
@@ -243,6 +252,28 @@ Result<S3Client::Response> S3Client::perform_once(Request& request, CurlEasy& ea
     r->received.insert(r->received.end(), p, p + bytes);
     return bytes;
   };
+  auto header_cb = +[](char* data, size_t size, size_t n, void* user) -> size_t {
+    auto* r = static_cast<Request*>(user);
+    std::string_view line(data, size * n);
+    auto value_of = [&](std::string_view name) -> std::optional<std::string> {
+      if (line.size() <= name.size() || line[name.size()] != ':') return std::nullopt;
+      for (std::size_t i = 0; i < name.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return std::nullopt;
+      }
+      std::string_view v = line.substr(name.size() + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '"')) v.remove_prefix(1);
+      while (!v.empty() &&
+             (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '"')) {
+        v.remove_suffix(1);
+      }
+      return std::string(v);
+    };
+    if (auto v = value_of("etag")) r->etag = *v;
+    if (auto v = value_of("date")) r->date = *v;
+    return size * n;
+  };
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &request);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &request);
 
@@ -285,6 +316,8 @@ Result<S3Client::Response> S3Client::perform_once(Request& request, CurlEasy& ea
   }
   Response response;
   response.status = status;
+  response.etag = std::move(request.etag);
+  response.date = std::move(request.date);
   bool success = status >= 200 && status < 300;
   if (request.range_bytes > 0) {
     if (success &&
@@ -365,16 +398,29 @@ S3ListPage s3_parse_list(std::string_view xml) {
   while (true) {
     std::size_t contents = xml.find("<Contents>", pos);
     if (contents == std::string_view::npos) break;
-    std::size_t at = contents;
-    std::string key = xml_element(xml, "Key", &at);
-    if (at == std::string_view::npos) break;
-    page.keys.push_back(std::move(key));
-    pos = at;
+    std::size_t end = xml.find("</Contents>", contents);
+    if (end == std::string_view::npos) break;
+    std::string_view entry = xml.substr(contents, end - contents);
+    S3ObjectInfo info;
+    info.key = xml_element(entry, "Key");
+    info.size = std::strtoull(xml_element(entry, "Size").c_str(), nullptr, 10);
+    info.modified_unix = s3_parse_time(xml_element(entry, "LastModified")).value_or(0);
+    page.objects.push_back(std::move(info));
+    pos = end;
   }
   if (xml_element(xml, "IsTruncated") == "true") {
     page.next_token = xml_element(xml, "NextContinuationToken");
   }
   return page;
+}
+
+std::optional<std::int64_t> s3_parse_time(std::string_view text) {
+  std::tm tm{};
+  std::string s(text);
+  const char* end = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr) end = ::strptime(s.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr) return std::nullopt;
+  return static_cast<std::int64_t>(::timegm(&tm));
 }
 
 namespace {
@@ -396,6 +442,19 @@ Result<std::vector<std::byte>> S3Client::get_object(const std::string& key,
     return s3_error(resp.status, as_text(resp.body), "GET s3://" + bucket_ + "/" + key, config_);
   }
   return std::move(resp.body);
+}
+
+Result<S3Versioned> S3Client::get_object_versioned(const std::string& key,
+                                                   std::uint64_t max_bytes) {
+  Request r;
+  r.method = "GET";
+  r.key = key;
+  r.max_bytes = max_bytes;
+  GCR_TRY_ASSIGN(Response resp, perform(r));
+  if (resp.status != 200) {
+    return s3_error(resp.status, as_text(resp.body), "GET s3://" + bucket_ + "/" + key, config_);
+  }
+  return S3Versioned{std::move(resp.body), std::move(resp.etag)};
 }
 
 Status S3Client::get_object_range(const std::string& key, std::uint64_t offset,
@@ -420,10 +479,21 @@ Status S3Client::get_object_range(const std::string& key, std::uint64_t offset,
 Status S3Client::put_object(const std::string& key, std::span<const std::byte> body,
                             bool if_none_match) {
   Request r;
+  r.if_none_match = if_none_match;
+  return put(r, key, body);
+}
+
+Status S3Client::put_object_if_match(const std::string& key, std::span<const std::byte> body,
+                                     const std::string& if_match) {
+  Request r;
+  r.if_match = if_match;
+  return put(r, key, body);
+}
+
+Status S3Client::put(Request& r, const std::string& key, std::span<const std::byte> body) {
   r.method = "PUT";
   r.key = key;
   r.body = body;
-  r.if_none_match = if_none_match;
   r.max_bytes = 1 << 20;
   GCR_TRY_ASSIGN(Response resp, perform(r));
   if (resp.status != 200 && resp.status != 201 && resp.status != 204) {
@@ -444,8 +514,8 @@ Status S3Client::delete_object(const std::string& key) {
   return ok();
 }
 
-Result<std::vector<std::string>> S3Client::list_keys(const std::string& prefix) {
-  std::vector<std::string> keys;
+Result<S3Listing> S3Client::list_objects(const std::string& prefix) {
+  S3Listing listing;
   std::string token;
   for (int page = 0; page < 100000; ++page) {
     Request r;
@@ -460,9 +530,18 @@ Result<std::vector<std::string>> S3Client::list_keys(const std::string& prefix) 
       return s3_error(resp.status, as_text(resp.body), "LIST s3://" + bucket_ + "/" + prefix,
                       config_);
     }
+    if (page == 0) {
+      auto now = s3_parse_time(resp.date);
+      if (!now) {
+        return make_error(Errc::protocol, "LIST s3://" + bucket_ + "/" + prefix +
+                                              ": the response has no Date header gcr can read ('" +
+                                              resp.date.substr(0, 64) + "')");
+      }
+      listing.now_unix = *now;
+    }
     S3ListPage p = s3_parse_list(as_text(resp.body));
-    for (auto& k : p.keys) keys.push_back(std::move(k));
-    if (p.next_token.empty()) return keys;
+    for (auto& o : p.objects) listing.objects.push_back(std::move(o));
+    if (p.next_token.empty()) return listing;
     token = p.next_token;
   }
   return make_error(Errc::io_error, "LIST s3://" + bucket_ + "/" + prefix + ": too many pages");

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,22 @@
 namespace gcr::store {
 
 class CurlEasy;
+
+struct S3Versioned {
+  std::vector<std::byte> bytes;
+  std::string etag;  // unquoted
+};
+
+struct S3ObjectInfo {
+  std::string key;
+  std::uint64_t size = 0;
+  std::int64_t modified_unix = 0;  // LastModified, seconds since the epoch (endpoint's clock)
+};
+
+struct S3Listing {
+  std::vector<S3ObjectInfo> objects;
+  std::int64_t now_unix = 0;  // the endpoint's clock when it listed
+};
 
 class S3Client {
  public:
@@ -40,18 +57,27 @@ class S3Client {
 
   // The whole object; not_found when it (or the bucket) does not exist.
   Result<std::vector<std::byte>> get_object(const std::string& key, std::uint64_t max_bytes);
+  // The whole object and its ETag (unquoted), for a later conditional PUT.
+  Result<S3Versioned> get_object_versioned(const std::string& key, std::uint64_t max_bytes);
   // Exactly out.size() bytes from offset.
   Status get_object_range(const std::string& key, std::uint64_t offset, std::span<std::byte> out);
   // if_none_match: the write happens only if the key does not exist, else already_exists.
   Status put_object(const std::string& key, std::span<const std::byte> body, bool if_none_match);
+  // The write happens only if the object's ETag is if_match (If-Match; RGW wants it unquoted),
+  // else already_exists (412).
+  Status put_object_if_match(const std::string& key, std::span<const std::byte> body,
+                             const std::string& if_match);
+  // Unconditional: RGW ignores If-Match on DELETE (measured, Ceph 16).
   Status delete_object(const std::string& key);
-  // Every key starting with prefix (ListObjectsV2, all pages).
-  Result<std::vector<std::string>> list_keys(const std::string& prefix);
+  // Every object whose key starts with prefix (ListObjectsV2, all pages), and the endpoint's
+  // clock (the Date of the first page), against which their LastModified can be aged.
+  Result<S3Listing> list_objects(const std::string& prefix);
 
  private:
   struct Request;
   struct Response;
   Result<Response> perform(Request& request);
+  Status put(Request& request, const std::string& key, std::span<const std::byte> body);
   Result<Response> perform_once(Request& request, CurlEasy& easy);
   std::unique_ptr<CurlEasy> take_handle();
   void return_handle(std::unique_ptr<CurlEasy> easy);
@@ -69,11 +95,15 @@ Error s3_error(long status, std::string_view body, const std::string& what, cons
 // RFC 3986 percent-encoding of a query value (unreserved characters kept, '/' encoded).
 std::string s3_query_encode(std::string_view value);
 
-// The <Key>s, and the continuation token when the listing is truncated, of a ListObjectsV2 page.
+// The objects, and the continuation token when the listing is truncated, of a ListObjectsV2 page.
 struct S3ListPage {
-  std::vector<std::string> keys;
+  std::vector<S3ObjectInfo> objects;
   std::string next_token;  // empty when this was the last page
 };
 S3ListPage s3_parse_list(std::string_view xml);
+
+// Seconds since the epoch of an ISO 8601 UTC time as S3 lists it ("2026-12-02T06:19:18.773Z"),
+// or of an HTTP date ("Wed, 02 Dec 2026 06:19:18 GMT"); nullopt when it is neither.
+std::optional<std::int64_t> s3_parse_time(std::string_view text);
 
 }  // namespace gcr::store

@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "gcr/manifest.h"
 #include "gcr/store.h"
+#include "store/backend_chunks.h"
 #include "store/compress.h"
 #include "store/fault.h"
 #include "store/layout.h"
@@ -19,89 +21,6 @@
 
 namespace gcr::store {
 namespace {
-
-struct Located {
-  PackId pack;
-  IndexEntry entry;
-};
-using ChunkMap = std::unordered_map<ChunkId, Located, Id128Hash>;
-
-std::string index_key(const PackId& p) {
-  return "packs/" + p.hex() + ".idx";
-}
-std::string pack_key(const PackId& p) {
-  return "packs/" + p.hex() + ".pack";
-}
-std::string manifest_key(const CheckpointId& c) {
-  return "manifests/" + c.hex() + ".manifest";
-}
-
-// Every chunk the store's sealed packs hold. An index that cannot be read is left out: in a
-// destination its chunks count as absent (copied again), in a source as missing (an error then
-// names the chunk).
-Result<ChunkMap> load_chunk_map(Backend& store) {
-  GCR_TRY_ASSIGN(auto names, store.list("packs"));
-  std::vector<PackId> ids;
-  for (const auto& n : names) {
-    if (auto id = id_from_file_name(n, "idx")) ids.push_back(*id);
-  }
-  std::vector<std::optional<PackIndex>> loaded(ids.size());
-  std::vector<Error> errors(ids.size(), Error{Errc::ok, {}});
-  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
-  pool.parallel_for(ids.size(), [&](std::size_t i) {
-    auto bytes = store.get(index_key(ids[i]), kMaxIndexBytes);
-    if (!bytes) {
-      errors[i] = std::move(bytes).error();
-      return;
-    }
-    std::string origin = "pack index " + ids[i].hex() + " (" + store.name() + ")";
-    auto index = decode_pack_index(*bytes, origin);
-    if (!index) {
-      errors[i] = std::move(index).error();
-    } else if (index->pack != ids[i]) {
-      errors[i] = Error{Errc::corrupt_image, origin + ": names pack " + index->pack.hex()};
-    } else {
-      loaded[i] = std::move(index).value();
-    }
-  });
-  for (const Error& e : errors) {
-    // Transport failures are not damage: the listing is incomplete, so stop.
-    if (e.code == Errc::unreachable || e.code == Errc::permission_denied ||
-        e.code == Errc::clock_skew || e.code == Errc::timeout) {
-      return e;
-    }
-  }
-  ChunkMap map;
-  for (const auto& index : loaded) {
-    if (!index) continue;
-    for (const IndexEntry& e : index->entries) map.emplace(e.id, Located{index->pack, e});
-  }
-  return map;
-}
-
-Status check_record(std::span<const std::byte> record, const Located& at,
-                    const std::string& origin) {
-  const IndexEntry& e = at.entry;
-  GCR_TRY(check_record_header(record.first(kRecordHeaderBytes), e, origin));
-  auto payload = record.subspan(kRecordHeaderBytes, e.stored_bytes);
-  std::vector<std::byte> decoded;
-  std::span<const std::byte> raw = payload;
-  if (e.codec != Codec::raw) {
-    decoded.resize(e.raw_bytes);
-    Status s = unpack_chunk(e.codec, payload, decoded);
-    if (!s) {
-      return make_error(Errc::corrupt_image, origin + " offset " + std::to_string(e.offset) +
-                                                 ": chunk " + e.id.hex() + ": " +
-                                                 s.error().message);
-    }
-    raw = decoded;
-  }
-  if (chunk_id_of(raw) != e.id) {
-    return make_error(Errc::corrupt_image, origin + " offset " + std::to_string(e.offset) +
-                                               ": checksum mismatch for chunk " + e.id.hex());
-  }
-  return ok();
-}
 
 // Records read from one source pack with one ranged read.
 struct Range {
@@ -145,10 +64,11 @@ std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptio
 }
 
 // Reads a batch's records from `from`, checks them, and writes them to `to` as one new pack
-// (pack first, then its index: the pack is complete before anything can name it).
-Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch) {
+// (pack first, then its index: the pack is complete before anything can name it). Returns the
+// pack's size.
+Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch, PackId pack_id) {
   PackIndex index;
-  index.pack = PackId::random();
+  index.pack = pack_id;
   std::vector<std::byte> pack;
   auto header = encode_pack_header(index.pack);
   pack.insert(pack.end(), header.begin(), header.end());
@@ -176,6 +96,71 @@ Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch)
   return pack.size();
 }
 
+// Copies chunks from the source into new destination packs, many packs at once, and records in
+// `placed` where each went.
+struct ChunkCopier {
+  Backend& from;
+  Backend& to;
+  const TransferOptions& options;
+  TransferReport& report;
+  std::unordered_map<ChunkId, PackId, Id128Hash>& placed;
+
+  Status copy(const std::vector<ChunkId>& chunks, const std::string& origin,
+              std::optional<ChunkMap>& source) {
+    if (chunks.empty()) return ok();
+    if (!source) {
+      GCR_TRY_ASSIGN(ChunkMap loaded, load_chunk_map(from, MarkedPacks::use));
+      source = std::move(loaded);
+    }
+    std::vector<Located> wanted;
+    for (const ChunkId& cid : chunks) {
+      auto it = source->find(cid);
+      if (it == source->end()) {
+        return make_error(Errc::corrupt_image,
+                          origin + ": chunk " + cid.hex() +
+                              " is in no sealed pack there; run 'gcr image verify' on it");
+      }
+      wanted.push_back(it->second);
+    }
+    std::uint64_t total_raw = 0;
+    for (const Located& l : wanted) total_raw += l.entry.raw_bytes;
+    auto batches = plan_batches(std::move(wanted), options);
+    std::vector<PackId> pack_ids(batches.size());
+    for (PackId& p : pack_ids) p = PackId::random();
+    std::vector<Result<std::uint64_t>> results(batches.size(), std::uint64_t{0});
+    std::atomic<bool> failed{false};
+    std::atomic<std::uint64_t> done_raw{0};
+    if (options.progress) options.progress(0, total_raw);
+    unsigned parallel = std::min(from.parallelism(), to.parallelism());
+    WorkerPool pool(std::min<unsigned>(parallel, std::max<std::size_t>(batches.size(), 1)));
+    pool.parallel_for(batches.size(), [&](std::size_t i) {
+      if (failed) return;  // one failure fails the transfer: do not start more
+      results[i] = copy_batch(from, to, batches[i], pack_ids[i]);
+      if (!results[i]) {
+        failed = true;
+        return;
+      }
+      if (options.progress) {
+        std::uint64_t raw = 0;
+        for (const Range& r : batches[i].ranges)
+          for (const Located& l : r.records) raw += l.entry.raw_bytes;
+        options.progress(done_raw += raw, total_raw);
+      }
+    });
+    for (auto& r : results) {
+      if (!r) return std::move(r).error();
+      report.copied_bytes += *r;
+    }
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      for (const Range& r : batches[i].ranges)
+        for (const Located& l : r.records) placed[l.entry.id] = pack_ids[i];
+    }
+    report.chunks_copied += chunks.size();
+    report.packs_written += batches.size();
+    return ok();
+  }
+};
+
 std::string bytes_text(std::uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -187,6 +172,25 @@ std::string bytes_text(std::uint64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
   return buf;
+}
+
+// A tag is moved by compare-and-swap (a conditional PUT on a bucket): read with its version, then
+// written only if still at that version, so two writers moving one tag at once each see the
+// other's write (and retry) instead of one silently losing its update in between.
+Status set_tag(Backend& to, const std::string& tag, std::span<const std::byte> text) {
+  std::string key = "tags/" + tag;
+  for (int attempt = 0;; ++attempt) {
+    std::string version;
+    auto now = to.get_versioned(key, 64);
+    if (now) {
+      if (std::equal(now->bytes.begin(), now->bytes.end(), text.begin(), text.end())) return ok();
+      version = std::move(now->version);
+    } else if (now.error().code != Errc::not_found) {
+      return std::move(now).error();
+    }
+    Status s = to.put_if(key, text, version);
+    if (s || s.error().code != Errc::busy || attempt == 8) return s;
+  }
 }
 
 }  // namespace
@@ -257,57 +261,48 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
   } else if (existing.error().code != Errc::not_found) {
     return std::move(existing).error();
   } else {
-    GCR_TRY_ASSIGN(ChunkMap present, load_chunk_map(to));
+    GCR_TRY_ASSIGN(ChunkMap present, load_chunk_map(to, MarkedPacks::skip));
+    // Where each chunk the manifest names is in the destination.
+    std::unordered_map<ChunkId, PackId, Id128Hash> placed;
     std::vector<ChunkId> missing;
     for (const auto& [cid, raw] : named) {
-      if (present.contains(cid)) {
+      if (auto it = present.find(cid); it != present.end()) {
         ++report.chunks_present;
         report.present_bytes += raw;
+        placed.emplace(cid, it->second.pack);
       } else {
         missing.push_back(cid);
       }
     }
-    if (!missing.empty()) {
-      GCR_TRY_ASSIGN(ChunkMap source, load_chunk_map(from));
-      std::vector<Located> wanted;
-      for (const ChunkId& cid : missing) {
-        auto it = source.find(cid);
-        if (it == source.end()) {
-          return make_error(Errc::corrupt_image,
-                            origin + ": chunk " + cid.hex() +
-                                " is in no sealed pack there; run 'gcr image verify' on it");
-        }
-        wanted.push_back(it->second);
+    std::optional<ChunkMap> source;
+    ChunkCopier copier{from, to, options, report, placed};
+    GCR_TRY(copier.copy(missing, origin, source));
+    // Note [A commit re-checks its packs]. A bucket's gc, run from any machine, may since have
+    // marked or deleted a pack this transfer found chunks in, or even one it wrote (with a grace
+    // of 0). So right before the commit it lists packs/ once more, and copies again, into new
+    // packs, every chunk whose pack is marked or gone; a pack seen unmarked here cannot go
+    // before the grace period has passed, and the commit is the very next request
+    // (bucket_gc.h, Note [Bucket gc and writers]). A local store answers the same, trivially.
+    pause_point(Fault::transfer_before_check);
+    for (int round = 0;; ++round) {
+      GCR_TRY_ASSIGN(PackListing packs, list_packs(to));
+      std::vector<ChunkId> lost;
+      for (const auto& [cid, pack] : placed) {
+        if (!packs.indexed.contains(pack) || packs.marked.contains(pack)) lost.push_back(cid);
       }
-      std::uint64_t total_raw = 0;
-      for (const Located& l : wanted) total_raw += l.entry.raw_bytes;
-      auto batches = plan_batches(std::move(wanted), options);
-      std::vector<Result<std::uint64_t>> results(batches.size(), std::uint64_t{0});
-      std::atomic<bool> failed{false};
-      std::atomic<std::uint64_t> done_raw{0};
-      if (options.progress) options.progress(0, total_raw);
-      unsigned parallel = std::min(from.parallelism(), to.parallelism());
-      WorkerPool pool(std::min<unsigned>(parallel, std::max<std::size_t>(batches.size(), 1)));
-      pool.parallel_for(batches.size(), [&](std::size_t i) {
-        if (failed) return;  // one failure fails the transfer: do not start more
-        results[i] = copy_batch(from, to, batches[i]);
-        if (!results[i]) {
-          failed = true;
-          return;
-        }
-        if (options.progress) {
-          std::uint64_t raw = 0;
-          for (const Range& r : batches[i].ranges)
-            for (const Located& l : r.records) raw += l.entry.raw_bytes;
-          options.progress(done_raw += raw, total_raw);
-        }
-      });
-      for (auto& r : results) {
-        if (!r) return std::move(r).error();
-        report.copied_bytes += *r;
+      if (lost.empty()) break;
+      if (round == 3) {
+        return make_error(Errc::busy, "committing checkpoint " + id.hex() + " to " + to.name() +
+                                          ": gc keeps marking the packs it needs; run it again "
+                                          "when gc is done");
       }
-      report.chunks_copied = missing.size();
-      report.packs_written = batches.size();
+      for (const ChunkId& cid : lost) {
+        if (present.erase(cid) > 0) {
+          --report.chunks_present;
+          report.present_bytes -= named[cid];
+        }
+      }
+      GCR_TRY(copier.copy(lost, origin, source));
     }
     Status s = to.put(manifest_key(id), manifest_bytes, PutMode::create_only);
     if (!s) {
@@ -321,8 +316,7 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
       return make_error(Errc::invalid_argument, "'" + *options.tag + "' is not a valid name");
     }
     std::string text = id.hex() + "\n";
-    GCR_TRY(to.put("tags/" + *options.tag, std::as_bytes(std::span(text.data(), text.size())),
-                   PutMode::replace));
+    GCR_TRY(set_tag(to, *options.tag, std::as_bytes(std::span(text.data(), text.size()))));
   }
   report.elapsed_ns =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

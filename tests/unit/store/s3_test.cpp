@@ -98,21 +98,33 @@ TEST_CASE("query values are percent-encoded as SigV4 canonical form wants", "[s3
   CHECK(s3_query_encode("x=+") == "x%3D%2B");
 }
 
-TEST_CASE("a ListObjectsV2 page gives its keys and the next token", "[s3]") {
+TEST_CASE("a ListObjectsV2 page gives its objects and the next token", "[s3]") {
   std::string xml =
       "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>p/packs/a.idx</Key>"
-      "<Size>1</Size></Contents><Contents><Key>p/a&amp;b</Key></Contents>"
+      "<LastModified>2026-12-02T06:19:18.773Z</LastModified><Size>12345678901</Size></Contents>"
+      "<Contents><Key>p/a&amp;b</Key></Contents>"
       "<NextContinuationToken>tok+/=</NextContinuationToken></ListBucketResult>";
   auto page = s3_parse_list(xml);
-  REQUIRE(page.keys.size() == 2);
-  CHECK(page.keys[0] == "p/packs/a.idx");
-  CHECK(page.keys[1] == "p/a&b");
+  REQUIRE(page.objects.size() == 2);
+  CHECK(page.objects[0].key == "p/packs/a.idx");
+  CHECK(page.objects[0].size == 12345678901ull);
+  CHECK(page.objects[0].modified_unix == 1796192358);
+  CHECK(page.objects[1].key == "p/a&b");
+  CHECK(page.objects[1].size == 0);
   CHECK(page.next_token == "tok+/=");
   auto last = s3_parse_list(
       "<ListBucketResult><IsTruncated>false</IsTruncated>"
       "<NextContinuationToken>x</NextContinuationToken></ListBucketResult>");
-  CHECK(last.keys.empty());
+  CHECK(last.objects.empty());
   CHECK(last.next_token.empty());
+}
+
+TEST_CASE("S3's two ways of writing a time read the same", "[s3]") {
+  CHECK(s3_parse_time("2026-12-02T06:19:18.773Z") == 1796192358);
+  CHECK(s3_parse_time("Wed, 02 Dec 2026 06:19:18 GMT") == 1796192358);
+  CHECK(s3_parse_time("1970-01-01T00:00:00Z") == 0);
+  CHECK(!s3_parse_time("yesterday"));
+  CHECK(!s3_parse_time(""));
 }
 
 TEST_CASE("the cache size limit reads units", "[s3][cache]") {

@@ -1,0 +1,107 @@
+// The chunks of a Backend store: see backend_chunks.h.
+#include "store/backend_chunks.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "gcr/store.h"
+#include "store/compress.h"
+#include "store/layout.h"
+#include "store/workers.h"
+
+namespace gcr::store {
+
+std::string index_key(const PackId& p) {
+  return "packs/" + p.hex() + ".idx";
+}
+std::string pack_key(const PackId& p) {
+  return "packs/" + p.hex() + ".pack";
+}
+std::string mark_key(const PackId& p) {
+  return "packs/" + p.hex() + ".dead";
+}
+std::string manifest_key(const CheckpointId& c) {
+  return "manifests/" + c.hex() + ".manifest";
+}
+
+Result<PackListing> list_packs(Backend& store) {
+  GCR_TRY_ASSIGN(auto names, store.list("packs"));
+  PackListing out;
+  for (const auto& n : names) {
+    if (auto id = id_from_file_name(n, "idx")) out.indexed.insert(*id);
+    if (auto id = id_from_file_name(n, "dead")) out.marked.insert(*id);
+  }
+  return out;
+}
+
+std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids) {
+  std::vector<Result<PackIndex>> loaded(ids.size(), Error{Errc::internal, "not loaded"});
+  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
+  pool.parallel_for(ids.size(), [&](std::size_t i) {
+    auto bytes = store.get(index_key(ids[i]), kMaxIndexBytes);
+    if (!bytes) {
+      loaded[i] = std::move(bytes).error();
+      return;
+    }
+    std::string origin = "pack index " + ids[i].hex() + " (" + store.name() + ")";
+    auto index = decode_pack_index(*bytes, origin);
+    if (index && index->pack != ids[i]) {
+      loaded[i] = Error{Errc::corrupt_image, origin + ": names pack " + index->pack.hex()};
+    } else {
+      loaded[i] = std::move(index);
+    }
+  });
+  return loaded;
+}
+
+bool transport_failure(const Error& e) {
+  return e.code == Errc::unreachable || e.code == Errc::permission_denied ||
+         e.code == Errc::clock_skew || e.code == Errc::timeout;
+}
+
+Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked) {
+  GCR_TRY_ASSIGN(PackListing packs, list_packs(store));
+  std::vector<PackId> ids;
+  for (const PackId& id : packs.indexed) {
+    if (marked == MarkedPacks::use || !packs.marked.contains(id)) ids.push_back(id);
+  }
+  auto loaded = load_indexes(store, ids);
+  ChunkMap map;
+  // Unmarked packs first: a chunk also in a marked pack is read from the one that stays.
+  for (bool want_marked : {false, true}) {
+    for (auto& index : loaded) {
+      // Transport failures are not damage: the listing is incomplete, so stop.
+      if (!index && transport_failure(index.error())) return std::move(index).error();
+      if (!index || packs.marked.contains(index->pack) != want_marked) continue;
+      for (const IndexEntry& e : index->entries) map.emplace(e.id, Located{index->pack, e});
+    }
+  }
+  return map;
+}
+
+Status check_record(std::span<const std::byte> record, const Located& at,
+                    const std::string& origin) {
+  const IndexEntry& e = at.entry;
+  GCR_TRY(check_record_header(record.first(kRecordHeaderBytes), e, origin));
+  auto payload = record.subspan(kRecordHeaderBytes, e.stored_bytes);
+  std::vector<std::byte> decoded;
+  std::span<const std::byte> raw = payload;
+  if (e.codec != Codec::raw) {
+    decoded.resize(e.raw_bytes);
+    Status s = unpack_chunk(e.codec, payload, decoded);
+    if (!s) {
+      return make_error(Errc::corrupt_image, origin + " offset " + std::to_string(e.offset) +
+                                                 ": chunk " + e.id.hex() + ": " +
+                                                 s.error().message);
+    }
+    raw = decoded;
+  }
+  if (chunk_id_of(raw) != e.id) {
+    return make_error(Errc::corrupt_image, origin + " offset " + std::to_string(e.offset) +
+                                               ": checksum mismatch for chunk " + e.id.hex());
+  }
+  return ok();
+}
+
+}  // namespace gcr::store

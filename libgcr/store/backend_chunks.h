@@ -1,0 +1,58 @@
+// The chunks of a store seen through its Backend (backend.h), for transfers, bucket gc and bucket
+// verify: the object keys of packs, indexes, gc's marks and manifests; which packs are sealed and
+// which gc has marked; every chunk the sealed packs hold (their indexes read in parallel); and the
+// check of one record read back (header against the index, codec, XXH3-128 against the chunk id).
+#pragma once
+
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "gcr/chunk_id.h"
+#include "gcr/result.h"
+#include "store/backend.h"
+#include "store/pack_format.h"
+
+namespace gcr::store {
+
+std::string index_key(const PackId& p);  // packs/<P>.idx
+std::string pack_key(const PackId& p);   // packs/<P>.pack
+std::string mark_key(const PackId& p);   // packs/<P>.dead: gc's mark (docs §8.3)
+std::string manifest_key(const CheckpointId& c);
+
+// The sealed packs (those with an index) and gc's marks.
+struct PackListing {
+  std::unordered_set<PackId, Id128Hash> indexed, marked;
+};
+Result<PackListing> list_packs(Backend& store);
+
+// A chunk's place: its pack and its index entry.
+struct Located {
+  PackId pack;
+  IndexEntry entry;
+};
+using ChunkMap = std::unordered_map<ChunkId, Located, Id128Hash>;
+
+// use: every sealed pack (reading a checkpoint: one it names may be marked, docs §8.3); skip:
+// leave out marked packs (a writer's dedup: a marked pack may go before the writer commits).
+enum class MarkedPacks { use, skip };
+
+// The indexes of these packs, read in parallel (cached for a bucket), each checked.
+std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids);
+
+// An error that says nothing of the store's contents (endpoint down, credentials, clock): a
+// listing that met one is incomplete.
+bool transport_failure(const Error& e);
+
+// Every chunk the store's sealed packs hold. An index that cannot be read is left out: in a
+// destination its chunks count as absent (copied again), in a source as missing (an error then
+// names the chunk); transport failures (endpoint down, credentials) fail the whole listing.
+Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked);
+
+// Checks one record as read back, against where the index says it is; `origin` names the pack.
+Status check_record(std::span<const std::byte> record, const Located& at,
+                    const std::string& origin);
+
+}  // namespace gcr::store

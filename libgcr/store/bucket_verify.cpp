@@ -1,0 +1,197 @@
+// verify of a Backend store: see bucket_verify.h.
+#include "store/bucket_verify.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "gcr/manifest.h"
+#include "store/backend_chunks.h"
+#include "store/backend_list.h"
+#include "store/layout.h"
+#include "store/manifests.h"
+#include "store/workers.h"
+
+namespace gcr::store {
+namespace {
+
+constexpr std::uint64_t kMaxRangeBytes = 8ull << 20;
+constexpr std::uint64_t kMaxGapBytes = 256ull << 10;
+
+struct Ref {
+  std::size_t checkpoint;  // index into labels
+  std::string object;
+};
+
+// Records of one pack read with one ranged GET.
+struct Range {
+  PackId pack;
+  std::uint64_t offset = 0, bytes = 0;
+  std::vector<Located> records;
+};
+
+std::vector<Range> plan_ranges(std::vector<Located> records) {
+  std::sort(records.begin(), records.end(), [](const Located& a, const Located& b) {
+    return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
+  });
+  std::vector<Range> ranges;
+  for (const Located& l : records) {
+    std::uint64_t rec = l.entry.record_bytes();
+    bool extend = !ranges.empty() && ranges.back().pack == l.pack &&
+                  l.entry.offset >= ranges.back().offset + ranges.back().bytes &&
+                  l.entry.offset - (ranges.back().offset + ranges.back().bytes) <= kMaxGapBytes &&
+                  l.entry.offset + rec - ranges.back().offset <= kMaxRangeBytes;
+    if (extend) {
+      ranges.back().bytes = l.entry.offset + rec - ranges.back().offset;
+    } else {
+      ranges.push_back(Range{l.pack, l.entry.offset, rec, {}});
+    }
+    ranges.back().records.push_back(l);
+  }
+  return ranges;
+}
+
+}  // namespace
+
+Result<VerifyReport> verify_backend(
+    Backend& store, std::optional<CheckpointId> only,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  VerifyReport report;
+  std::vector<CheckpointId> ids;
+  if (only) {
+    ids.push_back(*only);
+  } else {
+    GCR_TRY_ASSIGN(auto names, store.list("manifests"));
+    for (const auto& n : names) {
+      if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
+    }
+    std::sort(ids.begin(), ids.end());
+  }
+  GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
+
+  // Indexes afresh (get_versioned bypasses the cache, which holds an index as first read).
+  GCR_TRY_ASSIGN(PackListing packs, list_packs(store));
+  std::vector<PackId> indexed(packs.indexed.begin(), packs.indexed.end());
+  std::sort(indexed.begin(), indexed.end());
+  std::vector<Result<PackIndex>> indexes;
+  {
+    std::vector<Result<PackIndex>> loaded(indexed.size(), Error{Errc::internal, "not read"});
+    WorkerPool pool(
+        std::min<unsigned>(store.parallelism(), std::max<std::size_t>(indexed.size(), 1)));
+    pool.parallel_for(indexed.size(), [&](std::size_t i) {
+      auto got = store.get_versioned(index_key(indexed[i]), kMaxIndexBytes);
+      if (!got) {
+        loaded[i] = std::move(got).error();
+        return;
+      }
+      std::string origin = "pack index " + indexed[i].hex() + " (" + store.name() + ")";
+      auto index = decode_pack_index(got->bytes, origin);
+      if (index && index->pack != indexed[i]) {
+        loaded[i] = Error{Errc::corrupt_image, origin + ": names pack " + index->pack.hex()};
+      } else {
+        loaded[i] = std::move(index);
+      }
+    });
+    indexes = std::move(loaded);
+  }
+  ChunkMap where;  // as a reader finds chunks: in unmarked packs first (backend_chunks.h)
+  for (std::size_t i = 0; i < indexed.size(); ++i) {
+    if (!indexes[i] && transport_failure(indexes[i].error())) {
+      return std::move(indexes[i]).error();
+    }
+    if (!indexes[i] && !only) {
+      report.problems.push_back({"", "pack " + indexed[i].hex(), "", indexes[i].error().message});
+    }
+  }
+  for (bool want_marked : {false, true}) {
+    for (std::size_t i = 0; i < indexed.size(); ++i) {
+      if (!indexes[i] || packs.marked.contains(indexed[i]) != want_marked) continue;
+      for (const IndexEntry& e : indexes[i]->entries) where.emplace(e.id, Located{indexed[i], e});
+    }
+  }
+
+  std::vector<std::string> labels;
+  std::unordered_map<ChunkId, std::vector<Ref>, Id128Hash> refs;
+  std::vector<Located> to_read;
+  std::uint64_t total = 0;
+  auto report_bad = [&](const ChunkId& id, const std::string& what) {
+    for (const Ref& r : refs[id]) {
+      report.problems.push_back({labels[r.checkpoint], r.object, id.hex(), what});
+    }
+  };
+  for (const CheckpointId& id : ids) {
+    std::string label = checkpoint_label(id, tags_of[id]);
+    std::string origin = "manifest " + id.hex() + " (" + store.name() + ")";
+    auto bytes = store.get(manifest_key(id), kMaxManifestBytes);
+    Result<Manifest> m = bytes ? decode_manifest(*bytes, origin) : Result<Manifest>(bytes.error());
+    if (m && m->id != id)
+      m = Error{Errc::corrupt_image, origin + ": holds checkpoint " + m->id.hex()};
+    if (!m) {
+      if (only || transport_failure(m.error())) return std::move(m).error();
+      if (m.error().code == Errc::not_found) continue;  // removed meanwhile
+      report.problems.push_back({label, "", "", m.error().message});
+      continue;
+    }
+    ++report.checkpoints;
+    labels.push_back(label);
+    for (const ObjectEntry& o : m->objects) {
+      for (std::uint64_t k = 0; k < o.chunk_count && o.first_chunk + k < m->chunks.size(); ++k) {
+        const ChunkRef& c = m->chunks[o.first_chunk + k];
+        if (c.zero) continue;  // decode_manifest checked their ids
+        auto& r = refs[c.id];
+        bool first = r.empty();
+        if (first || r.back().checkpoint != labels.size() - 1 ||
+            r.back().object != object_label(o)) {
+          r.push_back(Ref{labels.size() - 1, object_label(o)});
+        }
+        if (!first) continue;
+        auto at = where.find(c.id);
+        if (at == where.end()) continue;  // reported below, once every reference is known
+        to_read.push_back(at->second);
+        total += c.raw_bytes;
+      }
+    }
+  }
+  for (const auto& [id, r] : refs) {
+    if (!where.contains(id))
+      report_bad(id, "in no sealed pack (lost, or its pack index is damaged)");
+  }
+
+  auto ranges = plan_ranges(std::move(to_read));
+  std::mutex mu;
+  std::atomic<std::uint64_t> done{0};
+  std::optional<Error> stop;
+  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ranges.size(), 1)));
+  pool.parallel_for(ranges.size(), [&](std::size_t i) {
+    const Range& r = ranges[i];
+    std::vector<std::byte> buffer(r.bytes);
+    Status got = store.get_range(pack_key(r.pack), r.offset, buffer);
+    std::string origin = "pack " + r.pack.hex() + " (" + store.name() + ")";
+    std::uint64_t raw = 0;
+    std::lock_guard lock(mu);
+    if (!got && transport_failure(got.error())) {
+      if (!stop) stop = got.error();
+      return;
+    }
+    for (const Located& l : r.records) {
+      raw += l.entry.raw_bytes;
+      ++report.chunks;
+      report.bytes += l.entry.raw_bytes;
+      if (!got) {
+        report_bad(l.entry.id, got.error().message);
+        continue;
+      }
+      auto record = std::span<const std::byte>(buffer).subspan(l.entry.offset - r.offset,
+                                                               l.entry.record_bytes());
+      if (Status s = check_record(record, l, origin); !s) report_bad(l.entry.id, s.error().message);
+    }
+    if (progress) progress(done += raw, total);
+  });
+  if (stop) return *stop;
+  return report;
+}
+
+}  // namespace gcr::store
