@@ -66,6 +66,7 @@ Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked) {
   for (const PackId& id : packs.indexed) {
     if (marked == MarkedPacks::use || !packs.marked.contains(id)) ids.push_back(id);
   }
+  std::sort(ids.begin(), ids.end());  // of two copies of a chunk, the same one every time
   auto loaded = load_indexes(store, ids);
   ChunkMap map;
   // Unmarked packs first: a chunk also in a marked pack is read from the one that stays.

@@ -3,9 +3,10 @@
 # between a local store and a bucket with dedup, byte-identical manifests and a clean verify after
 # the round trip, an upload killed after its first pack leaves no checkpoint visible (and a rerun
 # completes it), concurrent first pushes into a new store both commit, a corrupted object is
-# refused, a pull survives radosgw killed and restarted under it (retries), and the errors a user
-# can act on with distinct exit codes: bad credentials (4), missing bucket (3), endpoint down
-# (15), unknown scheme (2).
+# refused (and found by verify on the bucket), rm and gc on the bucket (marks, the grace period),
+# gc on another machine racing a writer loses nothing, a pull survives radosgw killed and
+# restarted under it (retries), and the errors a user can act on with distinct exit codes: bad
+# credentials (4), missing bucket (3), endpoint down (15), unknown scheme (2).
 #
 # usage: s3_store_test.sh GCR_BINARY MAKE_STORE_BINARY STORE_WRITER; exits 77 without Ceph.
 set -euo pipefail
@@ -128,6 +129,63 @@ rc=0
 "$GCR_BIN" --store "$T/node5" image pull "$B3/other" >>"$OUT" 2>>"$ERR" || rc=$((rc + $?))
 [[ $rc != 0 ]] || fail "pulls of a corrupted store both succeeded"
 grep -q "checksum mismatch\|corrupt\|does not match\|zstd" "$ERR" || fail "no corruption named"
+
+step "verify on a bucket: the damaged record is found, exit 7"
+expect 7 "$GCR_BIN" --store "$B3" image verify --json
+py "assert not d['ok'] and any('checksum' in p['what'] or 'zstd' in p['what'] for p in d['problems']), d"
+expect 0 "$GCR_BIN" --store "$B" image verify --json
+py "assert d['ok'] and d['checkpoints'] == 3 and d['chunks'] > 0 and d['bytes'] > 0, d"
+expect 0 "$GCR_BIN" --store "$B" image verify job-2
+contains "no problems" "$OUT"
+
+step "rm and gc on a bucket: marked first, deleted a grace period later, nothing used lost"
+B4=s3://gcr-test/gc
+for name in job-1 job-2 other; do expect 0 "$GCR_BIN" "${L[@]}" image push "$name" "$B4"; done
+expect 0 "$GCR_BIN" --store "$B4" image rm other --json
+py "assert d['removed'][0]['tags'] == ['other'], d"
+expect 3 "$GCR_BIN" --store "$B4" image rm other
+expect 0 "$GCR_BIN" --store "$B4" image gc --json
+py "assert d['packs_marked'] == 0 and d['packs_deleted'] == 0 and d['packs_waiting'] >= 1, d"
+sleep 1.2  # LastModified has whole seconds
+expect 0 "$GCR_BIN" --store "$B4" image gc --grace 1s --dry-run --json
+py "assert d['dry_run'] and d['packs_marked'] >= 1 and d['packs_deleted'] == 0, d"
+expect 0 s3_curl GET "gcr-test?list-type=2&prefix=gc%2Fpacks%2F"
+grep -q '\.dead<' "$OUT" && fail "a dry run marked a pack"
+expect 0 "$GCR_BIN" --store "$B4" image gc --grace 1s --json
+py "assert d['packs_marked'] >= 1 and d['packs_deleted'] == 0, d"
+marked=$(python3 -c "import json; print(json.load(open('$OUT'))['packs_marked'])")
+expect 0 s3_curl GET "gcr-test?list-type=2&prefix=gc%2Fpacks%2F"
+[[ $(grep -o '\.dead<' "$OUT" | wc -l) == "$marked" ]] || fail "gc reported $marked marks"
+sleep 1.2
+expect 0 "$GCR_BIN" --store "$B4" image gc --grace 1s --json
+py "assert d['packs_deleted'] == $marked and d['bytes_freed'] > 0 and d['packs_marked'] == 0, d"
+expect 0 "$GCR_BIN" --store "$B4" image verify --json
+py "assert d['ok'] and d['checkpoints'] == 2, d"
+expect 0 "$GCR_BIN" --store "$T/node9" image pull "$B4/job-2"
+expect 0 "$GCR_BIN" --store "$T/node9" image verify
+expect 2 "$GCR_BIN" --store "$B4" image gc --grace soon
+expect 2 "$GCR_BIN" --store "$T/local" image gc --grace 1h
+
+step "gc on another machine racing a writer loses nothing"
+B5=s3://gcr-test/race
+expect 0 "$GCR_BIN" "${L[@]}" image push job-1 "$B5"
+expect 0 "$GCR_BIN" --store "$B5" image rm job-1
+# The writer finds job-1's chunks in the bucket (dedup), writes its new pack, and stops right
+# before its commit check; gc with no grace then deletes every unused pack, its own included.
+GCR_PAUSE=transfer-before-check GCR_PAUSE_FILE=$T/paused "$GCR_BIN" "${L[@]}" image push job-2 "$B5" --json >"$T/racer.out" 2>"$T/racer.err" & racer=$!
+for _ in $(seq 1 1000); do [[ -e $T/paused ]] && break; sleep 0.02; done
+[[ -e $T/paused ]] || { cat "$T/racer.err"; fail "the writer never reached its commit check"; }
+expect 0 "$GCR_BIN" --store "$B5" image gc --grace 0 --json
+py "assert d['packs_deleted'] >= 2, d"
+rm -f "$T/paused"
+wait $racer || { cat "$T/racer.err"; fail "the writer failed after gc took its packs"; }
+python3 -c "import json; d=json.load(open('$T/racer.out')); assert d['copied_bytes'] > 0, d" || fail "racer report"
+expect 0 "$GCR_BIN" --store "$B5" image verify --json
+py "assert d['ok'] and d['checkpoints'] == 1, d"
+expect 0 "$GCR_BIN" --store "$T/node10" image pull "$B5/job-2"
+expect 0 "$GCR_BIN" --store "$T/node10" image verify
+id=$(python3 -c "import json; print(json.load(open('$T/racer.out'))['id'])")
+cmp "$T/local/manifests/$id.manifest" "$T/node10/manifests/$id.manifest" || fail "manifest differs"
 
 step "errors a user can act on"
 expect 4 env AWS_SECRET_ACCESS_KEY=wrong "$GCR_BIN" "${L[@]}" image push job-1 "$B"
