@@ -21,6 +21,7 @@
 #include "output.h"
 #include "paths.h"
 #include "remote.h"
+#include "stream_pull.h"
 #include "restore_streams.h"
 
 namespace gcr::cli {
@@ -264,10 +265,16 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
 
 // The files the restored process gets for its streams and logs (restore_streams.h), opened here
 // with the caller's rights, from the checkpoint's record of what it had open.
-Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
+// arriving: o.name is the id of a checkpoint still arriving from a bucket (stream_pull.h).
+Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx, bool arriving) {
   GCR_TRY_ASSIGN(auto store, ctx.open_store());
-  GCR_TRY_ASSIGN(store::CheckpointId id, store->resolve(o.name));
-  GCR_TRY_ASSIGN(auto reader, store->open_checkpoint(id));
+  store::CheckpointId id;
+  if (arriving) {
+    id = *store::Id128::from_hex(o.name);
+  } else {
+    GCR_TRY_ASSIGN(id, store->resolve(o.name));
+  }
+  GCR_TRY_ASSIGN(auto reader, store->open_checkpoint(id, arriving));
   const auto& m = reader->manifest();
   // gcrd decides (restore.cpp); saying it here first keeps the refusal about whose checkpoint
   // this is rather than about a file of theirs this user cannot open.
@@ -294,35 +301,67 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx) {
 Status restore(RestoreOptions o, Context& ctx) {
   if (!o.log.empty() && !o.streams.detach)
     return Error{Errc::invalid_argument, "--log goes with --detach"};
-  // From a bucket: pull the checkpoint into its cache store (what is not there yet), then restore
-  // from that as from any local store.
+  // From a bucket: the checkpoint is brought into the bucket's cache store (what is not there
+  // yet) and restored from there as from any local store; without --eager, streamed
+  // (stream_pull.h): the restore starts once the CRIU files are in, while the regions arrive.
   std::optional<store::LocatedName> located = store::split_store_url_and_name(o.name);
   if (!located) {
     GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
     if (location.is_s3()) located = store::LocatedName{location, o.name};
   }
+  std::unique_ptr<store::Backend> remote;
+  std::unique_ptr<StreamedPull> streamed;  // after remote: it uses it until destroyed
+  std::optional<store::TransferReport> pulled;
+  auto fetch_error = [&](Error e) {
+    e.message = "fetching " + located->name + " from " + located->store.text() + ": " + e.message;
+    return e;
+  };
   if (located) {
-    GCR_TRY_ASSIGN(auto remote, open_location(located->store, /*create=*/false));
-    auto pulled = pull_into_cache(*remote, located->name, !o.json && ctx.stderr_tty);
-    if (!pulled) {
-      Error e = std::move(pulled).error();
-      e.message = "fetching " + located->name + " from " + located->store.text() + ": " + e.message;
-      return e;
+    GCR_TRY_ASSIGN(remote, open_location(located->store, /*create=*/false));
+    const char* stream_env = std::getenv("GCR_STREAM_RESTORE");
+    bool stream = !o.eager && !(stream_env != nullptr && std::string(stream_env) == "0");
+    if (stream) {
+      auto id = store::resolve_checkpoint(*remote, located->name);
+      if (!id) return fetch_error(std::move(id).error());
+      auto started = StreamedPull::start(*remote, *id);
+      if (!started) return fetch_error(std::move(started).error());
+      streamed = std::move(started).value();
+      if (Status s = streamed->files_ready(); !s) return fetch_error(std::move(s).error());
+      o.name = id->hex();
+    } else {
+      auto r = pull_into_cache(*remote, located->name, !o.json && ctx.stderr_tty);
+      if (!r) return fetch_error(std::move(r).error());
+      if (!o.json)
+        std::fputs(store::describe_transfer(*r, "fetched", "from " + located->store.text()).c_str(),
+                   stderr);
+      o.name = r->id.hex();
+      pulled = std::move(r).value();
     }
-    if (!o.json)
-      std::fputs(
-          store::describe_transfer(*pulled, "fetched", "from " + located->store.text()).c_str(),
-          stderr);
     ctx.store_option = cache_store_of(*remote).string();
-    o.name = pulled->id.hex();
-    trim_cache(ctx.store_option, pulled->id);
   }
-  GCR_TRY_ASSIGN(StreamPlan streams, plan_restore_streams(o, ctx));
+  // After the restore: the rest of a streamed pull, and the cache kept within its size.
+  auto after_fetch = [&]() -> Status {
+    if (!located) return ok();
+    if (streamed) {
+      auto r = streamed->finish();
+      if (!r) return fetch_error(std::move(r).error());
+      if (!o.json)
+        std::fputs(
+            store::describe_transfer(*r, "fetched", "from " + located->store.text()).c_str(),
+            stderr);
+      pulled = std::move(r).value();
+    }
+    trim_cache(ctx.store_option, pulled->id);
+    return ok();
+  };
+  GCR_TRY_ASSIGN(StreamPlan streams,
+                 plan_restore_streams(o, ctx, streamed && streamed->arriving()));
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
   std::map<std::string, std::string> fields = {{"name", o.name},
                                                {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
   if (o.eager) fields["eager"] = "1";
+  if (streamed && streamed->arriving()) fields["arriving"] = "1";
   if (o.new_pid_namespace) fields["new_pid_namespace"] = "1";
   std::vector<int> files;
   bool shares_stdout = false;
@@ -362,7 +401,9 @@ Status restore(RestoreOptions o, Context& ctx) {
     else if (!o.json)
       std::fputs(describe_trace(*written).c_str(), stderr);
   }
+  Status fetched = after_fetch();
   if (!called) return std::move(called).error();
+  if (!fetched) return fetched;
   auto f = std::move(called).value();
   if (o.json) {
     JsonWriter j;

@@ -191,6 +191,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     if (f.count("device") && !f.at("device").empty())
       req.device = std::atoi(f.at("device").c_str());
     req.eager = f.count("eager") && f.at("eager") == "1";
+    req.arriving = f.count("arriving") && f.at("arriving") == "1";
     req.new_pid_namespace = f.count("new_pid_namespace") && f.at("new_pid_namespace") == "1";
     for (std::size_t i = 0; i < files.size(); ++i) {
       auto key = f.find("inherit." + std::to_string(i));

@@ -43,23 +43,13 @@ void wait_gone(pid_t pid) {
   }
 }
 
-// Puts the regions the process touched first after its cut (the manifest's META touch_order:
-// comma-separated hex addresses, recorded by the interposer) at the front, the rest after them in
-// manifest order. The three vectors stay parallel.
+// Puts the regions the process touched first after its cut (store::first_touch_rank) at the
+// front, the rest after them in manifest order. The three vectors stay parallel.
 void order_by_first_touch(const store::Manifest& m, std::vector<store::ObjectEntry>& objects,
                           std::vector<control::RegionRecord>& records,
                           std::vector<MappedAllocation>& allocations) {
-  std::string order = m.meta_or("touch_order", "");
-  if (order.empty()) return;
-  std::map<std::uint64_t, std::size_t> rank;
-  std::size_t pos = 0;
-  for (std::size_t start = 0; start < order.size();) {
-    std::size_t comma = order.find(',', start);
-    if (comma == std::string::npos) comma = order.size();
-    std::uint64_t a = std::strtoull(order.substr(start, comma - start).c_str(), nullptr, 16);
-    rank.emplace(a, pos++);
-    start = comma + 1;
-  }
+  std::map<std::uint64_t, std::size_t> rank = store::first_touch_rank(m);
+  if (rank.empty()) return;
   std::vector<std::size_t> idx(objects.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
@@ -85,8 +75,16 @@ void order_by_first_touch(const store::Manifest& m, std::vector<store::ObjectEnt
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,
                                          const RestoreRequest& req, const Progress& progress) {
   auto t0 = Clock::now();
-  GCR_TRY_ASSIGN(store::CheckpointId id, store.resolve(req.name));
-  GCR_TRY_ASSIGN(auto reader, store.open_checkpoint(id));
+  store::CheckpointId id;
+  if (req.arriving) {
+    auto full = store::Id128::from_hex(req.name);
+    if (!full || req.name.size() != 32)
+      return Error{Errc::protocol, "an arriving checkpoint is named by its full id"};
+    id = *full;
+  } else {
+    GCR_TRY_ASSIGN(id, store.resolve(req.name));
+  }
+  GCR_TRY_ASSIGN(auto reader, store.open_checkpoint(id, req.arriving));
   const store::Manifest& m = reader->manifest();
   RestoreReport rep;
   rep.id = id.hex();
@@ -149,7 +147,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       GCR_TRY_ASSIGN(CowTable t, CowTable::create(records, cow::kLoad));
       table.emplace(std::move(t));
     }
-    GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id));
+    GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id, req.arriving));
     GCR_TRY_ASSIGN(
         loader, Loader::start(std::move(own_reader), std::move(items), table ? &*table : nullptr));
     progress(std::string(req.eager ? "loading " : "loading on demand ") +

@@ -26,6 +26,9 @@ struct RestoreRequest {
   std::string name;           // tag or id
   std::optional<int> device;  // restore every GPU of the checkpoint onto this one
   bool eager = false;         // load all device memory before CRIU (default: on demand)
+  // The checkpoint (name: its full id) is still arriving from a bucket (gcr/store.h,
+  // open_checkpoint): chunks not yet in the store are waited for as they are read.
+  bool arriving = false;
   // Restore into a PID namespace of its own. Also chosen when the checkpoint's pid is in use (the
   // original still runs, or another restore of the same image does).
   bool new_pid_namespace = false;

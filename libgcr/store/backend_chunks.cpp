@@ -25,9 +25,9 @@ std::string manifest_key(const CheckpointId& c) {
   return "manifests/" + c.hex() + ".manifest";
 }
 
-Result<PackListing> list_packs(Backend& store) {
+Result<BackendPacks> list_packs(Backend& store) {
   GCR_TRY_ASSIGN(auto names, store.list("packs"));
-  PackListing out;
+  BackendPacks out;
   for (const auto& n : names) {
     if (auto id = id_from_file_name(n, "idx")) out.indexed.insert(*id);
     if (auto id = id_from_file_name(n, "dead")) out.marked.insert(*id);
@@ -61,7 +61,7 @@ bool transport_failure(const Error& e) {
 }
 
 Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked) {
-  GCR_TRY_ASSIGN(PackListing packs, list_packs(store));
+  GCR_TRY_ASSIGN(BackendPacks packs, list_packs(store));
   std::vector<PackId> ids;
   for (const PackId& id : packs.indexed) {
     if (marked == MarkedPacks::use || !packs.marked.contains(id)) ids.push_back(id);

@@ -23,10 +23,10 @@ std::string mark_key(const PackId& p);   // packs/<P>.dead: gc's mark (docs §8.
 std::string manifest_key(const CheckpointId& c);
 
 // The sealed packs (those with an index) and gc's marks.
-struct PackListing {
+struct BackendPacks {
   std::unordered_set<PackId, Id128Hash> indexed, marked;
 };
-Result<PackListing> list_packs(Backend& store);
+Result<BackendPacks> list_packs(Backend& store);
 
 // A chunk's place: its pack and its index entry.
 struct Located {

@@ -73,7 +73,7 @@ Result<VerifyReport> verify_backend(
   GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
 
   // Indexes afresh (get_versioned bypasses the cache, which holds an index as first read).
-  GCR_TRY_ASSIGN(PackListing packs, list_packs(store));
+  GCR_TRY_ASSIGN(BackendPacks packs, list_packs(store));
   std::vector<PackId> indexed(packs.indexed.begin(), packs.indexed.end());
   std::sort(indexed.begin(), indexed.end());
   std::vector<Result<PackIndex>> indexes;

@@ -16,6 +16,7 @@
 #include "io/file.h"
 #include "store/fetch.h"
 #include "store/gc_lock.h"
+#include "store/incoming.h"
 #include "store/manifests.h"
 
 namespace gcr::store {
@@ -30,11 +31,12 @@ class Reader final : public CheckpointReader {
  public:
   Reader(std::shared_ptr<StoreState> state, Manifest m,
          std::map<PackId, std::shared_ptr<PackReader>> packs,
-         std::unordered_map<ChunkId, ChunkLocation, Id128Hash> where)
+         std::unordered_map<ChunkId, ChunkLocation, Id128Hash> where, bool arriving)
       : state_(std::move(state)),
         manifest_(std::move(m)),
         packs_(std::move(packs)),
         where_(std::move(where)),
+        arriving_(arriving),
         io_(state_->new_io()) {
     prefix_.resize(manifest_.chunks.size() + 1, 0);
     for (std::size_t i = 0; i < manifest_.chunks.size(); ++i) {
@@ -108,8 +110,10 @@ class Reader final : public CheckpointReader {
       std::size_t n =
           static_cast<std::size_t>(std::min<std::uint64_t>(c.raw_bytes - skip, out.size() - done));
       if (skip == 0 && n == c.raw_bytes) {
+        GCR_TRY(locate(c));
         items.push_back(item_for(c, out.subspan(done, n)));
       } else {
+        GCR_TRY(locate(c));
         auto& buf = partial.emplace_back(c.raw_bytes);
         copies.push_back(Copy{items.size(), skip, done, n});
         items.push_back(item_for(c, buf));
@@ -206,6 +210,7 @@ class Reader final : public CheckpointReader {
       while (at < pieces.size() &&
              (at == first || bytes + pieces[at].chunk->raw_bytes <= kMaterializeWindow)) {
         const ChunkRef& c = *pieces[at].chunk;
+        GCR_TRY(locate(c));
         auto& buf = w.buffers.emplace_back(c.raw_bytes);
         items.push_back(item_for(c, buf));
         bytes += c.raw_bytes;
@@ -242,10 +247,27 @@ class Reader final : public CheckpointReader {
     return ok();
   }
 
+  // Where a chunk is: known since open, or (an arriving checkpoint) waited for.
+  Status locate(const ChunkRef& c) {
+    if (c.zero || where_.contains(c.id)) return ok();
+    if (!arriving_) return make_error(Errc::internal, "chunk " + c.id.hex() + " was not located");
+    return await_chunk(*state_, manifest_.id, c.id, [&]() -> Result<bool> {
+      auto loc = state_->catalog.find(c.id);
+      if (!loc) return false;
+      if (!packs_.contains(loc->pack)) {
+        GCR_TRY_ASSIGN(auto pack, PackReader::open(state_->layout, loc->pack, loc->pack_bytes));
+        packs_.emplace(loc->pack, std::move(pack));
+      }
+      where_.emplace(c.id, *loc);
+      return true;
+    });
+  }
+
   std::shared_ptr<StoreState> state_;
   Manifest manifest_;
   std::map<PackId, std::shared_ptr<PackReader>> packs_;
   std::unordered_map<ChunkId, ChunkLocation, Id128Hash> where_;
+  bool arriving_;
   std::vector<std::uint64_t> prefix_;  // prefix_[i]: raw bytes of CHUNKS[0, i)
   std::unique_ptr<io::IoQueue> io_;
 };
@@ -253,11 +275,16 @@ class Reader final : public CheckpointReader {
 }  // namespace
 
 Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr<StoreState> state,
-                                                                 const CheckpointId& id) {
+                                                                 const CheckpointId& id,
+                                                                 bool arriving) {
   const Layout& layout = state->layout;
   // The lock keeps gc from deleting packs between looking them up and opening them.
   GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
-  GCR_TRY_ASSIGN(Manifest m, load_manifest(layout, id));
+  auto committed = load_manifest(layout, id);
+  if (!committed && arriving && committed.error().code == Errc::not_found) {
+    committed = load_incoming_manifest(layout, id);
+  }
+  GCR_TRY_ASSIGN(Manifest m, std::move(committed));
   GCR_TRY(state->catalog.refresh());
   std::map<PackId, std::shared_ptr<PackReader>> packs;
   std::unordered_map<ChunkId, ChunkLocation, Id128Hash> where;
@@ -266,6 +293,7 @@ Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr
       const ChunkRef& c = m.chunks[o.first_chunk + k];
       if (c.zero || where.contains(c.id)) continue;
       auto loc = state->catalog.find(c.id);
+      if (!loc && arriving) continue;  // located when read (Reader::locate)
       if (!loc) {
         return make_error(Errc::corrupt_image,
                           "checkpoint " + id.hex() + ": " + object_label(o) + ": chunk " +
@@ -288,6 +316,7 @@ Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr
     const ChunkRef& c = m.chunks[i];
     if (c.zero || where.contains(c.id)) continue;
     auto loc = state->catalog.find(c.id);
+    if (!loc && arriving) continue;
     if (!loc) {
       return make_error(Errc::corrupt_image, "checkpoint " + id.hex() + ": CHUNKS[" +
                                                  std::to_string(i) + "]: chunk " + c.id.hex() +
@@ -301,7 +330,7 @@ Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr
   }
   lock.release();
   return std::unique_ptr<CheckpointReader>(
-      new Reader(std::move(state), std::move(m), std::move(packs), std::move(where)));
+      new Reader(std::move(state), std::move(m), std::move(packs), std::move(where), arriving));
 }
 
 }  // namespace gcr::store

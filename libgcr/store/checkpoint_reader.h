@@ -9,7 +9,10 @@
 
 namespace gcr::store {
 
+// arriving: the checkpoint may still be arriving (incoming.h): its manifest may be incoming/'s,
+// and a chunk not yet in a sealed pack is waited for when read.
 Result<std::unique_ptr<CheckpointReader>> make_checkpoint_reader(std::shared_ptr<StoreState> state,
-                                                                 const CheckpointId& id);
+                                                                 const CheckpointId& id,
+                                                                 bool arriving = false);
 
 }  // namespace gcr::store

@@ -3,6 +3,7 @@
 // allocation by themselves, and every error names the manifest, the offset and the field.
 #include "gcr/manifest.h"
 
+#include <cstdlib>
 #include <set>
 
 #include "store/bytes.h"
@@ -209,6 +210,20 @@ Status check_objects(const Parser& p, const Manifest& m, const std::vector<std::
 }
 
 }  // namespace
+
+std::map<std::uint64_t, std::size_t> first_touch_rank(const Manifest& m) {
+  std::string order = m.meta_or("touch_order", "");
+  std::map<std::uint64_t, std::size_t> rank;
+  std::size_t pos = 0;
+  for (std::size_t start = 0; start < order.size();) {
+    std::size_t comma = order.find(',', start);
+    if (comma == std::string::npos) comma = order.size();
+    std::uint64_t a = std::strtoull(order.substr(start, comma - start).c_str(), nullptr, 16);
+    rank.emplace(a, pos++);
+    start = comma + 1;
+  }
+  return rank;
+}
 
 std::vector<std::byte> encode_manifest(const Manifest& m) {
   ByteWriter meta;

@@ -130,8 +130,9 @@ Result<std::unique_ptr<CheckpointWriter>> Store::begin_checkpoint(
   return make_checkpoint_writer(impl_->state, std::move(meta), parent);
 }
 
-Result<std::unique_ptr<CheckpointReader>> Store::open_checkpoint(const CheckpointId& id) {
-  return make_checkpoint_reader(impl_->state, id);
+Result<std::unique_ptr<CheckpointReader>> Store::open_checkpoint(const CheckpointId& id,
+                                                                 bool arriving) {
+  return make_checkpoint_reader(impl_->state, id, arriving);
 }
 
 Status Store::remove(const CheckpointId& id) {

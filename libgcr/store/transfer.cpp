@@ -34,10 +34,15 @@ struct Batch {
   std::vector<Range> ranges;
 };
 
-std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptions& o) {
-  std::sort(wanted.begin(), wanted.end(), [](const Located& a, const Located& b) {
-    return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
-  });
+// in_order: the batches follow `wanted` as given (a stage); else it is sorted by place in the
+// source, which makes the fewest, largest reads.
+std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptions& o,
+                                bool in_order) {
+  if (!in_order) {
+    std::sort(wanted.begin(), wanted.end(), [](const Located& a, const Located& b) {
+      return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
+    });
+  }
   std::vector<Batch> batches;
   std::uint64_t batch_bytes = 0;
   for (const Located& l : wanted) {
@@ -106,7 +111,7 @@ struct ChunkCopier {
   std::unordered_map<ChunkId, PackId, Id128Hash>& placed;
 
   Status copy(const std::vector<ChunkId>& chunks, const std::string& origin,
-              std::optional<ChunkMap>& source) {
+              std::optional<ChunkMap>& source, bool in_order = false) {
     if (chunks.empty()) return ok();
     if (!source) {
       GCR_TRY_ASSIGN(ChunkMap loaded, load_chunk_map(from, MarkedPacks::use));
@@ -124,7 +129,7 @@ struct ChunkCopier {
     }
     std::uint64_t total_raw = 0;
     for (const Located& l : wanted) total_raw += l.entry.raw_bytes;
-    auto batches = plan_batches(std::move(wanted), options);
+    auto batches = plan_batches(std::move(wanted), options, in_order);
     std::vector<PackId> pack_ids(batches.size());
     for (PackId& p : pack_ids) p = PackId::random();
     std::vector<Result<std::uint64_t>> results(batches.size(), std::uint64_t{0});
@@ -276,6 +281,16 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
     }
     std::optional<ChunkMap> source;
     ChunkCopier copier{from, to, options, report, placed};
+    std::unordered_set<ChunkId, Id128Hash> pending(missing.begin(), missing.end());
+    for (std::size_t i = 0; i < options.stages.size(); ++i) {
+      std::vector<ChunkId> stage;
+      for (const ChunkId& cid : options.stages[i]) {
+        if (pending.erase(cid) > 0) stage.push_back(cid);
+      }
+      GCR_TRY(copier.copy(stage, origin, source, /*in_order=*/true));
+      if (options.stage_done) options.stage_done(i);
+    }
+    std::erase_if(missing, [&](const ChunkId& cid) { return !pending.contains(cid); });
     GCR_TRY(copier.copy(missing, origin, source));
     // Note [A commit re-checks its packs]. A bucket's gc, run from any machine, may since have
     // marked or deleted a pack this transfer found chunks in, or even one it wrote (with a grace
@@ -285,7 +300,7 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
     // (bucket_gc.h, Note [Bucket gc and writers]). A local store answers the same, trivially.
     pause_point(Fault::transfer_before_check);
     for (int round = 0;; ++round) {
-      GCR_TRY_ASSIGN(PackListing packs, list_packs(to));
+      GCR_TRY_ASSIGN(BackendPacks packs, list_packs(to));
       std::vector<ChunkId> lost;
       for (const auto& [cid, pack] : placed) {
         if (!packs.indexed.contains(pack) || packs.marked.contains(pack)) lost.push_back(cid);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gcr/chunk_id.h"
 #include "gcr/result.h"
@@ -29,6 +30,11 @@ struct TransferOptions {
   // Called from the copying threads as packs arrive: raw bytes of the chunks copied so far, of
   // all the destination lacked. May run concurrently; must be quick.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  // Chunks to bring first, stage after stage, each stage in its own order (a restore streamed
+  // from a bucket: the CRIU files, then the regions in first-touch order); the checkpoint's other
+  // chunks come last. stage_done(i) is called once stage i is all in sealed destination packs.
+  std::vector<std::vector<ChunkId>> stages;
+  std::function<void(std::size_t stage)> stage_done;
 };
 
 struct TransferReport {

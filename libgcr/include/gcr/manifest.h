@@ -53,6 +53,11 @@ struct Manifest {
   }
 };
 
+// Device region address -> its place among the regions the process touched first after its cut
+// (META touch_order: comma-separated hex addresses, recorded by the interposer); regions not in
+// it are absent. Restores load, and stream from a bucket, in this order.
+std::map<std::uint64_t, std::size_t> first_touch_rank(const Manifest& m);
+
 std::vector<std::byte> encode_manifest(const Manifest& m);
 
 // Decodes an untrusted manifest. `origin` names it in errors ("manifest 3f2a…: ...").

@@ -98,7 +98,10 @@ class Store {
   // there count as lineage dedup, and regions not dirty may be taken from it unchanged.
   Result<std::unique_ptr<CheckpointWriter>> begin_checkpoint(
       std::map<std::string, std::string> meta, std::optional<CheckpointId> parent);
-  Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const CheckpointId& id);
+  // arriving: the checkpoint may still be arriving from a bucket (docs §8.4): chunks not yet
+  // here are waited for when read.
+  Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const CheckpointId& id,
+                                                            bool arriving = false);
 
   // Removes a checkpoint (its manifest and the tags naming it); its chunks go at the next gc.
   Status remove(const CheckpointId& id);

@@ -1,0 +1,121 @@
+// A restore streamed from a bucket: see stream_pull.h.
+#include "stream_pull.h"
+
+#include <algorithm>
+
+#include "gcr/manifest.h"
+#include "remote.h"
+#include "store/backend_chunks.h"
+#include "store/incoming.h"
+#include "store/layout.h"
+#include "store/remote_cache.h"
+
+namespace gcr::cli {
+namespace {
+
+// Stage 0: the chunks of the CRIU files and blobs (what the restore reads before anything runs);
+// stage 1: the device regions' chunks, first-touched regions first, each region in order.
+std::vector<std::vector<store::ChunkId>> stages_of(const store::Manifest& m) {
+  std::vector<std::vector<store::ChunkId>> stages(2);
+  auto chunks_of = [&](const store::ObjectEntry& o, std::vector<store::ChunkId>& into) {
+    for (std::uint64_t k = 0; k < o.chunk_count && o.first_chunk + k < m.chunks.size(); ++k) {
+      const store::ChunkRef& c = m.chunks[o.first_chunk + k];
+      if (!c.zero) into.push_back(c.id);
+    }
+  };
+  std::vector<const store::ObjectEntry*> regions;
+  for (const store::ObjectEntry& o : m.objects) {
+    if (o.kind == store::ObjectKind::device_region) {
+      regions.push_back(&o);
+    } else {
+      chunks_of(o, stages[0]);
+    }
+  }
+  auto rank = store::first_touch_rank(m);
+  std::stable_sort(regions.begin(), regions.end(), [&](const auto* a, const auto* b) {
+    auto ra = rank.find(a->address), rb = rank.find(b->address);
+    return (ra == rank.end() ? SIZE_MAX : ra->second) < (rb == rank.end() ? SIZE_MAX : rb->second);
+  });
+  for (const auto* o : regions) chunks_of(*o, stages[1]);
+  return stages;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote,
+                                                          const store::CheckpointId& id) {
+  std::unique_ptr<StreamedPull> pull(new StreamedPull());
+  pull->id_ = id;
+  pull->cache_store_ = cache_store_of(remote);
+  store::BackendOptions options;
+  options.create = true;
+  // Held open (and with it gc.lock, shared) until the pull ends: the cache's gc, which would take
+  // packs no committed manifest names, waits.
+  GCR_TRY_ASSIGN(auto local, store::open_dir_backend(pull->cache_store_, options));
+  store::Layout layout{pull->cache_store_};
+  if (::access(layout.manifest(id).c_str(), F_OK) == 0) return pull;  // cached: restore as is
+
+  GCR_TRY_ASSIGN(auto bytes, remote.get(store::manifest_key(id), store::kMaxManifestBytes));
+  GCR_TRY_ASSIGN(store::Manifest m,
+                 store::decode_manifest(bytes, "manifest " + id.hex() + " (" + remote.name() + ")"));
+  if (m.id != id) {
+    return make_error(Errc::corrupt_image, "manifest " + id.hex() + " (" + remote.name() +
+                                               ") holds checkpoint " + m.id.hex());
+  }
+  GCR_TRY(store::announce_incoming(layout, id, bytes));
+  pull->arriving_ = true;
+  store::TransferOptions t;
+  t.stages = stages_of(m);
+  StreamedPull* self = pull.get();
+  t.stage_done = [self](std::size_t stage) {
+    if (stage != 0) return;
+    std::lock_guard lock(self->mu_);
+    self->files_in_ = true;
+    self->cv_.notify_all();
+  };
+  pull->thread_ = std::thread(&StreamedPull::run, self, std::ref(remote), std::move(local),
+                              std::move(t));
+  return pull;
+}
+
+void StreamedPull::run(store::Backend& remote, std::unique_ptr<store::Backend> local,
+                       store::TransferOptions options) {
+  auto r = store::copy_checkpoint(remote, *local, id_, options);
+  store::Layout layout{cache_store_};
+  if (r) {
+    store::incoming_done(layout, id_);
+    store::touch_cached_checkpoint(cache_store_, id_);
+  } else {
+    store::incoming_failed(layout, id_, r.error().message);
+  }
+  local.reset();  // gc.lock: the cache's gc may run again
+  std::lock_guard lock(mu_);
+  result_ = std::move(r);
+  done_ = true;
+  cv_.notify_all();
+}
+
+StreamedPull::~StreamedPull() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Status StreamedPull::files_ready() {
+  if (!arriving_) return ok();
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return files_in_ || done_; });
+  if (done_ && !*result_) return result_->error();
+  return ok();
+}
+
+Result<store::TransferReport> StreamedPull::finish() {
+  if (!arriving_) {
+    store::TransferReport r;
+    r.id = id_;
+    r.already_there = true;
+    return r;
+  }
+  if (thread_.joinable()) thread_.join();
+  return *result_;
+}
+
+}  // namespace gcr::cli

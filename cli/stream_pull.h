@@ -1,0 +1,51 @@
+// A restore straight from a bucket (docs/image-format.md §8.4): the checkpoint is announced in the
+// bucket's local cache store (incoming/), then pulled there on a thread of its own, its CRIU files
+// and blobs first, then its device regions in first-touch order, then the rest. gcrd starts the
+// restore once the files are in (files_ready) and, loading the regions on demand, waits for
+// each chunk that has not arrived yet. The process runs long before the whole checkpoint is here.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "gcr/result.h"
+#include "store/backend.h"
+#include "store/transfer.h"
+
+namespace gcr::cli {
+
+class StreamedPull {
+ public:
+  // Starts bringing checkpoint `id` of `remote` into its cache store. When the cache holds it
+  // committed already there is nothing to stream (arriving() is false).
+  static Result<std::unique_ptr<StreamedPull>> start(store::Backend& remote,
+                                                     const store::CheckpointId& id);
+  ~StreamedPull();  // waits for the pull
+  StreamedPull(const StreamedPull&) = delete;
+  StreamedPull& operator=(const StreamedPull&) = delete;
+
+  bool arriving() const { return arriving_; }
+  // Blocks until the CRIU files and blobs are in the cache, or the pull failed (its error).
+  Status files_ready();
+  // Blocks until the pull is done (committed in the cache); what it moved.
+  Result<store::TransferReport> finish();
+
+ private:
+  StreamedPull() = default;
+  void run(store::Backend& remote, std::unique_ptr<store::Backend> local,
+           store::TransferOptions options);
+
+  store::CheckpointId id_;
+  std::filesystem::path cache_store_;
+  bool arriving_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool files_in_ = false, done_ = false;
+  std::optional<Result<store::TransferReport>> result_;
+  std::thread thread_;
+};
+
+}  // namespace gcr::cli

@@ -1,0 +1,144 @@
+// Arriving checkpoints: see incoming.h.
+#include "store/incoming.h"
+
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "gcr/unique_fd.h"
+#include "io/file.h"
+#include "store/gc_lock.h"
+#include "store/store_state.h"
+
+namespace gcr::store {
+namespace {
+
+std::filesystem::path incoming_dir(const Layout& layout) {
+  return layout.root / "incoming";
+}
+
+std::chrono::seconds idle_limit() {
+  if (const char* v = std::getenv("GCR_ARRIVAL_IDLE_S")) {
+    long s = std::strtol(v, nullptr, 10);
+    if (s > 0) return std::chrono::seconds(s);
+  }
+  return std::chrono::seconds(60);
+}
+
+bool path_exists(const std::filesystem::path& p) {
+  return ::access(p.c_str(), F_OK) == 0;
+}
+
+}  // namespace
+
+std::filesystem::path incoming_manifest_path(const Layout& layout, const CheckpointId& id) {
+  return incoming_dir(layout) / (id.hex() + ".manifest");
+}
+
+std::filesystem::path incoming_failed_path(const Layout& layout, const CheckpointId& id) {
+  return incoming_dir(layout) / (id.hex() + ".failed");
+}
+
+Status announce_incoming(const Layout& layout, const CheckpointId& id,
+                         std::span<const std::byte> manifest_bytes) {
+  GCR_TRY(io::make_dir(incoming_dir(layout)));
+  (void)io::remove_file(incoming_failed_path(layout, id));  // an earlier attempt's
+  GCR_TRY(io::write_file_durably(layout.tmp_file("incoming"), incoming_manifest_path(layout, id),
+                                 manifest_bytes));
+  return io::sync_dir(incoming_dir(layout));
+}
+
+void incoming_failed(const Layout& layout, const CheckpointId& id, const std::string& message) {
+  auto text = std::as_bytes(std::span(message.data(), message.size()));
+  (void)io::write_file_durably(layout.tmp_file("failed"), incoming_failed_path(layout, id), text);
+  (void)io::remove_file(incoming_manifest_path(layout, id));
+}
+
+void incoming_done(const Layout& layout, const CheckpointId& id) {
+  (void)io::remove_file(incoming_manifest_path(layout, id));
+  (void)io::remove_file(incoming_failed_path(layout, id));
+}
+
+Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId& id) {
+  auto path = incoming_manifest_path(layout, id);
+  auto bytes = io::read_file(path, kMaxManifestBytes);
+  if (!bytes) {
+    if (bytes.error().code == Errc::not_found) {
+      return make_error(Errc::not_found, "checkpoint " + id.hex() +
+                                             " is neither committed nor arriving in '" +
+                                             layout.root.string() + "'");
+    }
+    return std::move(bytes).error();
+  }
+  std::string origin = id.hex() + " (" + path.string() + ")";
+  GCR_TRY_ASSIGN(Manifest m, decode_manifest(*bytes, origin));
+  if (m.id != id) {
+    return make_error(Errc::corrupt_image, "manifest " + origin + " holds checkpoint " + m.id.hex());
+  }
+  return m;
+}
+
+Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
+                   const std::function<Result<bool>()>& found) {
+  const Layout& layout = state.layout;
+  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (watch.get() >= 0) {
+    (void)::inotify_add_watch(watch.get(), layout.packs().c_str(), IN_CREATE | IN_MOVED_TO);
+  }
+  const auto idle = idle_limit();
+  auto last_arrival = std::chrono::steady_clock::now();
+  std::size_t packs_seen = state.catalog.packs().size();
+  std::string what = "checkpoint " + checkpoint.hex() + ": chunk " + chunk.hex();
+  while (true) {
+    {
+      // Under the shared lock, so that gc cannot delete a pack between the lookup and its open.
+      GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
+      GCR_TRY(state.catalog.refresh());
+      GCR_TRY_ASSIGN(bool here, found());
+      if (here) return ok();
+    }
+    if (auto failed = io::read_file(incoming_failed_path(layout, checkpoint), 64 << 10)) {
+      return make_error(Errc::io_error, what + ": the transfer bringing it failed: " +
+                                            std::string(reinterpret_cast<const char*>(
+                                                            failed->data()),
+                                                        failed->size()));
+    }
+    if (!path_exists(incoming_manifest_path(layout, checkpoint))) {
+      // Committed since (then every chunk is sealed: one more look), or abandoned.
+      bool committed = path_exists(layout.manifest(checkpoint));
+      GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
+      GCR_TRY(state.catalog.refresh());
+      GCR_TRY_ASSIGN(bool here, found());
+      if (here) return ok();
+      return make_error(committed ? Errc::corrupt_image : Errc::io_error,
+                        what + (committed ? " is in no sealed pack of the committed checkpoint; "
+                                            "run 'gcr image verify'"
+                                          : ": the transfer bringing it stopped before it came"));
+    }
+    std::size_t packs_now = state.catalog.packs().size();
+    auto now = std::chrono::steady_clock::now();
+    if (packs_now != packs_seen) {
+      packs_seen = packs_now;
+      last_arrival = now;
+    } else if (now - last_arrival > idle) {
+      return make_error(Errc::timeout, what + ": no pack arrived for " +
+                                           std::to_string(idle.count()) +
+                                           " s; is the transfer bringing it (gcr restore) still "
+                                           "running?");
+    }
+    if (watch.get() >= 0) {
+      pollfd p{watch.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) > 0) {
+        char buf[4096];
+        while (::read(watch.get(), buf, sizeof buf) > 0) {
+        }
+      }
+    } else {
+      ::usleep(5000);
+    }
+  }
+}
+
+}  // namespace gcr::store

@@ -1,0 +1,44 @@
+// A checkpoint still arriving in a local store: a restore streamed from a bucket
+// (docs/image-format.md §8.4). The transfer that brings it writes incoming/<C>.manifest first,
+// then the chunks, in the order the restore reads them, in packs sealed one after another, then
+// commits the manifest as every transfer does (manifests/<C>.manifest) and removes the incoming
+// one. A transfer that fails leaves incoming/<C>.failed, holding its error, for the reader.
+//
+// The reader (make_checkpoint_reader with arriving) opens the checkpoint from the incoming
+// manifest and, for a chunk not yet in a sealed pack, waits: it watches packs/ (inotify), brings
+// the catalog up to date when a pack is sealed, and gives up when the transfer failed, when it
+// stopped (nothing incoming, nothing committed), or when no pack arrived for a while.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "gcr/manifest.h"
+#include "gcr/result.h"
+#include "store/layout.h"
+
+namespace gcr::store {
+
+struct StoreState;
+
+std::filesystem::path incoming_manifest_path(const Layout& layout, const CheckpointId& id);
+std::filesystem::path incoming_failed_path(const Layout& layout, const CheckpointId& id);
+
+// The writer's side.
+Status announce_incoming(const Layout& layout, const CheckpointId& id,
+                         std::span<const std::byte> manifest_bytes);
+void incoming_failed(const Layout& layout, const CheckpointId& id, const std::string& message);
+void incoming_done(const Layout& layout, const CheckpointId& id);  // removes what is left
+
+// The reader's side.
+Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId& id);
+
+// Calls found() after each catalog refresh until it returns true (or an error). `idle`: how long
+// to wait without a new pack before giving up (GCR_ARRIVAL_IDLE_S overrides; default 60 s).
+Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
+                   const std::function<Result<bool>()>& found);
+
+}  // namespace gcr::store
