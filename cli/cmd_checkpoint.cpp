@@ -21,8 +21,8 @@
 #include "output.h"
 #include "paths.h"
 #include "remote.h"
-#include "stream_pull.h"
 #include "restore_streams.h"
+#include "stream_pull.h"
 
 namespace gcr::cli {
 namespace {
@@ -346,9 +346,8 @@ Status restore(RestoreOptions o, Context& ctx) {
       auto r = streamed->finish();
       if (!r) return fetch_error(std::move(r).error());
       if (!o.json)
-        std::fputs(
-            store::describe_transfer(*r, "fetched", "from " + located->store.text()).c_str(),
-            stderr);
+        std::fputs(store::describe_transfer(*r, "fetched", "from " + located->store.text()).c_str(),
+                   stderr);
       pulled = std::move(r).value();
     }
     trim_cache(ctx.store_option, pulled->id);
@@ -405,6 +404,14 @@ Status restore(RestoreOptions o, Context& ctx) {
   if (!called) return std::move(called).error();
   if (!fetched) return fetched;
   auto f = std::move(called).value();
+  if (pulled) {
+    f["fetch.from"] = located->store.text();
+    f["fetch.streamed"] = streamed && streamed->arriving() ? "1" : "0";
+    f["fetch.copied_bytes"] = std::to_string(pulled->copied_bytes);
+    f["fetch.present_bytes"] = std::to_string(pulled->present_bytes);
+    f["fetch.logical_bytes"] = std::to_string(pulled->logical_bytes);
+    f["fetch.elapsed_ns"] = std::to_string(pulled->elapsed_ns);
+  }
   if (o.json) {
     JsonWriter j;
     j.begin_object();

@@ -56,8 +56,8 @@ Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote
   if (::access(layout.manifest(id).c_str(), F_OK) == 0) return pull;  // cached: restore as is
 
   GCR_TRY_ASSIGN(auto bytes, remote.get(store::manifest_key(id), store::kMaxManifestBytes));
-  GCR_TRY_ASSIGN(store::Manifest m,
-                 store::decode_manifest(bytes, "manifest " + id.hex() + " (" + remote.name() + ")"));
+  GCR_TRY_ASSIGN(store::Manifest m, store::decode_manifest(bytes, "manifest " + id.hex() + " (" +
+                                                                      remote.name() + ")"));
   if (m.id != id) {
     return make_error(Errc::corrupt_image, "manifest " + id.hex() + " (" + remote.name() +
                                                ") holds checkpoint " + m.id.hex());
@@ -73,8 +73,8 @@ Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote
     self->files_in_ = true;
     self->cv_.notify_all();
   };
-  pull->thread_ = std::thread(&StreamedPull::run, self, std::ref(remote), std::move(local),
-                              std::move(t));
+  pull->thread_ =
+      std::thread(&StreamedPull::run, self, std::ref(remote), std::move(local), std::move(t));
   return pull;
 }
 

@@ -16,7 +16,7 @@ constexpr Fault kAll[] = {
     Fault::after_pack_create,   Fault::after_chunk_write,      Fault::after_pack_sync,
     Fault::after_index_rename,  Fault::before_manifest_rename, Fault::after_manifest_rename,
     Fault::after_tag_rename,    Fault::gc_after_rewrite,       Fault::gc_after_index_delete,
-    Fault::transfer_after_pack, Fault::transfer_before_check};
+    Fault::transfer_after_pack, Fault::transfer_before_check,  Fault::transfer_after_stage};
 
 std::optional<Fault> named_by(const char* variable) {
   const char* v = std::getenv(variable);
@@ -63,6 +63,8 @@ std::string_view fault_name(Fault f) {
       return "transfer-after-pack";
     case Fault::transfer_before_check:
       return "transfer-before-check";
+    case Fault::transfer_after_stage:
+      return "transfer-after-stage";
   }
   return "";
 }

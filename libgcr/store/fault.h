@@ -19,6 +19,7 @@ enum class Fault {
   gc_after_index_delete,   // gc: an old pack's index is gone, the pack not yet
   transfer_after_pack,     // push/pull: a pack and its index are in the destination, no manifest
   transfer_before_check,   // push/pull: all packs written; the packs reused not yet re-checked
+  transfer_after_stage,    // a staged pull (a streamed restore): its first stage is in, no more
 };
 
 inline constexpr int kFaultExitCode = 86;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "gcr/unique_fd.h"
 #include "io/file.h"
@@ -31,6 +32,39 @@ bool path_exists(const std::filesystem::path& p) {
   return ::access(p.c_str(), F_OK) == 0;
 }
 
+std::filesystem::path owner_path(const Layout& layout, const CheckpointId& id) {
+  return incoming_dir(layout) / (id.hex() + ".owner");
+}
+
+// "PID STARTTIME": a process, named so that a later one with the same pid is not taken for it.
+std::string process_name(pid_t pid) {
+  std::string stat;
+  if (auto bytes = io::read_file("/proc/" + std::to_string(pid) + "/stat", 4096)) {
+    stat.assign(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+  }
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return {};
+  // Fields after the command: state is the 3rd of stat, starttime the 22nd.
+  std::size_t field = 3, at = close + 1;  // at: the space before field `field`
+  while (at < stat.size() && field < 22) {
+    at = stat.find(' ', at + 1);
+    if (at == std::string::npos) return {};
+    ++field;
+  }
+  std::size_t end = stat.find(' ', at + 1);
+  return std::to_string(pid) + " " + stat.substr(at + 1, end - at - 1);
+}
+
+// Whether the transfer that announced the checkpoint still runs (true when unknown).
+bool owner_alive(const Layout& layout, const CheckpointId& id) {
+  auto bytes = io::read_file(owner_path(layout, id), 256);
+  if (!bytes) return true;
+  std::string text(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+  pid_t pid = static_cast<pid_t>(std::atoll(text.c_str()));
+  if (pid <= 0) return true;
+  return process_name(pid) == text;
+}
+
 }  // namespace
 
 std::filesystem::path incoming_manifest_path(const Layout& layout, const CheckpointId& id) {
@@ -45,6 +79,9 @@ Status announce_incoming(const Layout& layout, const CheckpointId& id,
                          std::span<const std::byte> manifest_bytes) {
   GCR_TRY(io::make_dir(incoming_dir(layout)));
   (void)io::remove_file(incoming_failed_path(layout, id));  // an earlier attempt's
+  std::string owner = process_name(::getpid());
+  GCR_TRY(io::write_file_durably(layout.tmp_file("owner"), owner_path(layout, id),
+                                 std::as_bytes(std::span(owner.data(), owner.size()))));
   GCR_TRY(io::write_file_durably(layout.tmp_file("incoming"), incoming_manifest_path(layout, id),
                                  manifest_bytes));
   return io::sync_dir(incoming_dir(layout));
@@ -54,10 +91,12 @@ void incoming_failed(const Layout& layout, const CheckpointId& id, const std::st
   auto text = std::as_bytes(std::span(message.data(), message.size()));
   (void)io::write_file_durably(layout.tmp_file("failed"), incoming_failed_path(layout, id), text);
   (void)io::remove_file(incoming_manifest_path(layout, id));
+  (void)io::remove_file(owner_path(layout, id));
 }
 
 void incoming_done(const Layout& layout, const CheckpointId& id) {
   (void)io::remove_file(incoming_manifest_path(layout, id));
+  (void)io::remove_file(owner_path(layout, id));
   (void)io::remove_file(incoming_failed_path(layout, id));
 }
 
@@ -75,7 +114,8 @@ Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId
   std::string origin = id.hex() + " (" + path.string() + ")";
   GCR_TRY_ASSIGN(Manifest m, decode_manifest(*bytes, origin));
   if (m.id != id) {
-    return make_error(Errc::corrupt_image, "manifest " + origin + " holds checkpoint " + m.id.hex());
+    return make_error(Errc::corrupt_image,
+                      "manifest " + origin + " holds checkpoint " + m.id.hex());
   }
   return m;
 }
@@ -100,12 +140,13 @@ Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const Chun
       if (here) return ok();
     }
     if (auto failed = io::read_file(incoming_failed_path(layout, checkpoint), 64 << 10)) {
-      return make_error(Errc::io_error, what + ": the transfer bringing it failed: " +
-                                            std::string(reinterpret_cast<const char*>(
-                                                            failed->data()),
-                                                        failed->size()));
+      return make_error(
+          Errc::io_error,
+          what + ": the transfer bringing it failed: " +
+              std::string(reinterpret_cast<const char*>(failed->data()), failed->size()));
     }
-    if (!path_exists(incoming_manifest_path(layout, checkpoint))) {
+    if (!path_exists(incoming_manifest_path(layout, checkpoint)) ||
+        !owner_alive(layout, checkpoint)) {
       // Committed since (then every chunk is sealed: one more look), or abandoned.
       bool committed = path_exists(layout.manifest(checkpoint));
       GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
@@ -115,7 +156,8 @@ Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const Chun
       return make_error(committed ? Errc::corrupt_image : Errc::io_error,
                         what + (committed ? " is in no sealed pack of the committed checkpoint; "
                                             "run 'gcr image verify'"
-                                          : ": the transfer bringing it stopped before it came"));
+                                          : ": the transfer bringing it (gcr restore) ended "
+                                            "before it came"));
     }
     std::size_t packs_now = state.catalog.packs().size();
     auto now = std::chrono::steady_clock::now();

@@ -2,12 +2,14 @@
 // (docs/image-format.md §8.4). The transfer that brings it writes incoming/<C>.manifest first,
 // then the chunks, in the order the restore reads them, in packs sealed one after another, then
 // commits the manifest as every transfer does (manifests/<C>.manifest) and removes the incoming
-// one. A transfer that fails leaves incoming/<C>.failed, holding its error, for the reader.
+// one. incoming/<C>.owner names the process doing the transfer (pid and start time); a transfer
+// that fails leaves incoming/<C>.failed, holding its error, for the reader.
 //
 // The reader (make_checkpoint_reader with arriving) opens the checkpoint from the incoming
 // manifest and, for a chunk not yet in a sealed pack, waits: it watches packs/ (inotify), brings
 // the catalog up to date when a pack is sealed, and gives up when the transfer failed, when it
-// stopped (nothing incoming, nothing committed), or when no pack arrived for a while.
+// stopped (nothing incoming and nothing committed, or its process gone), or when no pack arrived
+// for a while.
 #pragma once
 
 #include <chrono>

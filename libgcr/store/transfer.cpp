@@ -289,6 +289,10 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
       }
       GCR_TRY(copier.copy(stage, origin, source, /*in_order=*/true));
       if (options.stage_done) options.stage_done(i);
+      if (i == 0) {
+        fault_point(Fault::transfer_after_stage);
+        pause_point(Fault::transfer_after_stage);
+      }
     }
     std::erase_if(missing, [&](const ChunkId& cid) { return !pending.contains(cid); });
     GCR_TRY(copier.copy(missing, origin, source));

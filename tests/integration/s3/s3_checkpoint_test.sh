@@ -3,7 +3,10 @@
 # work directory and chunk cache), against a real single-node Ceph RGW: mlp_train under gcr is
 # checkpointed into s3://…, restored from there by the other gcrd and must finish with the checksum
 # of an uninterrupted run; a second node checkpointing the same workload uploads far less (dedup
-# across machines); a repeated restore on a node reads nothing from the network (its cache).
+# across machines); a repeated restore on a node reads nothing from the network (its cache). The
+# restores are streamed: the process runs before its memory has all arrived; radosgw killed and
+# restarted in the middle of one is retried through; a pull that dies in the middle leaves no
+# process running, and a rerun restores.
 #
 #   s3_checkpoint_test.sh BUILD_DIR   (root for CRIU; 77 without root or without Ceph)
 set -euo pipefail
@@ -37,7 +40,7 @@ start() {  # NODE LOG
   echo "$p"
 }
 stop_gcrd() { pkill -f "gcrd --socket $T/$1/gcrd.sock" 2>/dev/null || true; }
-trap 'rc=$?; stop_gcrd a; stop_gcrd b; ceph_stop; (exit $rc); cleanup' EXIT
+trap 'rc=$?; for n in a b c d; do stop_gcrd $n; done; ceph_stop; (exit $rc); cleanup' EXIT
 
 echo "== reference: mlp_train without gcr"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -55,11 +58,28 @@ echo "uploaded $UP1 bytes (device memory $DEV)"
 (( UP1 > 0 )) || fail "the first checkpoint uploaded nothing"
 for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
 kill -0 "$P" 2>/dev/null && fail "process $P still runs after a checkpoint without --leave-running"
-node b "$GCR" restore "$B/s1" > "$T/restore-b.out" 2> "$T/restore-b.err" || { cat "$T/restore-b.err"; fail "restore from S3 on node b"; }
-grep -q "fetched" "$T/restore-b.err" || fail "restore on node b did not say what it fetched"
+# Streamed: the pull stops after its first stage (the CRIU files) for 1.5 s; the process must be
+# running by then, its regions still on their way.
+GCR_PAUSE=transfer-after-stage GCR_PAUSE_FILE=$T/paused node b "$GCR" restore "$B/s1" --json > "$T/restore-b.out" 2> "$T/restore-b.err" & rp=$!
+for _ in $(seq 1 1500); do [[ -e $T/paused ]] && break; sleep 0.02; done
+[[ -e $T/paused ]] || { cat "$T/restore-b.err"; fail "the pull never paused after its first stage"; }
+ls "$T"/b/cache/s3/*/store/incoming/*.manifest > /dev/null || fail "nothing announced in node b's cache"
+ls "$T"/b/cache/s3/*/store/manifests/*.manifest 2> /dev/null && fail "committed before its regions came"
+sleep 1.5
+rm -f "$T/paused"
+wait $rp || { cat "$T/restore-b.err"; fail "restore from S3 on node b"; }
+python3 - "$T/restore-b.out" <<'PY' || fail "the process did not run before its memory had arrived"
+import json, sys
+d = json.load(open(sys.argv[1]))
+resume, full = int(d["time.resume_ns"]), int(d["time.full_ns"])
+print(f"resumed after {resume / 1e6:.0f} ms, all memory after {full / 1e6:.0f} ms")
+assert full - resume > 1.0e9, d
+assert d["fetch.streamed"] == 1 and d["fetch.copied_bytes"] > 0, d
+PY
+ls "$T"/b/cache/s3/*/store/incoming/*.manifest 2> /dev/null && fail "the incoming manifest stayed"
 wait_exit "$P" "$T/run.log"
 [[ $(checksum_of "$T/run.log") == "$REF" ]] || fail "restored run ended with $(checksum_of "$T/run.log"), expected $REF"
-echo "ok: restored from S3 on another node, bit-identical"
+echo "ok: restored from S3 on another node, streamed, bit-identical"
 
 echo "== node b checkpoints the same workload: it uploads far less"
 P=$(start b "$T/run2.log")
@@ -71,6 +91,31 @@ echo "second node uploaded $UP2 bytes, found $PRESENT2 already there"
 (( UP2 < UP1 / 2 )) || fail "the second node uploaded $UP2 bytes, the first $UP1"
 (( PRESENT2 > 0 )) || fail "the second node found nothing already in the bucket"
 wait_exit "$P" "$T/run2.log"
+
+echo "== radosgw killed and restarted in the middle of a streamed restore: retries, right bytes"
+GCR_S3_ATTEMPTS=12 GCR_PAUSE=transfer-after-stage GCR_PAUSE_FILE=$T/paused node c "$GCR" restore "$B/s2" > /dev/null 2> "$T/restore-c.err" & rp=$!
+for _ in $(seq 1 1500); do [[ -e $T/paused ]] && break; sleep 0.02; done
+[[ -e $T/paused ]] || { cat "$T/restore-c.err"; fail "the pull never paused"; }
+ceph_rgw_stop
+rm -f "$T/paused"
+sleep 1
+ceph_rgw_start || fail "radosgw did not restart"
+wait $rp || { cat "$T/restore-c.err"; fail "the restore did not survive radosgw's restart"; }
+wait_exit "$P" "$T/run2.log"
+[[ $(checksum_of "$T/run2.log") == "$REF" ]] || fail "restore across the restart ended with $(checksum_of "$T/run2.log")"
+
+echo "== the pull dies in the middle of a streamed restore: the process does not run on, a rerun works"
+: > "$T/run3.log"
+rc=0
+GCR_FAULT=transfer-after-stage node d "$GCR" restore "$B/s2" --stdout "$T/run3.log" > /dev/null 2> "$T/restore-d.err" || rc=$?
+[[ $rc == 86 ]] || { cat "$T/restore-d.err"; fail "the pull was to die (86), the restore exited $rc"; }
+gone=0
+for _ in $(seq 1 750); do pgrep -f "$BUILD/tests/workloads/mlp_train" > /dev/null || { gone=1; break; }; sleep 0.02; done
+[[ $gone == 1 ]] || fail "a process restored from a pull that died still runs"
+[[ -z $(checksum_of "$T/run3.log") ]] || fail "a process restored from a pull that died finished"
+node d "$GCR" restore "$B/s2" > /dev/null 2> "$T/restore-d2.err" || { cat "$T/restore-d2.err"; fail "restore after the dead pull"; }
+wait_exit "$P" "$T/run2.log"
+[[ $(checksum_of "$T/run2.log") == "$REF" ]] || fail "restore after the dead pull ended with $(checksum_of "$T/run2.log")"
 
 echo "== node a restores s2 twice: the second time from its cache"
 node a "$GCR" restore "$B/s2" 2> "$T/r1.err" > /dev/null || { cat "$T/r1.err"; fail "restore s2 on node a"; }
