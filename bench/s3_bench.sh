@@ -3,19 +3,34 @@
 # here, tests/integration/s3/ceph_lib.sh) against plain curl moving the same bytes to the same
 # endpoint: `gcr image push` of a checkpoint into an empty bucket prefix against one `curl PUT` of
 # its pack bytes, and `gcr image pull` into an empty store against one `curl GET`. Prints MB/s
-# and the ratio (goal >= 0.8), and writes them to bench/results/s3-<time>.json. Asserts nothing.
+# and the ratio (goal >= 0.8). Then (root: CRIU) restores: an mlp_train of RESTORE_MIB of device
+# memory, checkpointed and pushed, restored from the local store, from the bucket with a cold
+# chunk cache (streamed: the process runs while its memory arrives), again with the cache warm,
+# and with a cold cache pulled whole first (GCR_STREAM_RESTORE=0): time to resume and to all
+# memory, from the command's start, and the restored process's first step (mlp_train reads all
+# its memory every step). Writes bench/results/s3-<time>.json. Asserts nothing.
 #
-#   bench/s3_bench.sh [BUILD_DIR] [SIZE_MIB] [RUNS]      (default build, 128, 3; the median run)
+#   bench/s3_bench.sh [BUILD_DIR] [SIZE_MIB] [RUNS] [RESTORE_MIB]
+#                                              (default build, 128, 3, 256; the median run; 0: no
+#                                               restores)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 SIZE_MIB=${2:-128}
 REPS=${3:-3}
+RESTORE_MIB=${4:-256}
 GCR=$BUILD/bin/gcr
 WRITER=$BUILD/tests/integration/store/store_writer
 T=$(mktemp -d /var/tmp/gcr-s3-bench.XXXXXX)
 . "$ROOT/tests/integration/s3/ceph_lib.sh"
-trap 'ceph_stop; rm -rf "$T"' EXIT
+cleanup() {
+  [[ -n ${APP:-} ]] && kill -9 "$APP" 2> /dev/null
+  [[ -n ${RESTORED:-} ]] && kill -9 "$RESTORED" 2> /dev/null
+  pkill -f "gcrd --socket $T/" 2> /dev/null || true
+  ceph_stop
+  rm -rf "$T"
+}
+trap cleanup EXIT
 export GCR_CACHE_DIR=$T/cache GCR_QUIET=1
 
 ceph_start "$T/ceph" || { echo "Ceph did not start (scripts/setup.sh installs it)"; exit 1; }
@@ -60,13 +75,88 @@ printf '  download: gcr image pull %5s MB/s   curl GET %5s MB/s   ratio %s\n' "$
   "$(python3 -c "print(f'{$pull / $get:.2f}')")"
 printf '            gcr image pull %5s MB/s   curl GET + fsync %5s MB/s   ratio %s\n' "$pull" \
   "$get_sync" "$(python3 -c "print(f'{$pull / $get_sync:.2f}')")"
+# Restores: the local store against the bucket.
+RESTORES="[]"
+if (( RESTORE_MIB > 0 )) && [[ $EUID == 0 ]]; then
+  R=$T/restore
+  mkdir -p "$R"
+  export SIMGPU_DEVICES=1 SIMGPU_MEMORY=$((2 * RESTORE_MIB + 1024))M GCR_GCRD_SOCKET=$R/gcrd.sock \
+    GCR_WORK_DIR=$R/work
+  MLP=$BUILD/tests/workloads/mlp_train
+  steps() { grep -c '^step' "$R/app.log" 2> /dev/null || true; }
+  setsid "$GCR" run -- "$MLP" --footprint "${RESTORE_MIB}M" --step-delay-ms 10 --steps 1000000 \
+    > "$R/app.log" 2>&1 < /dev/null &
+  APP=$!
+  for _ in $(seq 1 3000); do (( $(steps) >= 20 )) && break; sleep 0.02; done
+  "$GCR" --store "$R/store" checkpoint "$APP" --name img --json > "$R/ckpt.json"
+  for _ in $(seq 1 500); do kill -0 "$APP" 2> /dev/null || break; sleep 0.02; done
+  APP=
+  "$GCR" --store "$R/store" image push img s3://bench/restore > /dev/null
+  # restore_one LABEL CACHE_DIR [ENV=V ...] -- ARGS: one restore; its figures on stdout as JSON.
+  restore_one() {
+    local label=$1 cache=$2 before t0 first
+    shift 2
+    before=$(steps)
+    t0=$(date +%s%N)
+    env GCR_CACHE_DIR="$cache" "$@" --json > "$R/r.json"
+    RESTORED=$(python3 -c "import json; print(json.load(open('$R/r.json'))['pid'])")
+    for _ in $(seq 1 6000); do (( $(steps) > before )) && break; sleep 0.005; done
+    first=$(( ($(date +%s%N) - t0) / 1000000 ))
+    kill -9 "$RESTORED"
+    for _ in $(seq 1 1000); do [[ -e /proc/$RESTORED ]] || break; sleep 0.01; done
+    RESTORED=
+    python3 - "$R/r.json" "$label" "$first" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ms = lambda k: round(d.get(k, 0) / 1e6, 1)
+print(json.dumps({"variant": sys.argv[2], "resume_ms": ms("time.command_resume_ns"),
+                  "full_ms": ms("time.command_full_ns"), "first_step_ms": int(sys.argv[3]),
+                  "gcrd_resume_ms": ms("time.resume_ns"), "fetched_bytes": d.get("fetch.copied_bytes", 0),
+                  "streamed": d.get("fetch.streamed", 0)}))
+PY
+  }
+  rows=()
+  for rep in $(seq 1 "$REPS"); do
+    rows+=("$(restore_one local "$T/none" "$GCR" --store "$R/store" restore img)")
+    rm -rf "$T/rcache"
+    rows+=("$(restore_one s3-cold "$T/rcache" "$GCR" restore s3://bench/restore/img)")
+    rows+=("$(restore_one s3-warm "$T/rcache" "$GCR" restore s3://bench/restore/img)")
+    rm -rf "$T/rcache"
+    rows+=("$(restore_one s3-cold-whole "$T/rcache" env GCR_STREAM_RESTORE=0 "$GCR" restore s3://bench/restore/img)")
+  done
+  RESTORES=$(printf '%s\n' "${rows[@]}" | python3 -c "
+import json, sys, statistics
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+out = []
+for v in ['local', 's3-cold', 's3-warm', 's3-cold-whole']:
+    rs = [r for r in rows if r['variant'] == v]
+    m = lambda k: statistics.median(r[k] for r in rs)
+    out.append({'variant': v, 'resume_ms': m('resume_ms'), 'full_ms': m('full_ms'),
+                'first_step_ms': m('first_step_ms'), 'runs': rs})
+print(json.dumps(out))")
+  printf 'restore of %s MiB of device memory (medians of %s; from the command start):\n' \
+    "$RESTORE_MIB" "$REPS"
+  python3 -c "
+import json, sys
+rows = json.loads(sys.argv[1])
+local = rows[0]
+for r in rows:
+    print(f\"  {r['variant']:14} resume {r['resume_ms']:8.1f} ms   all memory {r['full_ms']:8.1f} ms\"
+          f\"   first step {r['first_step_ms']:6d} ms   (resume {r['resume_ms'] / max(local['resume_ms'], 0.1):.1f}x local)\")
+" "$RESTORES"
+elif (( RESTORE_MIB > 0 )); then
+  echo "restores skipped: they need root (CRIU)"
+fi
+
 # The numbers, to cite: bench/results/s3-<time>.json.
 mkdir -p "$ROOT/bench/results"
 OUT_JSON="$ROOT/bench/results/s3-$(date -u +%Y-%m-%dT%H%M%S).json"
 python3 - "$OUT_JSON" "$SIZE_MIB" "$BYTES" "$push" "$put" "$pull" "$get" "$get_sync" \
-  "${PUTS[*]}" "${PUSHES[*]}" "${GETS[*]}" "${GETS_SYNC[*]}" "${PULLS[*]}" <<'PY'
+  "${PUTS[*]}" "${PUSHES[*]}" "${GETS[*]}" "${GETS_SYNC[*]}" "${PULLS[*]}" "$RESTORES" \
+  "$RESTORE_MIB" <<'PY'
 import json, sys
 out, size_mib, nbytes, push, put, pull, get, get_sync = sys.argv[1:9]
+restores, restore_mib = json.loads(sys.argv[14]), int(sys.argv[15])
 runs = dict(zip(["curl_put", "push", "curl_get", "curl_get_fsync", "pull"],
                 [[float(x) for x in s.split()] for s in sys.argv[9:14]]))
 f = float
@@ -75,6 +165,7 @@ json.dump({"bench": "s3", "endpoint": "Ceph RGW on 127.0.0.1", "checkpoint_mib":
            "push": f(push), "curl_put": f(put), "push_ratio": round(f(push) / f(put), 3),
            "pull": f(pull), "curl_get": f(get), "pull_ratio": round(f(pull) / f(get), 3),
            "curl_get_fsync": f(get_sync), "pull_ratio_vs_fsync": round(f(pull) / f(get_sync), 3),
-           "runs": runs}, open(out, "w"), indent=2)
+           "runs": runs, "restore_mib": restore_mib, "restores": restores},
+          open(out, "w"), indent=2)
 print("wrote", out)
 PY

@@ -299,6 +299,7 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx, bool arr
 }
 
 Status restore(RestoreOptions o, Context& ctx) {
+  const auto command_start = std::chrono::steady_clock::now();
   if (!o.log.empty() && !o.streams.detach)
     return Error{Errc::invalid_argument, "--log goes with --detach"};
   // From a bucket: the checkpoint is brought into the bucket's cache store (what is not there
@@ -404,6 +405,16 @@ Status restore(RestoreOptions o, Context& ctx) {
   if (!called) return std::move(called).error();
   if (!fetched) return fetched;
   auto f = std::move(called).value();
+  // From this command's start (a fetch from a bucket included), on gcrd's clock (CLOCK_MONOTONIC).
+  for (const char* phase : {"resume", "full"}) {
+    std::uint64_t start = field_u64(f, std::string("start.") + phase + "_ns");
+    std::uint64_t length = field_u64(f, std::string("time.") + phase + "_ns");
+    auto t0 = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(command_start.time_since_epoch())
+            .count());
+    if (start != 0 && start + length > t0)
+      f[std::string("time.command_") + phase + "_ns"] = std::to_string(start + length - t0);
+  }
   if (pulled) {
     f["fetch.from"] = located->store.text();
     f["fetch.streamed"] = streamed && streamed->arriving() ? "1" : "0";

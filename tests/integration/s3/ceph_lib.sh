@@ -100,7 +100,10 @@ osd_data = $CEPH_DIR/osd
 osd_objectstore = memstore
 memstore_device_bytes = 2147483648
 [client.rgw]
-rgw_frontends = beast endpoint=127.0.0.1:$rgw_port
+# tcp_nodelay: beast writes a response's headers and body apart, and with Nagle on its socket the
+# body waits for the client's delayed ACK: 40 ms on every small request (measured: a pull of 7
+# packs spent 0.4 s of 0.9 s so). Production RGWs set it; S3 itself does not delay so.
+rgw_frontends = beast endpoint=127.0.0.1:$rgw_port tcp_nodelay=1
 rgw_data = $CEPH_DIR/rgw
 rgw_gc_obj_min_wait = 5
 rgw_gc_processor_period = 5
