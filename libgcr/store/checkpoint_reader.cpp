@@ -251,7 +251,7 @@ class Reader final : public CheckpointReader {
   Status locate(const ChunkRef& c) {
     if (c.zero || where_.contains(c.id)) return ok();
     if (!arriving_) return make_error(Errc::internal, "chunk " + c.id.hex() + " was not located");
-    return await_chunk(*state_, manifest_.id, c.id, [&]() -> Result<bool> {
+    return arrival_.await_chunk(*state_, manifest_.id, c.id, [&]() -> Result<bool> {
       auto loc = state_->catalog.find(c.id);
       if (!loc) return false;
       if (!packs_.contains(loc->pack)) {
@@ -268,6 +268,7 @@ class Reader final : public CheckpointReader {
   std::map<PackId, std::shared_ptr<PackReader>> packs_;
   std::unordered_map<ChunkId, ChunkLocation, Id128Hash> where_;
   bool arriving_;
+  ArrivalWatch arrival_;
   std::vector<std::uint64_t> prefix_;  // prefix_[i]: raw bytes of CHUNKS[0, i)
   std::unique_ptr<io::IoQueue> io_;
 };

@@ -120,13 +120,9 @@ Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId
   return m;
 }
 
-Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
-                   const std::function<Result<bool>()>& found) {
+Status ArrivalWatch::await_chunk(StoreState& state, const CheckpointId& checkpoint,
+                                 const ChunkId& chunk, const std::function<Result<bool>()>& found) {
   const Layout& layout = state.layout;
-  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  if (watch.get() >= 0) {
-    (void)::inotify_add_watch(watch.get(), layout.packs().c_str(), IN_CREATE | IN_MOVED_TO);
-  }
   const auto idle = idle_limit();
   auto last_arrival = std::chrono::steady_clock::now();
   std::size_t packs_seen = state.catalog.packs().size();
@@ -170,11 +166,20 @@ Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const Chun
                                            " s; is the transfer bringing it (gcr restore) still "
                                            "running?");
     }
-    if (watch.get() >= 0) {
-      pollfd p{watch.get(), POLLIN, 0};
+    if (watch_.get() < 0) {
+      // Made now, then looked again at once: a pack sealed before the watch is seen that way.
+      watch_ = UniqueFd(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+      if (watch_.get() >= 0 &&
+          ::inotify_add_watch(watch_.get(), layout.packs().c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
+        watch_ = UniqueFd();
+      }
+      if (watch_.get() >= 0) continue;
+    }
+    if (watch_.get() >= 0) {
+      pollfd p{watch_.get(), POLLIN, 0};
       if (::poll(&p, 1, 100) > 0) {
         char buf[4096];
-        while (::read(watch.get(), buf, sizeof buf) > 0) {
+        while (::read(watch_.get(), buf, sizeof buf) > 0) {
         }
       }
     } else {

@@ -20,6 +20,7 @@
 
 #include "gcr/manifest.h"
 #include "gcr/result.h"
+#include "gcr/unique_fd.h"
 #include "store/layout.h"
 
 namespace gcr::store {
@@ -38,9 +39,18 @@ void incoming_done(const Layout& layout, const CheckpointId& id);  // removes wh
 // The reader's side.
 Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId& id);
 
-// Calls found() after each catalog refresh until it returns true (or an error). `idle`: how long
-// to wait without a new pack before giving up (GCR_ARRIVAL_IDLE_S overrides; default 60 s).
-Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
-                   const std::function<Result<bool>()>& found);
+// One reader's waits for the chunks of an arriving checkpoint.
+class ArrivalWatch {
+ public:
+  // Calls found() after each catalog refresh until it returns true (or an error). Gives up after
+  // 60 s without a new pack (GCR_ARRIVAL_IDLE_S overrides).
+  Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
+                     const std::function<Result<bool>()>& found);
+
+ private:
+  // inotify on packs/, made at the first real wait and kept: closing an inotify instance waits
+  // for an RCU grace period (10-20 ms measured), too long to pay per chunk.
+  UniqueFd watch_;
+};
 
 }  // namespace gcr::store
