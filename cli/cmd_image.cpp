@@ -32,6 +32,7 @@
 #include "remote.h"
 #include "store/backend_list.h"
 #include "store/bucket_gc.h"
+#include "store/bucket_usage.h"
 #include "store/bucket_verify.h"
 #include "store/transfer.h"
 
@@ -924,12 +925,29 @@ struct DuOptions {
 
 Status image_du(Context& ctx, const DuOptions& o) {
   if (o.name) GCR_TRY(check_name(ctx, *o.name));
-  GCR_TRY_ASSIGN(auto store, ctx.open_store());
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
   std::optional<CheckpointId> id;
-  if (o.name) {
-    GCR_TRY_ASSIGN(id, resolve_name(ctx, *store, *o.name));
+  store::Usage u;
+  std::optional<std::uint64_t> marked_bytes;  // a bucket's
+  std::map<CheckpointId, std::vector<std::string>> tags;
+  if (location.is_s3()) {
+    GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+    if (o.name) {
+      GCR_TRY_ASSIGN(id, resolve_remote_name(ctx, *remote, *o.name));
+      GCR_TRY_ASSIGN(tags, store::read_backend_tags(*remote));
+    }
+    GCR_TRY_ASSIGN(store::BackendUsage bu, store::backend_usage(*remote, id));
+    u = bu.usage;
+    marked_bytes = bu.marked_bytes;
+  } else {
+    GCR_TRY_ASSIGN(auto store, ctx.open_store());
+    if (o.name) {
+      GCR_TRY_ASSIGN(id, resolve_name(ctx, *store, *o.name));
+      GCR_TRY_ASSIGN(auto infos, store->list());
+      tags = index_tags(infos);
+    }
+    GCR_TRY_ASSIGN(u, store->usage(id));
   }
-  GCR_TRY_ASSIGN(store::Usage u, store->usage(id));
 
   if (o.json) {
     JsonWriter j;
@@ -938,7 +956,7 @@ Status image_du(Context& ctx, const DuOptions& o) {
     if (id)
       j.field("checkpoint", id->hex());
     else
-      j.field("store", ctx.store_root().string());
+      j.field("store", location.is_s3() ? location.text() : ctx.store_root().string());
     j.field("checkpoints", u.checkpoints)
         .field("chunks", u.chunks)
         .field("logical_bytes", u.logical_bytes)
@@ -949,6 +967,7 @@ Status image_du(Context& ctx, const DuOptions& o) {
         .field("dup_other_bytes", u.other_bytes)
         .field("new_bytes", u.fresh_bytes);
     if (!id) j.field("pack_file_bytes", u.pack_file_bytes).field("garbage_bytes", u.garbage_bytes);
+    if (!id && marked_bytes) j.field("marked_bytes", *marked_bytes);
     j.end_object();
     print(j.take());
     return ok();
@@ -956,11 +975,10 @@ Status image_du(Context& ctx, const DuOptions& o) {
 
   std::string out;
   if (id) {
-    GCR_TRY_ASSIGN(auto infos, store->list());
-    out += "checkpoint " + id_with_tags(*id, index_tags(infos), /*full_id=*/true) + "\n";
+    out += "checkpoint " + id_with_tags(*id, tags, /*full_id=*/true) + "\n";
   } else {
-    out += "store " + display_safe(ctx.store_root().string()) + ": " +
-           plural(u.checkpoints, "checkpoint", "checkpoints") + ", " +
+    out += "store " + display_safe(location.is_s3() ? location.text() : ctx.store_root().string()) +
+           ": " + plural(u.checkpoints, "checkpoint", "checkpoints") + ", " +
            plural(u.chunks, "chunk", "chunks") + "\n";
   }
   using A = Table::Align;
@@ -982,6 +1000,10 @@ Status image_du(Context& ctx, const DuOptions& o) {
     t.add_row({"pack files", format_bytes(u.pack_file_bytes), ""});
     t.add_row({"garbage (freed by 'gcr image gc')", format_bytes(u.garbage_bytes),
                format_percent(u.garbage_bytes, u.pack_file_bytes)});
+    if (marked_bytes) {
+      t.add_row({"  of it marked, going at a later gc", format_bytes(*marked_bytes),
+                 format_percent(*marked_bytes, u.pack_file_bytes)});
+    }
   }
   out += t.render("  ");
   if (u.stored_bytes > 0) {

@@ -13,9 +13,9 @@
 #include "store/manifests.h"
 
 namespace gcr::store {
-namespace {
+namespace {}  // namespace
 
-void add_checkpoint(Usage& u, const Manifest& m) {
+void add_checkpoint_usage(Usage& u, const Manifest& m) {
   ++u.checkpoints;
   for (const ObjectEntry& o : m.objects) u.logical_bytes += o.size;
   for (const ChunkRef& c : m.chunks) {
@@ -39,6 +39,8 @@ void add_checkpoint(Usage& u, const Manifest& m) {
     }
   }
 }
+
+namespace {
 
 std::uint64_t dir_bytes(const std::filesystem::path& dir, std::string_view ext) {
   std::uint64_t total = 0;
@@ -64,7 +66,7 @@ Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id) {
   Usage u;
   if (id) {
     GCR_TRY_ASSIGN(Manifest m, load_manifest(layout, *id));
-    add_checkpoint(u, m);
+    add_checkpoint_usage(u, m);
     auto it = m.stats.find("stored_bytes");
     if (it != m.stats.end()) u.stored_bytes = it->second;
     return u;
@@ -76,7 +78,7 @@ Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id) {
   for (const CheckpointId& cid : ids) {
     auto m = load_manifest(layout, cid);
     if (!m) continue;  // verify reports it; usage counts what it can read
-    add_checkpoint(u, *m);
+    add_checkpoint_usage(u, *m);
     for (const ChunkRef& c : m->chunks) {
       if (!c.zero) live.insert(c.id);
     }

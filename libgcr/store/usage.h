@@ -11,4 +11,7 @@ namespace gcr::store {
 
 Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id);
 
+// Adds one checkpoint's logical bytes, chunk count and bytes by dedup class (its CHUNKS).
+void add_checkpoint_usage(Usage& u, const Manifest& m);
+
 }  // namespace gcr::store

@@ -144,6 +144,10 @@ for name in job-1 job-2 other; do expect 0 "$GCR_BIN" "${L[@]}" image push "$nam
 expect 0 "$GCR_BIN" --store "$B4" image rm other --json
 py "assert d['removed'][0]['tags'] == ['other'], d"
 expect 3 "$GCR_BIN" --store "$B4" image rm other
+expect 0 "$GCR_BIN" --store "$B4" image du --json
+py "assert d['checkpoints'] == 2 and d['garbage_bytes'] > 0 and d['marked_bytes'] == 0 and d['stored_bytes'] > 0, d"
+expect 0 "$GCR_BIN" --store "$B4" image du job-2
+contains "job-2" "$OUT"
 expect 0 "$GCR_BIN" --store "$B4" image gc --json
 py "assert d['packs_marked'] == 0 and d['packs_deleted'] == 0 and d['packs_waiting'] >= 1, d"
 sleep 1.2  # LastModified has whole seconds
@@ -154,11 +158,15 @@ grep -q '\.dead<' "$OUT" && fail "a dry run marked a pack"
 expect 0 "$GCR_BIN" --store "$B4" image gc --grace 1s --json
 py "assert d['packs_marked'] >= 1 and d['packs_deleted'] == 0, d"
 marked=$(python3 -c "import json; print(json.load(open('$OUT'))['packs_marked'])")
+expect 0 "$GCR_BIN" --store "$B4" image du --json
+py "assert d['marked_bytes'] > 0, d"
 expect 0 s3_curl GET "gcr-test?list-type=2&prefix=gc%2Fpacks%2F"
 [[ $(grep -o '\.dead<' "$OUT" | wc -l) == "$marked" ]] || fail "gc reported $marked marks"
 sleep 1.2
 expect 0 "$GCR_BIN" --store "$B4" image gc --grace 1s --json
 py "assert d['packs_deleted'] == $marked and d['bytes_freed'] > 0 and d['packs_marked'] == 0, d"
+expect 0 "$GCR_BIN" --store "$B4" image du --json
+py "assert d['garbage_bytes'] == 0 and d['marked_bytes'] == 0, d"
 expect 0 "$GCR_BIN" --store "$B4" image verify --json
 py "assert d['ok'] and d['checkpoints'] == 2, d"
 expect 0 "$GCR_BIN" --store "$T/node9" image pull "$B4/job-2"

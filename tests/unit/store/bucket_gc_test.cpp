@@ -13,6 +13,7 @@
 #include "store/backend.h"
 #include "store/backend_list.h"
 #include "store/bucket_gc.h"
+#include "store/bucket_usage.h"
 #include "store/bucket_verify.h"
 #include "store/transfer.h"
 #include "test_util.h"
@@ -150,6 +151,12 @@ TEST_CASE("bucket gc marks unused packs first and deletes them a grace period la
   CHECK(*removed == std::vector<std::string>{"drop"});
   CHECK(!resolve_checkpoint(*b.to, "drop"));
 
+  auto usage = backend_usage(*b.to, std::nullopt);
+  REQUIRE(usage);
+  CHECK(usage->usage.checkpoints == 1);
+  CHECK(usage->usage.garbage_bytes > 0);
+  CHECK(usage->marked_bytes == 0);
+
   // Young: nothing marked, nothing deleted.
   auto young = b.gc(3600);
   CHECK(young.packs_marked == 0);
@@ -179,6 +186,10 @@ TEST_CASE("bucket gc marks unused packs first and deletes them a grace period la
   auto v = b.verify();
   CHECK(v.problems.empty());
   CHECK(v.checkpoints == 1);
+  auto after = backend_usage(*b.to, std::nullopt);
+  REQUIRE(after);
+  CHECK(after->usage.garbage_bytes == 0);
+  CHECK(after->usage.stored_bytes == usage->usage.stored_bytes);
 }
 
 TEST_CASE("a dry run changes nothing; grace 0 marks and deletes in one run", "[bucket]") {
