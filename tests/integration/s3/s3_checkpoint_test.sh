@@ -6,7 +6,8 @@
 # across machines); a repeated restore on a node reads nothing from the network (its cache). The
 # restores are streamed: the process runs before its memory has all arrived; radosgw killed and
 # restarted in the middle of one is retried through; a pull that dies in the middle leaves no
-# process running, and a rerun restores.
+# process running, and a rerun restores. Two nodes checkpointing at once both commit; a corrupted
+# object is found by verify on the bucket and refused by a restore (exit 7), nothing left running.
 #
 #   s3_checkpoint_test.sh BUILD_DIR   (root for CRIU; 77 without root or without Ceph)
 set -euo pipefail
@@ -40,7 +41,7 @@ start() {  # NODE LOG
   echo "$p"
 }
 stop_gcrd() { pkill -f "gcrd --socket $T/$1/gcrd.sock" 2>/dev/null || true; }
-trap 'rc=$?; for n in a b c d; do stop_gcrd $n; done; ceph_stop; (exit $rc); cleanup' EXIT
+trap 'rc=$?; for n in a b c d e; do stop_gcrd $n; done; ceph_stop; (exit $rc); cleanup' EXIT
 
 echo "== reference: mlp_train without gcr"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -125,4 +126,41 @@ node a "$GCR" --store "$B" restore s2 2> "$T/r2.err" > /dev/null || { cat "$T/r2
 grep -q "already there" "$T/r2.err" || { cat "$T/r2.err"; fail "the second restore fetched again"; }
 wait_exit "$P" "$T/run2.log"
 [[ $(checksum_of "$T/run2.log") == "$REF" ]] || fail "second restore of s2 ended with $(checksum_of "$T/run2.log")"
+echo "== two nodes checkpoint into the bucket at once: both commit"
+PC=$(start c "$T/run-c.log")
+PD=$(start d "$T/run-d.log")
+wait_steps "$T/run-c.log" 15
+wait_steps "$T/run-d.log" 15
+node c "$GCR" --store "$B" checkpoint "$PC" --name both-c --leave-running --json > "$T/c.json" 2> "$T/c.err" & cc=$!
+node d "$GCR" --store "$B" checkpoint "$PD" --name both-d --leave-running --json > "$T/d.json" 2> "$T/d.err" & cd=$!
+wait $cc || { cat "$T/c.err"; fail "node c's checkpoint beside node d's"; }
+wait $cd || { cat "$T/d.err"; fail "node d's checkpoint beside node c's"; }
+node a "$GCR" --store "$B" image ls --json > "$T/ls.json"
+python3 -c "import json; d=json.load(open('$T/ls.json')); t=[x for c in d['checkpoints'] for x in c['tags']]; assert 'both-c' in t and 'both-d' in t, t" || fail "not both listed"
+node a "$GCR" --store "$B" image verify > "$T/verify.out" 2>&1 || { cat "$T/verify.out"; fail "the bucket does not verify"; }
+wait_exit "$PC" "$T/run-c.log"
+wait_exit "$PD" "$T/run-d.log"
+
+echo "== a corrupted object in the bucket: the restore refuses it, nothing runs"
+# Every pack: chunks the concurrent checkpoints uploaded twice must not have a good copy left.
+packs=$(s3_curl GET "gcr-test?list-type=2&prefix=ckpt%2Fpacks%2F" | grep -o 'ckpt/packs/[0-9a-f]*\.pack')
+[[ -n $packs ]] || fail "no pack listed"
+for pack in $packs; do
+  s3_curl GET "gcr-test/$pack" -o "$T/pack"
+  python3 - "$T/pack" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
+for at in range(100, len(b), 1 << 20):  # a byte in every MiB: whatever the restore reads first
+    b[at] ^= 0xff
+open(p, 'wb').write(b)
+PY
+  [[ $(s3_curl PUT "gcr-test/$pack" -T "$T/pack" -o /dev/null -w '%{http_code}') == 200 ]] || fail "re-upload"
+done
+node a "$GCR" --store "$B" image verify > "$T/verify.out" 2>&1 && fail "verify missed the damage"
+rc=0
+node e "$GCR" restore "$B/s1" > /dev/null 2> "$T/restore-e.err" || rc=$?
+[[ $rc == 7 ]] || { cat "$T/restore-e.err"; fail "restore of a damaged checkpoint exited $rc, want 7"; }
+grep -q "checksum mismatch\|corrupt\|zstd\|the index says" "$T/restore-e.err" || { cat "$T/restore-e.err"; fail "no damage named"; }
+for _ in $(seq 1 250); do pgrep -f "$BUILD/tests/workloads/mlp_train" > /dev/null || break; sleep 0.02; done
+pgrep -f "$BUILD/tests/workloads/mlp_train" > /dev/null && fail "a process runs from a damaged checkpoint"
 echo "ok: $SECONDS s"

@@ -97,6 +97,8 @@ contains "killed/packs/" "$OUT"
 grep -q "killed/manifests/" "$OUT" && fail "a manifest is visible after the killed upload"
 expect 0 "$GCR_BIN" --store "$B2" image ls --json
 py "assert d['checkpoints'] == [], d"
+expect 0 "$GCR_BIN" --store "$B2" image verify --json
+py "assert d['ok'] and d['checkpoints'] == 0, d"
 expect 3 "$GCR_BIN" "${N[@]}" image pull "$B2/other"
 expect 0 "$GCR_BIN" "${L[@]}" image push other "$B2" --json
 py "assert d['present_bytes'] > 0 and not d['already_there'], d"
