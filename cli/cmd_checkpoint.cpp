@@ -17,6 +17,7 @@
 #include "command_trace.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
+#include "gcrd_protocol.h"
 #include "json.h"
 #include "output.h"
 #include "paths.h"
@@ -171,9 +172,17 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
                                                    {"store", store}};
       if (!o.name.empty())
         fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
+      // A bar for the storing with one pid only: several would draw over each other.
+      ProgressLine bar(!o.json && ctx.stderr_tty && o.pids.size() == 1,
+                       "pid " + std::to_string(o.pids[i]) + ": storing");
       results[i] = gcrd::call(conn->get(), "checkpoint", fields, [&](const std::string& line) {
         if (o.json || !ctx.stderr_tty) return;
         std::lock_guard lock(mu);
+        if (auto p = gcrd::parse_bytes_progress(line)) {
+          bar.update(p->done, p->total);
+          return;
+        }
+        bar.clear();
         std::fprintf(stderr, "pid %d: %s\n", o.pids[i], line.c_str());
       });
     });
@@ -379,12 +388,20 @@ Status restore(RestoreOptions o, Context& ctx) {
     GCR_TRY_ASSIGN(auto pong, gcrd::call(ping.get(), "ping", {}, [](const std::string&) {}));
     trace = CommandTrace::begin(static_cast<pid_t>(field_u64(pong, "pid")));
   }
+  ProgressLine bar(!o.json && ctx.stderr_tty, "loading device memory");
   auto called = gcrd::call(
       conn.get(), "restore", fields,
       [&](const std::string& line) {
-        if (!o.json && ctx.stderr_tty) std::fprintf(stderr, "%s\n", line.c_str());
+        if (o.json || !ctx.stderr_tty) return;
+        if (auto p = gcrd::parse_bytes_progress(line)) {
+          bar.update(p->done, p->total);
+          return;
+        }
+        bar.clear();
+        std::fprintf(stderr, "%s\n", line.c_str());
       },
       files);
+  bar.clear();
   if (trace) {
     pid_t restored = called ? static_cast<pid_t>(field_u64(*called, "pid")) : 0;
     auto written = trace->finish(o.trace, called ? &*called : nullptr, restored);
@@ -401,6 +418,7 @@ Status restore(RestoreOptions o, Context& ctx) {
     else if (!o.json)
       std::fputs(describe_trace(*written).c_str(), stderr);
   }
+  if (!called && streamed) streamed->cancel();  // no one waits for the rest
   Status fetched = after_fetch();
   if (!called) return std::move(called).error();
   if (!fetched) return fetched;

@@ -66,6 +66,7 @@ Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote
   pull->arriving_ = true;
   store::TransferOptions t;
   t.stages = stages_of(m);
+  t.cancel = &pull->cancel_;
   StreamedPull* self = pull.get();
   t.stage_done = [self](std::size_t stage) {
     if (stage != 0) return;
@@ -96,6 +97,7 @@ void StreamedPull::run(store::Backend& remote, std::unique_ptr<store::Backend> l
 }
 
 StreamedPull::~StreamedPull() {
+  cancel();  // left without finish(): the restore did not happen
   if (thread_.joinable()) thread_.join();
 }
 

@@ -5,6 +5,7 @@
 // each chunk that has not arrived yet. The process runs long before the whole checkpoint is here.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,7 @@ class StreamedPull {
   // committed already there is nothing to stream (arriving() is false).
   static Result<std::unique_ptr<StreamedPull>> start(store::Backend& remote,
                                                      const store::CheckpointId& id);
-  ~StreamedPull();  // waits for the pull
+  ~StreamedPull();  // cancels the pull unless finish() was called, and waits for it
   StreamedPull(const StreamedPull&) = delete;
   StreamedPull& operator=(const StreamedPull&) = delete;
 
@@ -32,6 +33,8 @@ class StreamedPull {
   Status files_ready();
   // Blocks until the pull is done (committed in the cache); what it moved.
   Result<store::TransferReport> finish();
+  // Stops the pull before its next pack (the restore failed: no one waits for the rest).
+  void cancel() { cancel_.store(true); }
 
  private:
   StreamedPull() = default;
@@ -45,6 +48,7 @@ class StreamedPull {
   std::condition_variable cv_;
   bool files_in_ = false, done_ = false;
   std::optional<Result<store::TransferReport>> result_;
+  std::atomic<bool> cancel_{false};
   std::thread thread_;
 };
 

@@ -20,6 +20,7 @@
 #include "drain.h"
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
+#include "gcrd_protocol.h"
 #include "keeper.h"
 #include "lineage.h"
 #include "pause_point.h"
@@ -420,8 +421,17 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
            " MiB of device memory and the CRIU image");
   auto tstore = Clock::now();
+  std::uint64_t to_store_bytes = 0;
+  for (const DrainRegion& d : to_store) to_store_bytes += d.region.size;
+  auto last_progress = Clock::time_point{};
+  auto stored = [&](std::uint64_t done) {
+    auto now = Clock::now();
+    if (done < to_store_bytes && now - last_progress < std::chrono::milliseconds(100)) return;
+    last_progress = now;
+    progress(bytes_progress("storing", done, to_store_bytes));
+  };
   auto drained = drain_regions(*gpu, *writer, to_store, table ? &*table : nullptr,
-                               running ? &*running : nullptr, {});
+                               running ? &*running : nullptr, stored);
   if (running) {
     if (auto after_cut = running->touch_order())
       touch_order.insert(touch_order.begin(), after_cut->begin(), after_cut->end());

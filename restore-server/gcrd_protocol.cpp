@@ -55,4 +55,21 @@ std::map<std::string, std::string> decode_fields(const std::string& text) {
   return out;
 }
 
+std::string bytes_progress(const std::string& what, std::uint64_t done, std::uint64_t total) {
+  return "bytes " + what + " " + std::to_string(done) + " " + std::to_string(total);
+}
+
+std::optional<BytesProgress> parse_bytes_progress(const std::string& text) {
+  if (text.rfind("bytes ", 0) != 0) return std::nullopt;
+  BytesProgress p;
+  char what[32] = {};
+  unsigned long long done = 0, total = 0;
+  if (std::sscanf(text.c_str() + 6, "%31s %llu %llu", what, &done, &total) != 3)
+    return std::nullopt;
+  p.what = what;
+  p.done = done;
+  p.total = total;
+  return p;
+}
+
 }  // namespace gcr::gcrd

@@ -8,7 +8,9 @@
 // store). gcrd checks the client's credentials (root or gcrd's own user) before reading.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace gcr::gcrd {
@@ -20,5 +22,15 @@ std::string decode_value(const std::string& v);
 // "k=v k2=v2" <-> map (values encoded).
 std::string encode_fields(const std::map<std::string, std::string>& fields);
 std::map<std::string, std::string> decode_fields(const std::string& text);
+
+// A progress text that says how far long work has come, "bytes storing 1048576 4194304": the
+// client draws a progress bar from it on a terminal (and ignores it elsewhere); any other
+// progress text is a line for people.
+struct BytesProgress {
+  std::string what;  // "storing", "loading"
+  std::uint64_t done = 0, total = 0;
+};
+std::string bytes_progress(const std::string& what, std::uint64_t done, std::uint64_t total);
+std::optional<BytesProgress> parse_bytes_progress(const std::string& text);
 
 }  // namespace gcr::gcrd

@@ -150,6 +150,14 @@ void Loader::run() noexcept {
     result_ = std::move(s);  // read by wait() after the join
     failed_.store(true);
   }
+  std::lock_guard lock(ended_mu_);
+  ended_ = true;
+  ended_cv_.notify_all();
+}
+
+bool Loader::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(ended_mu_);
+  return ended_cv_.wait_for(lock, timeout, [&] { return ended_; });
 }
 
 Status Loader::load_all() {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,8 @@ class Loader {
 
   // Waits until every region is loaded or loading failed; the first error. Idempotent.
   Status wait();
+  // Waits at most `timeout` for the loader to end; whether it has (then wait() returns at once).
+  bool wait_for(std::chrono::milliseconds timeout);
   // Asks the loader to stop after the piece it is on (a failed restore).
   void stop() { stop_.store(true); }
   // Non-blocking: the loader's error, if it has failed already.
@@ -69,6 +72,9 @@ class Loader {
   std::mutex mu_;
   Status result_ = ok();
   bool joined_ = false;
+  std::mutex ended_mu_;
+  std::condition_variable ended_cv_;
+  bool ended_ = false;
 };
 
 }  // namespace gcr::gcrd

@@ -18,6 +18,7 @@
 
 #include "device.h"
 #include "gcr/control.h"
+#include "gcrd_protocol.h"
 #include "keeper.h"
 #include "lineage.h"
 #include "loader.h"
@@ -291,6 +292,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (table) {
       progress("process " + std::to_string(pid) + " resumed; loading the rest of its memory");
       pause_point("loading");
+      while (!loader->wait_for(std::chrono::milliseconds(100)))
+        progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
       Status loaded = loader->wait();
       // A failed load ends the process before anything releases its waiters: it never runs on
       // bytes it did not get.

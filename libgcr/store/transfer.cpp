@@ -140,6 +140,11 @@ struct ChunkCopier {
     WorkerPool pool(std::min<unsigned>(parallel, std::max<std::size_t>(batches.size(), 1)));
     pool.parallel_for(batches.size(), [&](std::size_t i) {
       if (failed) return;  // one failure fails the transfer: do not start more
+      if (options.cancel != nullptr && options.cancel->load()) {
+        results[i] = Error{Errc::busy, "the transfer was cancelled"};
+        failed = true;
+        return;
+      }
       results[i] = copy_batch(from, to, batches[i], pack_ids[i]);
       if (!results[i]) {
         failed = true;

@@ -10,6 +10,7 @@
 // manifest names (gc's). Run again, it finds what arrived and moves the rest (resumable).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,6 +36,8 @@ struct TransferOptions {
   // chunks come last. stage_done(i) is called once stage i is all in sealed destination packs.
   std::vector<std::vector<ChunkId>> stages;
   std::function<void(std::size_t stage)> stage_done;
+  // Set from another thread to stop the transfer before its next pack (Errc::busy, "cancelled").
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct TransferReport {

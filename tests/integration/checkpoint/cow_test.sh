@@ -59,5 +59,14 @@ echo "== writes during the drain copy the region first"
 run_case copy 1
 echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
 run_case wait 0
+echo "== on a terminal the storing draws a progress bar"
+setsid "$GCR" run -- "${MLP[@]}" >> "$T/bar.log" 2>&1 < /dev/null &
+p=$!
+pids+=("$p")
+wait_steps "$T/bar.log" 20
+script -qec "'$GCR' checkpoint $p --name bar -R" /dev/null > "$T/pty.out" 2>&1 || { cat "$T/pty.out"; fail "checkpoint under a pty"; }
+grep -q "pid $p: storing: [0-9.]*%" "$T/pty.out" || { cat -v "$T/pty.out"; fail "no progress bar while storing"; }
+grep -q "checkpoint" "$T/pty.out" || fail "no summary after the bar"
+wait_exit "$p" "$T/bar.log"
 "$GCR" image verify > /dev/null || fail "gcr image verify"
 echo "PASS"

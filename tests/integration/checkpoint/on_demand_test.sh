@@ -56,6 +56,20 @@ restore_case on-demand
 echo "== restored eagerly"
 restore_case eager
 
+echo "== on a terminal (script(1) gives it one) the load draws a progress bar"
+rm -f "$T/go"  # late_touch touches nothing until go: the slowed load shows
+script -qec "'$GCR' restore lt" /dev/null > "$T/pty.out" 2>&1 &
+sp=$!
+sleep 1.5
+touch "$T/go"
+wait $sp || { cat -v "$T/pty.out"; fail "restore under a pty"; }
+grep -q "loading device memory: [0-9.]*%" "$T/pty.out" || { cat -v "$T/pty.out"; fail "no progress bar while loading"; }
+grep -q "restored checkpoint" "$T/pty.out" || fail "no summary after the bar"
+wait_for "$T/lt.log" 'late_touch: \(OK\|FAILED\)'
+grep -q 'late_touch: OK' "$T/lt.log" || fail "pty restore: wrong bytes"
+wait_gone "$(sed -n 's/.* as pid \([0-9]*\).*/\1/p' "$T/pty.out" | head -1)"
+: > "$T/lt.log"
+
 echo "== the first-touch order: A and C touched before B load first, without being waited for"
 rm -f "$T/go"
 setsid "$GCR" run -- "$BUILD/tests/workloads/late_touch" --go "$T/go" --small-first >> "$T/lt.log" 2>&1 < /dev/null &
