@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -22,6 +23,7 @@ namespace {
 struct RunOptions {
   std::vector<std::string> command;
   std::string track;
+  std::string track_profile;  // --track-profile FILE: GCR_TRACK_PROFILE (interpose/validate.h)
   bool detach = false;
   std::string log;  // --log: where a detached program's stdout and stderr go
 };
@@ -77,9 +79,11 @@ Status run_program(const RunOptions& o, Context& ctx) {
   if (o.command.empty())
     return Error{Errc::invalid_argument, "no program given: gcr run -- PROGRAM ARGS..."};
   if (!o.track.empty() && o.track != "speculative" && o.track != "precise" &&
-      o.track != "conservative")
+      o.track != "conservative" && o.track != "validate")
     return Error{Errc::invalid_argument,
-                 "--track must be speculative, precise or conservative, not '" + o.track + "'"};
+                 "--track must be speculative, precise, conservative or "
+                 "validate, not '" +
+                     o.track + "'"};
   GCR_TRY_ASSIGN(auto interposer, interposer_path());
   bool simulated = false;
   GCR_TRY_ASSIGN(auto driver, real_driver_path(&simulated));
@@ -88,6 +92,11 @@ Status run_program(const RunOptions& o, Context& ctx) {
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("GCR_REAL_LIBCUDA", driver.c_str(), 1);
   if (!o.track.empty()) setenv("GCR_TRACK", o.track.c_str(), 1);
+  if (!o.track_profile.empty()) {
+    std::error_code ec;
+    auto path = std::filesystem::absolute(o.track_profile, ec);  // the program may chdir
+    setenv("GCR_TRACK_PROFILE", (ec ? std::filesystem::path(o.track_profile) : path).c_str(), 1);
+  }
   // A program that opens libcuda.so.1 by name finds gcr's first, also in its children.
   std::string libpath = interposer.parent_path().string();
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old)
@@ -196,9 +205,15 @@ void register_process_commands(CLI::App& app, Context& ctx) {
   static RunOptions ro_storage;
   RunOptions* ro = &ro_storage;
   run->add_option("--track", ro->track,
-                  "Write tracking: speculative (default; const pointers are reads), precise, or "
-                  "conservative (every launch writes everything)")
+                  "Write tracking: speculative (default; const pointers are reads), precise, "
+                  "conservative (every launch writes everything), or validate (speculative, "
+                  "checked after every launch: slow; names each kernel that wrote where its "
+                  "parameters do not say)")
       ->type_name("MODE");
+  run->add_option("--track-profile", ro->track_profile,
+                  "Kernels to count as writing everything, one per line; --track validate "
+                  "appends those it catches, so that later runs given the file are right")
+      ->type_name("FILE");
   run->add_flag("--detach,-d", ro->detach,
                 "Run in the background, in a session of its own, with stdout and stderr appended "
                 "to a log file; print its pid")

@@ -42,6 +42,8 @@ Config load() {
       c.track = TrackMode::conservative;
     else if (!std::strcmp(s, "precise"))
       c.track = TrackMode::precise;
+    else if (!std::strcmp(s, "validate"))
+      c.track = TrackMode::validate;
   }
   c.arena_bytes = parse_bytes(std::getenv("GCR_ARENA_BYTES"), 0);
   c.small_bytes = parse_bytes(std::getenv("GCR_SMALL_BYTES"), c.small_bytes);

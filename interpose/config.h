@@ -4,7 +4,10 @@
 //   GCR_TRACK          "speculative" (default): const T* kernel parameters are reads;
 //                      "precise": every pointer parameter may be written;
 //                      "conservative": every launch may write every region (for kernels that
-//                      follow device pointers stored in device memory)
+//                      follow device pointers stored in device memory);
+//                      "validate": speculative, checked around every launch (validate.h)
+//   GCR_TRACK_PROFILE  kernels to count as writing every region, one (mangled) name a line;
+//                      GCR_TRACK=validate appends those it catches
 //   GCR_ARENA_BYTES    size of the reserved device address arena (default: 2x total device memory)
 //   GCR_SMALL_BYTES    allocations up to this size share 2 MiB slabs (default 1 MiB)
 //   GCR_COW_COPY       1 (default): during a --leave-running checkpoint's drain, a write to a
@@ -19,7 +22,7 @@
 
 namespace gcr::interpose {
 
-enum class TrackMode { speculative, precise, conservative };
+enum class TrackMode { speculative, precise, conservative, validate };
 
 struct Config {
   std::string real_libcuda;

@@ -9,10 +9,13 @@
 // parameters and pointers inside struct parameters. With GCR_TRACK=speculative (the default), a
 // parameter whose demangled C++ type is a pointer to const (`float const*`) is taken as read only.
 // What this cannot see: pointers stored in device memory (a kernel walking a pointer array),
-// which GCR_TRACK=conservative covers by treating every launch as writing every region. Graph
-// launches and batched memory operations are always treated conservatively.
+// which GCR_TRACK=conservative covers by treating every launch as writing every region, and
+// GCR_TRACK=validate finds (Note [Validating write tracking] in validate.h), recording the kernels
+// in a profile that makes later runs treat them so. Graph launches and batched memory operations
+// are always treated conservatively.
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +28,7 @@
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
+#include "validate.h"
 
 namespace gcr::interpose {
 namespace {
@@ -39,6 +43,7 @@ struct FuncInfo {
   CUfunction function = nullptr;
   bool known = false;  // false: the layout is unknown, so every launch marks everything
   std::vector<ParamSpan> params;
+  std::string name;  // as the driver names it (mangled), for --track validate and its profile
 };
 
 // Lock-free for readers: slots are written once, under g_func_mu, and never change.
@@ -108,19 +113,26 @@ const FuncInfo* build_info(CUfunction f) {
         {static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(size), false});
     info->known = true;
   }
-  if (config().track == TrackMode::speculative && real->cuFuncGetName) {
-    const char* name = nullptr;
-    if (real->cuFuncGetName(&name, f) == CUDA_SUCCESS && name) {
-      int status = 0;
-      char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-      if (status == 0 && d) {
-        auto types = parameter_types(d);
-        if (types.size() == info->params.size())
-          for (std::size_t i = 0; i < types.size(); ++i)
-            info->params[i].read_only = pointer_to_const(types[i]);
-        std::free(d);
-      }
+  const char* name = nullptr;
+  if (real->cuFuncGetName && real->cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
+    info->name = name;
+  bool infer_const =
+      config().track == TrackMode::speculative || config().track == TrackMode::validate;
+  if (infer_const && !info->name.empty()) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(info->name.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && d) {
+      auto types = parameter_types(d);
+      if (types.size() == info->params.size())
+        for (std::size_t i = 0; i < types.size(); ++i)
+          info->params[i].read_only = pointer_to_const(types[i]);
+      std::free(d);
     }
+  }
+  // A kernel --track validate caught writing where its parameters do not say.
+  if (!info->name.empty() && profiled_as_writing_all(info->name)) {
+    info->known = false;
+    info->params.clear();
   }
   return info;
 }
@@ -201,6 +213,33 @@ void mark_launch(CUfunction f, void** params, void** extra) {
   }
 }
 
+// The parameter buffer's words of the parameters a kernel may write through.
+template <typename Fn>
+void for_written_words(const FuncInfo* fi, void** params, void** extra, Fn&& fn) {
+  auto words = [&](const std::byte* p, std::uint32_t offset, std::uint32_t size) {
+    std::uint32_t first = (offset + 7) & ~7u;
+    for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, p + (o - offset), 8);
+      fn(word);
+    }
+  };
+  if (params) {
+    for (std::size_t i = 0; i < fi->params.size(); ++i) {
+      const ParamSpan& p = fi->params[i];
+      if (p.size >= 8 && params[i] && !p.read_only)
+        words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
+    }
+  } else if (extra) {
+    const std::byte* buf = nullptr;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
+    if (!buf) return;
+    for (const ParamSpan& p : fi->params)
+      if (p.size >= 8 && !p.read_only) words(buf + p.offset, p.offset, p.size);
+  }
+}
+
 void mark_2d(const CUDA_MEMCPY2D* p) {
   if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
     return;
@@ -232,6 +271,24 @@ void mark_3d(const CUDA_MEMCPY3D* p) {
 }
 
 }  // namespace
+
+LaunchWrites launch_writes(CUfunction f, void** params, void** extra) {
+  LaunchWrites w;
+  if (config().track == TrackMode::conservative || !g_arena.base) return w;
+  const FuncInfo* fi = func_info(f);
+  w.known = fi->known;
+  w.kernel = fi->name;
+  if (!w.known) return w;
+  for_written_words(fi, params, extra, [&](std::uint64_t word) {
+    if (!in_arena(word)) return;
+    std::uint32_t id =
+        g_arena.granule_region[(word - g_arena.base) / kGranule].load(std::memory_order_acquire);
+    if (id && std::find(w.regions.begin(), w.regions.end(), id) == w.regions.end())
+      w.regions.push_back(id);
+  });
+  return w;
+}
+
 }  // namespace gcr::interpose
 
 using namespace gcr::interpose;
@@ -252,17 +309,38 @@ using namespace gcr::interpose;
 #define GCR_WRAP2(name, suffix, params, args, mark) \
   GCR_WRAP(name, name, params, args, mark)          \
   GCR_WRAP(name, name##suffix, params, args, mark)
+// A kernel launch: marked, and checked around the launch under GCR_TRACK=validate.
+#define GCR_WRAP_LAUNCH(type_of, name, params, args, fn, kp, extra) \
+  extern "C" CUresult name params {                                 \
+    static const auto real = real_fn<decltype(&::type_of)>(#name);  \
+    if (!g_unmanaged) {                                             \
+      GateScope gate;                                               \
+      mark_launch(fn, kp, extra);                                   \
+      if (config().track == TrackMode::validate) [[unlikely]] {     \
+        LaunchValidation validation(fn, kp, extra);                 \
+        CUresult launched = real args;                              \
+        validation.after(launched);                                 \
+        return launched;                                            \
+      }                                                             \
+      return real args;                                             \
+    }                                                               \
+    return real args;                                               \
+  }
+#define GCR_WRAP_LAUNCH2(name, suffix, params, args, fn, kp, extra) \
+  GCR_WRAP_LAUNCH(name, name, params, args, fn, kp, extra)          \
+  GCR_WRAP_LAUNCH(name, name##suffix, params, args, fn, kp, extra)
 
-GCR_WRAP2(cuLaunchKernel, _ptsz,
-          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-           unsigned bz, unsigned shared, CUstream s, void** kp, void** extra),
-          (f, gx, gy, gz, bx, by, bz, shared, s, kp, extra), mark_launch(f, kp, extra))
-GCR_WRAP2(cuLaunchKernelEx, _ptsz, (const CUlaunchConfig* c, CUfunction f, void** kp, void** extra),
-          (c, f, kp, extra), mark_launch(f, kp, extra))
-GCR_WRAP2(cuLaunchCooperativeKernel, _ptsz,
-          (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-           unsigned bz, unsigned shared, CUstream s, void** kp),
-          (f, gx, gy, gz, bx, by, bz, shared, s, kp), mark_launch(f, kp, nullptr))
+GCR_WRAP_LAUNCH2(cuLaunchKernel, _ptsz,
+                 (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                  unsigned bz, unsigned shared, CUstream s, void** kp, void** extra),
+                 (f, gx, gy, gz, bx, by, bz, shared, s, kp, extra), f, kp, extra)
+GCR_WRAP_LAUNCH2(cuLaunchKernelEx, _ptsz,
+                 (const CUlaunchConfig* c, CUfunction f, void** kp, void** extra),
+                 (c, f, kp, extra), f, kp, extra)
+GCR_WRAP_LAUNCH2(cuLaunchCooperativeKernel, _ptsz,
+                 (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                  unsigned bz, unsigned shared, CUstream s, void** kp),
+                 (f, gx, gy, gz, bx, by, bz, shared, s, kp), f, kp, nullptr)
 GCR_WRAP2(cuGraphLaunch, _ptsz, (CUgraphExec g, CUstream s), (g, s), mark_all_written())
 
 GCR_WRAP2(cuMemcpy, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),
