@@ -35,11 +35,19 @@ Result<BackendPacks> list_packs(Backend& store) {
   return out;
 }
 
-std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids) {
+std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids,
+                                            IndexCache cache) {
   std::vector<Result<PackIndex>> loaded(ids.size(), Error{Errc::internal, "not loaded"});
   WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
   pool.parallel_for(ids.size(), [&](std::size_t i) {
-    auto bytes = store.get(index_key(ids[i]), kMaxIndexBytes);
+    Result<std::vector<std::byte>> bytes = std::vector<std::byte>{};
+    if (cache == IndexCache::use) {
+      bytes = store.get(index_key(ids[i]), kMaxIndexBytes);
+    } else if (auto v = store.get_versioned(index_key(ids[i]), kMaxIndexBytes)) {
+      bytes = std::move(v->bytes);  // get_versioned goes to the store, past a bucket's cache
+    } else {
+      bytes = std::move(v).error();
+    }
     if (!bytes) {
       loaded[i] = std::move(bytes).error();
       return;
@@ -58,6 +66,36 @@ std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<Pa
 bool transport_failure(const Error& e) {
   return e.code == Errc::unreachable || e.code == Errc::permission_denied ||
          e.code == Errc::clock_skew || e.code == Errc::timeout;
+}
+
+Result<std::vector<CheckpointId>> list_manifest_ids(Backend& store) {
+  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
+  std::vector<CheckpointId> ids;
+  for (const auto& n : names) {
+    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<Result<Manifest>> read_manifests(Backend& store, const std::vector<CheckpointId>& ids) {
+  std::vector<Result<Manifest>> read(ids.size(), Error{Errc::internal, "not read"});
+  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
+  pool.parallel_for(ids.size(), [&](std::size_t i) {
+    std::string origin = "manifest " + ids[i].hex() + " (" + store.name() + ")";
+    auto bytes = store.get(manifest_key(ids[i]), kMaxManifestBytes);
+    if (!bytes) {
+      read[i] = std::move(bytes).error();
+      return;
+    }
+    auto m = decode_manifest(*bytes, origin);
+    if (m && m->id != ids[i]) {
+      read[i] = Error{Errc::corrupt_image, origin + ": holds checkpoint " + m->id.hex()};
+    } else {
+      read[i] = std::move(m);
+    }
+  });
+  return read;
 }
 
 Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gcr/chunk_id.h"
+#include "gcr/manifest.h"
 #include "gcr/result.h"
 #include "store/backend.h"
 #include "store/pack_format.h"
@@ -39,8 +40,17 @@ using ChunkMap = std::unordered_map<ChunkId, Located, Id128Hash>;
 // leave out marked packs (a writer's dedup: a marked pack may go before the writer commits).
 enum class MarkedPacks { use, skip };
 
-// The indexes of these packs, read in parallel (cached for a bucket), each checked.
-std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids);
+enum class IndexCache { use, bypass };
+
+// The indexes of these packs, read in parallel, each checked; a bucket's from its local cache
+// unless bypassed (verify trusts nothing cached).
+std::vector<Result<PackIndex>> load_indexes(Backend& store, const std::vector<PackId>& ids,
+                                            IndexCache cache = IndexCache::use);
+
+// The ids of the committed checkpoints (manifests/), sorted; and their manifests, read in
+// parallel, each decoded and checked against its name.
+Result<std::vector<CheckpointId>> list_manifest_ids(Backend& store);
+std::vector<Result<Manifest>> read_manifests(Backend& store, const std::vector<CheckpointId>& ids);
 
 // An error that says nothing of the store's contents (endpoint down, credentials, clock): a
 // listing that met one is incomplete.

@@ -28,21 +28,8 @@ struct PackObjects {
 // Every chunk some committed manifest names. A manifest that cannot be read stops gc: it cannot
 // know what that checkpoint needs (one removed meanwhile is simply gone).
 Result<std::unordered_set<ChunkId, Id128Hash>> named_chunks(Backend& store) {
-  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
-  std::vector<CheckpointId> ids;
-  for (const auto& n : names) {
-    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
-  }
-  std::vector<Result<Manifest>> read(ids.size(), Error{Errc::internal, "not read"});
-  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
-  pool.parallel_for(ids.size(), [&](std::size_t i) {
-    auto bytes = store.get(manifest_key(ids[i]), kMaxManifestBytes);
-    if (!bytes) {
-      read[i] = std::move(bytes).error();
-      return;
-    }
-    read[i] = decode_manifest(*bytes, "manifest " + ids[i].hex() + " (" + store.name() + ")");
-  });
+  GCR_TRY_ASSIGN(auto ids, list_manifest_ids(store));
+  auto read = read_manifests(store, ids);
   std::unordered_set<ChunkId, Id128Hash> named;
   for (auto& m : read) {
     if (!m && m.error().code == Errc::not_found) continue;

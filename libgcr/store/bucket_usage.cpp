@@ -17,12 +17,9 @@ namespace gcr::store {
 Result<BackendUsage> backend_usage(Backend& store, std::optional<CheckpointId> id) {
   BackendUsage out;
   Usage& u = out.usage;
-  auto read_manifest = [&](const CheckpointId& cid) -> Result<Manifest> {
-    GCR_TRY_ASSIGN(auto bytes, store.get(manifest_key(cid), kMaxManifestBytes));
-    return decode_manifest(bytes, "manifest " + cid.hex() + " (" + store.name() + ")");
-  };
   if (id) {
-    GCR_TRY_ASSIGN(Manifest m, read_manifest(*id));
+    auto read = read_manifests(store, {*id});
+    GCR_TRY_ASSIGN(Manifest m, std::move(read.front()));
     add_checkpoint_usage(u, m);
     if (auto it = m.stats.find("stored_bytes"); it != m.stats.end()) u.stored_bytes = it->second;
     return out;
@@ -43,14 +40,8 @@ Result<BackendUsage> backend_usage(Backend& store, std::optional<CheckpointId> i
     if (marked.contains(p)) out.marked_bytes += bytes;
   }
 
-  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
-  std::vector<CheckpointId> ids;
-  for (const auto& n : names) {
-    if (auto c = id_from_file_name(n, "manifest")) ids.push_back(*c);
-  }
-  std::vector<Result<Manifest>> manifests(ids.size(), Error{Errc::internal, "not read"});
-  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
-  pool.parallel_for(ids.size(), [&](std::size_t i) { manifests[i] = read_manifest(ids[i]); });
+  GCR_TRY_ASSIGN(auto ids, list_manifest_ids(store));
+  auto manifests = read_manifests(store, ids);
   std::unordered_set<ChunkId, Id128Hash> live;
   for (auto& m : manifests) {
     if (!m && transport_failure(m.error())) return std::move(m).error();
@@ -70,15 +61,7 @@ Result<BackendUsage> backend_usage(Backend& store, std::optional<CheckpointId> i
       auto& index = indexes[i];
       if (!index && transport_failure(index.error())) return std::move(index).error();
       if (!index || marked.contains(indexed[i]) != want_marked) continue;
-      bool any_live = false;
-      for (const IndexEntry& e : index->entries) {
-        if (live.contains(e.id) && counted.insert(e.id).second) {
-          u.stored_bytes += e.stored_bytes;
-          live_record_bytes += e.record_bytes();
-          any_live = true;
-        }
-      }
-      if (any_live) live_record_bytes += kPackHeaderBytes;
+      live_record_bytes += add_live_pack_usage(u, *index, live, counted);
     }
   }
   u.garbage_bytes =

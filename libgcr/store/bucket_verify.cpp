@@ -64,39 +64,15 @@ Result<VerifyReport> verify_backend(
   if (only) {
     ids.push_back(*only);
   } else {
-    GCR_TRY_ASSIGN(auto names, store.list("manifests"));
-    for (const auto& n : names) {
-      if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
-    }
-    std::sort(ids.begin(), ids.end());
+    GCR_TRY_ASSIGN(ids, list_manifest_ids(store));
   }
   GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
 
-  // Indexes afresh (get_versioned bypasses the cache, which holds an index as first read).
+  // Indexes afresh: the cache holds an index as it was first read.
   GCR_TRY_ASSIGN(BackendPacks packs, list_packs(store));
   std::vector<PackId> indexed(packs.indexed.begin(), packs.indexed.end());
   std::sort(indexed.begin(), indexed.end());
-  std::vector<Result<PackIndex>> indexes;
-  {
-    std::vector<Result<PackIndex>> loaded(indexed.size(), Error{Errc::internal, "not read"});
-    WorkerPool pool(
-        std::min<unsigned>(store.parallelism(), std::max<std::size_t>(indexed.size(), 1)));
-    pool.parallel_for(indexed.size(), [&](std::size_t i) {
-      auto got = store.get_versioned(index_key(indexed[i]), kMaxIndexBytes);
-      if (!got) {
-        loaded[i] = std::move(got).error();
-        return;
-      }
-      std::string origin = "pack index " + indexed[i].hex() + " (" + store.name() + ")";
-      auto index = decode_pack_index(got->bytes, origin);
-      if (index && index->pack != indexed[i]) {
-        loaded[i] = Error{Errc::corrupt_image, origin + ": names pack " + index->pack.hex()};
-      } else {
-        loaded[i] = std::move(index);
-      }
-    });
-    indexes = std::move(loaded);
-  }
+  auto indexes = load_indexes(store, indexed, IndexCache::bypass);
   ChunkMap where;  // as a reader finds chunks: in unmarked packs first (backend_chunks.h)
   for (std::size_t i = 0; i < indexed.size(); ++i) {
     if (!indexes[i] && transport_failure(indexes[i].error())) {
@@ -122,13 +98,11 @@ Result<VerifyReport> verify_backend(
       report.problems.push_back({labels[r.checkpoint], r.object, id.hex(), what});
     }
   };
-  for (const CheckpointId& id : ids) {
+  auto manifests = read_manifests(store, ids);
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const CheckpointId& id = ids[k];
     std::string label = checkpoint_label(id, tags_of[id]);
-    std::string origin = "manifest " + id.hex() + " (" + store.name() + ")";
-    auto bytes = store.get(manifest_key(id), kMaxManifestBytes);
-    Result<Manifest> m = bytes ? decode_manifest(*bytes, origin) : Result<Manifest>(bytes.error());
-    if (m && m->id != id)
-      m = Error{Errc::corrupt_image, origin + ": holds checkpoint " + m->id.hex()};
+    Result<Manifest>& m = manifests[k];
     if (!m) {
       if (only || transport_failure(m.error())) return std::move(m).error();
       if (m.error().code == Errc::not_found) continue;  // removed meanwhile

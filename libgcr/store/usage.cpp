@@ -61,6 +61,19 @@ std::uint64_t dir_bytes(const std::filesystem::path& dir, std::string_view ext) 
 
 }  // namespace
 
+std::uint64_t add_live_pack_usage(Usage& u, const PackIndex& index,
+                                  const std::unordered_set<ChunkId, Id128Hash>& live,
+                                  std::unordered_set<ChunkId, Id128Hash>& counted) {
+  std::uint64_t record_bytes = 0;
+  for (const IndexEntry& e : index.entries) {
+    if (live.contains(e.id) && counted.insert(e.id).second) {
+      u.stored_bytes += e.stored_bytes;
+      record_bytes += e.record_bytes();
+    }
+  }
+  return record_bytes > 0 ? record_bytes + kPackHeaderBytes : 0;
+}
+
 Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id) {
   const Layout& layout = state.layout;
   Usage u;
@@ -88,15 +101,7 @@ Result<Usage> store_usage(StoreState& state, std::optional<CheckpointId> id) {
   std::unordered_set<ChunkId, Id128Hash> counted;
   for (const auto& [pack_id, index] : state.catalog.packs()) {
     sealed_bytes += index->pack_bytes;
-    bool any_live = false;
-    for (const IndexEntry& e : index->entries) {
-      if (live.contains(e.id) && counted.insert(e.id).second) {
-        u.stored_bytes += e.stored_bytes;
-        live_record_bytes += e.record_bytes();
-        any_live = true;
-      }
-    }
-    if (any_live) live_record_bytes += kPackHeaderBytes;
+    live_record_bytes += add_live_pack_usage(u, *index, live, counted);
   }
   // Garbage: dead and duplicate records in sealed packs, unsealed packs, and tmp/.
   std::uint64_t unsealed_bytes =

@@ -38,14 +38,6 @@ CheckpointId commit_regions(Store& store, std::vector<std::uint64_t> seeds,
   return c->id;
 }
 
-std::unique_ptr<Backend> dir_backend(const fs::path& root) {
-  BackendOptions o;
-  o.create = true;
-  auto b = open_dir_backend(root, o);
-  REQUIRE(b);
-  return std::move(b).value();
-}
-
 // Makes every object under root/packs look written `seconds` ago.
 void age_packs(const fs::path& root, int seconds) {
   for (const auto& e : fs::directory_iterator(root / "packs")) {
@@ -71,8 +63,8 @@ struct Bucket {
   fs::path root = dir.path() / "bucket";
 
   void open() {
-    from = dir_backend(dir.path() / "local");
-    to = dir_backend(root);
+    from = test::dir_backend(dir.path() / "local");
+    to = test::dir_backend(root);
   }
   TransferReport push(const CheckpointId& id, std::optional<std::string> tag = {}) {
     TransferOptions o;
@@ -321,7 +313,7 @@ TEST_CASE("verify of a Backend store finds a damaged record and a lost pack", "[
 
 TEST_CASE("a tag moves by compare-and-swap", "[bucket]") {
   test::TempDir dir;
-  auto b = dir_backend(dir.path() / "s");
+  auto b = test::dir_backend(dir.path() / "s");
   auto text = [](const char* s) { return test::as_bytes(std::string(s)); };
   REQUIRE(b->put_if("tags/t", text("a\n"), ""));
   CHECK(b->put_if("tags/t", text("b\n"), "").error().code == Errc::busy);  // no longer absent

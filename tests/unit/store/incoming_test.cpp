@@ -42,20 +42,12 @@ struct Source {
   }
 };
 
-std::unique_ptr<Backend> dir_backend(const fs::path& root) {
-  BackendOptions o;
-  o.create = true;
-  auto b = open_dir_backend(root, o);
-  REQUIRE(b);
-  return std::move(b).value();
-}
-
 }  // namespace
 
 TEST_CASE("a checkpoint is read while it arrives, chunk by chunk", "[incoming]") {
   Source src;
   fs::path dest = src.dir.path() / "b";
-  auto to = dir_backend(dest);
+  auto to = test::dir_backend(dest);
   Layout layout{dest};
   REQUIRE(announce_incoming(layout, src.id, src.manifest_bytes));
   auto store = test::open_store(dest);
@@ -70,7 +62,7 @@ TEST_CASE("a checkpoint is read while it arrives, chunk by chunk", "[incoming]")
 
   std::thread pull([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    auto from = dir_backend(src.dir.path() / "a");
+    auto from = test::dir_backend(src.dir.path() / "a");
     TransferOptions o;
     o.pack_target_bytes = 1 << 20;  // packs sealed one after another
     auto r = copy_checkpoint(*from, *to, src.id, o);
@@ -89,7 +81,7 @@ TEST_CASE("a checkpoint is read while it arrives, chunk by chunk", "[incoming]")
 TEST_CASE("a reader stops waiting when the transfer failed or ended", "[incoming]") {
   Source src;
   fs::path dest = src.dir.path() / "b";
-  auto to = dir_backend(dest);
+  auto to = test::dir_backend(dest);
   Layout layout{dest};
   REQUIRE(announce_incoming(layout, src.id, src.manifest_bytes));
   auto store = test::open_store(dest);
@@ -124,8 +116,8 @@ TEST_CASE("a reader stops waiting when the transfer failed or ended", "[incoming
 TEST_CASE("a staged transfer brings each stage whole, in its order, before the rest",
           "[incoming]") {
   Source src;
-  auto from = dir_backend(src.dir.path() / "a");
-  auto to = dir_backend(src.dir.path() / "b");
+  auto from = test::dir_backend(src.dir.path() / "a");
+  auto to = test::dir_backend(src.dir.path() / "b");
   auto m = src.store->read_manifest(src.id);
   REQUIRE(m);
   std::vector<ChunkId> all;

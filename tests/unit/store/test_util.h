@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gcr/store.h"
+#include "store/backend.h"
 
 namespace gcr::store::test {
 
@@ -66,6 +67,15 @@ inline std::shared_ptr<Store> open_store(const std::filesystem::path& root,
   auto s = Store::open(extra, true);
   if (!s) throw std::runtime_error(s.error().message);
   return *s;
+}
+
+// A store directory opened as a Backend (store/backend.h), made when missing.
+inline std::unique_ptr<gcr::store::Backend> dir_backend(const std::filesystem::path& root) {
+  gcr::store::BackendOptions o;
+  o.create = true;
+  auto b = gcr::store::open_dir_backend(root, o);
+  if (!b) throw std::runtime_error(b.error().message);
+  return std::move(b).value();
 }
 
 inline std::vector<std::byte> read_object(CheckpointReader& r, const ObjectEntry& o) {

@@ -30,14 +30,6 @@ CheckpointId commit_regions(Store& store, std::vector<std::uint64_t> seeds,
   return c->id;
 }
 
-std::unique_ptr<Backend> dir_backend(const std::filesystem::path& root) {
-  BackendOptions o;
-  o.create = true;
-  auto b = open_dir_backend(root, o);
-  REQUIRE(b);
-  return std::move(b).value();
-}
-
 }  // namespace
 
 TEST_CASE("a transfer moves only the chunks the destination lacks", "[transfer]") {
@@ -45,8 +37,8 @@ TEST_CASE("a transfer moves only the chunks the destination lacks", "[transfer]"
   auto src = test::open_store(dir.path() / "a");
   CheckpointId one = commit_regions(*src, {2, 3}, "one");
   CheckpointId two = commit_regions(*src, {2, 4}, "two");
-  auto from = dir_backend(dir.path() / "a");
-  auto to = dir_backend(dir.path() / "b");
+  auto from = test::dir_backend(dir.path() / "a");
+  auto to = test::dir_backend(dir.path() / "b");
 
   CHECK(resolve_checkpoint(*from, "one").value() == one);
   CHECK(resolve_checkpoint(*from, two.hex().substr(0, 10)).value() == two);
@@ -88,8 +80,8 @@ TEST_CASE("a damaged record in the source is refused, and nothing is committed",
     f.seekp(100);
     f.put('\x5a');
   }
-  auto from = dir_backend(dir.path() / "a");
-  auto to = dir_backend(dir.path() / "b");
+  auto from = test::dir_backend(dir.path() / "a");
+  auto to = test::dir_backend(dir.path() / "b");
   auto r = copy_checkpoint(*from, *to, one, {});
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::corrupt_image);
