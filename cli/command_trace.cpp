@@ -122,9 +122,12 @@ Result<std::map<std::string, std::string>> CommandTrace::finish(
   // A restore has no stall of its own: the summary is about a checkpoint.
   trace::StallSummary summary = trace::summarize(input_, slices);
   if (restored) {
-    std::size_t threads = summary.threads;
+    trace::StallSummary counters = summary;
     summary = trace::StallSummary{};
-    summary.threads = threads;
+    summary.threads = counters.threads;
+    summary.page_faults = counters.page_faults;
+    summary.disk_read_bytes = counters.disk_read_bytes;
+    summary.disk_write_bytes = counters.disk_write_bytes;
   }
   GCR_TRY(write_file_atomically(file, trace::chrome_trace_json(input_, slices, summary)));
   std::map<std::string, std::string> out;
@@ -133,6 +136,9 @@ Result<std::map<std::string, std::string>> CommandTrace::finish(
   if (tracer_) {
     out["trace.events"] = std::to_string(input_.events.size());
     out["trace.threads"] = std::to_string(summary.threads);
+    out["trace.page_faults"] = std::to_string(summary.page_faults);
+    out["trace.disk_read_bytes"] = std::to_string(summary.disk_read_bytes);
+    out["trace.disk_write_bytes"] = std::to_string(summary.disk_write_bytes);
   }
   if (tracer_ && !restored) {
     out["trace.stall_ns"] = std::to_string(summary.stall_ns);
@@ -178,6 +184,11 @@ std::string describe_trace(const std::map<std::string, std::string>& f) {
     out += "  kernel-measured: CRIU and gcr's gate let go of it " +
            format_duration(std::chrono::nanoseconds(u64(f, "trace.resumed_ns"))) +
            " after the command began\n";
+  if (f.count("trace.page_faults"))
+    out += "  kernel-measured: " + std::to_string(u64(f, "trace.page_faults")) +
+           " page faults of the traced processes; the machine's disks read " +
+           format_bytes(u64(f, "trace.disk_read_bytes")) + " and wrote " +
+           format_bytes(u64(f, "trace.disk_write_bytes")) + "\n";
   out += "  trace written to " + file->second + " (open it in ui.perfetto.dev)\n";
   return out;
 }

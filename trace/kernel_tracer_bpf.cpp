@@ -39,7 +39,8 @@ std::string last_libbpf_message() {
 
 class BpfTracer final : public KernelTracer {
  public:
-  BpfTracer(gcr_sched* skel, pid_t pid) : skel_(skel), pid_(pid) {}
+  BpfTracer(gcr_sched* skel, pid_t pid, std::vector<std::string> notes)
+      : skel_(skel), pid_(pid), notes_(std::move(notes)) {}
   ~BpfTracer() override {
     if (!stopped_) (void)stop();
   }
@@ -56,6 +57,17 @@ class BpfTracer final : public KernelTracer {
       if (!link)
         return Error{Errc::unsupported, std::string("attaching ") + bpf_program__name(prog) + ": " +
                                             std::strerror(errno) + " " + last_libbpf_message()};
+      links_.push_back(link);
+    }
+    // Page faults and disk requests add to the timeline; without them it still stands.
+    for (bpf_program* prog : {skel_->progs.on_page_fault_user, skel_->progs.on_block_rq_issue}) {
+      if (!bpf_program__autoload(prog)) continue;  // not loaded (start())
+      bpf_link* link = bpf_program__attach(prog);
+      if (!link) {
+        notes_.push_back(std::string(bpf_program__name(prog)) + " not attached (" +
+                         std::strerror(errno) + "): the trace lacks what it records");
+        continue;
+      }
       links_.push_back(link);
     }
     rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &BpfTracer::on_event, this, nullptr);
@@ -116,23 +128,40 @@ class BpfTracer final : public KernelTracer {
   std::vector<std::string> notes_;
 };
 
+// Opens and loads the programs; `optional` false leaves out the page-fault and disk ones.
+gcr_sched* open_and_load(bool optional) {
+  gcr_sched* skel = gcr_sched::open();
+  if (!skel) return nullptr;
+  // Pids in the tracer's pid namespace (sched.bpf.c's tracer_pidns): 0 for the initial one.
+  constexpr std::uint64_t kInitialPidNamespace = 0xEFFFFFFCu;  // PROC_PID_INIT_INO
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino != kInitialPidNamespace)
+    skel->rodata->tracer_pidns = static_cast<std::uint32_t>(st.st_ino);
+  if (!optional) {
+    bpf_program__set_autoload(skel->progs.on_page_fault_user, false);
+    bpf_program__set_autoload(skel->progs.on_block_rq_issue, false);
+  }
+  if (gcr_sched::load(skel) != 0) {
+    int err = errno;
+    gcr_sched::destroy(skel);
+    errno = err;
+    return nullptr;
+  }
+  return skel;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KernelTracer>> KernelTracer::start(pid_t pid) {
   libbpf_set_print(keep_libbpf_message);
-  gcr_sched* skel = gcr_sched::open();
-  if (skel) {
-    // Pids in the tracer's pid namespace (sched.bpf.c's tracer_pidns): 0 for the initial one.
-    constexpr std::uint64_t kInitialPidNamespace = 0xEFFFFFFCu;  // PROC_PID_INIT_INO
-    struct stat st {};
-    if (::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino != kInitialPidNamespace)
-      skel->rodata->tracer_pidns = static_cast<std::uint32_t>(st.st_ino);
-    if (gcr_sched::load(skel) != 0) {
-      int err = errno;
-      gcr_sched::destroy(skel);
-      skel = nullptr;
-      errno = err;
-    }
+  std::vector<std::string> notes;
+  gcr_sched* skel = open_and_load(/*optional=*/true);
+  if (!skel && errno != EPERM && errno != EACCES) {
+    // A kernel without the page_fault_user or block_rq_issue tracepoint (not x86, say).
+    std::string why = last_libbpf_message();
+    skel = open_and_load(/*optional=*/false);
+    if (skel)
+      notes.push_back("page faults and disk requests not traced (this kernel: " + why + ")");
   }
   if (!skel) {
     int err = errno;
@@ -146,7 +175,7 @@ Result<std::unique_ptr<KernelTracer>> KernelTracer::start(pid_t pid) {
                                         (why.empty() ? "" : "; libbpf: " + why) +
                                         "); the kernel needs BTF (/sys/kernel/btf/vmlinux)"};
   }
-  auto tracer = std::make_unique<BpfTracer>(skel, pid);
+  auto tracer = std::make_unique<BpfTracer>(skel, pid, std::move(notes));
   GCR_TRY(tracer->attach());
   return std::unique_ptr<KernelTracer>(std::move(tracer));
 }

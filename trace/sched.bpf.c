@@ -1,7 +1,8 @@
 // The kernel side of `gcr checkpoint --trace` (Note [Kernel timeline]): every thread of the
-// traced processes going off and on CPU and why, becoming runnable, and waiting at gcr's gate
-// (its futex calls, Note [The gate seen from the kernel] in interpose/gate.cpp). Processes are
-// chosen by tgid in `targets`; a thread is reported by its tid.
+// traced processes going off and on CPU and why, becoming runnable, waiting at gcr's gate (its
+// futex calls, Note [The gate seen from the kernel] in interpose/gate.cpp) and taking page
+// faults; and the machine's disk requests. Processes are chosen by tgid in `targets`; a thread
+// is reported by its tid.
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
@@ -149,6 +150,64 @@ int BPF_PROG(on_sys_enter, struct pt_regs* regs, long id) {
   u64 magic = 0;
   if (uaddr < 8 || bpf_probe_read_user(&magic, sizeof magic, (void*)(uaddr - 8)) != 0) return 0;
   if (magic == GCR_GATE_MAGIC) emit(self, tgid, in ? GCR_EV_GATE_IN : GCR_EV_GATE_OUT, 0);
+  return 0;
+}
+
+// Page faults of traced threads (the pages a restored process touches first, CRIU's own work),
+// counted per thread and reported per GCR_FAULT_BATCH.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, u32);
+  __type(value, u32);
+} fault_counts SEC(".maps");
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(on_page_fault_user, unsigned long address, struct pt_regs* regs,
+             unsigned long error_code) {
+  struct task_struct* self = bpf_get_current_task_btf();
+  u32 tgid = traced(self);
+  if (!tgid) return 0;
+  u32 tid = tid_seen(self);
+  u32* n = bpf_map_lookup_elem(&fault_counts, &tid);
+  if (!n) {
+    u32 one = 1;
+    bpf_map_update_elem(&fault_counts, &tid, &one, BPF_ANY);
+    return 0;
+  }
+  // A plain increment: the key is one thread, which faults on one CPU at a time.
+  u32 count = *n + 1;
+  if (count >= GCR_FAULT_BATCH) {
+    *n = 0;
+    emit(self, tgid, GCR_EV_FAULTS, GCR_FAULT_BATCH);
+  } else {
+    *n = count;
+  }
+  return 0;
+}
+
+// Disk requests of the whole machine while a trace is on: a load or drain bound by the disk shows.
+#define GCR_REQ_OP_MASK 0xff  // (1 << REQ_OP_BITS) - 1
+#define GCR_REQ_OP_READ 0
+#define GCR_REQ_OP_WRITE 1
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_block_rq_issue, struct request* rq) {
+  u32 op = BPF_CORE_READ(rq, cmd_flags) & GCR_REQ_OP_MASK;
+  if (op != GCR_REQ_OP_READ && op != GCR_REQ_OP_WRITE) return 0;
+  struct gcr_sched_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+  if (!e) {
+    u32 zero = 0;
+    u64* lost_n = bpf_map_lookup_elem(&lost, &zero);
+    if (lost_n) __sync_fetch_and_add(lost_n, 1);
+    return 0;
+  }
+  e->ts_ns = bpf_ktime_get_ns();
+  e->tid = 0;
+  e->tgid = 0;
+  e->kind = op == GCR_REQ_OP_READ ? GCR_EV_IO_READ : GCR_EV_IO_WRITE;
+  e->state = BPF_CORE_READ(rq, __data_len);
+  bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
   return 0;
 }
 

@@ -10,8 +10,15 @@ enum gcr_sched_event_kind {
   GCR_EV_WAKEUP = 3,   /* the thread became runnable */
   GCR_EV_GATE_IN = 4,  /* the thread waits at gcr's API gate (again, while the gate stays closed) */
   GCR_EV_GATE_OUT = 5, /* ... and has left it */
-  GCR_EV_NEW_THREAD = 6 /* a thread of the process was created */
+  GCR_EV_NEW_THREAD = 6, /* a thread of the process was created */
+  GCR_EV_FAULTS = 7,     /* the thread took `state` more page faults (reported in batches) */
+  GCR_EV_IO_READ = 8,    /* the machine's disks were sent a read of `state` bytes (tid 0) */
+  GCR_EV_IO_WRITE = 9    /* ... a write of `state` bytes */
 };
+
+/* Page faults are reported every GCR_FAULT_BATCH of one thread: a restored process can take
+ * millions, one event each would overflow the ring buffer. */
+#define GCR_FAULT_BATCH 64
 
 /* What precedes the futex word gcr's gate waits on (Note [The gate seen from the kernel] in
  * interpose/gate.cpp): "gcrGATE1" read as a little-endian 64-bit number. */
@@ -28,7 +35,7 @@ struct gcr_sched_event {
   unsigned long long ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
   unsigned int tid;
   unsigned int kind;  /* enum gcr_sched_event_kind */
-  unsigned int state; /* GCR_EV_OFF_CPU: the task state bits */
+  unsigned int state; /* GCR_EV_OFF_CPU: the task state bits; FAULTS: a count; IO: bytes */
   unsigned int tgid;  /* the thread's process */
 };
 

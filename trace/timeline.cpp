@@ -78,6 +78,8 @@ std::vector<Slice> thread_slices(const TimelineInput& in) {
   for (const ThreadName& t : in.threads) threads[t.tid].tgid = static_cast<std::uint32_t>(in.pid);
   for (const gcr_sched_event& e : in.events) {
     if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
+    if (e.kind == GCR_EV_FAULTS || e.kind == GCR_EV_IO_READ || e.kind == GCR_EV_IO_WRITE)
+      continue;  // counters, not scheduling (chrome_trace_json)
     ThreadState& t = threads[e.tid];
     t.tgid = e.tgid;
     auto move_to = [&](SliceKind next, SliceKind before_trace) {
@@ -159,6 +161,12 @@ StallSummary summarize(const TimelineInput& in, const std::vector<Slice>& slices
     std::uint64_t from = std::max(sp.start_ns, s.start_ns), to = std::min(sp.end_ns, s.end_ns);
     if (s.stall_ns && to > from) s.phases.push_back({sp.name, to - from});
   }
+  for (const gcr_sched_event& e : in.events) {
+    if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
+    if (e.kind == GCR_EV_FAULTS) s.page_faults += e.state;
+    if (e.kind == GCR_EV_IO_READ) s.disk_read_bytes += e.state;
+    if (e.kind == GCR_EV_IO_WRITE) s.disk_write_bytes += e.state;
+  }
   return s;
 }
 
@@ -217,6 +225,43 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
     add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + cli::json_quote(sp.name) +
         ",\"pid\":" + std::to_string(kGcrdTrack) + ",\"tid\":1,\"ts\":" + rel(sp.start_ns) +
         ",\"dur\":" + micros(sp.end_ns - sp.start_ns) + "}");
+  // Counters per 10 ms: each traced process's page faults, the machine's disk requests.
+  constexpr std::uint64_t kBinNs = 10'000'000;
+  constexpr std::int64_t kMachineTrack = 0x7ffffff1;
+  std::map<std::uint32_t, std::map<std::uint64_t, std::uint64_t>> faults;  // tgid -> bin -> n
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> disk;   // bin -> read, write
+  for (const gcr_sched_event& e : in.events) {
+    if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
+    std::uint64_t bin = (e.ts_ns - in.begin_ns) / kBinNs;
+    if (e.kind == GCR_EV_FAULTS) faults[e.tgid][bin] += e.state;
+    if (e.kind == GCR_EV_IO_READ) disk[bin].first += e.state;
+    if (e.kind == GCR_EV_IO_WRITE) disk[bin].second += e.state;
+  }
+  // A sample per bin from the first to one past the last, zeros included, so the chart is flat
+  // where nothing happened.
+  auto counter = [&](const std::string& name, std::int64_t track, std::uint64_t bin,
+                     const std::string& args) {
+    add("{\"ph\":\"C\",\"name\":" + cli::json_quote(name) + ",\"pid\":" + std::to_string(track) +
+        ",\"ts\":" + micros(bin * kBinNs) + ",\"args\":{" + args + "}}");
+  };
+  for (const auto& [tgid, bins] : faults) {
+    for (std::uint64_t b = bins.begin()->first; b <= bins.rbegin()->first + 1; ++b) {
+      auto it = bins.find(b);
+      counter("page faults per 10 ms", tgid, b,
+              "\"faults\":" + std::to_string(it == bins.end() ? 0 : it->second));
+    }
+  }
+  if (!disk.empty()) {
+    add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kMachineTrack) +
+        ",\"args\":{\"name\":\"machine: disk requests\"}}");
+    for (std::uint64_t b = disk.begin()->first; b <= disk.rbegin()->first + 1; ++b) {
+      auto it = disk.find(b);
+      auto mbps = [](std::uint64_t bytes) { return std::to_string(bytes * 100 / 1000000); };
+      counter("disk MB/s", kMachineTrack, b,
+              "\"read\":" + mbps(it == disk.end() ? 0 : it->second.first) +
+                  ",\"write\":" + mbps(it == disk.end() ? 0 : it->second.second));
+    }
+  }
   if (summary.stall_ns)
     add("{\"ph\":\"X\",\"cat\":\"stall\",\"name\":\"app-visible stall (kernel)\",\"pid\":" +
         std::to_string(kGcrdTrack) + ",\"tid\":2,\"ts\":" + rel(summary.start_ns) + ",\"dur\":" +
@@ -227,6 +272,9 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
          ",\"stall_tid\":" + std::to_string(summary.tid) +
          ",\"frozen_ns\":" + std::to_string(summary.frozen_ns) +
          ",\"gate_ns\":" + std::to_string(summary.gate_ns) +
+         ",\"page_faults\":" + std::to_string(summary.page_faults) +
+         ",\"disk_read_bytes\":" + std::to_string(summary.disk_read_bytes) +
+         ",\"disk_write_bytes\":" + std::to_string(summary.disk_write_bytes) +
          ",\"begin_ns\":" + std::to_string(in.begin_ns) +
          ",\"end_ns\":" + std::to_string(in.end_ns) + "}}\n";
   return out;

@@ -7,6 +7,9 @@
 //   application and gcr or CRIU does not let it. The app-visible stall is the longest interval
 //   in which one thread was held without a break: what a training step or a request sees. It is
 //   broken down by gcrd's phases (quiesce, park, dump, unpark, ...) that overlap it.
+// - Page faults of the traced processes and the machine's disk requests are counters beside
+//   them (per 10 ms): a restore whose load waits on the disk, or a process faulting its pages
+//   back in, shows there.
 // - Kernel timestamps (bpf_ktime_get_ns) and gcrd's (steady_clock) are both CLOCK_MONOTONIC, so
 //   the two line up without conversion.
 // The file is Chrome's trace event format (JSON), which the Perfetto UI opens offline.
@@ -62,6 +65,8 @@ struct StallSummary {
   std::uint64_t gate_ns = 0;    // longest wait at the gate
   std::vector<std::pair<std::string, std::uint64_t>> phases;  // gcrd phases within the stall
   std::size_t threads = 0;                                    // threads seen
+  std::uint64_t page_faults = 0;  // of the traced processes, in batches of GCR_FAULT_BATCH
+  std::uint64_t disk_read_bytes = 0, disk_write_bytes = 0;  // the machine's, over the trace
 };
 
 // When process `tgid` was last let go: the latest end of a slice in which one of its threads was

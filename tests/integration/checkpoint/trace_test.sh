@@ -155,6 +155,11 @@ resumed = report.get("trace.resumed_ns")
 if not resumed: fail("no trace.resumed_ns: CRIU was never seen holding the restored process")
 total = report["time.total_ns"]
 if resumed > total + 200e6: fail(f"resumed at {resumed} ns, after the restore's {total} ns")
+# CRIU writes the restored process's pages back: its tasks fault, and the trace counts it.
+if report.get("trace.page_faults", 0) <= 0: fail("no page faults counted in a restore")
+counters = [e for e in trace["traceEvents"] if e.get("ph") == "C" and e["name"] == "page faults per 10 ms"]
+if not counters: fail("no page-fault counter in the trace")
+if trace["gcr"]["page_faults"] != report["trace.page_faults"]: fail("the file and the report disagree on page faults")
 print(f"ok: CRIU and the gate let go of the restored process after {resumed/1e6:.1f} ms (gcr says running"
       f" after {report['time.resume_ns']/1e6:.1f} ms); {len(others)} other processes traced")
 PY

@@ -165,3 +165,33 @@ TEST_CASE("a restore's trace: processes apart, and when the restored one was let
   CHECK(json.find("\"pid\":7,\"tid\":1073741831") != std::string::npos);  // 7's gate track
   CHECK(json.find("app-visible stall") == std::string::npos);
 }
+
+TEST_CASE("page faults and disk requests are counters beside the threads, and totals") {
+  TimelineInput in = checkpoint_input();
+  std::size_t sched_events = in.events.size();
+  in.events.push_back(ev(12, 100, GCR_EV_FAULTS, GCR_FAULT_BATCH));
+  in.events.push_back(ev(14, 100, GCR_EV_FAULTS, GCR_FAULT_BATCH));
+  in.events.push_back(ev(40, 7, GCR_EV_FAULTS, GCR_FAULT_BATCH));
+  in.events.push_back({15 * ms, 0, GCR_EV_IO_READ, 1 << 20, 0});
+  in.events.push_back({16 * ms, 0, GCR_EV_IO_WRITE, 4096, 0});
+  std::stable_sort(in.events.begin(), in.events.end(),
+                   [](const auto& a, const auto& b) { return a.ts_ns < b.ts_ns; });
+  auto slices = thread_slices(in);
+  // The counters make no scheduling slices, and no thread 0.
+  TimelineInput plain = checkpoint_input();
+  CHECK(slices.size() == thread_slices(plain).size());
+  for (const Slice& s : slices) CHECK(s.tid != 0);
+  auto summary = summarize(in, slices);
+  CHECK(summary.page_faults == 3 * GCR_FAULT_BATCH);
+  CHECK(summary.disk_read_bytes == 1u << 20);
+  CHECK(summary.disk_write_bytes == 4096);
+  std::string json = chrome_trace_json(in, slices, summary);
+  CHECK(json.find("\"name\":\"page faults per 10 ms\",\"pid\":100,\"ts\":10000.000,"
+                  "\"args\":{\"faults\":128}") != std::string::npos);
+  CHECK(json.find("\"name\":\"page faults per 10 ms\",\"pid\":100,\"ts\":20000.000,"
+                  "\"args\":{\"faults\":0}") != std::string::npos);  // back to zero after
+  CHECK(json.find("\"name\":\"disk MB/s\"") != std::string::npos);
+  CHECK(json.find("\"read\":104,\"write\":0") != std::string::npos);  // 1 MiB in 10 ms
+  CHECK(json.find("\"page_faults\":192") != std::string::npos);
+  CHECK(sched_events + 5 == in.events.size());
+}
