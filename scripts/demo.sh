@@ -29,8 +29,8 @@ done
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 if [[ $SETUP == 1 ]]; then
-    say "set-up: packages, CRIU, build (idempotent)"
-    bash scripts/setup.sh
+    say "set-up: packages, CRIU, and a build of what the demo runs (idempotent)"
+    bash scripts/setup.sh --demo
 fi
 
 B="$ROOT/$BUILD_DIR"

@@ -3,6 +3,7 @@
 #
 #   scripts/setup.sh              Debian packages + CRIU (>= 4.2) + configure and build gcr into build/
 #   scripts/setup.sh --deps-only  Debian packages + CRIU only
+#   scripts/setup.sh --demo       ... and build only what scripts/demo.sh runs (target gcr_demo)
 #
 # Environment: GCR_REBUILD_CRIU=1 (force the CRIU build), GCR_CRIU_SERIES (default 4.2),
 # GCR_ALLOW_CRIU_CHECK_FAIL=1 (do not fail when `criu check` fails), GCR_BUILD_DIR (default build).
@@ -12,10 +13,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 DEPS_ONLY=0
+TARGET=()
 for arg in "$@"; do
     case "$arg" in
         --deps-only) DEPS_ONLY=1 ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --demo) TARGET=(--target gcr_demo) ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -161,6 +164,6 @@ fi
 . "$ROOT/.deps/env.sh"
 log "cmake -S . -B $BUILD_DIR -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-log "cmake --build $BUILD_DIR -j2"
-cmake --build "$BUILD_DIR" -j2
+log "cmake --build $BUILD_DIR -j2 ${TARGET[*]}"
+cmake --build "$BUILD_DIR" -j2 "${TARGET[@]}"
 log "done in $((SECONDS - T_START)) s"
