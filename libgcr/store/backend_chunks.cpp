@@ -104,19 +104,54 @@ Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked) {
   for (const PackId& id : packs.indexed) {
     if (marked == MarkedPacks::use || !packs.marked.contains(id)) ids.push_back(id);
   }
-  std::sort(ids.begin(), ids.end());  // of two copies of a chunk, the same one every time
+  order_for_reading(ids, packs.marked);
   auto loaded = load_indexes(store, ids);
   ChunkMap map;
-  // Unmarked packs first: a chunk also in a marked pack is read from the one that stays.
-  for (bool want_marked : {false, true}) {
-    for (auto& index : loaded) {
-      // Transport failures are not damage: the listing is incomplete, so stop.
-      if (!index && transport_failure(index.error())) return std::move(index).error();
-      if (!index || packs.marked.contains(index->pack) != want_marked) continue;
-      for (const IndexEntry& e : index->entries) map.emplace(e.id, Located{index->pack, e});
-    }
+  for (auto& index : loaded) {
+    // Transport failures are not damage: the listing is incomplete, so stop.
+    if (!index && transport_failure(index.error())) return std::move(index).error();
+    if (!index) continue;
+    for (const IndexEntry& e : index->entries) map.emplace(e.id, Located{index->pack, e});
   }
   return map;
+}
+
+std::map<PackId, PackObjects> pack_objects(const DirListing& packs_dir) {
+  std::map<PackId, PackObjects> packs;
+  for (const ObjectInfo& o : packs_dir.objects) {
+    if (auto id = id_from_file_name(o.name, "pack")) packs[*id].pack = &o;
+    if (auto id = id_from_file_name(o.name, "idx")) packs[*id].index = &o;
+    if (auto id = id_from_file_name(o.name, "dead")) packs[*id].mark = &o;
+  }
+  return packs;
+}
+
+void order_for_reading(std::vector<PackId>& packs,
+                       const std::unordered_set<PackId, Id128Hash>& marked) {
+  std::sort(packs.begin(), packs.end());
+  std::stable_partition(packs.begin(), packs.end(),
+                        [&](const PackId& p) { return !marked.contains(p); });
+}
+
+void sort_by_place(std::vector<Located>& records) {
+  std::sort(records.begin(), records.end(), [](const Located& a, const Located& b) {
+    return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
+  });
+}
+
+void add_to_ranges(std::vector<RecordRange>& ranges, const Located& l, std::uint64_t max_bytes,
+                   std::uint64_t max_gap) {
+  std::uint64_t rec = l.entry.record_bytes();
+  bool extend = !ranges.empty() && ranges.back().pack == l.pack &&
+                l.entry.offset >= ranges.back().offset + ranges.back().bytes &&
+                l.entry.offset - (ranges.back().offset + ranges.back().bytes) <= max_gap &&
+                l.entry.offset + rec - ranges.back().offset <= max_bytes;
+  if (extend) {
+    ranges.back().bytes = l.entry.offset + rec - ranges.back().offset;
+  } else {
+    ranges.push_back(RecordRange{l.pack, l.entry.offset, rec, {}});
+  }
+  ranges.back().records.push_back(l);
 }
 
 Status check_record(std::span<const std::byte> record, const Located& at,

@@ -4,6 +4,8 @@
 // check of one record read back (header against the index, codec, XXH3-128 against the chunk id).
 #pragma once
 
+#include <algorithm>
+#include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -40,6 +42,23 @@ using ChunkMap = std::unordered_map<ChunkId, Located, Id128Hash>;
 // leave out marked packs (a writer's dedup: a marked pack may go before the writer commits).
 enum class MarkedPacks { use, skip };
 
+// What a detailed listing of packs/ holds for one pack id (pointers into the listing).
+struct PackObjects {
+  const ObjectInfo* pack = nullptr;
+  const ObjectInfo* index = nullptr;
+  const ObjectInfo* mark = nullptr;  // gc's
+  std::int64_t last_written() const {
+    return std::max(pack ? pack->modified_unix : 0, index ? index->modified_unix : 0);
+  }
+  std::uint64_t bytes() const { return (pack ? pack->bytes : 0) + (index ? index->bytes : 0); }
+};
+std::map<PackId, PackObjects> pack_objects(const DirListing& packs_dir);
+
+// Orders packs as readers prefer their copies of a chunk: those without gc's mark first (they
+// stay, docs §8.3), then by id (the same choice every time).
+void order_for_reading(std::vector<PackId>& packs,
+                       const std::unordered_set<PackId, Id128Hash>& marked);
+
 enum class IndexCache { use, bypass };
 
 // The indexes of these packs, read in parallel, each checked; a bucket's from its local cache
@@ -60,6 +79,21 @@ bool transport_failure(const Error& e);
 // destination its chunks count as absent (copied again), in a source as missing (an error then
 // names the chunk); transport failures (endpoint down, credentials) fail the whole listing.
 Result<ChunkMap> load_chunk_map(Backend& store, MarkedPacks marked);
+
+// Records of one pack read with one ranged read.
+struct RecordRange {
+  PackId pack;
+  std::uint64_t offset = 0, bytes = 0;
+  std::vector<Located> records;
+};
+
+// Sorts records by their place in the store (pack, then offset): the fewest, largest reads.
+void sort_by_place(std::vector<Located>& records);
+
+// Adds a record to the last range when it follows it in the same pack within max_gap and the
+// range stays within max_bytes; else starts a new range with it.
+void add_to_ranges(std::vector<RecordRange>& ranges, const Located& record, std::uint64_t max_bytes,
+                   std::uint64_t max_gap);
 
 // Checks one record as read back, against where the index says it is; `origin` names the pack.
 Status check_record(std::span<const std::byte> record, const Located& at,

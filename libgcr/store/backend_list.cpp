@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "store/backend_chunks.h"
 #include "store/layout.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 
@@ -29,47 +29,30 @@ std::optional<CheckpointId> tag_target(std::span<const std::byte> bytes) {
 }
 
 Result<std::vector<CheckpointInfo>> list_backend_checkpoints(Backend& store) {
-  GCR_TRY_ASSIGN(auto names, store.list("manifests"));
-  std::vector<CheckpointId> ids;
-  for (const auto& n : names) {
-    if (auto id = id_from_file_name(n, "manifest")) ids.push_back(*id);
-  }
+  GCR_TRY_ASSIGN(auto ids, list_manifest_ids(store));
   GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
-  std::vector<CheckpointInfo> out(ids.size());
-  std::vector<bool> gone(ids.size(), false);
-  WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ids.size(), 1)));
-  pool.parallel_for(ids.size(), [&](std::size_t i) {
-    CheckpointInfo& info = out[i];
+  auto manifests = read_manifests(store, ids);
+  std::vector<CheckpointInfo> listed;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Result<Manifest>& m = manifests[i];
+    if (!m && m.error().code == Errc::not_found) continue;  // removed meanwhile
+    CheckpointInfo& info = listed.emplace_back();
     info.id = ids[i];
     info.tags = tags_of[ids[i]];
-    std::string origin = "manifest " + ids[i].hex() + " (" + store.name() + ")";
-    auto bytes = store.get("manifests/" + ids[i].hex() + ".manifest", kMaxManifestBytes);
-    if (!bytes) {
-      gone[i] = bytes.error().code == Errc::not_found;
-      info.meta["error"] = bytes.error().message;
-      return;
-    }
-    auto m = decode_manifest(*bytes, origin);
     if (!m) {
       info.meta["error"] = m.error().message;
-    } else if (m->id != ids[i]) {
-      info.meta["error"] = origin + ": holds checkpoint " + m->id.hex();
     } else {
       info.meta = std::move(m->meta);
       info.stats = std::move(m->stats);
     }
-  });
-  std::vector<CheckpointInfo> listed;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (!gone[i]) listed.push_back(std::move(out[i]));
   }
   return listed;
 }
 
 Result<std::vector<std::string>> remove_backend_checkpoint(Backend& store, const CheckpointId& id) {
   GCR_TRY_ASSIGN(auto tags_of, read_backend_tags(store));
-  GCR_TRY(store.get("manifests/" + id.hex() + ".manifest", kMaxManifestBytes));
-  GCR_TRY(store.remove("manifests/" + id.hex() + ".manifest"));
+  GCR_TRY(store.get(manifest_key(id), kMaxManifestBytes));  // not_found: no such checkpoint
+  GCR_TRY(store.remove(manifest_key(id)));
   std::vector<std::string> removed;
   for (const std::string& tag : tags_of[id]) {
     auto now = store.get("tags/" + tag, 64);

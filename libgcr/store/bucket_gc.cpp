@@ -14,17 +14,6 @@
 namespace gcr::store {
 namespace {
 
-// What packs/ holds for one pack id.
-struct PackObjects {
-  const ObjectInfo* pack = nullptr;
-  const ObjectInfo* index = nullptr;
-  const ObjectInfo* mark = nullptr;
-  std::int64_t last_written() const {
-    return std::max(pack ? pack->modified_unix : 0, index ? index->modified_unix : 0);
-  }
-  std::uint64_t bytes() const { return (pack ? pack->bytes : 0) + (index ? index->bytes : 0); }
-};
-
 // Every chunk some committed manifest names. A manifest that cannot be read stops gc: it cannot
 // know what that checkpoint needs (one removed meanwhile is simply gone).
 Result<std::unordered_set<ChunkId, Id128Hash>> named_chunks(Backend& store) {
@@ -49,12 +38,7 @@ Status one_pass(Backend& store, const BucketGcOptions& options, BucketGcReport& 
   // The listing first, the manifests after: a mark seen old here was written before every
   // manifest read below (bucket_gc.h).
   GCR_TRY_ASSIGN(DirListing listing, store.list_detailed("packs"));
-  std::map<PackId, PackObjects> packs;
-  for (const ObjectInfo& o : listing.objects) {
-    if (auto id = id_from_file_name(o.name, "pack")) packs[*id].pack = &o;
-    if (auto id = id_from_file_name(o.name, "idx")) packs[*id].index = &o;
-    if (auto id = id_from_file_name(o.name, "dead")) packs[*id].mark = &o;
-  }
+  std::map<PackId, PackObjects> packs = pack_objects(listing);
   GCR_TRY_ASSIGN(auto named, named_chunks(store));
 
   std::vector<PackId> indexed;

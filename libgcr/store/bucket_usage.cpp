@@ -25,20 +25,17 @@ Result<BackendUsage> backend_usage(Backend& store, std::optional<CheckpointId> i
     return out;
   }
   GCR_TRY_ASSIGN(DirListing listing, store.list_detailed("packs"));
-  std::map<PackId, std::uint64_t> pack_bytes;
   std::unordered_set<PackId, Id128Hash> marked;
   std::vector<PackId> indexed;
-  for (const ObjectInfo& o : listing.objects) {
-    if (auto p = id_from_file_name(o.name, "pack")) pack_bytes[*p] = o.bytes;
-    if (auto p = id_from_file_name(o.name, "idx")) indexed.push_back(*p);
-    if (auto p = id_from_file_name(o.name, "dead")) marked.insert(*p);
+  for (const auto& [p, objects] : pack_objects(listing)) {
+    if (objects.index) indexed.push_back(p);
+    if (objects.mark) marked.insert(p);
+    if (!objects.pack) continue;
+    ++out.packs;
+    u.pack_file_bytes += objects.pack->bytes;
+    if (objects.mark) out.marked_bytes += objects.pack->bytes;
   }
-  std::sort(indexed.begin(), indexed.end());
-  out.packs = pack_bytes.size();
-  for (const auto& [p, bytes] : pack_bytes) {
-    u.pack_file_bytes += bytes;
-    if (marked.contains(p)) out.marked_bytes += bytes;
-  }
+  order_for_reading(indexed, marked);
 
   GCR_TRY_ASSIGN(auto ids, list_manifest_ids(store));
   auto manifests = read_manifests(store, ids);
@@ -55,14 +52,9 @@ Result<BackendUsage> backend_usage(Backend& store, std::optional<CheckpointId> i
   auto indexes = load_indexes(store, indexed);
   std::uint64_t live_record_bytes = 0;
   std::unordered_set<ChunkId, Id128Hash> counted;
-  // Unmarked packs first: their copy of a chunk is the one that stays (backend_chunks.h).
-  for (bool want_marked : {false, true}) {
-    for (std::size_t i = 0; i < indexed.size(); ++i) {
-      auto& index = indexes[i];
-      if (!index && transport_failure(index.error())) return std::move(index).error();
-      if (!index || marked.contains(indexed[i]) != want_marked) continue;
-      live_record_bytes += add_live_pack_usage(u, *index, live, counted);
-    }
+  for (auto& index : indexes) {  // in reading order: a reader's copy of a chunk is counted
+    if (!index && transport_failure(index.error())) return std::move(index).error();
+    if (index) live_record_bytes += add_live_pack_usage(u, *index, live, counted);
   }
   u.garbage_bytes =
       u.pack_file_bytes > live_record_bytes ? u.pack_file_bytes - live_record_bytes : 0;

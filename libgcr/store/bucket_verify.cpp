@@ -13,46 +13,16 @@
 #include "store/backend_list.h"
 #include "store/layout.h"
 #include "store/manifests.h"
+#include "store/transfer.h"
 #include "store/workers.h"
 
 namespace gcr::store {
 namespace {
 
-constexpr std::uint64_t kMaxRangeBytes = 8ull << 20;
-constexpr std::uint64_t kMaxGapBytes = 256ull << 10;
-
 struct Ref {
   std::size_t checkpoint;  // index into labels
   std::string object;
 };
-
-// Records of one pack read with one ranged GET.
-struct Range {
-  PackId pack;
-  std::uint64_t offset = 0, bytes = 0;
-  std::vector<Located> records;
-};
-
-std::vector<Range> plan_ranges(std::vector<Located> records) {
-  std::sort(records.begin(), records.end(), [](const Located& a, const Located& b) {
-    return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
-  });
-  std::vector<Range> ranges;
-  for (const Located& l : records) {
-    std::uint64_t rec = l.entry.record_bytes();
-    bool extend = !ranges.empty() && ranges.back().pack == l.pack &&
-                  l.entry.offset >= ranges.back().offset + ranges.back().bytes &&
-                  l.entry.offset - (ranges.back().offset + ranges.back().bytes) <= kMaxGapBytes &&
-                  l.entry.offset + rec - ranges.back().offset <= kMaxRangeBytes;
-    if (extend) {
-      ranges.back().bytes = l.entry.offset + rec - ranges.back().offset;
-    } else {
-      ranges.push_back(Range{l.pack, l.entry.offset, rec, {}});
-    }
-    ranges.back().records.push_back(l);
-  }
-  return ranges;
-}
 
 }  // namespace
 
@@ -71,22 +41,19 @@ Result<VerifyReport> verify_backend(
   // Indexes afresh: the cache holds an index as it was first read.
   GCR_TRY_ASSIGN(BackendPacks packs, list_packs(store));
   std::vector<PackId> indexed(packs.indexed.begin(), packs.indexed.end());
-  std::sort(indexed.begin(), indexed.end());
+  order_for_reading(indexed, packs.marked);
   auto indexes = load_indexes(store, indexed, IndexCache::bypass);
-  ChunkMap where;  // as a reader finds chunks: in unmarked packs first (backend_chunks.h)
+  ChunkMap where;  // as a reader finds chunks (order_for_reading)
   for (std::size_t i = 0; i < indexed.size(); ++i) {
     if (!indexes[i] && transport_failure(indexes[i].error())) {
       return std::move(indexes[i]).error();
     }
-    if (!indexes[i] && !only) {
-      report.problems.push_back({"", "pack " + indexed[i].hex(), "", indexes[i].error().message});
+    if (!indexes[i]) {
+      if (!only)
+        report.problems.push_back({"", "pack " + indexed[i].hex(), "", indexes[i].error().message});
+      continue;
     }
-  }
-  for (bool want_marked : {false, true}) {
-    for (std::size_t i = 0; i < indexed.size(); ++i) {
-      if (!indexes[i] || packs.marked.contains(indexed[i]) != want_marked) continue;
-      for (const IndexEntry& e : indexes[i]->entries) where.emplace(e.id, Located{indexed[i], e});
-    }
+    for (const IndexEntry& e : indexes[i]->entries) where.emplace(e.id, Located{indexed[i], e});
   }
 
   std::vector<std::string> labels;
@@ -134,13 +101,17 @@ Result<VerifyReport> verify_backend(
       report_bad(id, "in no sealed pack (lost, or its pack index is damaged)");
   }
 
-  auto ranges = plan_ranges(std::move(to_read));
+  sort_by_place(to_read);
+  std::vector<RecordRange> ranges;
+  const TransferOptions reads;  // a transfer's ranged reads
+  for (const Located& l : to_read)
+    add_to_ranges(ranges, l, reads.max_range_bytes, reads.max_range_gap_bytes);
   std::mutex mu;
   std::atomic<std::uint64_t> done{0};
   std::optional<Error> stop;
   WorkerPool pool(std::min<unsigned>(store.parallelism(), std::max<std::size_t>(ranges.size(), 1)));
   pool.parallel_for(ranges.size(), [&](std::size_t i) {
-    const Range& r = ranges[i];
+    const RecordRange& r = ranges[i];
     std::vector<std::byte> buffer(r.bytes);
     Status got = store.get_range(pack_key(r.pack), r.offset, buffer);
     std::string origin = "pack " + r.pack.hex() + " (" + store.name() + ")";

@@ -435,15 +435,8 @@ std::string_view as_text(const std::vector<std::byte>& bytes) {
 
 Result<std::vector<std::byte>> S3Client::get_object(const std::string& key,
                                                     std::uint64_t max_bytes) {
-  Request r;
-  r.method = "GET";
-  r.key = key;
-  r.max_bytes = max_bytes;
-  GCR_TRY_ASSIGN(Response resp, perform(r));
-  if (resp.status != 200) {
-    return s3_error(resp.status, as_text(resp.body), "GET s3://" + bucket_ + "/" + key, config_);
-  }
-  return std::move(resp.body);
+  GCR_TRY_ASSIGN(S3Versioned v, get_object_versioned(key, max_bytes));
+  return std::move(v.bytes);
 }
 
 Result<S3Versioned> S3Client::get_object_versioned(const std::string& key,

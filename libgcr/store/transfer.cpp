@@ -13,6 +13,7 @@
 #include "gcr/manifest.h"
 #include "gcr/store.h"
 #include "store/backend_chunks.h"
+#include "store/backend_list.h"
 #include "store/compress.h"
 #include "store/fault.h"
 #include "store/layout.h"
@@ -22,27 +23,16 @@
 namespace gcr::store {
 namespace {
 
-// Records read from one source pack with one ranged read.
-struct Range {
-  PackId pack;
-  std::uint64_t offset = 0, bytes = 0;
-  std::vector<Located> records;
-};
-
 // One destination pack: the ranges whose records it receives.
 struct Batch {
-  std::vector<Range> ranges;
+  std::vector<RecordRange> ranges;
 };
 
 // in_order: the batches follow `wanted` as given (a stage); else it is sorted by place in the
 // source, which makes the fewest, largest reads.
 std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptions& o,
                                 bool in_order) {
-  if (!in_order) {
-    std::sort(wanted.begin(), wanted.end(), [](const Located& a, const Located& b) {
-      return a.pack != b.pack ? a.pack < b.pack : a.entry.offset < b.entry.offset;
-    });
-  }
+  if (!in_order) sort_by_place(wanted);
   std::vector<Batch> batches;
   std::uint64_t batch_bytes = 0;
   for (const Located& l : wanted) {
@@ -51,18 +41,7 @@ std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptio
       if (batches.empty() || !batches.back().ranges.empty()) batches.emplace_back();
       batch_bytes = 0;
     }
-    auto& ranges = batches.back().ranges;
-    bool extend =
-        !ranges.empty() && ranges.back().pack == l.pack &&
-        l.entry.offset >= ranges.back().offset + ranges.back().bytes &&
-        l.entry.offset - (ranges.back().offset + ranges.back().bytes) <= o.max_range_gap_bytes &&
-        l.entry.offset + rec - ranges.back().offset <= o.max_range_bytes;
-    if (extend) {
-      ranges.back().bytes = l.entry.offset + rec - ranges.back().offset;
-    } else {
-      ranges.push_back(Range{l.pack, l.entry.offset, rec, {}});
-    }
-    ranges.back().records.push_back(l);
+    add_to_ranges(batches.back().ranges, l, o.max_range_bytes, o.max_range_gap_bytes);
     batch_bytes += rec;
   }
   return batches;
@@ -78,7 +57,7 @@ Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch,
   auto header = encode_pack_header(index.pack);
   pack.insert(pack.end(), header.begin(), header.end());
   std::vector<std::byte> buffer;
-  for (const Range& r : batch.ranges) {
+  for (const RecordRange& r : batch.ranges) {
     buffer.resize(r.bytes);
     GCR_TRY(from.get_range(pack_key(r.pack), r.offset, buffer));
     std::string origin = "pack " + r.pack.hex() + " (" + from.name() + ")";
@@ -152,7 +131,7 @@ struct ChunkCopier {
       }
       if (options.progress) {
         std::uint64_t raw = 0;
-        for (const Range& r : batches[i].ranges)
+        for (const RecordRange& r : batches[i].ranges)
           for (const Located& l : r.records) raw += l.entry.raw_bytes;
         options.progress(done_raw += raw, total_raw);
       }
@@ -162,7 +141,7 @@ struct ChunkCopier {
       report.copied_bytes += *r;
     }
     for (std::size_t i = 0; i < batches.size(); ++i) {
-      for (const Range& r : batches[i].ranges)
+      for (const RecordRange& r : batches[i].ranges)
         for (const Located& l : r.records) placed[l.entry.id] = pack_ids[i];
     }
     report.chunks_copied += chunks.size();
@@ -210,9 +189,7 @@ Result<CheckpointId> resolve_checkpoint(Backend& store, std::string_view name, b
   if (valid_tag(name)) {
     auto bytes = store.get("tags/" + std::string(name), 64);
     if (bytes) {
-      std::string_view text(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-      auto id = text.size() == 33 && text[32] == '\n' ? Id128::from_hex(text.substr(0, 32))
-                                                      : std::nullopt;
+      auto id = tag_target(*bytes);
       if (!id) {
         return make_error(Errc::corrupt_image, store.name() + ": tag '" + std::string(name) +
                                                    "' does not hold a checkpoint id");
