@@ -104,6 +104,11 @@ bool PackCatalog::contains(const ChunkId& id) const {
   return chunks_.contains(id);
 }
 
+std::size_t PackCatalog::pack_count() const {
+  std::shared_lock lock(mu_);
+  return packs_.size();
+}
+
 std::map<PackId, std::shared_ptr<const PackIndex>> PackCatalog::packs() const {
   std::shared_lock lock(mu_);
   return packs_;

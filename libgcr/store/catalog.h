@@ -44,6 +44,7 @@ class PackCatalog {
   std::optional<ChunkLocation> find(const ChunkId& id) const;
   bool contains(const ChunkId& id) const;
   std::map<PackId, std::shared_ptr<const PackIndex>> packs() const;
+  std::size_t pack_count() const;
   std::map<PackId, std::string> problems() const;
 
   // A pack this process has just sealed.

@@ -123,18 +123,23 @@ Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId
 Status ArrivalWatch::await_chunk(StoreState& state, const CheckpointId& checkpoint,
                                  const ChunkId& chunk, const std::function<Result<bool>()>& found) {
   const Layout& layout = state.layout;
+  // Under the shared lock, so that gc cannot delete a pack between the lookup and its open;
+  // refreshed, the catalog has read the packs sealed since it last looked.
+  auto look = [&](bool refresh) -> Result<bool> {
+    GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
+    if (refresh) GCR_TRY(state.catalog.refresh());
+    return found();
+  };
+  // Usually the pack came with an earlier chunk's wait: no need to read packs/ again (and what
+  // fails here, a pack gone since, is looked at again below with the catalog brought up to date).
+  if (auto known = look(/*refresh=*/false); known && *known) return ok();
   const auto idle = idle_limit();
   auto last_arrival = std::chrono::steady_clock::now();
-  std::size_t packs_seen = state.catalog.packs().size();
+  std::size_t packs_seen = state.catalog.pack_count();
   std::string what = "checkpoint " + checkpoint.hex() + ": chunk " + chunk.hex();
   while (true) {
-    {
-      // Under the shared lock, so that gc cannot delete a pack between the lookup and its open.
-      GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
-      GCR_TRY(state.catalog.refresh());
-      GCR_TRY_ASSIGN(bool here, found());
-      if (here) return ok();
-    }
+    GCR_TRY_ASSIGN(bool here, look(/*refresh=*/true));
+    if (here) return ok();
     if (auto failed = io::read_file(incoming_failed_path(layout, checkpoint), 64 << 10)) {
       return make_error(
           Errc::io_error,
@@ -145,17 +150,15 @@ Status ArrivalWatch::await_chunk(StoreState& state, const CheckpointId& checkpoi
         !owner_alive(layout, checkpoint)) {
       // Committed since (then every chunk is sealed: one more look), or abandoned.
       bool committed = path_exists(layout.manifest(checkpoint));
-      GCR_TRY_ASSIGN(GcLock lock, GcLock::shared(layout.gc_lock()));
-      GCR_TRY(state.catalog.refresh());
-      GCR_TRY_ASSIGN(bool here, found());
-      if (here) return ok();
+      GCR_TRY_ASSIGN(bool last_look, look(/*refresh=*/true));
+      if (last_look) return ok();
       return make_error(committed ? Errc::corrupt_image : Errc::io_error,
                         what + (committed ? " is in no sealed pack of the committed checkpoint; "
                                             "run 'gcr image verify'"
                                           : ": the transfer bringing it (gcr restore) ended "
                                             "before it came"));
     }
-    std::size_t packs_now = state.catalog.packs().size();
+    std::size_t packs_now = state.catalog.pack_count();
     auto now = std::chrono::steady_clock::now();
     if (packs_now != packs_seen) {
       packs_seen = packs_now;
