@@ -105,6 +105,17 @@ void add_transfer_fields(std::map<std::string, std::string>& f, const std::strin
   f[prefix + "elapsed_ns"] = std::to_string(r.elapsed_ns);
 }
 
+// A progress line from gcrd: a `bytes` one moves the bar (true); before any other, which the
+// caller prints, the bar is cleared.
+bool draw_bytes_progress(ProgressLine& bar, const std::string& line) {
+  if (auto p = gcrd::parse_bytes_progress(line)) {
+    bar.update(p->done, p->total);
+    return true;
+  }
+  bar.clear();
+  return false;
+}
+
 // A checkpoint into a bucket: gcrd committed it in the bucket's cache store; upload it (its new
 // chunks, then its manifest). A failed upload leaves it committed locally, and says how to retry.
 void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend& remote,
@@ -178,12 +189,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       results[i] = gcrd::call(conn->get(), "checkpoint", fields, [&](const std::string& line) {
         if (o.json || !ctx.stderr_tty) return;
         std::lock_guard lock(mu);
-        if (auto p = gcrd::parse_bytes_progress(line)) {
-          bar.update(p->done, p->total);
-          return;
-        }
-        bar.clear();
-        std::fprintf(stderr, "pid %d: %s\n", o.pids[i], line.c_str());
+        if (!draw_bytes_progress(bar, line))
+          std::fprintf(stderr, "pid %d: %s\n", o.pids[i], line.c_str());
       });
     });
   }
@@ -393,12 +400,7 @@ Status restore(RestoreOptions o, Context& ctx) {
       conn.get(), "restore", fields,
       [&](const std::string& line) {
         if (o.json || !ctx.stderr_tty) return;
-        if (auto p = gcrd::parse_bytes_progress(line)) {
-          bar.update(p->done, p->total);
-          return;
-        }
-        bar.clear();
-        std::fprintf(stderr, "%s\n", line.c_str());
+        if (!draw_bytes_progress(bar, line)) std::fprintf(stderr, "%s\n", line.c_str());
       },
       files);
   bar.clear();
@@ -424,22 +426,19 @@ Status restore(RestoreOptions o, Context& ctx) {
   if (!fetched) return fetched;
   auto f = std::move(called).value();
   // From this command's start (a fetch from a bucket included), on gcrd's clock (CLOCK_MONOTONIC).
+  const auto t0 = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(command_start.time_since_epoch())
+          .count());
   for (const char* phase : {"resume", "full"}) {
     std::uint64_t start = field_u64(f, std::string("start.") + phase + "_ns");
     std::uint64_t length = field_u64(f, std::string("time.") + phase + "_ns");
-    auto t0 = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(command_start.time_since_epoch())
-            .count());
     if (start != 0 && start + length > t0)
       f[std::string("time.command_") + phase + "_ns"] = std::to_string(start + length - t0);
   }
   if (pulled) {
+    add_transfer_fields(f, "fetch.", *pulled);
     f["fetch.from"] = located->store.text();
     f["fetch.streamed"] = streamed && streamed->arriving() ? "1" : "0";
-    f["fetch.copied_bytes"] = std::to_string(pulled->copied_bytes);
-    f["fetch.present_bytes"] = std::to_string(pulled->present_bytes);
-    f["fetch.logical_bytes"] = std::to_string(pulled->logical_bytes);
-    f["fetch.elapsed_ns"] = std::to_string(pulled->elapsed_ns);
   }
   if (o.json) {
     JsonWriter j;

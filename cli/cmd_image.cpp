@@ -18,6 +18,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -724,22 +725,19 @@ struct RmOptions {
   bool json = false;
 };
 
-// `gcr image rm` on a bucket: the same, through the Backend.
-Status image_rm_remote(Context& ctx, const RmOptions& o, const store::StoreLocation& location) {
-  GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
-  std::vector<CheckpointId> ids;
-  for (const auto& name : o.names) {
-    GCR_TRY_ASSIGN(CheckpointId id, resolve_remote_name(ctx, *remote, name));
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
-  }
+// Removes the checkpoints in turn, saying what went (with the tags removed), up to the first
+// failure. `remove` removes one and returns the tags that named it.
+Status remove_checkpoints(
+    const RmOptions& o, const std::vector<CheckpointId>& ids,
+    const std::function<Result<std::vector<std::string>>(const CheckpointId&)>& remove,
+    std::string_view gc_hint) {
   JsonWriter j;
   if (o.json) j.begin_object().key("removed").begin_array();
   Status result;
   for (const auto& id : ids) {
-    auto r = store::remove_backend_checkpoint(*remote, id);
+    auto r = remove(id);
     if (!r) {
-      result = with_context(std::move(r).error(),
-                            "removing checkpoint " + id.hex() + " from " + location.text());
+      result = std::move(r).error();
       break;
     }
     if (o.json) {
@@ -747,59 +745,64 @@ Status image_rm_remote(Context& ctx, const RmOptions& o, const store::StoreLocat
       json_string_array(j, *r);
       j.end_object();
     } else {
-      TagIndex tags{{id, *r}};
-      print("removed " + id_with_tags(id, tags, /*full_id=*/true) + "\n");
+      print("removed " + id_with_tags(id, TagIndex{{id, *r}}, /*full_id=*/true) + "\n");
     }
   }
   if (o.json) {
     j.end_array().end_object();
     print(j.take());
   } else if (result) {
-    print(
-        "run 'gcr image gc' to free the space no other checkpoint uses (after its grace "
-        "period)\n");
+    print(std::string(gc_hint));
   }
   return result;
+}
+
+// Every name resolved before anything is removed, so that a typo removes nothing.
+Result<std::vector<CheckpointId>> resolve_all(
+    const std::vector<std::string>& names,
+    const std::function<Result<CheckpointId>(const std::string&)>& resolve) {
+  std::vector<CheckpointId> ids;
+  for (const auto& name : names) {
+    GCR_TRY_ASSIGN(CheckpointId id, resolve(name));
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
 }
 
 Status image_rm(Context& ctx, const RmOptions& o) {
   for (const auto& name : o.names) GCR_TRY(check_name(ctx, name));
   GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
-  if (location.is_s3()) return image_rm_remote(ctx, o, location);
-  GCR_TRY_ASSIGN(auto store, ctx.open_store());
-  // Resolve every name before removing anything, so that a typo removes nothing.
-  std::vector<CheckpointId> ids;
-  for (const auto& name : o.names) {
-    GCR_TRY_ASSIGN(CheckpointId id, resolve_name(ctx, *store, name));
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  if (location.is_s3()) {
+    GCR_TRY_ASSIGN(auto remote, open_location(location, /*create=*/false));
+    GCR_TRY_ASSIGN(auto ids, resolve_all(o.names, [&](const std::string& name) {
+                     return resolve_remote_name(ctx, *remote, name);
+                   }));
+    return remove_checkpoints(
+        o, ids,
+        [&](const CheckpointId& id) -> Result<std::vector<std::string>> {
+          auto r = store::remove_backend_checkpoint(*remote, id);
+          if (!r) {
+            return with_context(std::move(r).error(),
+                                "removing checkpoint " + id.hex() + " from " + location.text());
+          }
+          return r;
+        },
+        "run 'gcr image gc' to free the space no other checkpoint uses (after its grace "
+        "period)\n");
   }
+  GCR_TRY_ASSIGN(auto store, ctx.open_store());
+  GCR_TRY_ASSIGN(auto ids, resolve_all(o.names, [&](const std::string& name) {
+                   return resolve_name(ctx, *store, name);
+                 }));
   GCR_TRY_ASSIGN(auto infos, store->list());
   TagIndex tags = index_tags(infos);
-
-  JsonWriter j;
-  if (o.json) j.begin_object().key("removed").begin_array();
-  Status result;
-  for (const auto& id : ids) {
-    auto r = store->remove(id);
-    if (!r) {
-      result = std::move(r).context("removing checkpoint " + id.hex());
-      break;
-    }
-    if (o.json) {
-      j.begin_object().field("id", id.hex()).key("tags");
-      json_string_array(j, tags[id]);
-      j.end_object();
-    } else {
-      print("removed " + id_with_tags(id, tags, /*full_id=*/true) + "\n");
-    }
-  }
-  if (o.json) {
-    j.end_array().end_object();
-    print(j.take());
-  } else if (result) {
-    print("run 'gcr image gc' to free the space no other checkpoint uses\n");
-  }
-  return result;
+  return remove_checkpoints(
+      o, ids,
+      [&](const CheckpointId& id) -> Result<std::vector<std::string>> {
+        GCR_TRY(store->remove(id).context("removing checkpoint " + id.hex()));
+        return tags[id];
+      },
+      "run 'gcr image gc' to free the space no other checkpoint uses\n");
 }
 
 // ---------------------------------------------------------------------------------------------
