@@ -158,22 +158,30 @@ const FuncInfo* func_info(CUfunction f) {
   return &kUnknown;  // table crowded: treat this function conservatively
 }
 
-inline void mark_words(const std::byte* p, std::uint32_t offset, std::uint32_t size) {
-  // Words aligned in the parameter buffer, as the GPU would read them.
-  std::uint32_t first = (offset + 7) & ~7u;
-  for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p + (o - offset), 8);
-    mark_written(word);
-  }
-}
-
-inline void touch_words(const std::byte* p, std::uint32_t offset, std::uint32_t size) {
-  std::uint32_t first = (offset + 7) & ~7u;
-  for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p + (o - offset), 8);
-    touch_read(word);
+// Every 8-byte word of a launch's parameter buffer that lies within a parameter of 8 bytes or
+// more, aligned as the GPU reads them: fn(word, read_only of its parameter).
+template <typename Fn>
+inline void for_param_words(const FuncInfo* fi, void** params, void** extra, Fn&& fn) {
+  auto words = [&](const std::byte* p, const ParamSpan& span) {
+    std::uint32_t first = (span.offset + 7) & ~7u;
+    for (std::uint32_t o = first; o + 8 <= span.offset + span.size; o += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, p + (o - span.offset), 8);
+      fn(word, span.read_only);
+    }
+  };
+  if (params) {
+    for (std::size_t i = 0; i < fi->params.size(); ++i) {
+      const ParamSpan& p = fi->params[i];
+      if (p.size >= 8 && params[i]) words(static_cast<const std::byte*>(params[i]), p);
+    }
+  } else if (extra) {
+    const std::byte* buf = nullptr;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
+    if (!buf) return;
+    for (const ParamSpan& p : fi->params)
+      if (p.size >= 8) words(buf + p.offset, p);
   }
 }
 
@@ -189,55 +197,12 @@ void mark_launch(CUfunction f, void** params, void** extra) {
   }
   // What a kernel only reads counts for the first-touch order, and during an on-demand restore
   // must have arrived too.
-  if (params) {
-    for (std::size_t i = 0; i < fi->params.size(); ++i) {
-      const ParamSpan& p = fi->params[i];
-      if (p.size < 8 || !params[i]) continue;
-      if (!p.read_only)
-        mark_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
-      else
-        touch_words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
-    }
-  } else if (extra) {
-    const std::byte* buf = nullptr;
-    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
-      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
-    if (!buf) return;
-    for (const ParamSpan& p : fi->params) {
-      if (p.size < 8) continue;
-      if (!p.read_only)
-        mark_words(buf + p.offset, p.offset, p.size);
-      else
-        touch_words(buf + p.offset, p.offset, p.size);
-    }
-  }
-}
-
-// The parameter buffer's words of the parameters a kernel may write through.
-template <typename Fn>
-void for_written_words(const FuncInfo* fi, void** params, void** extra, Fn&& fn) {
-  auto words = [&](const std::byte* p, std::uint32_t offset, std::uint32_t size) {
-    std::uint32_t first = (offset + 7) & ~7u;
-    for (std::uint32_t o = first; o + 8 <= offset + size; o += 8) {
-      std::uint64_t word;
-      std::memcpy(&word, p + (o - offset), 8);
-      fn(word);
-    }
-  };
-  if (params) {
-    for (std::size_t i = 0; i < fi->params.size(); ++i) {
-      const ParamSpan& p = fi->params[i];
-      if (p.size >= 8 && params[i] && !p.read_only)
-        words(static_cast<const std::byte*>(params[i]), p.offset, p.size);
-    }
-  } else if (extra) {
-    const std::byte* buf = nullptr;
-    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2)
-      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = static_cast<const std::byte*>(e[1]);
-    if (!buf) return;
-    for (const ParamSpan& p : fi->params)
-      if (p.size >= 8 && !p.read_only) words(buf + p.offset, p.offset, p.size);
-  }
+  for_param_words(fi, params, extra, [](std::uint64_t word, bool read_only) {
+    if (read_only)
+      touch_read(word);
+    else
+      mark_written(word);
+  });
 }
 
 void mark_2d(const CUDA_MEMCPY2D* p) {
@@ -279,8 +244,8 @@ LaunchWrites launch_writes(CUfunction f, void** params, void** extra) {
   w.known = fi->known;
   w.kernel = fi->name;
   if (!w.known) return w;
-  for_written_words(fi, params, extra, [&](std::uint64_t word) {
-    if (!in_arena(word)) return;
+  for_param_words(fi, params, extra, [&](std::uint64_t word, bool read_only) {
+    if (read_only || !in_arena(word)) return;
     std::uint32_t id =
         g_arena.granule_region[(word - g_arena.base) / kGranule].load(std::memory_order_acquire);
     if (id && std::find(w.regions.begin(), w.regions.end(), id) == w.regions.end())
