@@ -1,8 +1,6 @@
 // A restore streamed from a bucket: see stream_pull.h.
 #include "stream_pull.h"
 
-#include <algorithm>
-
 #include "gcr/manifest.h"
 #include "remote.h"
 #include "store/backend_chunks.h"
@@ -31,12 +29,7 @@ std::vector<std::vector<store::ChunkId>> stages_of(const store::Manifest& m) {
       chunks_of(o, stages[0]);
     }
   }
-  auto rank = store::first_touch_rank(m);
-  std::stable_sort(regions.begin(), regions.end(), [&](const auto* a, const auto* b) {
-    auto ra = rank.find(a->address), rb = rank.find(b->address);
-    return (ra == rank.end() ? SIZE_MAX : ra->second) < (rb == rank.end() ? SIZE_MAX : rb->second);
-  });
-  for (const auto* o : regions) chunks_of(*o, stages[1]);
+  for (std::size_t i : store::first_touch_order(m, regions)) chunks_of(*regions[i], stages[1]);
   return stages;
 }
 

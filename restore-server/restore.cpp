@@ -44,21 +44,14 @@ void wait_gone(pid_t pid) {
   }
 }
 
-// Puts the regions the process touched first after its cut (store::first_touch_rank) at the
+// Puts the regions the process touched first after its cut (store::first_touch_order) at the
 // front, the rest after them in manifest order. The three vectors stay parallel.
 void order_by_first_touch(const store::Manifest& m, std::vector<store::ObjectEntry>& objects,
                           std::vector<control::RegionRecord>& records,
                           std::vector<MappedAllocation>& allocations) {
-  std::map<std::uint64_t, std::size_t> rank = store::first_touch_rank(m);
-  if (rank.empty()) return;
-  std::vector<std::size_t> idx(objects.size());
-  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
-    auto rx = rank.find(objects[x].address), ry = rank.find(objects[y].address);
-    std::size_t kx = rx == rank.end() ? SIZE_MAX : rx->second;
-    std::size_t ky = ry == rank.end() ? SIZE_MAX : ry->second;
-    return kx < ky;
-  });
+  std::vector<const store::ObjectEntry*> regions;
+  for (const store::ObjectEntry& o : objects) regions.push_back(&o);
+  std::vector<std::size_t> idx = store::first_touch_order(m, regions);
   std::vector<store::ObjectEntry> o2;
   std::vector<control::RegionRecord> r2;
   std::vector<MappedAllocation> a2;

@@ -3,7 +3,9 @@
 // allocation by themselves, and every error names the manifest, the offset and the field.
 #include "gcr/manifest.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "store/bytes.h"
@@ -211,9 +213,10 @@ Status check_objects(const Parser& p, const Manifest& m, const std::vector<std::
 
 }  // namespace
 
-std::map<std::uint64_t, std::size_t> first_touch_rank(const Manifest& m) {
+std::vector<std::size_t> first_touch_order(const Manifest& m,
+                                           std::span<const ObjectEntry* const> regions) {
   std::string order = m.meta_or("touch_order", "");
-  std::map<std::uint64_t, std::size_t> rank;
+  std::map<std::uint64_t, std::size_t> rank;  // address -> place in touch_order
   std::size_t pos = 0;
   for (std::size_t start = 0; start < order.size();) {
     std::size_t comma = order.find(',', start);
@@ -222,7 +225,15 @@ std::map<std::uint64_t, std::size_t> first_touch_rank(const Manifest& m) {
     rank.emplace(a, pos++);
     start = comma + 1;
   }
-  return rank;
+  auto rank_of = [&](std::size_t i) {
+    auto it = rank.find(regions[i]->address);
+    return it == rank.end() ? SIZE_MAX : it->second;
+  };
+  std::vector<std::size_t> idx(regions.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::size_t x, std::size_t y) { return rank_of(x) < rank_of(y); });
+  return idx;
 }
 
 std::vector<std::byte> encode_manifest(const Manifest& m) {

@@ -53,10 +53,12 @@ struct Manifest {
   }
 };
 
-// Device region address -> its place among the regions the process touched first after its cut
-// (META touch_order: comma-separated hex addresses, recorded by the interposer); regions not in
-// it are absent. Restores load, and stream from a bucket, in this order.
-std::map<std::uint64_t, std::size_t> first_touch_rank(const Manifest& m);
+// The order in which to bring device regions back: indexes into `regions`, those the process
+// touched first after its cut first (META touch_order: comma-separated hex addresses, recorded
+// by the interposer), the rest after them as given. Restores load, and stream from a bucket, in
+// this order.
+std::vector<std::size_t> first_touch_order(const Manifest& m,
+                                           std::span<const ObjectEntry* const> regions);
 
 std::vector<std::byte> encode_manifest(const Manifest& m);
 
