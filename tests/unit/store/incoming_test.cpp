@@ -42,15 +42,26 @@ struct Source {
   }
 };
 
+// Store b, where src's checkpoint is announced and nothing of it has arrived yet.
+struct Arriving {
+  fs::path dest;
+  std::unique_ptr<Backend> to;
+  Layout layout;
+  std::shared_ptr<Store> store;
+
+  explicit Arriving(Source& src)
+      : dest(src.dir.path() / "b"), to(test::dir_backend(dest)), layout{dest} {
+    REQUIRE(announce_incoming(layout, src.id, src.manifest_bytes));
+    store = test::open_store(dest);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a checkpoint is read while it arrives, chunk by chunk", "[incoming]") {
   Source src;
-  fs::path dest = src.dir.path() / "b";
-  auto to = test::dir_backend(dest);
-  Layout layout{dest};
-  REQUIRE(announce_incoming(layout, src.id, src.manifest_bytes));
-  auto store = test::open_store(dest);
+  Arriving b(src);
+  auto& [dest, to, layout, store] = b;
   CHECK(!store->open_checkpoint(src.id));  // not committed: only an arriving reader opens it
   auto reader = store->open_checkpoint(src.id, /*arriving=*/true);
   REQUIRE(reader);
@@ -80,11 +91,8 @@ TEST_CASE("a checkpoint is read while it arrives, chunk by chunk", "[incoming]")
 
 TEST_CASE("a reader stops waiting when the transfer failed or ended", "[incoming]") {
   Source src;
-  fs::path dest = src.dir.path() / "b";
-  auto to = test::dir_backend(dest);
-  Layout layout{dest};
-  REQUIRE(announce_incoming(layout, src.id, src.manifest_bytes));
-  auto store = test::open_store(dest);
+  Arriving b(src);
+  auto& [dest, to, layout, store] = b;
   auto reader = store->open_checkpoint(src.id, true);
   REQUIRE(reader);
   const ObjectEntry& region = (*reader)->manifest().objects.front();
