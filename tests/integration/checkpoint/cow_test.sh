@@ -60,7 +60,7 @@ run_case copy 1
 echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
 run_case wait 0
 echo "== on a terminal the storing draws a progress bar"
-setsid "$GCR" run -- "${MLP[@]}" >> "$T/bar.log" 2>&1 < /dev/null &
+"$GCR" run -- "${MLP[@]}" >> "$T/bar.log" 2>&1 < /dev/null &  # as a shell starts a job
 p=$!
 pids+=("$p")
 wait_steps "$T/bar.log" 20

@@ -33,7 +33,7 @@ echo "ok: reported and recorded"
 incremental_case() {
   local name=$1 log=$T/$1.log
   shift
-  setsid "$GCR" run "$@" -- "${PT[@]}" >> "$log" 2>&1 < /dev/null &
+  "$GCR" run "$@" -- "${PT[@]}" >> "$log" 2>&1 < /dev/null &  # as a shell starts a job
   local p=$!
   pids+=("$p")
   wait_steps "$log" 20
