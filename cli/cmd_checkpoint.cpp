@@ -35,7 +35,8 @@ struct CheckpointOptions {
   bool stop_copy = false;
   bool tcp_close = false;
   bool json = false;
-  std::string trace;  // --trace FILE
+  std::string trace;      // --trace FILE
+  double timeout_s = 10;  // --timeout: for the cut and the quiesce
 };
 
 struct RestoreOptions {
@@ -176,11 +177,13 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
         results[i] = std::move(conn).error();
         return;
       }
-      std::map<std::string, std::string> fields = {{"pid", std::to_string(o.pids[i])},
-                                                   {"leave_running", o.leave_running ? "1" : "0"},
-                                                   {"stop_copy", o.stop_copy ? "1" : "0"},
-                                                   {"tcp_close", o.tcp_close ? "1" : "0"},
-                                                   {"store", store}};
+      std::map<std::string, std::string> fields = {
+          {"pid", std::to_string(o.pids[i])},
+          {"leave_running", o.leave_running ? "1" : "0"},
+          {"stop_copy", o.stop_copy ? "1" : "0"},
+          {"tcp_close", o.tcp_close ? "1" : "0"},
+          {"timeout_ms", std::to_string(static_cast<long long>(o.timeout_s * 1000))},
+          {"store", store}};
       if (!o.name.empty())
         fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
       // A bar for the storing with one pid only: several would draw over each other.
@@ -245,7 +248,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
                 "its device memory into CRIU's image)\n";
       else
         line += "  device memory " + format_bytes(field_u64(f, "region_bytes")) + " in " +
-                field(f, "regions") + " regions, " + format_bytes(field_u64(f, "dirty_bytes")) +
+                field(f, "regions") + " regions" +
+                (field_u64(f, "processes") > 1
+                     ? " of " + field(f, "processes") + " processes (" +
+                           field(f, "shared_regions") + " shared between them, stored once)"
+                     : std::string()) +
+                ", " + format_bytes(field_u64(f, "dirty_bytes")) +
                 " changed since the last checkpoint\n";
       line +=
           "  stored " + format_bytes(field_u64(f, "stat.new_bytes")) + " new of " +
@@ -511,8 +519,22 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "and report the app-visible stall the kernel measured; one pid; needs root for "
                 "the kernel part")
       ->type_name("FILE");
+  c->add_option("--timeout", co.timeout_s,
+                "Seconds to wait for the process (every process of a job) to reach its cut and "
+                "finish its GPU work; past it the checkpoint is abandoned and everything runs on "
+                "(exit 10)")
+      ->type_name("SECONDS")
+      ->default_val(10)
+      ->check(CLI::Range(0.1, 3600.0));
   c->add_flag("--json", co.json, "Machine-readable output");
-  c->footer("Without --leave-running the process is gone once the checkpoint is committed.");
+  c->footer(
+      "Without --leave-running the process is gone once the checkpoint is committed.\n\n"
+      "A job: every process of PID's tree that runs under gcr is checkpointed with it, as one "
+      "(one CRIU dump). Device memory they share (cuMemExportToShareableHandle / "
+      "cuMemImportFromShareableHandle, cuIpcGetMemHandle / cuIpcOpenMemHandle) is stored once "
+      "and shared again after a restore. Kernels that pass a pointer to shared memory are cut "
+      "consistently: each one is issued on every process, or on none. Memory shared with a "
+      "process outside the tree is refused before anything stops: checkpoint the job's launcher.");
   on_run(c, ctx, [&ctx] { return checkpoint(co, ctx); });
 
   static RestoreOptions ro;

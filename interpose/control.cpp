@@ -18,6 +18,7 @@
 #include <string>
 
 #include "control_ops.h"
+#include "cut.h"
 #include "gcr/control.h"
 
 namespace gcr::interpose {
@@ -53,6 +54,8 @@ class OpsHandler final : public ctl::Handler {
   ctl::StatusInfo status() override { return op_status(); }
   std::vector<ctl::RegionRecord> regions() override { return op_regions(); }
   std::vector<std::string> blockers() override { return op_blockers(); }
+  std::vector<ctl::ShareRecord> shares() override { return op_shares(); }
+  ctl::CutCounts cut(ctl::CutOp op, std::uint64_t value) override { return op_cut(op, value); }
 };
 
 std::atomic<int> g_log_lines{0};

@@ -26,6 +26,7 @@ using control::kRegionDirty;
 using control::ParkedRegion;
 using control::ProcessState;
 using control::RegionRecord;
+using control::ShareRecord;
 using control::StatusInfo;
 
 // Closes the API gate (new calls wait), waits up to timeout_ms for calls inside to leave, then
@@ -58,5 +59,7 @@ std::vector<RegionRecord> op_regions();
 // Why the process cannot be checkpointed now (Note [Virtual allocation handles]); op_park refuses
 // for the same reasons.
 std::vector<std::string> op_blockers();
+// The regions shared with other processes, with their keys (Note [Shared regions]).
+std::vector<ShareRecord> op_shares();
 
 }  // namespace gcr::interpose

@@ -37,14 +37,10 @@ void note_ipc_blocker(const char* what) {
 }
 
 std::vector<std::string> ipc_blockers() {
-  const std::size_t opened = ipc_memory_opened();  // before g_ipc_mu: ipc_memory.cpp's lock order
   std::lock_guard lock(g_ipc_mu);
   std::vector<std::string> out;
   for (const auto& [what, n] : g_ipc_uses)
     if (n > 0) out.push_back(what);
-  if (opened > 0)
-    out.push_back(std::string(kOpenedMemoryBlocker) + " (" + std::to_string(opened) +
-                  " mapping(s))");
   return out;
 }
 

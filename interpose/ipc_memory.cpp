@@ -10,9 +10,11 @@
 //
 // The owner exports the region as a POSIX fd once and keeps it open (closed when the region
 // goes); the importer takes that fd from the owner (pidfd_getfd, else /proc/PID/fd/N), imports
-// it, maps the region at an address of its own and returns the allocation's place in it. Opening
-// a token again returns the same pointer (counted), as the driver does. Memory shared this way is
-// a blocker: gcr refuses to checkpoint either side until it checkpoints shared memory.
+// it, maps the region at an address of its arena (a region of its own, Note [Shared regions] in
+// vmm_handles.h) and returns the allocation's place in it. Opening a token again returns the same
+// pointer (counted), as the driver does. A job checkpoint stores such memory once and gives every
+// process that mapped it the same memory back at its address; park closes the owner's cached
+// export fd, so a token taken before a checkpoint cannot be opened after it (take it again).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,6 +26,7 @@
 #include <tuple>
 
 #include "alloc.h"
+#include "cut.h"
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
@@ -53,6 +56,7 @@ struct Opened {
 
 std::mutex g_mu;
 std::map<std::uint32_t, int> g_exported_fds;  // region id -> fd exported for IPC (owner side)
+std::map<std::uint32_t, std::vector<std::uint64_t>> g_export_keys;  // Note [Shared regions]
 std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, Opened>
     g_opened;  // importer: by owner pid, inode, region address and offset
 
@@ -72,6 +76,7 @@ int take_fd(pid_t pid, int fd) {
 CUresult open_token(CUdeviceptr* ptr, const Token& t) {
   const RealDriver* real = real_driver();
   if (t.pid == static_cast<std::uint32_t>(getpid())) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard region_lock(g_region_mu);  // before g_mu, as everywhere
   std::lock_guard lock(g_mu);
   auto key = std::make_tuple(t.pid, t.inode, t.region_address, t.offset);
   if (auto it = g_opened.find(key); it != g_opened.end()) {
@@ -79,6 +84,7 @@ CUresult open_token(CUdeviceptr* ptr, const Token& t) {
     *ptr = it->second.base + t.offset;
     return CUDA_SUCCESS;
   }
+  if (t.region_size == 0 || t.region_size % kGranule) return CUDA_ERROR_INVALID_HANDLE;
   int fd = take_fd(static_cast<pid_t>(t.pid), t.fd);
   if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
   struct stat st {};
@@ -86,6 +92,7 @@ CUresult open_token(CUdeviceptr* ptr, const Token& t) {
     ::close(fd);
     return CUDA_ERROR_INVALID_HANDLE;  // the owner is gone, or the fd is another file now
   }
+  const std::uint64_t share_key = share_key_of_fd(fd);
   CUmemGenericAllocationHandle h = 0;
   CUresult r = real->cuMemImportFromShareableHandle(
       &h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
@@ -94,24 +101,44 @@ CUresult open_token(CUdeviceptr* ptr, const Token& t) {
   if (r != CUDA_SUCCESS) return r;
   CUmemAllocationProp prop{};
   (void)real->cuMemGetAllocationPropertiesFromHandle(&prop, h);
-  CUdeviceptr va = 0;
-  r = real->cuMemAddressReserve(&va, t.region_size, 0, 0, 0);
-  if (r == CUDA_SUCCESS) {
-    r = real->cuMemMap(va, t.region_size, 0, h, 0);
-    if (r != CUDA_SUCCESS) real->cuMemAddressFree(va, t.region_size);
+  // The mapping is a region of the arena (Note [Shared regions]): parked, tracked and restored
+  // at this address like any other.
+  std::uint64_t va = 0;
+  if (ensure_arena() != CUDA_SUCCESS || !arena_take(t.region_size, kGranule, &va)) {
+    real->cuMemRelease(h);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  real->cuMemRelease(h);  // the mapping holds the memory
-  if (r != CUDA_SUCCESS) return r;
   CUdevice device = 0;
+  if (real->cuCtxGetDevice(&device) != CUDA_SUCCESS) device = prop.location.id;
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = real->cuCtxGetDevice(&device) == CUDA_SUCCESS ? device : prop.location.id;
+  access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if ((r = real->cuMemSetAccess(va, t.region_size, &access, 1)) != CUDA_SUCCESS) {
-    real->cuMemUnmap(va, t.region_size);
-    real->cuMemAddressFree(va, t.region_size);
+  r = real->cuMemMap(va, t.region_size, 0, h, 0);
+  if (r == CUDA_SUCCESS) {
+    r = real->cuMemSetAccess(va, t.region_size, &access, 1);
+    if (r != CUDA_SUCCESS) real->cuMemUnmap(va, t.region_size);
+  }
+  if (r != CUDA_SUCCESS) {
+    real->cuMemRelease(h);
+    arena_give(va, t.region_size);
     return r;
   }
+  CUmemGenericAllocationHandle vh = valloc_add(h, t.region_size, prop, AllocationOrigin::imported);
+  VirtualAllocation* v = valloc_find(vh);
+  v->program_refs = 0;  // the program holds the mapping, not a handle
+  add_share_key(v->share_keys, share_key);
+  std::uint32_t id =
+      register_user_region(va, t.region_size, 0, static_cast<std::uint32_t>(device), valloc_id(vh));
+  if (!id) {
+    real->cuMemUnmap(va, t.region_size);
+    v->program_refs = 1;
+    valloc_release_if_unused(valloc_id(vh));
+    arena_give(va, t.region_size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ++v->mappings;
+  mark_region_shared(id);
   g_opened[key] = Opened{va, t.region_size, t.offset, 1};
   *ptr = va + t.offset;
   return CUDA_SUCCESS;
@@ -142,10 +169,34 @@ std::size_t ipc_memory_opened() {
 
 void ipc_forget_region(std::uint32_t region_id) {
   std::lock_guard lock(g_mu);
+  g_export_keys.erase(region_id);
   if (auto it = g_exported_fds.find(region_id); it != g_exported_fds.end()) {
     ::close(it->second);
     g_exported_fds.erase(it);
   }
+}
+
+std::uint64_t ipc_export_key(std::uint32_t region_id) {
+  std::lock_guard lock(g_mu);
+  auto it = g_export_keys.find(region_id);
+  return it == g_export_keys.end() || it->second.empty() ? 0 : it->second.back();
+}
+
+std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id) {
+  std::lock_guard lock(g_mu);
+  auto it = g_export_keys.find(region_id);
+  return it == g_export_keys.end() ? std::vector<std::uint64_t>{} : it->second;
+}
+
+void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key) {
+  std::lock_guard lock(g_mu);
+  if (auto it = g_export_keys.find(region_id); it != g_export_keys.end()) it->second = {key};
+}
+
+void ipc_close_exports() {
+  std::lock_guard lock(g_mu);
+  for (auto& [id, fd] : g_exported_fds) ::close(fd);
+  g_exported_fds.clear();
 }
 
 extern "C" {
@@ -177,6 +228,9 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  add_share_key(g_export_keys[id], share_key_of_fd(fd));
+  mark_region_shared(id);
+  if (reg.kind == RegionKind::slab) shared_range_add(base, base + size);
   Token t{};
   std::memcpy(t.magic, kMagic, sizeof kMagic);
   t.pid = static_cast<std::uint32_t>(getpid());
@@ -188,7 +242,6 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   t.inode = static_cast<std::uint64_t>(st.st_ino);
   std::memset(handle->reserved, 0, sizeof handle->reserved);
   std::memcpy(handle->reserved, &t, sizeof t);
-  note_ipc_blocker(kExportedMemoryBlocker);
   return CUDA_SUCCESS;
 }
 
@@ -205,6 +258,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real(ptr);
   GateScope gate;
+  std::unique_lock region_lock(g_region_mu);
   std::unique_lock lock(g_mu);
   for (auto it = g_opened.begin(); it != g_opened.end(); ++it) {
     Opened& o = it->second;
@@ -212,13 +266,21 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
     if (--o.count > 0) return CUDA_SUCCESS;
     const RealDriver* d = real_driver();
     // As the driver's close: work still queued on the memory finishes first.
-    if (CUresult r = d->cuCtxSynchronize(); r != CUDA_SUCCESS) return r;
+    if (CUresult r = d->cuCtxSynchronize(); r != CUDA_SUCCESS) {
+      ++o.count;
+      return r;
+    }
     d->cuMemUnmap(o.base, o.size);
-    d->cuMemAddressFree(o.base, o.size);
+    for (std::uint32_t id : unregister_user_regions(o.base, o.size)) {
+      if (VirtualAllocation* v = valloc_by_id(id); v && v->mappings) --v->mappings;
+      valloc_release_if_unused(id);
+    }
+    arena_give(o.base, o.size);
     g_opened.erase(it);
     return CUDA_SUCCESS;
   }
   lock.unlock();
+  region_lock.unlock();
   return real(ptr);  // a driver's own mapping
 }
 

@@ -25,6 +25,7 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "cut.h"
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
@@ -43,7 +44,8 @@ struct FuncInfo {
   CUfunction function = nullptr;
   bool known = false;  // false: the layout is unknown, so every launch marks everything
   std::vector<ParamSpan> params;
-  std::string name;  // as the driver names it (mangled), for --track validate and its profile
+  std::string name;        // as the driver names it (mangled), for --track validate and its profile
+  bool comm_name = false;  // a communication kernel by name (Note [A consistent cut] in cut.h)
 };
 
 // Lock-free for readers: slots are written once, under g_func_mu, and never change.
@@ -116,6 +118,7 @@ const FuncInfo* build_info(CUfunction f) {
   const char* name = nullptr;
   if (real->cuFuncGetName && real->cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
     info->name = name;
+  info->comm_name = comm_kernel_name(info->name.c_str());
   bool infer_const =
       config().track == TrackMode::speculative || config().track == TrackMode::validate;
   if (infer_const && !info->name.empty()) {
@@ -237,6 +240,24 @@ void mark_3d(const CUDA_MEMCPY3D* p) {
 
 }  // namespace
 
+// Whether a kernel launch is a communication launch (Note [A consistent cut] in cut.h).
+bool comm_launch(CUfunction f, void** params, void** extra) {
+  if (!g_arena.base) return false;
+  const FuncInfo* fi = func_info(f);
+  if (fi->comm_name) return true;
+  // A kernel of unknown layout is not counted: the ranks must count the same launches, and
+  // what cannot be seen cannot be counted alike.
+  bool comm = false;
+  for_param_words(fi, params, extra, [&](std::uint64_t word, bool) {
+    if (comm || !in_arena(word)) return;
+    std::uint32_t id =
+        g_arena.granule_region[(word - g_arena.base) / kGranule].load(std::memory_order_relaxed);
+    if (!id || !g_regions[id].shared.load(std::memory_order_relaxed)) return;
+    comm = g_regions[id].kind != RegionKind::slab || in_shared_range(word);
+  });
+  return comm;
+}
+
 LaunchWrites launch_writes(CUfunction f, void** params, void** extra) {
   LaunchWrites w;
   if (config().track == TrackMode::conservative || !g_arena.base) return w;
@@ -275,21 +296,31 @@ using namespace gcr::interpose;
   GCR_WRAP(name, name, params, args, mark)          \
   GCR_WRAP(name, name##suffix, params, args, mark)
 // A kernel launch: marked, and checked around the launch under GCR_TRACK=validate.
-#define GCR_WRAP_LAUNCH(type_of, name, params, args, fn, kp, extra) \
-  extern "C" CUresult name params {                                 \
-    static const auto real = real_fn<decltype(&::type_of)>(#name);  \
-    if (!g_unmanaged) {                                             \
-      GateScope gate;                                               \
-      mark_launch(fn, kp, extra);                                   \
-      if (config().track == TrackMode::validate) [[unlikely]] {     \
-        LaunchValidation validation(fn, kp, extra);                 \
-        CUresult launched = real args;                              \
-        validation.after(launched);                                 \
-        return launched;                                            \
-      }                                                             \
-      return real args;                                             \
-    }                                                               \
-    return real args;                                               \
+// A communication launch is counted, and held during a job's cut, before the gate's scope (Note
+// [A consistent cut] in cut.h).
+#define GCR_WRAP_LAUNCH(type_of, name, params, args, fn, kp, extra)                      \
+  extern "C" CUresult name params {                                                      \
+    static const auto real = real_fn<decltype(&::type_of)>(#name);                       \
+    if (!g_unmanaged) {                                                                  \
+      const bool comm =                                                                  \
+          g_comm_possible.load(std::memory_order_relaxed) && comm_launch(fn, kp, extra); \
+      if (comm) [[unlikely]]                                                             \
+        cut_admit();                                                                     \
+      GateScope gate;                                                                    \
+      mark_launch(fn, kp, extra);                                                        \
+      CUresult launched;                                                                 \
+      if (config().track == TrackMode::validate) [[unlikely]] {                          \
+        LaunchValidation validation(fn, kp, extra);                                      \
+        launched = real args;                                                            \
+        validation.after(launched);                                                      \
+      } else {                                                                           \
+        launched = real args;                                                            \
+      }                                                                                  \
+      if (comm) [[unlikely]]                                                             \
+        cut_issued();                                                                    \
+      return launched;                                                                   \
+    }                                                                                    \
+    return real args;                                                                    \
   }
 #define GCR_WRAP_LAUNCH2(name, suffix, params, args, fn, kp, extra) \
   GCR_WRAP_LAUNCH(name, name, params, args, fn, kp, extra)          \

@@ -1,10 +1,13 @@
 // The region manager's side of the control channel (interpose/control_ops.h): quiesce and
 // resume, park and unpark, checkpoint epochs and status. Note [Park before lock] says when each
 // may run.
+#include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -21,6 +24,60 @@ namespace {
 
 ProcessState g_state = ProcessState::running;
 std::string g_last_checkpoint;
+
+// Note [Kept exports]: fds of the program's that hold an exported allocation (PyTorch keeps the fd
+// of a shared segment open; a peer takes it with pidfd_getfd later). Found at park, made to name
+// the allocation's memory again at unpark, at the same fd numbers: a kept fd would otherwise name
+// the memory of before a restore (CRIU restores it as a copy).
+struct KeptExport {
+  int fd;
+  std::uint32_t allocation;
+};
+std::vector<KeptExport> g_kept_exports;
+
+std::vector<KeptExport> find_kept_exports(const std::vector<ParkedRegion>& parked) {
+  std::map<std::uint64_t, std::uint32_t> by_key;
+  for (std::uint32_t id : live_region_ids()) {
+    const Region& reg = g_regions[id];
+    if (!reg.allocation) continue;
+    const VirtualAllocation* v = valloc_by_id(reg.allocation);
+    if (v && v->exported)
+      for (std::uint64_t k : v->share_keys) by_key[k] = reg.allocation;
+  }
+  std::vector<KeptExport> out;
+  if (by_key.empty()) return out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return out;
+  while (dirent* e = ::readdir(dir)) {
+    int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == ::dirfd(dir)) continue;
+    bool ours = false;  // the park's own exports, on their way to gcrd
+    for (const ParkedRegion& p : parked) ours = ours || p.fd.get() == fd;
+    if (ours) continue;
+    if (auto it = by_key.find(share_key_of_fd(fd)); it != by_key.end())
+      out.push_back({fd, it->second});
+  }
+  ::closedir(dir);
+  return out;
+}
+
+// Re-exports each kept fd's allocation onto the same fd number (its close-on-exec flag kept).
+void refresh_kept_exports() {
+  const RealDriver* real = real_driver();
+  for (const KeptExport& k : g_kept_exports) {
+    VirtualAllocation* v = valloc_by_id(k.allocation);
+    if (!v || !v->real) continue;
+    int fresh = -1;
+    if (real->cuMemExportToShareableHandle(&fresh, v->real,
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != 0)
+      continue;
+    int flags = ::fcntl(k.fd, F_GETFD);
+    if (::dup3(fresh, k.fd, flags > 0 && (flags & FD_CLOEXEC) ? O_CLOEXEC : 0) >= 0)
+      add_share_key(v->share_keys, share_key_of_fd(k.fd));
+    ::close(fresh);
+  }
+  g_kept_exports.clear();
+}
 
 Error call_error(const char* what, CUresult r, std::uint64_t address = 0) {
   const char* name = "unknown";
@@ -160,6 +217,9 @@ Result<std::vector<ParkedRegion>> op_park() {
     }
     reg.parked = true;
   }
+  ipc_close_exports();  // they hold the memory too (and CRIU would dump a memfd's bytes)
+  // Only now: before the release, the driver's own fds may name the same files.
+  g_kept_exports = find_kept_exports(out);
   g_state = ProcessState::parked;
   if (config().log) std::fprintf(stderr, "gcr: parked %zu regions\n", out.size());
   return out;
@@ -222,12 +282,18 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   }
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];
+    // Note [Shared regions]: every view of a shared allocation is given the same fd back.
+    const std::uint64_t key = share_key_of_fd(given[reg.address]->fd.get());
     if (reg.allocation) {
-      if (VirtualAllocation* v = valloc_by_id(reg.allocation)) v->real = handles[id];
+      if (VirtualAllocation* v = valloc_by_id(reg.allocation)) {
+        v->real = handles[id];
+        if (v->exported || v->origin == AllocationOrigin::imported) v->share_keys = {key};
+      }
     } else if (reg.kind == RegionKind::user) {
       real->cuMemRelease(handles[id]);  // the mapping keeps the memory alive
     } else {
       reg.handle = handles[id];
+      if (ipc_export_key(id)) ipc_set_export_key(id, key);
     }
     CUmemAllocationProp prop{};
     if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handles[id]) == CUDA_SUCCESS)
@@ -235,8 +301,28 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
     reg.parked = false;
   }
   drop_held_regions();  // their allocations are held by their handles again
+  refresh_kept_exports();
   g_state = ProcessState::quiesced;
   return ok();
+}
+
+std::vector<ShareRecord> op_shares() {
+  std::lock_guard lock(g_region_mu);
+  std::vector<ShareRecord> out;
+  for (std::uint32_t id : live_region_ids()) {
+    const Region& reg = g_regions[id];
+    if (reg.allocation) {
+      const VirtualAllocation* v = valloc_by_id(reg.allocation);
+      if (!v || !(v->exported || v->origin == AllocationOrigin::imported)) continue;
+      std::uint32_t flags =
+          (v->exported ? control::kShareExported : 0u) |
+          (v->origin == AllocationOrigin::imported ? control::kShareImported : 0u);
+      out.push_back({reg.address, flags, v->share_keys});
+    } else if (std::vector<std::uint64_t> keys = ipc_export_keys(id); !keys.empty()) {
+      out.push_back({reg.address, control::kShareExported, std::move(keys)});
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> op_blockers() {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "config.h"
+#include "cut.h"
 #include "real_driver.h"
 #include "vmm_handles.h"
 
@@ -65,6 +66,7 @@ void free_slot(std::uint32_t id) {
   reg.kind = RegionKind::free;
   reg.handle = 0;
   reg.allocation = 0;
+  reg.shared.store(false);
   g_free_ids.push_back(id);
 }
 
@@ -256,6 +258,19 @@ std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::u
     }
   }
   return allocations;
+}
+
+void mark_region_shared(std::uint32_t id) {
+  g_regions[id].shared.store(true, std::memory_order_relaxed);
+  g_comm_possible.store(true, std::memory_order_relaxed);
+}
+
+std::uint32_t region_id_at(std::uint64_t addr) {
+  for (std::uint32_t id = 1; id < g_next_id; ++id) {
+    const Region& r = g_regions[id];
+    if (r.kind != RegionKind::free && addr - r.address < r.size) return id;
+  }
+  return 0;
 }
 
 std::vector<std::uint32_t> live_region_ids() {

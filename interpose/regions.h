@@ -47,6 +47,9 @@ struct Region {
   std::uint32_t device = 0;
   RegionKind kind = RegionKind::free;
   bool parked = false;
+  // Another process maps this memory too (Note [Shared regions] in vmm_handles.h): a launch that
+  // passes a pointer into it is a communication launch (Note [A consistent cut] in cut.h).
+  std::atomic<bool> shared{false};
 };
 
 struct Arena {
@@ -161,6 +164,10 @@ void arena_give(std::uint64_t address, std::uint64_t size);
 bool in_arena(std::uint64_t addr);
 
 std::vector<std::uint32_t> live_region_ids();  // with g_region_mu held
+// Marks a region as shared with other processes (with g_region_mu held).
+void mark_region_shared(std::uint32_t id);
+// The region holding addr, or 0 (with g_region_mu held; any address, in the arena or not).
+std::uint32_t region_id_at(std::uint64_t addr);
 bool region_dirty(const Region& r, std::uint64_t since_epoch);
 
 // The contexts the program has used (primary or created), for draining at quiesce.

@@ -116,11 +116,13 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     VirtualAllocation* v = valloc_find(handle);
     if (!v) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = real->cuMemMap(ptr, size, offset, v->real, flags)) return r;
-    if (!register_user_region(ptr, size, offset, static_cast<std::uint32_t>(v->prop.location.id),
-                              valloc_id(handle))) {
+    std::uint32_t id = register_user_region(
+        ptr, size, offset, static_cast<std::uint32_t>(v->prop.location.id), valloc_id(handle));
+    if (!id) {
       real->cuMemUnmap(ptr, size);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (v->exported || v->origin == AllocationOrigin::imported) mark_region_shared(id);
     ++v->mappings;
     return CUDA_SUCCESS;
   }
@@ -192,7 +194,11 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   if (!v) return CUDA_ERROR_INVALID_VALUE;
   if (!(v->prop.requestedHandleTypes & type)) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = real->cuMemExportToShareableHandle(shareable, v->real, type, flags);
-  if (r == CUDA_SUCCESS) v->exported = true;
+  if (r != CUDA_SUCCESS) return r;
+  v->exported = true;
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareable)
+    add_share_key(v->share_keys, share_key_of_fd(*static_cast<int*>(shareable)));
+  valloc_mark_shared(valloc_id(handle));
   return r;
 }
 
@@ -208,6 +214,9 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   (void)real->cuMemGetAllocationPropertiesFromHandle(&prop, h);
   std::lock_guard lock(g_region_mu);
   *handle = valloc_add(h, 0, prop, AllocationOrigin::imported);
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    add_share_key(valloc_find(*handle)->share_keys,
+                  share_key_of_fd(static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle))));
   return CUDA_SUCCESS;
 }
 

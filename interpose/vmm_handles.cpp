@@ -1,10 +1,13 @@
 // The table of Note [Virtual allocation handles] and what it says against a checkpoint.
 #include "vmm_handles.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <map>
 #include <mutex>
 
+#include "gcr/control.h"
 #include "real_driver.h"
 #include "regions.h"
 
@@ -72,6 +75,26 @@ std::vector<std::uint32_t> valloc_unmapped() {
   return out;
 }
 
+std::uint64_t share_key_of_fd(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  return (static_cast<std::uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull) ^
+         static_cast<std::uint64_t>(st.st_ino);
+}
+
+void add_share_key(std::vector<std::uint64_t>& keys, std::uint64_t key) {
+  if (!key) return;
+  for (std::uint64_t k : keys)
+    if (k == key) return;
+  keys.push_back(key);
+  if (keys.size() > control::kMaxShareKeys) keys.erase(keys.begin());
+}
+
+void valloc_mark_shared(std::uint32_t id) {
+  for (std::uint32_t r : live_region_ids())
+    if (g_regions[r].allocation == id) mark_region_shared(r);
+}
+
 std::vector<std::string> valloc_blockers() {
   std::map<std::uint32_t, std::vector<std::uint64_t>> mapped_at;
   for (std::uint32_t id : live_region_ids()) {
@@ -80,15 +103,12 @@ std::vector<std::string> valloc_blockers() {
       mapped_at[reg.allocation].push_back(reg.address);
   }
   std::vector<std::string> out;
-  std::size_t exported = 0, imported = 0;
-  std::uint64_t exported_bytes = 0;
-  std::string first_exported, first_imported;
   for (const auto& [id, v] : g_allocations) {
     const auto& at = mapped_at[id];
-    std::string where = at.empty() ? std::string("unmapped") : "at " + hex(at[0]);
-    if (v.exported && exported++ == 0) first_exported = where;
-    if (v.exported) exported_bytes += v.size;
-    if (v.origin == AllocationOrigin::imported && imported++ == 0) first_imported = where;
+    if (at.empty() && (v.exported || v.origin == AllocationOrigin::imported))
+      out.push_back("an allocation of " + mib(v.size) +
+                    " shared with another process is held but mapped nowhere; gcr restores "
+                    "shared memory at the addresses that map it, so it refuses");
     if (at.size() > 1) {
       std::string list;
       for (std::uint64_t a : at) list += (list.empty() ? "" : ", ") + hex(a);
@@ -97,13 +117,6 @@ std::vector<std::string> valloc_blockers() {
                     "); gcr would restore each mapping as memory of its own, so it refuses");
     }
   }
-  if (exported)
-    out.push_back(std::to_string(exported) + " allocation(s) (" + mib(exported_bytes) +
-                  ", the first " + first_exported +
-                  ") exported to other processes with cuMemExportToShareableHandle");
-  if (imported)
-    out.push_back(std::to_string(imported) + " allocation(s) (the first " + first_imported +
-                  ") imported from another process with cuMemImportFromShareableHandle");
   return out;
 }
 

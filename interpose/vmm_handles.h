@@ -13,17 +13,30 @@
 //   back and maps it at the same address; the program's handle values never change.
 // - cuMemAlloc memory (slabs and large regions) keeps cuMemAlloc's semantics: retaining a handle
 //   for it fails, as it does on a driver for memory that cuMemMap did not map.
-// - What gcr cannot yet checkpoint correctly is a *blocker* (`gcr checkpoint` refuses before it
-//   stops anything, park refuses too): memory exported to or imported from another process
-//   (shareable handles, CUDA IPC, pool export), an allocation mapped at two addresses (restored,
-//   each mapping would be memory of its own). An allocation held but mapped nowhere parks under an
+// - Memory exported to or imported from another process is a region of the job (Note [Shared
+//   regions] below). What gcr cannot yet checkpoint correctly is a *blocker* (`gcr checkpoint`
+//   refuses before it stops anything, park refuses too): a driver's own IPC handle, IPC events,
+//   pool export, an allocation mapped at two addresses (restored, each mapping would be memory of
+//   its own), shared memory mapped nowhere. An allocation held but mapped nowhere parks under an
 //   arena address of its own for the park's duration (RegionKind::held). FABRIC handles and
 //   multicast are refused at creation, and their device attributes read 0, which makes PyTorch and
 //   NCCL fall back to POSIX fds and no multicast.
 // All of it runs with g_region_mu held; none of it is on the launch path.
+//
+// Note [Shared regions]
+// Memory shared between the processes of a job is checkpointed as one region of the job
+// (gcrd's job checkpoint, restore-server/job.h). To find one allocation in every process that maps
+// it, each process keeps *share keys* for what it shares: the identity (st_dev, st_ino) of every
+// fd it exported for the allocation (cuMemExportToShareableHandle, the fd behind a cuIpc token),
+// or of the fd it imported. A peer that imported an fd holds the same file the exporter handed
+// out, so gcrd joins the processes' regions where their keys meet. Park releases every view; an
+// unpark gives each view the fd gcrd chose for the allocation, and its identity becomes the key of
+// every view (so keys still meet after a restore). Protocol `shares` reports them.
+// An allocation shared but mapped nowhere is a blocker (it has no address a restore could use).
 #pragma once
 
 #include <cuda.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <string>
@@ -44,7 +57,15 @@ struct VirtualAllocation {
   std::uint32_t mappings = 0;
   AllocationOrigin origin = AllocationOrigin::created;
   bool exported = false;  // a shareable handle was given out: other processes may map it
+  std::vector<std::uint64_t> share_keys;  // Note [Shared regions]; the latest kMaxShareKeys
 };
+
+// The identity of the file behind fd, as a share key (0 if fstat fails).
+std::uint64_t share_key_of_fd(int fd);
+// Adds a key (once), dropping the oldest past the protocol's limit.
+void add_share_key(std::vector<std::uint64_t>& keys, std::uint64_t key);
+// Marks every region mapping the allocation as shared.
+void valloc_mark_shared(std::uint32_t id);
 
 inline bool is_virtual_handle(CUmemGenericAllocationHandle h) {
   return (h & kVirtualHandleTagMask) == kVirtualHandleTag;
@@ -74,6 +95,12 @@ inline constexpr const char* kExportedMemoryBlocker =
 inline constexpr const char* kOpenedMemoryBlocker =
     "the process maps another process's device memory (cuIpcOpenMemHandle)";
 void note_ipc_blocker(const char* what);
+// The share key of a region exported through cuIpcGetMemHandle (0: none), and its refresh at
+// unpark (Note [Shared regions]); park closes the cached export fds.
+std::uint64_t ipc_export_key(std::uint32_t region_id);
+std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id);
+void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key);
+void ipc_close_exports();
 std::vector<std::string> ipc_blockers();
 std::size_t ipc_memory_opened();                  // other processes' memory mapped here now
 void ipc_forget_region(std::uint32_t region_id);  // closes its IPC export, as the region goes

@@ -2,6 +2,7 @@
 // running: a parked process is unparked and resumed, a quiesced one resumed.
 #include "checkpoint.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
 #include "gcrd_protocol.h"
+#include "job.h"
 #include "keeper.h"
 #include "lineage.h"
 #include "pause_point.h"
@@ -250,31 +252,53 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // cannot restore correctly refused, before the process is touched.
   GCR_TRY_ASSIGN(criu::ProcessTree tree, criu::inspect_tree(req.pid));
   GCR_TRY(check_tree_blockers(tree));
+  // Note [Job checkpoint] (job.h): every process of the tree under gcr is a member. Memory shared
+  // with a process outside the tree is the first thing to say (it explains the sockets too).
+  std::vector<Member> members;
+  std::vector<SharedAllocation> shared;
+  if (!req.stop_copy) {
+    GCR_TRY_ASSIGN(members, connect_members(tree, std::chrono::seconds(5)));
+    GCR_TRY_ASSIGN(shared, find_shared(members, tree));
+  }
   GCR_TRY(criu::check_supported(tree, {req.tcp_close})
               .context("cannot checkpoint process " + std::to_string(req.pid)));
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
-
-  auto connected = control::Client::connect(req.pid, std::chrono::seconds(5));
-  if (!connected) {
-    if (connected.error().code != Errc::not_found) return std::move(connected).error();
+  if (members.empty()) {
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
     progress("process " + std::to_string(req.pid) +
              " is not running under gcr: using the driver's checkpoint");
     return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
   }
-  control::Client client = std::move(connected).value();
+  const bool job = members.size() > 1 || members[0].pid != tree.root;
   CheckpointReport rep;
   rep.pid = req.pid;
   rep.kind = "gcr";
-  GCR_TRY_ASSIGN(control::StatusInfo before, client.status());
+  rep.processes = members.size();
+  rep.shared_regions = shared.size();
+  // What the members say their last checkpoint was: one answer for the job, or none.
+  std::string claimed;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    GCR_TRY_ASSIGN(control::StatusInfo before, members[i].client.status());
+    if (i == 0)
+      claimed = before.last_checkpoint;
+    else if (claimed != before.last_checkpoint)
+      claimed.clear();
+  }
 
   auto key = process_key(req.pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(req.pid) + " has exited"};
   GCR_TRY_ASSIGN(std::optional<store::CheckpointId> parent,
-                 choose_parent(store, *key, before.last_checkpoint, progress));
+                 choose_parent(store, *key, claimed, progress));
+  auto meta = base_meta(req.pid, "gcr", tree, req);
+  if (job) {
+    std::string owners;
+    for (const Member& m : members)
+      owners += (owners.empty() ? "" : ",") + (m.owner.empty() ? "-" : m.owner);
+    meta["job_members"] = owners;
+  }
   // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
   // stalls the process: it runs on until everything the checkpoint needs is in hand.
-  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(base_meta(req.pid, "gcr", tree, req), parent));
+  GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, parent));
   // Note [Dumping into memory]: CRIU writes host memory there while the process is frozen.
   bool in_memory = false;
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create_for_dump(resident_bytes(tree.pids), &in_memory));
@@ -302,152 +326,278 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
 
   auto t0 = Clock::now();
-  progress("quiescing process " + std::to_string(req.pid));
-  GCR_TRY(
-      client.quiesce(req.quiesce_timeout).context("quiescing process " + std::to_string(req.pid)));
+  if (!shared.empty()) {
+    auto tc = Clock::now();
+    GCR_TRY(reach_cut(members, shared, req.quiesce_timeout, progress));
+    record_phase(rep, "cut", tc);
+  }
+  progress(job ? "quiescing " + std::to_string(members.size()) + " processes of job " +
+                     std::to_string(req.pid)
+               : "quiescing process " + std::to_string(req.pid));
+  if (Status q = quiesce_members(members, req.quiesce_timeout); !q) {
+    end_cut(members);
+    return std::move(q).context("quiescing process " + std::to_string(req.pid)).error();
+  }
+  end_cut(members);  // launches held by the cut now wait at the closed gate
   record_phase(rep, "quiesce", t0);
   pause_point("quiesced");
   // Note [First-touch order]: what the process touched first since its last cut; with
   // --leave-running, what it touches first after this one is put before it at the end.
   std::vector<std::uint64_t> touch_order;
-  if (auto order = client.touch_order()) touch_order = std::move(order).value();
-  auto resume_on_error = [&](Error e) -> Error {
-    (void)client.resume();
+  if (auto order = members[0].client.touch_order()) touch_order = std::move(order).value();
+  auto resume_all = [&](Error e) -> Error {
+    for (Member& m : members) (void)m.client.resume();
     return e;
   };
   auto tp = Clock::now();
-  auto parked_r = client.park();
-  if (!parked_r) return resume_on_error(with_context(std::move(parked_r).error(), "parking"));
-  std::vector<control::ParkedRegion> parked = std::move(parked_r).value();
+  std::vector<std::vector<control::ParkedRegion>> parked(members.size());
+  auto unpark_parked = [&] {
+    for (std::size_t i = 0; i < members.size(); ++i)
+      if (!parked[i].empty()) (void)members[i].client.unpark(parked[i]);
+  };
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto p = members[i].client.park();
+    if (!p) {
+      unpark_parked();
+      return resume_all(with_context(
+          std::move(p).error(),
+          job ? "parking process " + std::to_string(members[i].pid) : std::string("parking")));
+    }
+    parked[i] = std::move(p).value();
+  }
   record_phase(rep, "park", tp);
   auto unpark_on_error = [&](Error e) -> Error {
-    (void)client.unpark(parked);
-    (void)client.resume();
-    return e;
+    unpark_parked();
+    return resume_all(std::move(e));
   };
-  // Note [Parked memory outlives gcrd]: from here until the process has its memory back.
-  auto keeper = Keeper::start(req.pid, parked);
-  if (!keeper)
-    return unpark_on_error(with_context(std::move(keeper).error(),
-                                        "protecting the parked memory against gcrd's death"));
-  for (const auto& p : parked) {
-    ++rep.regions;
-    rep.region_bytes += p.region.size;
-    if ((p.region.flags & control::kRegionDirty) || !parent) rep.dirty_bytes += p.region.size;
+  // Note [Parked memory outlives gcrd]: from here until each member has its memory back.
+  std::vector<Keeper> keepers;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto keeper = Keeper::start(members[i].pid, parked[i]);
+    if (!keeper)
+      return unpark_on_error(with_context(std::move(keeper).error(),
+                                          "protecting the parked memory against gcrd's death"));
+    keepers.push_back(std::move(keeper).value());
   }
+  auto keepers_done = [&] {
+    for (Keeper& k : keepers) k.done();
+  };
+  // A view of a shared allocation other than the one stored: (member, address) -> stored view.
+  std::map<std::pair<std::size_t, std::uint64_t>, std::pair<std::size_t, std::uint64_t>> view_of;
+  for (const SharedAllocation& a : shared)
+    for (std::size_t v = 1; v < a.views.size(); ++v)
+      view_of[{a.views[v].member, a.views[v].address}] = {a.views[0].member, a.views[0].address};
+  auto is_shared = [&](std::size_t m, std::uint64_t address) {
+    for (const SharedAllocation& a : shared)
+      for (const View& v : a.views)
+        if (v.member == m && v.address == address) return true;
+    return false;
+  };
 
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
-  // Import every region into gcrd: it is how gcrd reads them, and holds them.
-  std::vector<MappedAllocation> held;
-  // The memory is back where it belongs: the keeper has nothing left to protect.
+  // The memory is back where it belongs: the keepers have nothing left to protect.
   auto unpark_kept_on_error = [&](Error e) -> Error {
-    if (client.unpark(parked)) keeper->done();
-    (void)client.resume();
-    return e;
+    bool all = true;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      all &= static_cast<bool>(members[i].client.unpark(parked[i]));
+    if (all) keepers_done();
+    return resume_all(std::move(e));
   };
-  for (const auto& p : parked) {
-    auto m = MappedAllocation::import(p.fd.get(), p.region.size);
-    if (!m)
-      return unpark_kept_on_error(
-          with_context(std::move(m).error(), "importing region " + hex_address(p.region.address)));
-    held.push_back(std::move(m).value());
+  // Import every region into gcrd (a shared allocation once): it is how gcrd reads them, and
+  // holds them.
+  std::map<std::pair<std::size_t, std::uint64_t>, std::size_t> parked_at;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    for (std::size_t j = 0; j < parked[i].size(); ++j)
+      parked_at[{i, parked[i][j].region.address}] = j;
+  std::vector<std::vector<std::optional<MappedAllocation>>> held(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    held[i].resize(parked[i].size());
+    for (std::size_t j = 0; j < parked[i].size(); ++j) {
+      const auto& p = parked[i][j];
+      if (auto v = view_of.find({i, p.region.address}); v != view_of.end()) {
+        auto stored = parked_at.find(v->second);
+        if (stored == parked_at.end() ||
+            parked[v->second.first][stored->second].region.size != p.region.size)
+          return unpark_kept_on_error(
+              Error{Errc::unsupported, "process " + std::to_string(members[i].pid) +
+                                           " maps part of an allocation shared with process " +
+                                           std::to_string(members[v->second.first].pid) + " at " +
+                                           hex_address(p.region.address) +
+                                           "; gcr restores shared memory mapped whole only"});
+        continue;  // stored once, from the view it is stored under
+      }
+      auto m = MappedAllocation::import(p.fd.get(), p.region.size);
+      if (!m)
+        return unpark_kept_on_error(with_context(
+            std::move(m).error(), "importing region " + hex_address(p.region.address)));
+      held[i][j].emplace(std::move(m).value());
+      ++rep.regions;
+      rep.region_bytes += p.region.size;
+      if ((p.region.flags & control::kRegionDirty) || !parent || is_shared(i, p.region.address))
+        rep.dirty_bytes += p.region.size;
+    }
   }
   pause_point("parked");
   std::string id = writer->id().hex();
-  if (Status s = client.new_epoch(id); !s) return unpark_kept_on_error(std::move(s).error());
-  if (Status s = client.close(); !s) return unpark_kept_on_error(std::move(s).error());
+  for (Member& m : members) {
+    if (Status s = m.client.new_epoch(id); !s) return unpark_kept_on_error(std::move(s).error());
+  }
+  for (Member& m : members)
+    if (Status s = m.client.close(); !s) return unpark_kept_on_error(std::move(s).error());
 
   progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
   Status dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);
+  // Gives every member its parked memory back and lets it run.
+  auto give_all_back = [&] {
+    bool all = true;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      all &= give_memory_back(members[i].pid, parked[i]);
+    if (all) keepers_done();
+    return all;
+  };
   if (!dumped) {
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
     // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
-    if (give_memory_back(req.pid, parked)) keeper->done();
+    give_all_back();
     return std::move(dumped).error();
   }
   pause_point("dumped");
-  if (req.leave_running) GCR_TRY(check_resumed(req.pid, rep, progress));
-  // The regions this checkpoint stores; the rest come from the parent.
-  std::vector<DrainRegion> to_store;
-  for (std::size_t i = 0; i < parked.size(); ++i) {
-    const auto& r = parked[i].region;
-    if ((r.flags & control::kRegionDirty) || !parent)
-      to_store.push_back({r, &held[i]});
-    else
-      GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
+  if (req.leave_running)
+    for (const Member& m : members) GCR_TRY(check_resumed(m.pid, rep, progress));
+  // The regions this checkpoint stores; the rest come from the parent. Shared allocations are
+  // stored whole (what every view wrote is not tracked job-wide yet) and before any member runs.
+  std::vector<std::vector<DrainRegion>> to_store(members.size());
+  std::vector<DrainRegion> shared_to_store;
+  std::string views_meta;
+  {
+    std::vector<SharedView> views;
+    for (const auto& [view, stored] : view_of)
+      views.push_back(
+          {members[view.first].owner, view.second, members[stored.first].owner, stored.second});
+    views_meta = encode_shared_views(views);
   }
-  std::optional<control::Client> running;
-  std::optional<CowTable> table;
-  if (req.leave_running) {
-    // The process gets its memory back before gcrd has read it: soft copy-on-write protects
-    // what is still to be read (Note [Soft copy-on-write] in gcr/cow_table.h).
-    auto tu = Clock::now();
-    GCR_TRY_ASSIGN(control::Client again,
-                   control::Client::connect(req.pid, std::chrono::seconds(10)));
-    GCR_TRY(again.unpark(parked).context("giving process " + std::to_string(req.pid) +
-                                         " its memory back"));
-    if (!to_store.empty()) {
-      std::vector<control::RegionRecord> records;
-      for (const DrainRegion& d : to_store) records.push_back(d.region);
-      auto t = CowTable::create(records, cow::kCopyOnWrite);
-      Status begun = t ? again.cow_begin(t->fd(), t->count()) : Status(t.error());
-      if (!begun) {
-        (void)again.resume();  // running, but this checkpoint cannot be completed
-        return std::move(begun).error();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    for (std::size_t j = 0; j < parked[i].size(); ++j) {
+      const auto& r = parked[i][j].region;
+      if (!held[i][j]) continue;  // a view stored elsewhere
+      DrainRegion d{r, &*held[i][j], members[i].owner};
+      if (is_shared(i, r.address))
+        shared_to_store.push_back(std::move(d));
+      else if ((r.flags & control::kRegionDirty) || !parent)
+        to_store[i].push_back(std::move(d));
+      else {
+        writer->set_region_owner(members[i].owner);
+        GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
       }
-      table.emplace(std::move(t).value());
     }
-    GCR_TRY(again.resume());
-    keeper->done();
-    record_phase(rep, "unpark", tu);
-    running.emplace(std::move(again));
   }
   // Gives a stopped process back its memory and lets it run: its checkpoint failed.
   auto let_stopped_go_on = [&](Error e) -> Error {
     if (!end_after_commit) return e;
     for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGCONT);  // CRIU stopped the whole tree
-    if (give_memory_back(req.pid, parked)) {
-      keeper->done();
-      e.message += "; process " + std::to_string(req.pid) + " runs on";
-    }
+    if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
     return e;
   };
+  std::uint64_t to_store_bytes = 0;
+  for (const auto& list : to_store)
+    for (const DrainRegion& d : list) to_store_bytes += d.region.size;
+  for (const DrainRegion& d : shared_to_store) to_store_bytes += d.region.size;
+  std::uint64_t stored_before = 0;
+  auto last_progress = Clock::time_point{};
+  auto stored = [&](std::uint64_t done) {
+    auto now = Clock::now();
+    done += stored_before;
+    if (done < to_store_bytes && now - last_progress < std::chrono::milliseconds(100)) return;
+    last_progress = now;
+    progress(bytes_progress("storing", done, to_store_bytes));
+  };
+  auto tstore = Clock::now();
+  if (!shared_to_store.empty()) {
+    auto drained = drain_regions(*gpu, *writer, shared_to_store, nullptr, nullptr, stored);
+    if (!drained) {
+      if (req.leave_running) give_all_back();
+      return let_stopped_go_on(
+          std::move(drained)
+              .context("storing the shared device memory of job " + std::to_string(req.pid))
+              .error());
+    }
+    for (const DrainRegion& d : shared_to_store) stored_before += d.region.size;
+  }
+  std::vector<std::optional<control::Client>> running(members.size());
+  std::vector<std::optional<CowTable>> tables(members.size());
+  if (req.leave_running) {
+    // The process gets its memory back before gcrd has read it: soft copy-on-write protects
+    // what is still to be read (Note [Soft copy-on-write] in gcr/cow_table.h).
+    auto tu = Clock::now();
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      GCR_TRY_ASSIGN(control::Client again,
+                     control::Client::connect(members[i].pid, std::chrono::seconds(10)));
+      // Every view of a shared allocation gets the stored view's fd (Note [Shared regions]).
+      std::vector<control::ParkedRegion> back;
+      for (const auto& p : parked[i]) {
+        int fd = p.fd.get();
+        if (auto v = view_of.find({i, p.region.address}); v != view_of.end())
+          fd = parked[v->second.first][parked_at[v->second]].fd.get();
+        int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (copy < 0) return errno_error("duplicating a parked region's fd");
+        back.push_back({p.region, UniqueFd(copy)});
+      }
+      GCR_TRY(again.unpark(back).context("giving process " + std::to_string(members[i].pid) +
+                                         " its memory back"));
+      if (!to_store[i].empty()) {
+        std::vector<control::RegionRecord> records;
+        for (const DrainRegion& d : to_store[i]) records.push_back(d.region);
+        auto t = CowTable::create(records, cow::kCopyOnWrite);
+        Status begun = t ? again.cow_begin(t->fd(), t->count()) : Status(t.error());
+        if (!begun) {
+          (void)again.resume();  // running, but this checkpoint cannot be completed
+          return std::move(begun).error();
+        }
+        tables[i].emplace(std::move(t).value());
+      }
+      running[i].emplace(std::move(again));
+    }
+    for (auto& r : running) GCR_TRY(r->resume());
+    keepers_done();
+    record_phase(rep, "unpark", tu);
+  }
   record_phase(rep, "stall", t0);
   pause_point("draining");
 
   // Drain: regions, then CRIU's images, then the manifest.
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
            " MiB of device memory and the CRIU image");
-  auto tstore = Clock::now();
-  std::uint64_t to_store_bytes = 0;
-  for (const DrainRegion& d : to_store) to_store_bytes += d.region.size;
-  auto last_progress = Clock::time_point{};
-  auto stored = [&](std::uint64_t done) {
-    auto now = Clock::now();
-    if (done < to_store_bytes && now - last_progress < std::chrono::milliseconds(100)) return;
-    last_progress = now;
-    progress(bytes_progress("storing", done, to_store_bytes));
-  };
-  auto drained = drain_regions(*gpu, *writer, to_store, table ? &*table : nullptr,
-                               running ? &*running : nullptr, stored);
-  if (running) {
-    if (auto after_cut = running->touch_order())
-      touch_order.insert(touch_order.begin(), after_cut->begin(), after_cut->end());
-    (void)running->cow_end();
-    (void)running->close();
+  Status drained_all = ok();
+  for (std::size_t i = 0; i < members.size() && drained_all; ++i) {
+    auto drained = drain_regions(*gpu, *writer, to_store[i], tables[i] ? &*tables[i] : nullptr,
+                                 running[i] ? &*running[i] : nullptr, stored);
+    if (!drained) {
+      drained_all =
+          std::move(drained)
+              .context("storing the device memory of process " + std::to_string(members[i].pid))
+              .error();
+      break;
+    }
+    for (const DrainRegion& d : to_store[i]) stored_before += d.region.size;
+    rep.cow_copies += drained->took_copy;
+    rep.cow_waits += drained->wanted;
   }
-  if (!drained)
-    return let_stopped_go_on(
-        std::move(drained)
-            .context("storing the device memory of process " + std::to_string(req.pid))
-            .error());
-  rep.cow_copies = drained->took_copy;
-  rep.cow_waits = drained->wanted;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!running[i]) continue;
+    if (i == 0)
+      if (auto after_cut = running[i]->touch_order())
+        touch_order.insert(touch_order.begin(), after_cut->begin(), after_cut->end());
+    (void)running[i]->cow_end();
+    (void)running[i]->close();
+  }
+  if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
   if (Status s = store_criu_images(*writer, work.path()); !s)
     return let_stopped_go_on(std::move(s).error());
-  if (!touch_order.empty()) writer->set_meta("touch_order", format_touch_order(touch_order));
+  if (!touch_order.empty() && !job)
+    writer->set_meta("touch_order", format_touch_order(touch_order));
+  if (!views_meta.empty()) writer->set_meta("shared_views", views_meta);
   record_phase(rep, "store", tstore);
   record_phase(rep, "total", t_begin);
   for (const auto& [k, v] : rep.times_ns)
@@ -461,7 +611,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
     // The whole tree CRIU dumped (and left stopped), workers too.
     for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGKILL);
-    keeper->done();
+    keepers_done();
   }
   rep.id = info.id.hex();
   rep.stats = info.stats;

@@ -44,6 +44,8 @@ struct CheckpointReport {
       times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
   std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
   std::uint64_t regions = 0, region_bytes = 0, dirty_bytes = 0;
+  std::uint64_t processes = 1;       // the job's processes under gcr (Note [Job checkpoint])
+  std::uint64_t shared_regions = 0;  // allocations they share, each stored once
   std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS

@@ -75,6 +75,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
   if (!table) {  // the process is stopped: nothing writes the originals
     for (const DrainRegion& d : regions) {
       pace();
+      writer.set_region_owner(d.owner);
       GCR_TRY(store_streamed(d.region, *d.original));
       ++stats.read_original;
     }
@@ -90,6 +91,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     if (!next) break;
     std::uint32_t i = *next;
     const DrainRegion& d = regions[i];
+    writer.set_region_owner(d.owner);
     cow::Entry& e = table->entry(i);
     std::uint32_t s = cow::kPending;
     if (e.state.compare_exchange_strong(s, cow::kReading, std::memory_order_acq_rel)) {

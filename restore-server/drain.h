@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "device.h"
@@ -26,6 +27,7 @@ inline constexpr std::uint64_t kStageWholeBytes = 1ull << 30;
 struct DrainRegion {
   control::RegionRecord region;
   const MappedAllocation* original;  // gcrd's import of the parked allocation
+  std::string owner;  // the process it belongs to (CheckpointWriter::set_region_owner)
 };
 
 struct DrainStats {

@@ -164,6 +164,13 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     req.leave_running = f.count("leave_running") && f.at("leave_running") == "1";
     req.stop_copy = f.count("stop_copy") && f.at("stop_copy") == "1";
     req.tcp_close = f.count("tcp_close") && f.at("tcp_close") == "1";
+    if (f.count("timeout_ms")) {
+      long long ms = std::atoll(f.at("timeout_ms").c_str());
+      if (ms < 100 || ms > 3'600'000)
+        return Error{Errc::invalid_argument,
+                     "timeout_ms " + f.at("timeout_ms") + " is outside 100 .. 3600000"};
+      req.quiesce_timeout = std::chrono::milliseconds(ms);
+    }
     if (client_uid != 0 && owner_of(req.pid) != client_uid)
       return Error{Errc::permission_denied,
                    "process " + std::to_string(req.pid) +
@@ -177,6 +184,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
     out["cow_copies"] = std::to_string(rep.cow_copies);
     out["cow_waits"] = std::to_string(rep.cow_waits);
+    out["processes"] = std::to_string(rep.processes);
+    out["shared_regions"] = std::to_string(rep.shared_regions);
     out["images_in"] = rep.images_in;
     for (std::size_t i = 0; i < rep.warnings.size(); ++i)
       out["warning" + (i ? "." + std::to_string(i) : std::string())] = rep.warnings[i];

@@ -1,6 +1,7 @@
 // The restore protocol (restore.h).
 #include "restore.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "device.h"
 #include "gcr/control.h"
 #include "gcrd_protocol.h"
+#include "job.h"
 #include "keeper.h"
 #include "lineage.h"
 #include "loader.h"
@@ -64,6 +66,78 @@ void order_by_first_touch(const store::Manifest& m, std::vector<store::ObjectEnt
   records = std::move(r2);
   allocations = std::move(a2);
 }
+// The restored process of a job member: its pid as gcrd sees it.
+pid_t live_member_pid(pid_t restored_root, pid_t original, bool new_namespace) {
+  if (!new_namespace) return original;
+  for (pid_t p : criu::tree_pids(restored_root))
+    if (innermost_pid(p) == original) return p;
+  return 0;
+}
+
+// Unparks every member of a restored job with its regions, a shared allocation given to each
+// view (one export, duplicated: every view's share key is the same file), then lets them all run.
+Status give_job_its_memory(pid_t restored_root, const RestoreReport& rep,
+                           const std::string& job_members,
+                           const std::vector<SharedView>& shared_views,
+                           const std::vector<store::ObjectEntry>& objects,
+                           const std::vector<MappedAllocation>& allocations) {
+  std::vector<std::optional<UniqueFd>> exported(objects.size());
+  auto fd_of = [&](std::size_t k) -> Result<UniqueFd> {
+    if (!exported[k]) {
+      GCR_TRY_ASSIGN(UniqueFd fd, allocations[k].export_fd());
+      exported[k].emplace(std::move(fd));
+    }
+    int copy = ::fcntl(exported[k]->get(), F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return errno_error("duplicating an exported region");
+    return UniqueFd(copy);
+  };
+  std::vector<control::Client> clients;
+  for (std::size_t at = 0; at <= job_members.size();) {
+    std::size_t comma = job_members.find(',', at);
+    if (comma == std::string::npos) comma = job_members.size();
+    std::string owner = job_members.substr(at, comma - at);
+    at = comma + 1;
+    if (owner == "-") owner.clear();
+    pid_t original = owner_pid(owner, rep.original_pid);
+    pid_t live = original ? live_member_pid(restored_root, original, rep.new_pid_namespace) : 0;
+    if (!live)
+      return Error{Errc::corrupt_image, "the checkpoint's job member '" + owner +
+                                            "' is not among the restored processes"};
+    std::vector<control::ParkedRegion> regions;
+    for (std::size_t k = 0; k < objects.size(); ++k) {
+      if (objects[k].name != owner) continue;
+      GCR_TRY_ASSIGN(UniqueFd fd, fd_of(k));
+      regions.push_back({{objects[k].address, objects[k].size,
+                          static_cast<std::uint32_t>(allocations[k].device()), 0},
+                         std::move(fd)});
+    }
+    for (const SharedView& v : shared_views) {
+      if (v.owner != owner) continue;
+      std::size_t k = 0;
+      while (k < objects.size() &&
+             !(objects[k].name == v.stored_owner && objects[k].address == v.stored_address))
+        ++k;
+      if (k == objects.size())
+        return Error{Errc::corrupt_image, "META shared_views names a region that is not stored (" +
+                                              v.stored_owner + " " + hex_address(v.stored_address) +
+                                              ")"};
+      GCR_TRY_ASSIGN(UniqueFd fd, fd_of(k));
+      regions.push_back(
+          {{v.address, objects[k].size, static_cast<std::uint32_t>(allocations[k].device()), 0},
+           std::move(fd)});
+    }
+    if (regions.empty()) continue;  // a member whose memory was all freed
+    GCR_TRY_ASSIGN(control::Client client,
+                   control::Client::connect(live, std::chrono::seconds(10)));
+    GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(live) +
+                                           " its memory"));
+    clients.push_back(std::move(client));
+  }
+  for (control::Client& c : clients) GCR_TRY(c.resume());
+  for (control::Client& c : clients) (void)c.close();
+  return ok();
+}
+
 }  // namespace
 
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,
@@ -115,6 +189,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                        std::to_string(gpu->free_bytes(dev) >> 20) +
                        " MiB free; free memory there or pick another with --device"};
   }
+  // Note [Job checkpoint] (job.h): a job's regions belong to its members by name, and a shared
+  // allocation is stored once and given to every member that mapped it. A job loads everything
+  // before CRIU runs (on-demand loading is per process for now).
+  const std::string job_members = m.meta_or("job_members");
+  const bool job = !job_members.empty();
+  GCR_TRY_ASSIGN(std::vector<SharedView> shared_views,
+                 decode_shared_views(m.meta_or("shared_views")));
+  const bool eager = req.eager || job;
   // Allocate everything first (cheap: no bytes move), then load: eagerly here, or on the
   // loader's thread while CRIU runs (Note [On-demand restore] in gcr/cow_table.h).
   auto tl = Clock::now();
@@ -137,16 +219,16 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::optional<CowTable> table;
   std::unique_ptr<Loader> loader;
   if (!records.empty()) {
-    if (!req.eager) {
+    if (!eager) {
       GCR_TRY_ASSIGN(CowTable t, CowTable::create(records, cow::kLoad));
       table.emplace(std::move(t));
     }
     GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id, req.arriving));
     GCR_TRY_ASSIGN(
         loader, Loader::start(std::move(own_reader), std::move(items), table ? &*table : nullptr));
-    progress(std::string(req.eager ? "loading " : "loading on demand ") +
+    progress(std::string(eager ? "loading " : "loading on demand ") +
              std::to_string(rep.region_bytes >> 20) + " MiB of device memory");
-    if (req.eager) {
+    if (eager) {
       GCR_TRY(loader->wait());
       record_phase(rep, "load", tl);
       record_phase(rep, "full", t0);
@@ -248,6 +330,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   auto kill_restored = [&](Error e) -> Error {
+    if (job)
+      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
     kill(pid, SIGKILL);
     wait_gone(pid);
     e.message += "; killed it: restored process " + std::to_string(pid) +
@@ -255,7 +339,15 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     return e;
   };
 
-  if (!records.empty()) {
+  if (job && !records.empty()) {
+    auto tu = Clock::now();
+    if (!keeper) return kill_restored(Error(keeper.error()));
+    Status given = give_job_its_memory(pid, rep, job_members, shared_views, objects, allocations);
+    if (!given) return kill_restored(std::move(given).error());
+    keeper->done();
+    record_phase(rep, "unpark", tu);
+    record_phase(rep, "resume", t0);
+  } else if (!records.empty()) {
     auto tu = Clock::now();
     std::vector<control::ParkedRegion> regions;
     for (std::size_t i = 0; i < records.size(); ++i) {

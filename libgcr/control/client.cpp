@@ -355,6 +355,27 @@ Result<std::vector<std::string>> Client::blockers() {
   return reasons;
 }
 
+Result<std::vector<ShareRecord>> Client::shares() {
+  constexpr const char* what = "shares";
+  GCR_TRY(ClientExchange::send(*this, MsgType::shares, {}, {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  if (m.type != MsgType::shares_reply) return ClientExchange::unexpected(*this, m, what);
+  Result<std::vector<ShareRecord>> shares = decode_shares_reply(m.payload);
+  if (!shares) return ClientExchange::broken(*this, shares.error(), what, {});
+  return shares;
+}
+
+Result<CutCounts> Client::cut(CutOp op, std::uint64_t value) {
+  constexpr const char* what = "cut";
+  auto payload = encode_cut(CutRequest{op, value});
+  GCR_TRY(ClientExchange::send(*this, MsgType::cut, payload, {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  if (m.type != MsgType::cut_reply) return ClientExchange::unexpected(*this, m, what);
+  Result<CutCounts> counts = decode_cut_reply(m.payload);
+  if (!counts) return ClientExchange::broken(*this, counts.error(), what, {});
+  return counts;
+}
+
 Status Client::cow_end() {
   return ClientExchange::call_for_ok(*this, MsgType::cow_end, {}, "cow_end");
 }

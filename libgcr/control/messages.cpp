@@ -186,6 +186,14 @@ std::string msg_type_name(MsgType type) {
       return "blockers";
     case MsgType::blockers_reply:
       return "blockers_reply";
+    case MsgType::shares:
+      return "shares";
+    case MsgType::shares_reply:
+      return "shares_reply";
+    case MsgType::cut:
+      return "cut";
+    case MsgType::cut_reply:
+      return "cut_reply";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
 }
@@ -568,14 +576,13 @@ Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std:
 
 Result<std::vector<std::uint8_t>> encode_blockers_reply(std::span<const std::string> reasons) {
   if (reasons.size() > kMaxBlockers)
-    return make_error(Errc::invalid_argument, "blockers_reply: " +
-                                                  std::to_string(reasons.size()) +
-                                                  " reasons exceed " + std::to_string(kMaxBlockers));
+    return make_error(Errc::invalid_argument, "blockers_reply: " + std::to_string(reasons.size()) +
+                                                  " reasons exceed " +
+                                                  std::to_string(kMaxBlockers));
   Writer w;
   w.u32(static_cast<std::uint32_t>(reasons.size()));
   w.u32(0);
-  for (const std::string& why : reasons)
-    w.str(std::string_view(why).substr(0, kMaxBlockerBytes));
+  for (const std::string& why : reasons) w.str(std::string_view(why).substr(0, kMaxBlockerBytes));
   return w.take();
 }
 
@@ -592,6 +599,94 @@ Result<std::vector<std::string>> decode_blockers_reply(std::span<const std::uint
   }
   GCR_TRY(r.done());
   return out;
+}
+
+Result<std::vector<std::uint8_t>> encode_shares_reply(std::span<const ShareRecord> shares) {
+  if (shares.size() > kMaxRegions)
+    return make_error(Errc::invalid_argument, "shares_reply: " + std::to_string(shares.size()) +
+                                                  " records exceed " + std::to_string(kMaxRegions));
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(shares.size()));
+  w.u32(0);
+  for (const ShareRecord& s : shares) {
+    if (s.keys.size() > kMaxShareKeys)
+      return make_error(Errc::invalid_argument, "shares_reply: " + std::to_string(s.keys.size()) +
+                                                    " keys exceed " +
+                                                    std::to_string(kMaxShareKeys));
+    w.u64(s.address);
+    w.u32(s.flags);
+    w.u32(static_cast<std::uint32_t>(s.keys.size()));
+    for (std::uint64_t k : s.keys) w.u64(k);
+  }
+  return w.take();
+}
+
+Result<std::vector<ShareRecord>> decode_shares_reply(std::span<const std::uint8_t> payload) {
+  Reader r("shares_reply", payload);
+  GCR_TRY_ASSIGN(std::uint32_t count, r.u32("count"));
+  GCR_TRY(r.reserved32("reserved"));
+  if (count > kMaxRegions)
+    return r.fail("count", 0, std::to_string(count) + " exceeds " + std::to_string(kMaxRegions));
+  std::vector<ShareRecord> out;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    ShareRecord s;
+    GCR_TRY_ASSIGN(s.address, r.u64("address"));
+    GCR_TRY_ASSIGN(s.flags, r.u32("flags"));
+    std::size_t at = r.pos();
+    GCR_TRY_ASSIGN(std::uint32_t keys, r.u32("keys"));
+    if (keys > kMaxShareKeys)
+      return r.fail("keys", at, std::to_string(keys) + " exceeds " + std::to_string(kMaxShareKeys));
+    for (std::uint32_t k = 0; k < keys; ++k) {
+      GCR_TRY_ASSIGN(std::uint64_t key, r.u64("key"));
+      s.keys.push_back(key);
+    }
+    out.push_back(std::move(s));
+  }
+  GCR_TRY(r.done());
+  return out;
+}
+
+std::vector<std::uint8_t> encode_cut(const CutRequest& request) {
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(request.op));
+  w.u32(0);
+  w.u64(request.value);
+  return w.take();
+}
+
+Result<CutRequest> decode_cut(std::span<const std::uint8_t> payload) {
+  Reader r("cut", payload);
+  CutRequest c;
+  GCR_TRY_ASSIGN(std::uint32_t op, r.u32("op"));
+  if (op < static_cast<std::uint32_t>(CutOp::begin) || op > static_cast<std::uint32_t>(CutOp::end))
+    return r.fail("op", 0, "unknown cut operation " + std::to_string(op));
+  c.op = static_cast<CutOp>(op);
+  GCR_TRY(r.reserved32("reserved"));
+  GCR_TRY_ASSIGN(c.value, r.u64("value"));
+  GCR_TRY(r.done());
+  return c;
+}
+
+std::vector<std::uint8_t> encode_cut_reply(const CutCounts& counts) {
+  Writer w;
+  w.u64(counts.admitted);
+  w.u64(counts.issued);
+  w.u64(counts.target);
+  w.u32(counts.waiting);
+  w.u32(0);
+  return w.take();
+}
+
+Result<CutCounts> decode_cut_reply(std::span<const std::uint8_t> payload) {
+  Reader r("cut_reply", payload);
+  CutCounts c;
+  GCR_TRY_ASSIGN(c.admitted, r.u64("admitted"));
+  GCR_TRY_ASSIGN(c.issued, r.u64("issued"));
+  GCR_TRY_ASSIGN(c.target, r.u64("target"));
+  GCR_TRY_ASSIGN(c.waiting, r.u32("waiting"));
+  GCR_TRY(r.reserved32("reserved"));
+  GCR_TRY(r.done());
+  return c;
 }
 
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload) {
@@ -643,6 +738,16 @@ Status decode_payload(MsgType type, std::span<const std::uint8_t> payload) {
     case MsgType::blockers_reply:
       GCR_TRY(decode_blockers_reply(payload));
       return ok();
+    case MsgType::shares_reply:
+      GCR_TRY(decode_shares_reply(payload));
+      return ok();
+    case MsgType::cut:
+      GCR_TRY(decode_cut(payload));
+      return ok();
+    case MsgType::cut_reply:
+      GCR_TRY(decode_cut_reply(payload));
+      return ok();
+    case MsgType::shares:
     case MsgType::blockers:
     case MsgType::cow_end:
     case MsgType::touch_order:

@@ -21,7 +21,8 @@ namespace gcr::control {
 
 inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes on the wire
 inline constexpr std::uint16_t kProtocolMajor = 1;
-inline constexpr std::uint16_t kProtocolMinor = 2;  // 1.1: soft copy-on-write (cow_*); 1.2: blockers
+// 1.1: soft copy-on-write (cow_*); 1.2: blockers; 1.3: shares and cut (jobs)
+inline constexpr std::uint16_t kProtocolMinor = 3;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253
@@ -58,6 +59,10 @@ enum class MsgType : std::uint32_t {
   touch_order_reply = 33,  // server -> caller (1.1)
   blockers = 34,           // -> blockers_reply (1.2)
   blockers_reply = 35,     // server -> caller (1.2)
+  shares = 36,             // -> shares_reply (1.3)
+  shares_reply = 37,       // server -> caller (1.3)
+  cut = 38,                // -> cut_reply | error (1.3)
+  cut_reply = 39,          // server -> caller (1.3)
 };
 
 // "status", "parked", ...; "type 99" for a value this side does not know.
@@ -151,6 +156,21 @@ Result<std::vector<std::uint64_t>> decode_touch_order_reply(std::span<const std:
 // blockers_reply: why the process cannot be checkpointed now (none: it can).
 Result<std::vector<std::uint8_t>> encode_blockers_reply(std::span<const std::string> reasons);
 Result<std::vector<std::string>> decode_blockers_reply(std::span<const std::uint8_t> payload);
+
+// shares_reply: u32 count, u32 0, then per record u64 address, u32 flags, u32 keys, keys x u64.
+Result<std::vector<std::uint8_t>> encode_shares_reply(std::span<const ShareRecord> shares);
+Result<std::vector<ShareRecord>> decode_shares_reply(std::span<const std::uint8_t> payload);
+
+// cut: u32 op, u32 0, u64 value. cut_reply: u64 admitted, u64 issued, u64 target, u32 waiting,
+// u32 0.
+struct CutRequest {
+  CutOp op = CutOp::read;
+  std::uint64_t value = 0;
+};
+std::vector<std::uint8_t> encode_cut(const CutRequest& request);
+Result<CutRequest> decode_cut(std::span<const std::uint8_t> payload);
+std::vector<std::uint8_t> encode_cut_reply(const CutCounts& counts);
+Result<CutCounts> decode_cut_reply(std::span<const std::uint8_t> payload);
 
 // For messages without a payload (status, regions, resume, park, park_done, bye, cow_end,
 // touch_order).

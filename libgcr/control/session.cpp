@@ -27,7 +27,8 @@ class Session {
       while (serve_next()) {
       }
     }
-    h_.cow_end();  // a caller that left mid-drain cannot take copies any more
+    h_.cow_end();                 // a caller that left mid-drain cannot take copies any more
+    (void)h_.cut(CutOp::end, 0);  // a cut no one finishes holds no launch back
     resume_if_quiesced();
   }
 
@@ -142,6 +143,18 @@ class Session {
         if (!payload) return reply_error(payload.error());
         return send_reply(MsgType::blockers_reply, *payload);
       }
+      case MsgType::shares: {
+        GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
+        auto payload = encode_shares_reply(h_.shares());
+        if (!payload) return reply_error(payload.error());
+        return send_reply(MsgType::shares_reply, *payload);
+      }
+      case MsgType::cut: {
+        auto request = decode_cut(p);
+        if (!request) return reply_error(request.error());
+        return send_reply(MsgType::cut_reply,
+                          encode_cut_reply(h_.cut(request->op, request->value)));
+      }
       case MsgType::cow_end: {
         GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
         h_.cow_end();
@@ -164,6 +177,8 @@ class Session {
       case MsgType::cow_snapshot:
       case MsgType::touch_order_reply:
       case MsgType::blockers_reply:
+      case MsgType::shares_reply:
+      case MsgType::cut_reply:
         return reply_error(
             make_error(Errc::protocol, msg_type_name(msg.type) + " is not a request"));
     }
@@ -308,6 +323,10 @@ class Session {
 
 Status Handler::cow_begin(UniqueFd, std::uint32_t) {
   return make_error(Errc::unsupported, "this process's gcr has no soft copy-on-write");
+}
+
+CutCounts Handler::cut(CutOp, std::uint64_t) {
+  return CutCounts{0, 0, ~0ull, 0};  // nothing shared: no launch is ever held
 }
 
 Result<CowCopy> Handler::cow_take(std::uint32_t) {

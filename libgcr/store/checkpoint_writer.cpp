@@ -116,7 +116,8 @@ class Writer final : public CheckpointWriter {
     }
     const ObjectEntry* from = nullptr;
     for (const ObjectEntry& o : parent_->objects) {
-      if (o.kind == ObjectKind::device_region && o.address == address && o.device == device) {
+      if (o.kind == ObjectKind::device_region && o.address == address && o.device == device &&
+          o.name == owner_) {
         from = &o;
         break;
       }
@@ -125,6 +126,7 @@ class Writer final : public CheckpointWriter {
     wanted.kind = ObjectKind::device_region;
     wanted.address = address;
     wanted.device = device;
+    wanted.name = owner_;
     std::string where = object_label(wanted);
     if (from == nullptr) {
       return make_error(Errc::not_found,
@@ -190,6 +192,8 @@ class Writer final : public CheckpointWriter {
     });
   }
 
+  void set_region_owner(const std::string& owner) override { owner_ = owner; }
+
   void set_meta(const std::string& key, const std::string& value) override {
     manifest_.meta[key] = value;
   }
@@ -234,10 +238,11 @@ class Writer final : public CheckpointWriter {
     return ok();
   }
 
-  static ObjectEntry region_entry(std::uint64_t address, std::uint64_t size, std::uint32_t device,
-                                  bool dirty) {
+  ObjectEntry region_entry(std::uint64_t address, std::uint64_t size, std::uint32_t device,
+                           bool dirty) const {
     ObjectEntry o;
     o.kind = ObjectKind::device_region;
+    o.name = owner_;
     o.address = address;
     o.device = device;
     o.dirty = dirty;
@@ -323,6 +328,7 @@ class Writer final : public CheckpointWriter {
   std::set<std::string> names_;
   Status broken_;
   bool committed_ = false;
+  std::string owner_;  // the name of the regions added now (set_region_owner)
   std::chrono::steady_clock::time_point started_;
 };
 

@@ -239,22 +239,47 @@ TEST_CASE("park releases the memory behind the program's own handles, and they w
   CHECK(describe_status(child.wait()) == "exit 0");
 }
 
-TEST_CASE("memory exported to other processes is a blocker: park refuses and the process goes on",
+// Note [Shared regions]: exported memory is no blocker of the process's own; it is reported, with
+// the key gcrd joins its importers by (the identity of the exported fd), and parks like the rest.
+TEST_CASE("memory exported to other processes is reported with its share key, and parks",
           "[park]") {
   Child child = Child::mode({"handles"}, gcr_env());
   REQUIRE(child.read_until("ready", 30000));
+  control::Client client = connect(child.pid());
+  auto none = client.shares();
+  REQUIRE(none);
+  CHECK(none->empty());
   child.send("share");
   REQUIRE(child.read_until("shared", 30000));
-  control::Client client = connect(child.pid());
   auto blockers = client.blockers();
   REQUIRE(blockers);
-  REQUIRE(blockers->size() == 1);
-  CHECK_THAT((*blockers)[0], Catch::Contains("cuMemExportToShareableHandle"));
+  CHECK(blockers->empty());
+  auto shares = client.shares();
+  REQUIRE(shares);
+  REQUIRE(shares->size() == 1);
+  CHECK((*shares)[0].flags == control::kShareExported);
+  REQUIRE((*shares)[0].keys.size() == 1);
+  CHECK((*shares)[0].keys[0] != 0);
   REQUIRE(client.quiesce(std::chrono::seconds(10)));
   auto parked = client.park();
-  REQUIRE_FALSE(parked);
-  CHECK(parked.error().code == gcr::Errc::unsupported);
-  CHECK_THAT(parked.error().message, Catch::Contains("cuMemExportToShareableHandle"));
+  REQUIRE(parked);
+  REQUIRE(client.unpark(*parked));
+  // Given back, the region's key is the identity of the fd it was given (the one gcrd gives every
+  // view of it in a job).
+  auto after = client.shares();
+  REQUIRE(after);
+  REQUIRE(after->size() == 1);
+  REQUIRE(after->at(0).keys.size() == 1);
+  struct stat st {};
+  bool found = false;
+  for (const auto& p : *parked)
+    if (p.region.address == after->at(0).address) {
+      REQUIRE(::fstat(p.fd.get(), &st) == 0);
+      found = true;
+    }
+  CHECK(found);
+  CHECK((after->at(0).keys[0] ^ static_cast<std::uint64_t>(st.st_ino)) ==
+        static_cast<std::uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull);
   REQUIRE(client.resume());
   REQUIRE(client.close());
   child.send("verify");

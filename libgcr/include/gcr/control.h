@@ -57,6 +57,29 @@ struct ParkedRegion {
 
 // The process's private copy of a region written during a checkpoint's drain (soft copy-on-write,
 // gcr/cow_table.h): an exported allocation of `size` bytes.
+// Device memory this process shares with others (1.3), for a job's checkpoint (Note [Shared
+// regions] in interpose/vmm_handles.h). Every process that maps one allocation reports, for the
+// region that maps it, keys that name the allocation the same way in each of them: gcrd joins the
+// processes' regions by key and stores the allocation once.
+struct ShareRecord {
+  std::uint64_t address = 0;  // the region (RegionRecord::address) in this process
+  std::uint32_t flags = 0;    // kShareExported | kShareImported
+  std::vector<std::uint64_t> keys;
+  friend bool operator==(const ShareRecord&, const ShareRecord&) = default;
+};
+inline constexpr std::uint32_t kMaxShareKeys = 16;        // per record
+inline constexpr std::uint32_t kShareExported = 1u << 0;  // given to other processes from here
+inline constexpr std::uint32_t kShareImported = 1u << 1;  // another process's memory, mapped here
+
+// The counting gate of a job's cut (1.3, Note [A consistent cut] in interpose/cut.h).
+enum class CutOp : std::uint32_t { begin = 1, target = 2, read = 3, end = 4 };
+struct CutCounts {
+  std::uint64_t admitted = 0;  // communication launches let through (some may still be issuing)
+  std::uint64_t issued = 0;    // communication launches the driver has been given
+  std::uint64_t target = 0;    // how many may be let through; ~0: no cut
+  std::uint32_t waiting = 0;   // threads held at the gate's count now
+};
+
 struct CowCopy {
   std::uint32_t index = 0;  // the table entry
   std::uint64_t size = 0;
@@ -148,6 +171,12 @@ class Client {
   // Why the process cannot be checkpointed now, one reason each (1.2); empty: nothing stands in
   // the way. A 1.1 process answers unsupported.
   Result<std::vector<std::string>> blockers();
+  // The regions this process shares with others, with their keys (1.3).
+  Result<std::vector<ShareRecord>> shares();
+  // The counting gate (1.3): begin holds every communication launch past those already let
+  // through and reports the count; target lets launches through up to `value` (never lowers it);
+  // read reports; end lets everything through. A session that ends ends the cut too.
+  Result<CutCounts> cut(CutOp op, std::uint64_t value = 0);
   // Says goodbye and waits until the process has closed its end of the connection, then releases
   // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
   // it). Idempotent.
@@ -193,6 +222,10 @@ class Handler {
   virtual void cow_end() {}
   virtual std::vector<std::uint64_t> touch_order() { return {}; }
   virtual std::vector<std::string> blockers() { return {}; }
+  // Protocol 1.3; the defaults are those of a process that shares nothing. cut(end) must be
+  // idempotent: the session calls it again when it ends.
+  virtual std::vector<ShareRecord> shares() { return {}; }
+  virtual CutCounts cut(CutOp op, std::uint64_t value);
 };
 
 struct ServerOptions {

@@ -143,9 +143,13 @@ class CheckpointWriter {
   using RegionFill = std::function<Status(std::uint64_t offset, std::span<std::byte> out)>;
   virtual Status add_region_streamed(std::uint64_t address, std::uint64_t size,
                                      std::uint32_t device, bool dirty, const RegionFill& fill) = 0;
-  // A device region unchanged since the parent checkpoint: its chunks are taken from there.
+  // A device region unchanged since the parent checkpoint: its chunks are taken from there (the
+  // parent's region of the same owner, address and device).
   virtual Status add_region_from_parent(std::uint64_t address, std::uint64_t size,
                                         std::uint32_t device) = 0;
+  // The process the regions added from now on belong to: their object name (docs/image-format.md
+  // §4: empty for the checkpoint's root process, "pid:N" for another process of a job).
+  virtual void set_region_owner(const std::string& owner) = 0;
   // A file of a CRIU image directory (`relative` as it must be restored), read from `source`.
   virtual Status add_file(const std::string& relative, std::uint32_t mode,
                           const std::filesystem::path& source) = 0;

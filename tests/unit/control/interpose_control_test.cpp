@@ -96,6 +96,12 @@ std::vector<std::string> g_blockers;
 std::vector<std::string> op_blockers() {
   return g_blockers;
 }
+std::vector<ShareRecord> op_shares() {
+  return {};
+}
+control::CutCounts op_cut(control::CutOp, std::uint64_t) {
+  return {0, 0, ~0ull, 0};
+}
 }  // namespace gcr::interpose
 
 namespace {

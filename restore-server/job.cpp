@@ -1,0 +1,294 @@
+// Note [Job checkpoint] (job.h): members, shared allocations, the cut.
+#include "job.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint.h"
+
+namespace gcr::gcrd {
+namespace {
+
+std::string hex(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string describe(pid_t pid) {
+  std::string cmd = process_cmdline(pid);
+  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+  if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
+  return "process " + std::to_string(pid) + (cmd.empty() ? "" : " (" + cmd + ")");
+}
+
+// Union-find over (member, address) views.
+struct Groups {
+  std::vector<std::size_t> parent;
+  std::size_t find(std::size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  }
+  void join(std::size_t a, std::size_t b) { parent[find(a)] = find(b); }
+};
+
+}  // namespace
+
+pid_t innermost_pid(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    pid_t last = pid, v;
+    while (fields >> v) last = v;
+    return last;
+  }
+  return pid;
+}
+
+std::string owner_name(pid_t pid, pid_t root) {
+  return pid == root ? std::string() : "pid:" + std::to_string(innermost_pid(pid));
+}
+
+pid_t owner_pid(const std::string& owner, pid_t root_pid) {
+  if (owner.empty()) return root_pid;
+  if (owner.rfind("pid:", 0) != 0 || owner.size() > 16) return 0;
+  pid_t p = 0;
+  for (char c : owner.substr(4)) {
+    if (c < '0' || c > '9') return 0;
+    p = p * 10 + (c - '0');
+  }
+  return p;
+}
+
+Result<std::vector<Member>> connect_members(const criu::ProcessTree& tree,
+                                            std::chrono::milliseconds timeout) {
+  std::vector<Member> out;
+  for (pid_t pid : tree.pids) {
+    if (pid != tree.root && criu::maps_libcuda(pid) == false) continue;
+    auto client = control::Client::connect(pid, pid == tree.root ? timeout : timeout / 2);
+    if (!client) {
+      if (client.error().code == Errc::not_found) continue;  // not under gcr, or gone
+      return std::move(client).context("reaching " + describe(pid)).error();
+    }
+    out.push_back(Member{pid, owner_name(pid, tree.root), std::move(client).value()});
+  }
+  return out;
+}
+
+Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
+                                                  const criu::ProcessTree& tree) {
+  struct Node {
+    std::size_t member;
+    control::ShareRecord share;
+  };
+  std::vector<Node> nodes;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    auto shares = members[m].client.shares();
+    if (!shares) {
+      if (shares.error().code == Errc::unsupported) continue;  // an interposer before 1.3
+      return std::move(shares).context("asking " + describe(members[m].pid)).error();
+    }
+    for (control::ShareRecord& s : *shares) {
+      if (std::getenv("GCR_DEBUG_JOB")) {
+        std::fprintf(stderr, "gcrd: job: pid %d shares 0x%llx flags %u keys", members[m].pid,
+                     static_cast<unsigned long long>(s.address), s.flags);
+        for (auto k : s.keys) std::fprintf(stderr, " %llx", static_cast<unsigned long long>(k));
+        std::fprintf(stderr, "\n");
+      }
+      nodes.push_back({m, std::move(s)});
+    }
+  }
+  Groups g;
+  g.parent.resize(nodes.size());
+  std::iota(g.parent.begin(), g.parent.end(), 0);
+  std::map<std::uint64_t, std::size_t> first_with_key;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (std::uint64_t k : nodes[i].share.keys) {
+      auto [it, fresh] = first_with_key.emplace(k, i);
+      if (!fresh) g.join(i, it->second);
+    }
+  std::map<std::size_t, std::vector<std::size_t>> by_root;
+  for (std::size_t i = 0; i < nodes.size(); ++i) by_root[g.find(i)].push_back(i);
+
+  // A view alone in the tree: its peer is outside (refused) or gone (private now).
+  std::set<std::uint64_t> lonely_keys;
+  std::map<std::uint64_t, std::size_t> lonely_node;
+  for (const auto& [root, group] : by_root)
+    if (group.size() == 1)
+      for (std::uint64_t k : nodes[group[0]].share.keys) {
+        lonely_keys.insert(k);
+        lonely_node[k] = group[0];
+      }
+  if (!lonely_keys.empty()) {
+    std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
+    for (pid_t other : control::find_managed_processes()) {
+      if (in_tree.contains(other)) continue;
+      auto c = control::Client::connect(other, std::chrono::seconds(2));
+      if (!c) continue;
+      auto shares = c->shares();
+      (void)c->close();
+      if (!shares) continue;
+      for (const control::ShareRecord& s : *shares)
+        for (std::uint64_t k : s.keys) {
+          if (!lonely_keys.contains(k)) continue;
+          const Node& mine = nodes[lonely_node[k]];
+          return Error{Errc::unsupported,
+                       describe(members[mine.member].pid) + " shares device memory (region 0x" +
+                           hex(mine.share.address) + ") with " + describe(other) +
+                           ", which is not in the tree of process " + std::to_string(tree.root) +
+                           ": checkpoint a process whose tree holds both (their common parent, "
+                           "the job's launcher), or both sides would come back with a private "
+                           "copy"};
+        }
+    }
+  }
+
+  std::vector<SharedAllocation> out;
+  for (const auto& [root, group] : by_root) {
+    if (group.size() < 2) continue;
+    SharedAllocation a;
+    std::vector<std::size_t> order = group;
+    // Stored under the exporter's view (the allocation's creator), else the first.
+    std::stable_partition(order.begin(), order.end(), [&](std::size_t i) {
+      return (nodes[i].share.flags & control::kShareExported) &&
+             !(nodes[i].share.flags & control::kShareImported);
+    });
+    for (std::size_t i : order) a.views.push_back({nodes[i].member, nodes[i].share.address});
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
+                 std::chrono::milliseconds timeout,
+                 const std::function<void(const std::string&)>& progress) {
+  if (shared.empty()) return ok();
+  // Members linked by a shared allocation count their communication launches together.
+  Groups g;
+  g.parent.resize(members.size());
+  std::iota(g.parent.begin(), g.parent.end(), 0);
+  std::set<std::size_t> sharing;
+  for (const SharedAllocation& a : shared)
+    for (const View& v : a.views) {
+      g.join(v.member, a.views[0].member);
+      sharing.insert(v.member);
+    }
+  std::map<std::size_t, control::CutCounts> counts;
+  for (std::size_t m : sharing) {
+    auto c = members[m].client.cut(control::CutOp::begin);
+    if (!c) {
+      end_cut(members);
+      return std::move(c).context("beginning the cut at " + describe(members[m].pid)).error();
+    }
+    counts[m] = *c;
+    if (std::getenv("GCR_DEBUG_JOB"))
+      std::fprintf(stderr, "gcrd: job: cut begin at pid %d: admitted %llu issued %llu waiting %u\n",
+                   members[m].pid, static_cast<unsigned long long>(c->admitted),
+                   static_cast<unsigned long long>(c->issued), c->waiting);
+  }
+  std::map<std::size_t, std::uint64_t> target;  // by group
+  for (const auto& [m, c] : counts) {
+    std::uint64_t& t = target[g.find(m)];
+    t = std::max(t, c.admitted);
+  }
+  for (std::size_t m : sharing)
+    if (auto c = members[m].client.cut(control::CutOp::target, target[g.find(m)]); !c) {
+      end_cut(members);
+      return std::move(c).context("setting the cut at " + describe(members[m].pid)).error();
+    }
+  progress("cutting the job: every communication launch up to " +
+           std::to_string(target.begin()->second) + " on every rank");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<std::string> late;
+    for (std::size_t m : sharing) {
+      auto c = members[m].client.cut(control::CutOp::read);
+      if (!c) {
+        end_cut(members);
+        return std::move(c).context("reading the cut at " + describe(members[m].pid)).error();
+      }
+      std::uint64_t t = target[g.find(m)];
+      if (c->issued < t)
+        late.push_back(describe(members[m].pid) + " issued " + std::to_string(c->issued) + " of " +
+                       std::to_string(t));
+    }
+    if (late.empty()) return ok();
+    if (std::chrono::steady_clock::now() > deadline) {
+      end_cut(members);
+      std::string who;
+      for (const std::string& l : late) who += (who.empty() ? "" : "; ") + l;
+      return Error{Errc::timeout,
+                   "the job did not reach a consistent cut within " +
+                       std::to_string(timeout.count()) +
+                       " ms (every communication launch issued on every rank): " + who +
+                       " communication launches; the job runs on. Retry, or raise --timeout"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void end_cut(std::vector<Member>& members) {
+  for (Member& m : members) (void)m.client.cut(control::CutOp::end);
+}
+
+Status quiesce_members(std::vector<Member>& members, std::chrono::milliseconds timeout) {
+  if (members.size() == 1) return members[0].client.quiesce(timeout);
+  std::vector<Status> results(members.size(), ok());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = members[i].client.quiesce(timeout); });
+  for (std::thread& t : threads) t.join();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (results[i]) continue;
+    for (Member& m : members) (void)m.client.resume();
+    return std::move(results[i]).context("quiescing " + describe(members[i].pid));
+  }
+  return ok();
+}
+
+std::string encode_shared_views(const std::vector<SharedView>& views) {
+  std::string out;
+  auto name = [](const std::string& o) { return o.empty() ? std::string("-") : o; };
+  for (const SharedView& v : views)
+    out += name(v.owner) + " " + hex(v.address) + " " + name(v.stored_owner) + " " +
+           hex(v.stored_address) + "\n";
+  return out;
+}
+
+Result<std::vector<SharedView>> decode_shared_views(const std::string& text) {
+  std::vector<SharedView> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    SharedView v;
+    std::string a, b;
+    if (!(f >> v.owner >> a >> v.stored_owner >> b))
+      return Error{Errc::corrupt_image,
+                   "META shared_views: malformed line '" + line.substr(0, 80) + "'"};
+    if (v.owner == "-") v.owner.clear();
+    if (v.stored_owner == "-") v.stored_owner.clear();
+    try {
+      v.address = std::stoull(a, nullptr, 16);
+      v.stored_address = std::stoull(b, nullptr, 16);
+    } catch (...) {
+      return Error{Errc::corrupt_image,
+                   "META shared_views: bad address in '" + line.substr(0, 80) + "'"};
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace gcr::gcrd
