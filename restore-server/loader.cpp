@@ -114,13 +114,23 @@ class Copier {
 }  // namespace
 
 Result<std::unique_ptr<Loader>> Loader::start(std::unique_ptr<store::CheckpointReader> reader,
-                                              std::vector<Item> items, const CowTable* table) {
+                                              std::vector<Item> items, const CowTable* table,
+                                              std::vector<Watch> watches) {
   if (table && table->count() != items.size())
     return Error{Errc::internal, "the load table does not match the regions"};
+  for (const Watch& w : watches)
+    if (w.entry_of.size() != items.size())
+      return Error{Errc::internal, "a load table's map does not match the regions"};
   std::unique_ptr<Loader> l(new Loader);
   l->reader_ = std::move(reader);
+  if (table) {
+    Watch all{table, {}};
+    for (std::size_t i = 0; i < items.size(); ++i)
+      all.entry_of.push_back(static_cast<std::int64_t>(i));
+    l->watches_.push_back(std::move(all));
+  }
+  for (Watch& w : watches) l->watches_.push_back(std::move(w));
   l->items_ = std::move(items);
-  l->table_ = table;
   l->thread_ = std::thread([p = l.get()] { p->run(); });
   return l;
 }
@@ -179,9 +189,12 @@ Status Loader::load_all() {
   std::size_t in_order = 0;  // the next region in the given order
   std::size_t remaining = n;
   auto wanted_entry = [&]() -> std::optional<std::size_t> {
-    if (!table_) return std::nullopt;
-    for (std::size_t i = 0; i < n; ++i)
-      if (!done[i] && table_->entry(i).wanted.load(std::memory_order_acquire)) return i;
+    for (const Watch& w : watches_)
+      for (std::size_t i = 0; i < n; ++i)
+        if (!done[i] && w.entry_of[i] >= 0 &&
+            w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]))
+                .wanted.load(std::memory_order_acquire))
+          return i;
     return std::nullopt;
   };
   while (remaining > 0) {
@@ -198,15 +211,21 @@ Status Loader::load_all() {
       i = in_order;
     }
     Item& item = items_[i];
-    if (table_ && offset[i] == 0) {
-      std::uint32_t s = cow::kPending;
-      table_->entry(i).state.compare_exchange_strong(s, cow::kReading);
-      if (table_->entry(i).wanted.load()) wanted_.fetch_add(1);
+    if (offset[i] == 0) {
+      bool wanted = false;
+      for (const Watch& w : watches_) {
+        if (w.entry_of[i] < 0) continue;
+        cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
+        std::uint32_t s = cow::kPending;
+        e.state.compare_exchange_strong(s, cow::kReading);
+        wanted = wanted || e.wanted.load();
+      }
+      if (wanted) wanted_.fetch_add(1);
     }
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
     GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
     auto [slot, buf] = slot_buf;
-    PieceCache::Key key{checkpoint, item.object.address, offset[i]};
+    PieceCache::Key key{checkpoint, item.object.name, item.object.address, offset[i]};
     if (cache.get_or_claim(key, buf) == PieceCache::Outcome::copied) {
       shared_.fetch_add(len);
     } else if (Status s = reader_->read(item.object, offset[i], buf); !s) {
@@ -221,9 +240,12 @@ Status Loader::load_all() {
     bool last = offset[i] + len == item.object.size;
     copier.submit(slot, item.destination, offset[i], buf, [this, i, len, last] {
       loaded_.fetch_add(len);
-      if (last && table_) {
-        table_->entry(i).state.store(cow::kDone, std::memory_order_release);
-        cow::futex_wake_all(&table_->entry(i).state);
+      if (!last) return;
+      for (const Watch& w : watches_) {
+        if (w.entry_of[i] < 0) continue;
+        cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
+        e.state.store(cow::kDone, std::memory_order_release);
+        cow::futex_wake_all(&e.state);
       }
     });
     offset[i] += len;

@@ -33,10 +33,19 @@ class Loader {
     MappedAllocation* destination;  // owned by the caller, alive until wait() returns
   };
 
+  // A table some of the items are waited for in (a job: one per process, Note [Job checkpoint]):
+  // item i is its entry entry_of[i] (-1: not in this table).
+  struct Watch {
+    const CowTable* table = nullptr;
+    std::vector<std::int64_t> entry_of;
+  };
+
   // Starts loading at once. `table` (may be null: nothing waits) has one entry per item, in the
-  // same order; it and `reader` must outlive the loader. The reader is the loader's alone.
+  // same order; it, the watches' tables and `reader` must outlive the loader. The reader is the
+  // loader's alone.
   static Result<std::unique_ptr<Loader>> start(std::unique_ptr<store::CheckpointReader> reader,
-                                               std::vector<Item> items, const CowTable* table);
+                                               std::vector<Item> items, const CowTable* table,
+                                               std::vector<Watch> watches = {});
   ~Loader();  // stops (if still running) and joins
 
   // Waits until every region is loaded or loading failed; the first error. Idempotent.
@@ -61,7 +70,7 @@ class Loader {
 
   std::unique_ptr<store::CheckpointReader> reader_;
   std::vector<Item> items_;
-  const CowTable* table_ = nullptr;
+  std::vector<Watch> watches_;  // the table given to start() first
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};

@@ -22,6 +22,7 @@ class PieceCache {
  public:
   struct Key {
     std::string checkpoint;  // id
+    std::string owner;       // the region's process in a job (its object name)
     std::uint64_t address = 0;
     std::uint64_t offset = 0;
     auto operator<=>(const Key&) const = default;

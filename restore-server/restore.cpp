@@ -74,14 +74,58 @@ pid_t live_member_pid(pid_t restored_root, pid_t original, bool new_namespace) {
   return 0;
 }
 
-// Unparks every member of a restored job with its regions, a shared allocation given to each
-// view (one export, duplicated: every view's share key is the same file), then lets them all run.
-Status give_job_its_memory(pid_t restored_root, const RestoreReport& rep,
-                           const std::string& job_members,
-                           const std::vector<SharedView>& shared_views,
-                           const std::vector<store::ObjectEntry>& objects,
-                           const std::vector<MappedAllocation>& allocations) {
-  std::vector<std::optional<UniqueFd>> exported(objects.size());
+// A member of a restored job: the regions it maps, each one a stored object (an item) at an
+// address of the member's; a view of a shared allocation maps the object stored under another.
+struct MemberPlan {
+  std::string owner;
+  std::vector<control::RegionRecord> records;
+  std::vector<std::size_t> items;  // parallel to records
+  std::optional<CowTable> table;   // on-demand loading: what the member waits for
+};
+
+Result<std::vector<MemberPlan>> plan_job(const std::string& job_members,
+                                         const std::vector<SharedView>& shared_views,
+                                         const std::vector<store::ObjectEntry>& objects,
+                                         const std::vector<MappedAllocation>& allocations) {
+  std::vector<MemberPlan> plan;
+  for (std::size_t at = 0; at <= job_members.size();) {
+    std::size_t comma = job_members.find(',', at);
+    if (comma == std::string::npos) comma = job_members.size();
+    MemberPlan m;
+    m.owner = job_members.substr(at, comma - at);
+    at = comma + 1;
+    if (m.owner == "-") m.owner.clear();
+    auto add = [&](std::uint64_t address, std::size_t k) {
+      m.records.push_back(
+          {address, objects[k].size, static_cast<std::uint32_t>(allocations[k].device()), 0});
+      m.items.push_back(k);
+    };
+    for (std::size_t k = 0; k < objects.size(); ++k)
+      if (objects[k].name == m.owner) add(objects[k].address, k);
+    for (const SharedView& v : shared_views) {
+      if (v.owner != m.owner) continue;
+      std::size_t k = 0;
+      while (k < objects.size() &&
+             !(objects[k].name == v.stored_owner && objects[k].address == v.stored_address))
+        ++k;
+      if (k == objects.size())
+        return Error{Errc::corrupt_image, "META shared_views names a region that is not stored (" +
+                                              v.stored_owner + " " + hex_address(v.stored_address) +
+                                              ")"};
+      add(v.address, k);
+    }
+    plan.push_back(std::move(m));
+  }
+  return plan;
+}
+
+// Unparks every member of a restored job with its regions (a shared allocation exported once and
+// duplicated for each view: every view's share key is the same file), its load table first when
+// loading on demand, then lets them all run. The sessions stay open until the loads are done.
+Result<std::vector<control::Client>> give_job_its_memory(
+    pid_t restored_root, const RestoreReport& rep, const std::vector<MemberPlan>& plan,
+    const std::vector<MappedAllocation>& allocations) {
+  std::vector<std::optional<UniqueFd>> exported(allocations.size());
   auto fd_of = [&](std::size_t k) -> Result<UniqueFd> {
     if (!exported[k]) {
       GCR_TRY_ASSIGN(UniqueFd fd, allocations[k].export_fd());
@@ -92,50 +136,27 @@ Status give_job_its_memory(pid_t restored_root, const RestoreReport& rep,
     return UniqueFd(copy);
   };
   std::vector<control::Client> clients;
-  for (std::size_t at = 0; at <= job_members.size();) {
-    std::size_t comma = job_members.find(',', at);
-    if (comma == std::string::npos) comma = job_members.size();
-    std::string owner = job_members.substr(at, comma - at);
-    at = comma + 1;
-    if (owner == "-") owner.clear();
-    pid_t original = owner_pid(owner, rep.original_pid);
+  for (const MemberPlan& m : plan) {
+    if (m.records.empty()) continue;  // a member whose memory was all freed
+    pid_t original = owner_pid(m.owner, rep.original_pid);
     pid_t live = original ? live_member_pid(restored_root, original, rep.new_pid_namespace) : 0;
     if (!live)
-      return Error{Errc::corrupt_image, "the checkpoint's job member '" + owner +
+      return Error{Errc::corrupt_image, "the checkpoint's job member '" + m.owner +
                                             "' is not among the restored processes"};
     std::vector<control::ParkedRegion> regions;
-    for (std::size_t k = 0; k < objects.size(); ++k) {
-      if (objects[k].name != owner) continue;
-      GCR_TRY_ASSIGN(UniqueFd fd, fd_of(k));
-      regions.push_back({{objects[k].address, objects[k].size,
-                          static_cast<std::uint32_t>(allocations[k].device()), 0},
-                         std::move(fd)});
+    for (std::size_t j = 0; j < m.records.size(); ++j) {
+      GCR_TRY_ASSIGN(UniqueFd fd, fd_of(m.items[j]));
+      regions.push_back({m.records[j], std::move(fd)});
     }
-    for (const SharedView& v : shared_views) {
-      if (v.owner != owner) continue;
-      std::size_t k = 0;
-      while (k < objects.size() &&
-             !(objects[k].name == v.stored_owner && objects[k].address == v.stored_address))
-        ++k;
-      if (k == objects.size())
-        return Error{Errc::corrupt_image, "META shared_views names a region that is not stored (" +
-                                              v.stored_owner + " " + hex_address(v.stored_address) +
-                                              ")"};
-      GCR_TRY_ASSIGN(UniqueFd fd, fd_of(k));
-      regions.push_back(
-          {{v.address, objects[k].size, static_cast<std::uint32_t>(allocations[k].device()), 0},
-           std::move(fd)});
-    }
-    if (regions.empty()) continue;  // a member whose memory was all freed
     GCR_TRY_ASSIGN(control::Client client,
                    control::Client::connect(live, std::chrono::seconds(10)));
+    if (m.table) GCR_TRY(client.cow_begin(m.table->fd(), m.table->count()));
     GCR_TRY(client.unpark(regions).context("giving restored process " + std::to_string(live) +
                                            " its memory"));
     clients.push_back(std::move(client));
   }
   for (control::Client& c : clients) GCR_TRY(c.resume());
-  for (control::Client& c : clients) (void)c.close();
-  return ok();
+  return clients;
 }
 
 }  // namespace
@@ -190,13 +211,13 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                        " MiB free; free memory there or pick another with --device"};
   }
   // Note [Job checkpoint] (job.h): a job's regions belong to its members by name, and a shared
-  // allocation is stored once and given to every member that mapped it. A job loads everything
-  // before CRIU runs (on-demand loading is per process for now).
+  // allocation is stored once and given to every member that mapped it. Loading on demand, each
+  // member waits in a table of its own; a shared allocation is loaded once for all its views.
   const std::string job_members = m.meta_or("job_members");
   const bool job = !job_members.empty();
   GCR_TRY_ASSIGN(std::vector<SharedView> shared_views,
                  decode_shared_views(m.meta_or("shared_views")));
-  const bool eager = req.eager || job;
+  const bool eager = req.eager;
   // Allocate everything first (cheap: no bytes move), then load: eagerly here, or on the
   // loader's thread while CRIU runs (Note [On-demand restore] in gcr/cow_table.h).
   auto tl = Clock::now();
@@ -216,16 +237,35 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::vector<Loader::Item> items;
   for (std::size_t i = 0; i < objects.size(); ++i) items.push_back({objects[i], &allocations[i]});
 
+  std::vector<MemberPlan> plan;
+  if (job) {
+    GCR_TRY_ASSIGN(plan, plan_job(job_members, shared_views, objects, allocations));
+  }
   std::optional<CowTable> table;
+  std::vector<Loader::Watch> watches;  // a job's: one table per member
   std::unique_ptr<Loader> loader;
   if (!records.empty()) {
-    if (!eager) {
+    if (!eager && !job) {
       GCR_TRY_ASSIGN(CowTable t, CowTable::create(records, cow::kLoad));
       table.emplace(std::move(t));
     }
+    if (!eager && job) {
+      for (MemberPlan& mp : plan) {
+        if (mp.records.empty()) continue;
+        GCR_TRY_ASSIGN(CowTable t, CowTable::create(mp.records, cow::kLoad));
+        mp.table.emplace(std::move(t));
+      }
+      for (const MemberPlan& mp : plan) {
+        if (!mp.table) continue;
+        Loader::Watch w{&*mp.table, std::vector<std::int64_t>(objects.size(), -1)};
+        for (std::size_t j = 0; j < mp.items.size(); ++j)
+          w.entry_of[mp.items[j]] = static_cast<std::int64_t>(j);
+        watches.push_back(std::move(w));
+      }
+    }
     GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id, req.arriving));
-    GCR_TRY_ASSIGN(
-        loader, Loader::start(std::move(own_reader), std::move(items), table ? &*table : nullptr));
+    GCR_TRY_ASSIGN(loader, Loader::start(std::move(own_reader), std::move(items),
+                                         table ? &*table : nullptr, std::move(watches)));
     progress(std::string(eager ? "loading " : "loading on demand ") +
              std::to_string(rep.region_bytes >> 20) + " MiB of device memory");
     if (eager) {
@@ -342,11 +382,24 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   if (job && !records.empty()) {
     auto tu = Clock::now();
     if (!keeper) return kill_restored(Error(keeper.error()));
-    Status given = give_job_its_memory(pid, rep, job_members, shared_views, objects, allocations);
-    if (!given) return kill_restored(std::move(given).error());
+    auto clients = give_job_its_memory(pid, rep, plan, allocations);
+    if (!clients) return kill_restored(std::move(clients).error());
     keeper->done();
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
+    if (!eager) {
+      progress("job " + std::to_string(pid) + " resumed; loading the rest of its memory");
+      pause_point("loading");
+      while (!loader->wait_for(std::chrono::milliseconds(100)))
+        progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
+      Status loaded = loader->wait();
+      if (!loaded) return kill_restored(std::move(loaded).error());
+      for (control::Client& c : *clients) (void)c.cow_end();
+      record_phase(rep, "load", tl);
+      record_phase(rep, "full", t0);
+      rep.wanted_regions = loader->wanted_regions();
+    }
+    for (control::Client& c : *clients) (void)c.close();
   } else if (!records.empty()) {
     auto tu = Clock::now();
     std::vector<control::ParkedRegion> regions;

@@ -6,13 +6,15 @@
 #   a: 4 ranks, rank 2 lagging: a checkpoint of one rank alone is refused before anything stops,
 #      naming the peer outside its tree; two --leave-running checkpoints of the launcher (the job)
 #      at random moments, the second incremental; the job finishes bit-identical to the
-#      single-process reference on every rank; each checkpoint restored finishes so too;
-#   b: a checkpoint that ends the job, then its restore;
+#      single-process reference on every rank; each checkpoint restored (on demand: the ranks run
+#      while their memory loads) finishes so too;
+#   b: a checkpoint that ends the job, then its restore on the other GPU (--device 1);
 #   c: a cut that cannot be reached within --timeout (a rank that lags 3 s) gives every process
 #      back, names the rank, and the job finishes right.
 #
 #   mp_train_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
+export SIMGPU_DEVICES=2
 TEST_NAME=mp-train
 source "$(dirname "$0")/lib.sh"
 MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10)
@@ -33,13 +35,15 @@ wait_ranks() {  # LAUNCHER N
 }
 # Restores ID, waits for the job to end, and checks that each of its RANKS appended the reference
 # checksum to LOG.
-restore_job() {  # ID LOG RANKS
+restore_job() {  # ID LOG RANKS [RESTORE OPTIONS...]
   local before rp
   before=$(ranks_ended "$2")
-  "$GCR" restore "$1" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
+  "$GCR" restore "$1" "${@:4}" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
     fail "gcr restore $1: $(cat "$T/restore-$1.err" "$T/restore-$1.json" | head -n 20)"
   rp=$(json_field pid < "$T/restore-$1.json")
   pids+=("$rp")
+  [[ $(json_field mode < "$T/restore-$1.json") == on-demand ]] ||
+    fail "the restore of $1 did not load on demand: $(json_field mode < "$T/restore-$1.json")"
   wait_gone "$rp"
   local ended matching
   ended=$(( $(ranks_ended "$2") - before ))
@@ -86,7 +90,7 @@ pids+=($tree)
 checkpoint_json "$T/b1.json" "$P" --name mp-b1
 for p in $tree; do wait_gone "$p"; done
 [[ $(ranks_ended "$T/b.log") == 0 ]] || fail "the job finished before its checkpoint ended it"
-restore_job "$(json_field id < "$T/b1.json")" "$T/b.log" 2
+restore_job "$(json_field id < "$T/b1.json")" "$T/b.log" 2 --device 1
 
 echo "== c: a cut that cannot be reached in time"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet --steps 6 > "$T/ref6.log" 2>&1 || fail "reference: $(tail -3 "$T/ref6.log")"
