@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -181,15 +182,18 @@ def main():
 
     gcr_stall = {(x["ranks"], k): x[k]["stall_ms"] for x in results if x["mode"] == "gcr"
                  for k in ("live", "live2") if "stall_ms" in x.get(k, {})}
-    rows = []
+    rows, notes = [], []
     for x in results:
         for k, label in (("live", "1st"), ("live2", "2nd")):
             c = x.get(k)
             if c is None:
                 continue
             if "error" in c:
-                rows.append([str(x["ranks"]), x["mode"], label, "failed: " + c["error"][-90:],
-                             "", "", "", "", ""])
+                m = re.search(r"(cuCheckpoint\w+)\([^)]*\): (\S+ \(\d+\))", c["error"])
+                why = (f"{m.group(1)}: {m.group(2)}" if m
+                       else c["error"].strip().splitlines()[0][-60:])
+                rows.append([str(x["ranks"]), x["mode"], label, "failed", "-", "-", "-", "-", "-"])
+                notes.append(f"{x['ranks']} ranks, {x['mode']}: the checkpoint failed: {why}")
                 continue
             base = gcr_stall.get((x["ranks"], k)) if x["mode"] == "stop-copy" else None
             rows.append([str(x["ranks"]), x["mode"], label, cb.fmt_ms(c["stall_ms"]),
@@ -200,6 +204,8 @@ def main():
     print()
     print(cb.table(["ranks", "mode", "ckpt", "stall (steps)", "cut", "gcr's stall", "total",
                     "stored new", "baseline / gcr"], rows, right={3, 4, 5, 6, 7, 8}))
+    for n in notes:
+        print(n)
     one = gcr_stall.get((1, "live"))
     for n in ranks:
         if n > 1 and one and (n, "live") in gcr_stall:
