@@ -13,13 +13,16 @@
 // it, maps the region at an address of its arena (a region of its own, Note [Shared regions] in
 // vmm_handles.h) and returns the allocation's place in it. Opening a token again returns the same
 // pointer (counted), as the driver does. A job checkpoint stores such memory once and gives every
-// process that mapped it the same memory back at its address; park closes the owner's cached
-// export fd, so a token taken before a checkpoint cannot be opened after it (take it again).
+// process that mapped it the same memory back at its address. Park closes the owner's cached
+// export fd (it holds the memory) and unpark exports it again at the same fd number, so a token
+// taken before a --leave-running checkpoint still opens after it; after a restore the memory is
+// another file, and a token taken before it fails the inode check (take it again).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -57,6 +60,7 @@ struct Opened {
 std::mutex g_mu;
 std::map<std::uint32_t, int> g_exported_fds;  // region id -> fd exported for IPC (owner side)
 std::map<std::uint32_t, std::vector<std::uint64_t>> g_export_keys;  // Note [Shared regions]
+std::map<std::uint32_t, int> g_parked_exports;  // region id -> the fd number it had before park
 std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, Opened>
     g_opened;  // importer: by owner pid, inode, region address and offset
 
@@ -195,8 +199,34 @@ void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key) {
 
 void ipc_close_exports() {
   std::lock_guard lock(g_mu);
-  for (auto& [id, fd] : g_exported_fds) ::close(fd);
+  for (auto& [id, fd] : g_exported_fds) {
+    ::close(fd);
+    g_parked_exports[id] = fd;
+  }
   g_exported_fds.clear();
+}
+
+void ipc_reopen_exports() {
+  std::lock_guard lock(g_mu);
+  for (auto& [id, number] : g_parked_exports) {
+    const Region& reg = g_regions[id];
+    if (reg.kind == RegionKind::free || !reg.handle) continue;
+    int fresh = -1;
+    if (real_driver()->cuMemExportToShareableHandle(
+            &fresh, reg.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS)
+      continue;  // exported again on the next cuIpcGetMemHandle
+    // The same number when it is still free: tokens given out name it (Note [IPC memory under
+    // gcr]); a restore gives the memory another identity, and their inode check then fails.
+    int fd = fresh;
+    if (::fcntl(number, F_GETFD) == -1 && errno == EBADF &&
+        ::dup3(fresh, number, O_CLOEXEC) == number) {
+      ::close(fresh);
+      fd = number;
+    }
+    g_exported_fds[id] = fd;
+    add_share_key(g_export_keys[id], share_key_of_fd(fd));
+  }
+  g_parked_exports.clear();
 }
 
 extern "C" {

@@ -302,6 +302,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   }
   drop_held_regions();  // their allocations are held by their handles again
   refresh_kept_exports();
+  ipc_reopen_exports();
   g_state = ProcessState::quiesced;
   return ok();
 }

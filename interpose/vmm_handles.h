@@ -101,6 +101,7 @@ std::uint64_t ipc_export_key(std::uint32_t region_id);
 std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id);
 void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key);
 void ipc_close_exports();
+void ipc_reopen_exports();  // at unpark, once the regions have their handles again
 std::vector<std::string> ipc_blockers();
 std::size_t ipc_memory_opened();                  // other processes' memory mapped here now
 void ipc_forget_region(std::uint32_t region_id);  // closes its IPC export, as the region goes

@@ -590,6 +590,7 @@ std::string handle_checks(CUdeviceptr slab_memory, CUmemGenericAllocationHandle 
 }
 
 int mode_handles() {
+  constexpr int kIpcWords = 16384;
   ChildKernels k = load_kernels();
   constexpr std::size_t kPage = 2u << 20;
   constexpr int kPages = 4;
@@ -632,6 +633,42 @@ int mode_handles() {
       CHILD_CU(
           cuMemExportToShareableHandle(&shared_fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
       say("shared");
+      continue;
+    }
+    if (cmd == "ipc-export") {  // 64 KiB of cuMemAlloc memory (in a slab), shared by token
+      CUdeviceptr d = 0;
+      CHILD_CU(cuMemAlloc_v2(&d, kIpcWords * 4));
+      child_launch(k.fill, kIpcWords, nullptr, d, 23u, kIpcWords);
+      CHILD_CU(cuCtxSynchronize());
+      CUipcMemHandle h{};
+      CHILD_CU(cuIpcGetMemHandle(&h, d));
+      std::string hex;
+      for (unsigned char c : h.reserved) {
+        char b[3];
+        std::snprintf(b, sizeof b, "%02x", c);
+        hex += b;
+      }
+      say("ipc %s", hex.c_str());
+      continue;
+    }
+    if (cmd.rfind("ipc-open ", 0) == 0) {  // opens a token, checks the owner's bytes
+      CUipcMemHandle h{};
+      std::string hex = cmd.substr(9);
+      for (std::size_t i = 0; i < sizeof h.reserved && 2 * i + 1 < hex.size(); ++i)
+        h.reserved[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      CUdeviceptr d = 0;
+      CUresult r = cuIpcOpenMemHandle_v2(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r != CUDA_SUCCESS) {
+        say("opened error %d", static_cast<int>(r));
+        continue;
+      }
+      std::vector<unsigned> host(kIpcWords);
+      CHILD_CU(cuMemcpyDtoH(host.data(), d, kIpcWords * 4ull));
+      std::string result = "ok";
+      for (int i = 0; i < kIpcWords && result == "ok"; ++i)
+        if (host[i] != probe_word(23u, static_cast<unsigned>(i)))
+          result = "bad at word " + std::to_string(i);
+      say("opened %s", result.c_str());
       continue;
     }
     if (cmd != "verify") continue;

@@ -288,5 +288,51 @@ TEST_CASE("memory exported to other processes is reported with its share key, an
   CHECK(describe_status(child.wait()) == "exit 0");
 }
 
+// Note [IPC memory under gcr] and Note [Shared regions]: a cuIpc token's memory is reported shared
+// by both sides under one key, and a token taken before a --leave-running park still opens after
+// it (the owner's export is closed at park and made again, at its fd number, at unpark).
+TEST_CASE("a cuIpc token opens after its owner was parked and unparked; both sides share one key",
+          "[park]") {
+  Child owner = Child::mode({"handles"}, gcr_env());
+  Child peer = Child::mode({"handles"}, gcr_env());
+  REQUIRE(owner.read_until("ready", 30000));
+  REQUIRE(peer.read_until("ready", 30000));
+  owner.send("ipc-export");
+  auto token = owner.read_until("ipc", 30000);
+  REQUIRE(token);
+  std::string hex = token->substr(4);
+  {
+    control::Client client = connect(owner.pid());
+    REQUIRE(client.quiesce(std::chrono::seconds(10)));
+    auto parked = client.park();
+    REQUIRE(parked);
+    REQUIRE(client.unpark(*parked));
+    REQUIRE(client.resume());
+    REQUIRE(client.close());
+  }
+  peer.send("ipc-open " + hex);
+  CHECK(peer.read_until("opened", 30000) == std::optional<std::string>("opened ok"));
+  control::Client a = connect(owner.pid());
+  auto owner_shares = a.shares();
+  REQUIRE(a.close());
+  control::Client b = connect(peer.pid());
+  auto peer_shares = b.shares();
+  REQUIRE(b.close());
+  REQUIRE(owner_shares);
+  REQUIRE(peer_shares);
+  REQUIRE(owner_shares->size() == 1);
+  REQUIRE(peer_shares->size() == 1);
+  CHECK(owner_shares->at(0).flags == control::kShareExported);
+  CHECK(peer_shares->at(0).flags == control::kShareImported);
+  bool meet = false;
+  for (std::uint64_t k : owner_shares->at(0).keys)
+    for (std::uint64_t j : peer_shares->at(0).keys) meet = meet || k == j;
+  CHECK(meet);
+  for (Child* c : {&owner, &peer}) {
+    c->send("exit");
+    CHECK(describe_status(c->wait()) == "exit 0");
+  }
+}
+
 }  // namespace
 }  // namespace ipt
