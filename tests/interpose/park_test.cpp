@@ -289,8 +289,9 @@ TEST_CASE("memory exported to other processes is reported with its share key, an
 }
 
 // Note [IPC memory under gcr] and Note [Shared regions]: a cuIpc token's memory is reported shared
-// by both sides under one key, and a token taken before a --leave-running park still opens after
-// it (the owner's export is closed at park and made again, at its fd number, at unpark).
+// by both sides under one key, a token taken before a --leave-running park still opens after it
+// (the owner's export is closed at park and made again, at its fd number, at unpark), and parked,
+// neither side holds any of it in the driver.
 TEST_CASE("a cuIpc token opens after its owner was parked and unparked; both sides share one key",
           "[park]") {
   Child owner = Child::mode({"handles"}, gcr_env());
@@ -328,6 +329,17 @@ TEST_CASE("a cuIpc token opens after its owner was parked and unparked; both sid
   for (std::uint64_t k : owner_shares->at(0).keys)
     for (std::uint64_t j : peer_shares->at(0).keys) meet = meet || k == j;
   CHECK(meet);
+  // Parked, neither side holds any of it in the driver (the owner's cached export included).
+  for (Child* c : {&owner, &peer}) {
+    control::Client client = connect(c->pid());
+    REQUIRE(client.quiesce(std::chrono::seconds(10)));
+    auto parked = client.park();
+    REQUIRE(parked);
+    check_nothing_held(c->pid(), *parked);
+    REQUIRE(client.unpark(*parked));
+    REQUIRE(client.resume());
+    REQUIRE(client.close());
+  }
   for (Child* c : {&owner, &peer}) {
     c->send("exit");
     CHECK(describe_status(c->wait()) == "exit 0");

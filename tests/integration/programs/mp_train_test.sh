@@ -10,7 +10,9 @@
 #      while their memory loads) finishes so too;
 #   b: a checkpoint that ends the job, then its restore on the other GPU (--device 1);
 #   c: a cut that cannot be reached within --timeout (a rank that lags 3 s) gives every process
-#      back, names the rank, and the job finishes right.
+#      back, names the rank, and the job finishes right;
+#   d: gcrd killed (-9) while every rank's memory is parked in it: each rank's keeper gives its
+#      memory back (Note [Parked memory outlives gcrd]) and the job finishes right.
 #
 #   mp_train_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -110,4 +112,22 @@ wait "$P" || fail "the job failed after the abandoned cut: $(tail -5 "$T/c.log")
 every_rank_matches "$T/c.log" 2 "the job whose cut was abandoned"
 [[ $("$GCR" image ls --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)['checkpoints']))") == 3 ]] ||
   fail "a refused checkpoint left an image"
+
+echo "== d: gcrd killed while the job's memory is parked in it"
+REF=$(checksum_of "$T/ref.log")
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+launch "$T/d.log" "${MP[@]}" --ranks 3 --lag-rank 1 --lag-ms 5
+wait_ranks "$P" 3
+wait_steps "$T/d.log" $((RANDOM % 30 + 5))
+rc=0
+GCR_GCRD_PAUSE_AT=parked:60 "$GCR" checkpoint "$P" -R > "$T/d.out" 2> "$T/d.err" &
+CK=$!
+for _ in $(seq 1 1000); do grep -q "paused at parked" "$T/gcrd.log" 2>/dev/null && break; sleep 0.02; done
+grep -q "paused at parked" "$T/gcrd.log" || fail "gcrd did not reach the park: $(tail -5 "$T/gcrd.log")"
+pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
+wait "$CK" || rc=$?
+[[ $rc != 0 ]] || fail "the checkpoint succeeded although gcrd was killed"
+echo "gcr said (exit $rc): $(head -c 200 "$T/d.err")"
+wait "$P" || fail "the job failed after gcrd died with its memory parked: $(tail -5 "$T/d.log")"
+every_rank_matches "$T/d.log" 3 "the job whose gcrd died during its checkpoint"
 echo "PASS"
