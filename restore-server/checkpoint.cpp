@@ -514,7 +514,37 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     progress(bytes_progress("storing", done, to_store_bytes));
   };
   auto tstore = Clock::now();
-  if (!shared_to_store.empty()) {
+  // Under --leave-running, shared allocations are copied on the device first (what the spare
+  // device memory allows: snapshot_budget_bytes), so that the job runs again before they are
+  // stored; nothing writes the copies. Otherwise they are stored before any member runs.
+  std::vector<MappedAllocation> snapshots;
+  bool shared_later = false;
+  if (req.leave_running && !shared_to_store.empty()) {
+    auto ts = Clock::now();
+    std::uint64_t need = 0;
+    for (const DrainRegion& d : shared_to_store) need += d.region.size;
+    if (need <= req.snapshot_budget_bytes) {
+      snapshots.reserve(shared_to_store.size());
+      shared_later = true;
+      for (const DrainRegion& d : shared_to_store) {
+        Status used = gpu->use(d.original->device());
+        auto snap = used ? MappedAllocation::create(d.region.size, d.original->device())
+                         : Result<MappedAllocation>(used.error());
+        Status copied = snap ? snap->copy_from(*d.original) : Status(snap.error());
+        if (!copied) {  // no room: store them now instead
+          shared_later = false;
+          snapshots.clear();
+          break;
+        }
+        snapshots.push_back(std::move(snap).value());
+      }
+      if (shared_later)
+        for (std::size_t i = 0; i < shared_to_store.size(); ++i)
+          shared_to_store[i].original = &snapshots[i];
+    }
+    record_phase(rep, "snapshot", ts);
+  }
+  if (!shared_to_store.empty() && !shared_later) {
     auto drained = drain_regions(*gpu, *writer, shared_to_store, nullptr, nullptr, stored);
     if (!drained) {
       if (req.leave_running) give_all_back();
@@ -570,7 +600,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
            " MiB of device memory and the CRIU image");
   Status drained_all = ok();
-  for (std::size_t i = 0; i < members.size() && drained_all; ++i) {
+  for (std::size_t i = 0; i < members.size() && drained_all; ++i) {  // each behind its table
     auto drained = drain_regions(*gpu, *writer, to_store[i], tables[i] ? &*tables[i] : nullptr,
                                  running[i] ? &*running[i] : nullptr, stored);
     if (!drained) {
@@ -583,6 +613,15 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     for (const DrainRegion& d : to_store[i]) stored_before += d.region.size;
     rep.cow_copies += drained->took_copy;
     rep.cow_waits += drained->wanted;
+  }
+  // The device copies of shared allocations last: no member waits for them.
+  if (shared_later && drained_all) {
+    auto drained = drain_regions(*gpu, *writer, shared_to_store, nullptr, nullptr, stored);
+    if (!drained)
+      drained_all =
+          std::move(drained)
+              .context("storing the shared device memory of job " + std::to_string(req.pid))
+              .error();
   }
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!running[i]) continue;
