@@ -78,8 +78,7 @@ std::vector<std::uint32_t> valloc_unmapped() {
 std::uint64_t share_key_of_fd(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return 0;
-  return (static_cast<std::uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull) ^
-         static_cast<std::uint64_t>(st.st_ino);
+  return control::share_key(st.st_dev, st.st_ino);
 }
 
 void add_share_key(std::vector<std::uint64_t>& keys, std::uint64_t key) {

@@ -2,10 +2,12 @@
 #include "job.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -150,6 +152,31 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
                            "the job's launcher), or both sides would come back with a private "
                            "copy"};
         }
+    }
+  }
+
+  // A process not under gcr may hold the memory too (an importer that kept the fd): refused as
+  // well, since gcr could not give it the memory back.
+  if (!lonely_keys.empty()) {
+    std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
+    for (pid_t other : criu::proc_pids()) {
+      if (in_tree.contains(other)) continue;
+      std::error_code ec;
+      const std::string dir = "/proc/" + std::to_string(other) + "/fd";
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        struct stat st {};
+        if (::stat(e.path().c_str(), &st) != 0) continue;
+        std::uint64_t k = control::share_key(st.st_dev, st.st_ino);
+        if (!lonely_keys.contains(k)) continue;
+        const Node& mine = nodes[lonely_node[k]];
+        return Error{Errc::unsupported,
+                     describe(members[mine.member].pid) + " shares device memory (region 0x" +
+                         hex(mine.share.address) + ") with " + describe(other) + " (its fd " +
+                         e.path().filename().string() + "), which is not in the tree of process " +
+                         std::to_string(tree.root) +
+                         ": checkpoint a tree that holds both, or both sides would come back "
+                         "with a private copy"};
+      }
     }
   }
 

@@ -67,7 +67,11 @@ struct ShareRecord {
   std::vector<std::uint64_t> keys;
   friend bool operator==(const ShareRecord&, const ShareRecord&) = default;
 };
-inline constexpr std::uint32_t kMaxShareKeys = 16;        // per record
+inline constexpr std::uint32_t kMaxShareKeys = 16;  // per record
+// A file's identity (st_dev, st_ino) as a share key.
+inline constexpr std::uint64_t share_key(std::uint64_t dev, std::uint64_t ino) {
+  return (dev * 0x9E3779B97F4A7C15ull) ^ ino;
+}
 inline constexpr std::uint32_t kShareExported = 1u << 0;  // given to other processes from here
 inline constexpr std::uint32_t kShareImported = 1u << 1;  // another process's memory, mapped here
 

@@ -4,7 +4,8 @@
 # from a shell as users start it: checkpointed at random moments (stopping, and twice live),
 # restored on the same and on the other simulated GPU, bit-identical to an uninterrupted run; the
 # second live checkpoint stores only what changed. A program that exported one of its pages and
-# keeps the fd (--vmm-share; no peer has imported it) is checkpointed and restored the same way.
+# keeps the fd (--vmm-share; no peer has imported it) is checkpointed and restored the same way,
+# and refused while a process outside its tree holds that memory.
 # (Note [Virtual allocation handles] in interpose/vmm_handles.h.)
 #
 #   vmm_handles_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
@@ -80,6 +81,32 @@ for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
 [[ $(checksum_after "$T/c.log" "$len") == "$REF" ]] ||
   fail "restore c1 ended with '$(checksum_after "$T/c.log" "$len")', expected $REF"
 echo "ok: restore c1 matches"
+
+echo "== the same while a process outside its tree, not under gcr, holds that memory: refused"
+# (here the holder opened the process's device memory files, as an importer that kept the fd would)
+"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" --steps 100000 >> "$T/d.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/d.log" 5
+python3 -c '
+import os, sys, time
+fds = [os.open(f"/proc/{sys.argv[1]}/fd/{n}", os.O_RDONLY) for n in os.listdir(f"/proc/{sys.argv[1]}/fd")
+       if "simgpu-dev" in os.readlink(f"/proc/{sys.argv[1]}/fd/{n}")]
+print(len(fds), flush=True)
+time.sleep(120)' "$P" > "$T/holder.out" &
+H=$!
+pids+=("$H")
+for _ in $(seq 1 250); do [[ -s $T/holder.out ]] && break; sleep 0.02; done
+rc=0
+"$GCR" checkpoint "$P" -R > "$T/held.out" 2> "$T/held.err" || rc=$?
+[[ $rc == 8 ]] || fail "checkpoint while process $H holds the exported memory: exit $rc, expected 8: $(cat "$T/held.err")"
+grep -q "process $H" "$T/held.err" || fail "the refusal does not name process $H: $(cat "$T/held.err")"
+echo "refused: $(head -c 300 "$T/held.err")"
+kill "$H"
+wait "$H" 2>/dev/null || true
+kill -0 "$P" 2>/dev/null || fail "the process whose checkpoint was refused is gone"
+kill "$P"
+wait "$P" 2>/dev/null || true
 
 "$GCR" image verify > /dev/null || fail "gcr image verify after the test"
 echo "PASS"
