@@ -100,15 +100,7 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
       if (shares.error().code == Errc::unsupported) continue;  // an interposer before 1.3
       return std::move(shares).context("asking " + describe(members[m].pid)).error();
     }
-    for (control::ShareRecord& s : *shares) {
-      if (std::getenv("GCR_DEBUG_JOB")) {
-        std::fprintf(stderr, "gcrd: job: pid %d shares 0x%llx flags %u keys", members[m].pid,
-                     static_cast<unsigned long long>(s.address), s.flags);
-        for (auto k : s.keys) std::fprintf(stderr, " %llx", static_cast<unsigned long long>(k));
-        std::fprintf(stderr, "\n");
-      }
-      nodes.push_back({m, std::move(s)});
-    }
+    for (control::ShareRecord& s : *shares) nodes.push_back({m, std::move(s)});
   }
   Groups g;
   g.parent.resize(nodes.size());
@@ -218,10 +210,6 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
       return std::move(c).context("beginning the cut at " + describe(members[m].pid)).error();
     }
     counts[m] = *c;
-    if (std::getenv("GCR_DEBUG_JOB"))
-      std::fprintf(stderr, "gcrd: job: cut begin at pid %d: admitted %llu issued %llu waiting %u\n",
-                   members[m].pid, static_cast<unsigned long long>(c->admitted),
-                   static_cast<unsigned long long>(c->issued), c->waiting);
   }
   std::map<std::size_t, std::uint64_t> target;  // by group
   for (const auto& [m, c] : counts) {
