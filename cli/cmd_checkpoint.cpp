@@ -42,6 +42,7 @@ struct CheckpointOptions {
 struct RestoreOptions {
   std::string name;
   int device = -1;
+  std::string device_map;  // --device-map FROM=TO,...
   bool eager = false;
   bool new_pid_namespace = false;
   bool json = false;
@@ -384,6 +385,7 @@ Status restore(RestoreOptions o, Context& ctx) {
   std::map<std::string, std::string> fields = {{"name", o.name},
                                                {"store", ctx.store_root().string()}};
   if (o.device >= 0) fields["device"] = std::to_string(o.device);
+  if (!o.device_map.empty()) fields["device_map"] = o.device_map;
   if (o.eager) fields["eager"] = "1";
   if (streamed && streamed->arriving()) fields["arriving"] = "1";
   if (o.new_pid_namespace) fields["new_pid_namespace"] = "1";
@@ -540,9 +542,14 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   static RestoreOptions ro;
   auto* r = app.add_subcommand("restore", "Restore a checkpoint as a running process");
   r->add_option("name", ro.name, "Tag or id of the checkpoint")->required();
-  r->add_option("--device", ro.device,
-                "Restore onto this GPU (ordinal) instead of the original one")
-      ->type_name("N");
+  auto* device = r->add_option("--device", ro.device,
+                               "Restore onto this GPU (ordinal) instead of the original one")
+                     ->type_name("N");
+  r->add_option("--device-map", ro.device_map,
+                "Restore each GPU the checkpoint used onto another: FROM=TO pairs of ordinals, "
+                "comma-separated, naming every GPU it used (a job spread over GPUs: 0=1,1=0)")
+      ->type_name("MAP")
+      ->excludes(device);
   r->add_flag("--eager", ro.eager,
               "Load all device memory before the process runs (default: the process runs at once "
               "and waits only for memory it touches before it has arrived)");

@@ -199,6 +199,9 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     req.name = f.count("name") ? f.at("name") : "";
     if (f.count("device") && !f.at("device").empty())
       req.device = std::atoi(f.at("device").c_str());
+    if (f.count("device_map") && !f.at("device_map").empty()) {
+      GCR_TRY_ASSIGN(req.device_map, parse_device_map(f.at("device_map")));
+    }
     req.eager = f.count("eager") && f.at("eager") == "1";
     req.arriving = f.count("arriving") && f.at("arriving") == "1";
     req.new_pid_namespace = f.count("new_pid_namespace") && f.at("new_pid_namespace") == "1";

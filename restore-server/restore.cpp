@@ -161,6 +161,34 @@ Result<std::vector<control::Client>> give_job_its_memory(
 
 }  // namespace
 
+Result<std::map<int, int>> parse_device_map(const std::string& text) {
+  std::map<int, int> out;
+  std::set<int> targets;
+  for (std::size_t at = 0; at <= text.size();) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    std::string pair = text.substr(at, comma - at);
+    at = comma + 1;
+    std::size_t eq = pair.find('=');
+    auto number = [](const std::string& t) {
+      if (t.empty() || t.size() > 3 || t.find_first_not_of("0123456789") != std::string::npos)
+        return -1;
+      return std::atoi(t.c_str());
+    };
+    int from = eq == std::string::npos ? -1 : number(pair.substr(0, eq));
+    int to = eq == std::string::npos ? -1 : number(pair.substr(eq + 1));
+    if (from < 0 || to < 0)
+      return Error{Errc::invalid_argument,
+                   "device map entry '" + pair + "' is not FROM=TO (GPU ordinals, e.g. 0=1,1=0)"};
+    if (!out.emplace(from, to).second || !targets.insert(to).second)
+      return Error{Errc::invalid_argument,
+                   "device map '" + text + "' names GPU " +
+                       std::to_string(out.contains(from) && out[from] != to ? from : to) +
+                       " twice"};
+  }
+  return out;
+}
+
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,
                                          const RestoreRequest& req, const Progress& progress) {
   auto t0 = Clock::now();
@@ -191,13 +219,36 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                                              ": this machine has " +
                                              std::to_string(gpu->device_count()) + " GPU(s)"};
 
+  // Where each GPU of the checkpoint goes.
+  std::set<int> used_devices;
+  for (const auto& obj : m.objects)
+    if (obj.kind == store::ObjectKind::device_region)
+      used_devices.insert(static_cast<int>(obj.device));
+  if (!req.device_map.empty()) {
+    for (int d : used_devices)
+      if (!req.device_map.contains(d))
+        return Error{Errc::invalid_argument, "--device-map does not say where GPU " +
+                                                 std::to_string(d) + " of checkpoint " +
+                                                 rep.id.substr(0, 12) +
+                                                 " goes; name every GPU "
+                                                 "it used"};
+    for (const auto& [from, to] : req.device_map)
+      if (to < 0 || to >= gpu->device_count())
+        return Error{Errc::invalid_argument, "--device-map " + std::to_string(from) + "=" +
+                                                 std::to_string(to) + ": this machine has " +
+                                                 std::to_string(gpu->device_count()) + " GPU(s)"};
+  }
+  auto target_of = [&](std::uint32_t device) {
+    if (req.device) return *req.device;
+    auto it = req.device_map.find(static_cast<int>(device));
+    return it == req.device_map.end() ? static_cast<int>(device) : it->second;
+  };
   // Device memory first: if it cannot be had, nothing has been started yet.
   std::vector<control::RegionRecord> records;
   std::vector<MappedAllocation> allocations;
   std::map<int, std::uint64_t> need;
   for (const auto& obj : m.objects)
-    if (obj.kind == store::ObjectKind::device_region)
-      need[req.device ? *req.device : static_cast<int>(obj.device)] += obj.size;
+    if (obj.kind == store::ObjectKind::device_region) need[target_of(obj.device)] += obj.size;
   for (const auto& [dev, bytes] : need) {
     if (dev >= gpu->device_count())
       return Error{Errc::invalid_argument,
@@ -224,7 +275,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::vector<store::ObjectEntry> objects;
   for (const auto& obj : m.objects) {
     if (obj.kind != store::ObjectKind::device_region) continue;
-    int dev = req.device ? *req.device : static_cast<int>(obj.device);
+    int dev = target_of(obj.device);
     GCR_TRY(gpu->use(dev));
     GCR_TRY_ASSIGN(MappedAllocation a, MappedAllocation::create(obj.size, dev));
     records.push_back({obj.address, obj.size, static_cast<std::uint32_t>(dev), 0});
@@ -282,7 +333,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   record_phase(rep, "materialize", tm);
 
   auto env = driver_env();
-  if (req.device) {
+  if (!req.device_map.empty()) {
+    // The driver's restore needs a pair for every GPU the process used (device 0 when the image
+    // holds none): those of the map.
+    std::string pairs;
+    for (const auto& [from, to] : req.device_map)
+      pairs += (pairs.empty() ? "" : ",") + std::to_string(from) + "=" + std::to_string(to);
+    env["GCR_DEVICE_MAP"] = pairs;
+  } else if (req.device) {
     // The driver's restore needs a pair for every GPU the process used: those its regions were on
     // (device 0 when the image holds none, as a --stop-copy image does).
     std::set<int> used;
@@ -292,7 +350,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (used.size() > 1)
       return Error{Errc::unsupported, "checkpoint " + rep.id.substr(0, 12) + " used " +
                                           std::to_string(used.size()) +
-                                          " GPUs; --device moves a single-GPU process only"};
+                                          " GPUs; --device moves a single-GPU process: give each "
+                                          "GPU its place with --device-map"};
     env["GCR_DEVICE_MAP"] = std::to_string(*used.begin()) + "=" + std::to_string(*req.device);
   }
   if (loader && loader->failed()) return loader->wait().error();  // before any process exists

@@ -23,9 +23,10 @@
 namespace gcr::gcrd {
 
 struct RestoreRequest {
-  std::string name;           // tag or id
-  std::optional<int> device;  // restore every GPU of the checkpoint onto this one
-  bool eager = false;         // load all device memory before CRIU (default: on demand)
+  std::string name;               // tag or id
+  std::optional<int> device;      // restore every GPU of the checkpoint onto this one
+  std::map<int, int> device_map;  // or each onto another (every GPU it used named)
+  bool eager = false;             // load all device memory before CRIU (default: on demand)
   // The checkpoint (name: its full id) is still arriving from a bucket (gcr/store.h,
   // open_checkpoint): chunks not yet in the store are waited for as they are read.
   bool arriving = false;
@@ -58,6 +59,9 @@ struct RestoreReport {
   std::map<std::string, std::uint64_t> times_ns;
   std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
 };
+
+// "0=1,1=0": FROM=TO ordinals; each FROM and each TO once.
+Result<std::map<int, int>> parse_device_map(const std::string& text);
 
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,
                                          const RestoreRequest& request, const Progress& progress);

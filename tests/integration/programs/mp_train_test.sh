@@ -12,7 +12,9 @@
 #   c: a cut that cannot be reached within --timeout (a rank that lags 3 s) gives every process
 #      back, names the rank, and the job finishes right;
 #   d: gcrd killed (-9) while every rank's memory is parked in it: each rank's keeper gives its
-#      memory back (Note [Parked memory outlives gcrd]) and the job finishes right.
+#      memory back (Note [Parked memory outlives gcrd]) and the job finishes right;
+#   e: a job spread over two GPUs (rank r on GPU r) checkpointed, and restored with the GPUs
+#      swapped (--device-map 0=1,1=0).
 #
 #   mp_train_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -130,4 +132,26 @@ wait "$CK" || rc=$?
 echo "gcr said (exit $rc): $(head -c 200 "$T/d.err")"
 wait "$P" || fail "the job failed after gcrd died with its memory parked: $(tail -5 "$T/d.log")"
 every_rank_matches "$T/d.log" 3 "the job whose gcrd died during its checkpoint"
+
+echo "== e: a job over two GPUs, restored with the GPUs swapped"
+launch "$T/e.log" "${MP[@]}" --ranks 2 --spread
+disown "$P"
+wait_ranks "$P" 2
+wait_steps "$T/e.log" $((RANDOM % 40 + 5))
+tree=$(tree_of "$P" | tr '\n' ' ')
+pids+=($tree)
+checkpoint_json "$T/e1.json" "$P" --name mp-e1
+for p in $tree; do wait_gone "$p"; done
+"$GCR" image inspect mp-e1 --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+devs = sorted({o['device'] for o in d['objects'] if o.get('kind') == 'region'})
+sys.exit(0 if devs == [0, 1] else 'the job used GPUs %s, expected [0, 1]' % devs)" || fail "the spread job's image"
+for bad_map in 0=1,1=1 0=1 0=1,1=7 0:1; do
+  rc=0
+  "$GCR" restore mp-e1 --device-map "$bad_map" > "$T/bad-map.out" 2>&1 || rc=$?
+  [[ $rc != 0 ]] || fail "restore with --device-map $bad_map succeeded"
+  echo "refused --device-map $bad_map (exit $rc): $(head -c 160 "$T/bad-map.out")"
+done
+restore_job "$(json_field id < "$T/e1.json")" "$T/e.log" 2 --device-map 0=1,1=0
 echo "PASS"

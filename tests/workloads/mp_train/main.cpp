@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
 
   CU_CHECK(cuInit(0));
   CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
+  int devices = 1;
+  CU_CHECK(cuDeviceGetCount(&devices));
+  CU_CHECK(cuDeviceGet(&device, options.spread && options.rank > 0 ? options.rank % devices : 0));
   CUcontext context;
   CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
   CU_CHECK(cuCtxSetCurrent(context));

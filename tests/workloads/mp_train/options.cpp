@@ -8,7 +8,7 @@ namespace mp {
 namespace {
 constexpr char kUsage[] =
     "usage: mp_train [--ranks N] [--steps N] [--batch B] [--hidden H] [--seed S]\n"
-    "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M]\n"
+    "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M] [--spread]\n"
     "                [--transport rotate|scm|pidfd|proxy|ipc]\n"
     "  --ranks N          processes training data-parallel, 1..4 (default 2); 1 is the\n"
     "                     single-process reference\n"
@@ -18,6 +18,7 @@ constexpr char kUsage[] =
     "  --seed S           seed of data and initial weights (default 1)\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
     "  --quiet            print every 50th step only\n"
+    "  --spread           rank R runs on GPU R % (the number of GPUs) instead of GPU 0\n"
     "  --lag-rank R       rank R sleeps --lag-ms before launching its all-reduce on every\n"
     "  --lag-ms M         step s with s % 4 == 1, while its peers' kernels already spin\n"
     "  --transport T      how mailbox parts reach the peer (default rotate: every transport on\n"
@@ -37,6 +38,7 @@ Options parse_options(int argc, char** argv) {
   o.seed = static_cast<std::uint64_t>(flags.integer("--seed", 1, 0, INT64_MAX));
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
   o.quiet = flags.boolean("--quiet");
+  o.spread = flags.boolean("--spread");
   o.lag_rank = static_cast<int>(flags.integer("--lag-rank", -1, 0, 3));
   o.lag_ms = static_cast<int>(flags.integer("--lag-ms", 0, 0, 60'000));
   std::string transport = flags.text("--transport", "rotate");

@@ -19,6 +19,7 @@ struct Options {
   std::uint64_t seed = 1;
   int step_delay_ms = 0;
   bool quiet = false;
+  bool spread = false;  // rank r on GPU r % (the number of GPUs)
   int lag_rank = -1;
   int lag_ms = 0;
   TransportChoice transport = TransportChoice::kRotate;
