@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -135,21 +137,42 @@ Status list_processes(bool json, Context& ctx) {
     std::string command;
     control::StatusInfo status;
     std::string error;
+    std::vector<control::ShareRecord> shares;  // device memory shared with other processes
+    std::set<pid_t> peers;                     // the listed processes it shares it with
   };
   std::vector<Row> rows;
   for (pid_t pid : control::find_managed_processes()) {
-    Row r{pid, cmdline_of(pid), {}, {}};
+    Row r{pid, cmdline_of(pid), {}, {}, {}, {}};
     auto client = control::Client::connect(pid, std::chrono::seconds(2));
     if (!client) {
       r.error = client.error().message;
     } else if (auto st = client->status()) {
       r.status = *st;
+      if (auto shares = client->shares()) r.shares = std::move(shares).value();
       (void)client->close();
     } else {
       r.error = st.error().message;
     }
     rows.push_back(std::move(r));
   }
+  // Note [Shared regions]: processes whose share keys meet map the same memory.
+  std::map<std::uint64_t, std::set<pid_t>> by_key;
+  for (const Row& r : rows)
+    for (const control::ShareRecord& sh : r.shares)
+      for (std::uint64_t k : sh.keys) by_key[k].insert(r.pid);
+  for (Row& r : rows)
+    for (const control::ShareRecord& sh : r.shares)
+      for (std::uint64_t k : sh.keys)
+        for (pid_t p : by_key[k])
+          if (p != r.pid) r.peers.insert(p);
+  auto shared_text = [](const Row& r) {
+    if (r.shares.empty()) return std::string("-");
+    std::string t = std::to_string(r.shares.size());
+    if (r.peers.empty()) return t + " (no peer here)";
+    std::string with;
+    for (pid_t p : r.peers) with += (with.empty() ? "" : ",") + std::to_string(p);
+    return t + " with " + with;
+  };
   if (json) {
     JsonWriter j;
     j.begin_array();
@@ -165,7 +188,11 @@ Status list_processes(bool json, Context& ctx) {
             .field("dirty_bytes", r.status.dirty_bytes)
             .field("epoch", r.status.epoch)
             .field("last_checkpoint", r.status.last_checkpoint)
-            .field("conservative_tracking", r.status.conservative);
+            .field("conservative_tracking", r.status.conservative)
+            .field("shared_regions", static_cast<std::uint64_t>(r.shares.size()));
+        j.key("shares_with").begin_array();
+        for (pid_t p : r.peers) j.value(static_cast<std::int64_t>(p));
+        j.end_array();
       }
       j.end_object();
     }
@@ -182,17 +209,18 @@ Status list_processes(bool json, Context& ctx) {
            {"DEVICE MEMORY", Table::Align::right},
            {"DIRTY", Table::Align::right},
            {"LAST CHECKPOINT"},
+           {"SHARED"},
            {"COMMAND"}});
   for (const Row& r : rows) {
     if (!r.error.empty()) {
-      t.add_row({std::to_string(r.pid), "?", "-", "-", "-",
+      t.add_row({std::to_string(r.pid), "?", "-", "-", "-", "-",
                  display_safe(r.command + "  (" + r.error + ")")});
       continue;
     }
     t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state),
                format_bytes(r.status.region_bytes), format_bytes(r.status.dirty_bytes),
                r.status.last_checkpoint.empty() ? "-" : r.status.last_checkpoint.substr(0, 12),
-               display_safe(r.command)});
+               shared_text(r), display_safe(r.command)});
   }
   print(t.render());
   return ok();
