@@ -330,6 +330,28 @@ class StepLog:
         return self.wait(lambda i, e: e[0] >= n, timeout_s, f"step {n}", alive)
 
 
+def start_gcrd(gcr, env, log_path):
+    """gcrd in the foreground (`gcr daemon`, so that it is ours to stop), logging to log_path;
+    returns its Popen once it listens on env's GCR_GCRD_SOCKET. Shared by the benches."""
+    sock = env["GCR_GCRD_SOCKET"]
+    with open(log_path, "ab") as lf:
+        gcrd = subprocess.Popen([gcr, "daemon"], env=env, stdin=subprocess.DEVNULL, stdout=lf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    REAPER.add(gcrd.pid, "gcrd", gcrd)
+    deadline = time.monotonic() + 15
+    while True:
+        if gcrd.poll() is not None:
+            raise Failure(f"gcrd exited {gcrd.returncode} at start")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(sock)
+            return gcrd
+        except OSError:
+            if time.monotonic() > deadline:
+                raise Failure("gcrd did not listen within 15 s")
+            time.sleep(0.02)
+
+
 def run_gcr(cmd, env, timeout_s):
     """Runs a gcr command with --json; returns (wall_ms, parsed json, t_start, t_end)."""
     t0 = time.monotonic()
@@ -389,23 +411,7 @@ def measure(footprint, mode, args, build, timeouts):
     restored_pid = None
     t_run = time.monotonic()
     try:
-        # gcrd in the foreground (`gcr daemon`), so that it is ours to stop.
-        with open(gcrd_log, "ab") as lf:
-            gcrd = subprocess.Popen([gcr, "daemon"], env=env, stdin=subprocess.DEVNULL, stdout=lf,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        REAPER.add(gcrd.pid, "gcrd", gcrd)
-        deadline = time.monotonic() + 15
-        while True:
-            if gcrd.poll() is not None:
-                raise Failure(f"gcrd exited {gcrd.returncode} at start")
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.connect(sock)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise Failure("gcrd did not listen within 15 s")
-                time.sleep(0.02)
+        gcrd = start_gcrd(gcr, env, gcrd_log)
 
         # The application. Appending: CRIU accepts a log file that grew between a checkpoint and
         # its restore only when it is opened for appending.

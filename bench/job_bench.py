@@ -30,7 +30,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,24 +54,6 @@ def kill_group(p):
         pass
 
 
-def start_gcrd(gcr, env, sock, log):
-    with open(log, "ab") as lf:
-        d = subprocess.Popen([gcr, "daemon"], env=env, stdin=subprocess.DEVNULL, stdout=lf,
-                             stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 15
-    while True:
-        if d.poll() is not None:
-            raise cb.Failure(f"gcrd exited {d.returncode} at start")
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.connect(sock)
-            return d
-        except OSError:
-            if time.monotonic() > deadline:
-                raise cb.Failure("gcrd did not listen within 15 s")
-            time.sleep(0.02)
-
-
 def measure(ranks, mode, args):
     r = {"ranks": ranks, "mode": mode, "hidden": args.hidden, "ok": False}
     root = tempfile.mkdtemp(prefix=f"gcr-bench-job-{ranks}-{mode}-", dir=args.dir)
@@ -86,7 +67,7 @@ def measure(ranks, mode, args):
     log_path = os.path.join(root, "app.log")
     gcrd = app = slog = None
     try:
-        gcrd = start_gcrd(gcr, env, sock, os.path.join(root, "gcrd.log"))
+        gcrd = cb.start_gcrd(gcr, env, os.path.join(root, "gcrd.log"))
         open(log_path, "ab").close()
         slog = cb.StepLog(log_path)
         with open(log_path, "ab") as lf:

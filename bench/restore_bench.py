@@ -36,7 +36,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,26 +52,6 @@ def drop_caches():
     subprocess.run(["sync"], check=False)
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-
-
-def start_gcrd(gcr, env, root):
-    sock = env["GCR_GCRD_SOCKET"]
-    with open(os.path.join(root, "gcrd.log"), "ab") as lf:
-        gcrd = subprocess.Popen([gcr, "daemon"], env=env, stdin=subprocess.DEVNULL, stdout=lf,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    cb.REAPER.add(gcrd.pid, "gcrd", gcrd)
-    deadline = time.monotonic() + 15
-    while True:
-        if gcrd.poll() is not None:
-            raise cb.Failure(f"gcrd exited {gcrd.returncode} at start")
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.connect(sock)
-            return gcrd
-        except OSError:
-            if time.monotonic() > deadline:
-                raise cb.Failure("gcrd did not listen within 15 s")
-            time.sleep(0.02)
 
 
 def wait_gone(pid, timeout_s=30):
@@ -101,7 +80,7 @@ def measure(footprint, mode, args, build):
     restored = None
     t_run = time.monotonic()
     try:
-        gcrd = start_gcrd(gcr, env, root)
+        gcrd = cb.start_gcrd(gcr, env, os.path.join(root, "gcrd.log"))
         open(log_path, "ab").close()
         slog = cb.StepLog(log_path)
         with open(log_path, "ab") as lf:

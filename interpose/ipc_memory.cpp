@@ -180,12 +180,6 @@ void ipc_forget_region(std::uint32_t region_id) {
   }
 }
 
-std::uint64_t ipc_export_key(std::uint32_t region_id) {
-  std::lock_guard lock(g_mu);
-  auto it = g_export_keys.find(region_id);
-  return it == g_export_keys.end() || it->second.empty() ? 0 : it->second.back();
-}
-
 std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id) {
   std::lock_guard lock(g_mu);
   auto it = g_export_keys.find(region_id);

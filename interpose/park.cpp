@@ -293,7 +293,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
       real->cuMemRelease(handles[id]);  // the mapping keeps the memory alive
     } else {
       reg.handle = handles[id];
-      if (ipc_export_key(id)) ipc_set_export_key(id, key);
+      ipc_set_export_key(id, key);  // a region exported through cuIpcGetMemHandle only
     }
     CUmemAllocationProp prop{};
     if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handles[id]) == CUDA_SUCCESS)

@@ -95,9 +95,9 @@ inline constexpr const char* kExportedMemoryBlocker =
 inline constexpr const char* kOpenedMemoryBlocker =
     "the process maps another process's device memory (cuIpcOpenMemHandle)";
 void note_ipc_blocker(const char* what);
-// The share key of a region exported through cuIpcGetMemHandle (0: none), and its refresh at
-// unpark (Note [Shared regions]); park closes the cached export fds.
-std::uint64_t ipc_export_key(std::uint32_t region_id);
+// The share keys of a region exported through cuIpcGetMemHandle (none: not exported), and their
+// refresh at unpark (Note [Shared regions]: a region never exported is left alone); park closes
+// the cached export fds.
 std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id);
 void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key);
 void ipc_close_exports();

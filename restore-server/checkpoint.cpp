@@ -291,10 +291,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
                  choose_parent(store, *key, claimed, progress));
   auto meta = base_meta(req.pid, "gcr", tree, req);
   if (job) {
-    std::string owners;
-    for (const Member& m : members)
-      owners += (owners.empty() ? "" : ",") + (m.owner.empty() ? "-" : m.owner);
-    meta["job_members"] = owners;
+    std::vector<std::string> owners;
+    for (const Member& m : members) owners.push_back(m.owner);
+    meta["job_members"] = encode_job_members(owners);
   }
   // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
   // stalls the process: it runs on until everything the checkpoint needs is in hand.
@@ -351,11 +350,16 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   };
   auto tp = Clock::now();
   std::vector<std::vector<control::ParkedRegion>> parked(members.size());
+  std::size_t parked_members =
+      0;  // members[0, parked_members) are parked (with or without regions)
+  // Gives every parked member its regions back; whether all took them.
   auto unpark_parked = [&] {
-    for (std::size_t i = 0; i < members.size(); ++i)
-      if (!parked[i].empty()) (void)members[i].client.unpark(parked[i]);
+    bool all = true;
+    for (std::size_t i = 0; i < parked_members; ++i)
+      all &= static_cast<bool>(members[i].client.unpark(parked[i]));
+    return all;
   };
-  for (std::size_t i = 0; i < members.size(); ++i) {
+  for (std::size_t i = 0; i < members.size(); ++i, ++parked_members) {
     auto p = members[i].client.park();
     if (!p) {
       unpark_parked();
@@ -387,20 +391,17 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   for (const SharedAllocation& a : shared)
     for (std::size_t v = 1; v < a.views.size(); ++v)
       view_of[{a.views[v].member, a.views[v].address}] = {a.views[0].member, a.views[0].address};
+  std::set<std::pair<std::size_t, std::uint64_t>> shared_at;  // every view, stored or not
+  for (const SharedAllocation& a : shared)
+    for (const View& v : a.views) shared_at.insert({v.member, v.address});
   auto is_shared = [&](std::size_t m, std::uint64_t address) {
-    for (const SharedAllocation& a : shared)
-      for (const View& v : a.views)
-        if (v.member == m && v.address == address) return true;
-    return false;
+    return shared_at.contains({m, address});
   };
 
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   // The memory is back where it belongs: the keepers have nothing left to protect.
   auto unpark_kept_on_error = [&](Error e) -> Error {
-    bool all = true;
-    for (std::size_t i = 0; i < members.size(); ++i)
-      all &= static_cast<bool>(members[i].client.unpark(parked[i]));
-    if (all) keepers_done();
+    if (unpark_parked()) keepers_done();
     return resume_all(std::move(e));
   };
   // Import every region into gcrd (a shared allocation once): it is how gcrd reads them, and

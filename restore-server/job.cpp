@@ -15,10 +15,12 @@
 #include <thread>
 
 #include "checkpoint.h"
+#include "device.h"
 
 namespace gcr::gcrd {
 namespace {
 
+// Lower-case hex without a prefix, as META shared_views writes addresses.
 std::string hex(std::uint64_t v) {
   char b[24];
   std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(v));
@@ -137,8 +139,8 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
           if (!lonely_keys.contains(k)) continue;
           const Node& mine = nodes[lonely_node[k]];
           return Error{Errc::unsupported,
-                       describe(members[mine.member].pid) + " shares device memory (region 0x" +
-                           hex(mine.share.address) + ") with " + describe(other) +
+                       describe(members[mine.member].pid) + " shares device memory (region " +
+                           hex_address(mine.share.address) + ") with " + describe(other) +
                            ", which is not in the tree of process " + std::to_string(tree.root) +
                            ": checkpoint a process whose tree holds both (their common parent, "
                            "the job's launcher), or both sides would come back with a private "
@@ -162,10 +164,10 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
         if (!lonely_keys.contains(k)) continue;
         const Node& mine = nodes[lonely_node[k]];
         return Error{Errc::unsupported,
-                     describe(members[mine.member].pid) + " shares device memory (region 0x" +
-                         hex(mine.share.address) + ") with " + describe(other) + " (its fd " +
-                         e.path().filename().string() + "), which is not in the tree of process " +
-                         std::to_string(tree.root) +
+                     describe(members[mine.member].pid) + " shares device memory (region " +
+                         hex_address(mine.share.address) + ") with " + describe(other) +
+                         " (its fd " + e.path().filename().string() +
+                         "), which is not in the tree of process " + std::to_string(tree.root) +
                          ": checkpoint a tree that holds both, or both sides would come back "
                          "with a private copy"};
       }
@@ -269,6 +271,24 @@ Status quiesce_members(std::vector<Member>& members, std::chrono::milliseconds t
     return std::move(results[i]).context("quiescing " + describe(members[i].pid));
   }
   return ok();
+}
+
+std::string encode_job_members(const std::vector<std::string>& owners) {
+  std::string out;
+  for (const std::string& o : owners) out += (out.empty() ? "" : ",") + (o.empty() ? "-" : o);
+  return out;
+}
+
+std::vector<std::string> decode_job_members(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= text.size();) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    std::string owner = text.substr(at, comma - at);
+    out.push_back(owner == "-" ? std::string() : owner);
+    at = comma + 1;
+  }
+  return out;
 }
 
 std::string encode_shared_views(const std::vector<SharedView>& views) {

@@ -71,6 +71,10 @@ void end_cut(std::vector<Member>& members);
 // Quiesces every member at once; on a failure the others are resumed and the first error returned.
 Status quiesce_members(std::vector<Member>& members, std::chrono::milliseconds timeout);
 
+// META job_members: the members' owner names, comma-separated, "-" for the root's (empty) name.
+std::string encode_job_members(const std::vector<std::string>& owners);
+std::vector<std::string> decode_job_members(const std::string& text);
+
 // META shared_views: one line per view that is not where its allocation is stored,
 // "OWNER ADDRESS OWNER ADDRESS" (the view, then the stored region; addresses in hex).
 struct SharedView {

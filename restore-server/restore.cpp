@@ -88,13 +88,9 @@ Result<std::vector<MemberPlan>> plan_job(const std::string& job_members,
                                          const std::vector<store::ObjectEntry>& objects,
                                          const std::vector<MappedAllocation>& allocations) {
   std::vector<MemberPlan> plan;
-  for (std::size_t at = 0; at <= job_members.size();) {
-    std::size_t comma = job_members.find(',', at);
-    if (comma == std::string::npos) comma = job_members.size();
+  for (std::string& owner : decode_job_members(job_members)) {
     MemberPlan m;
-    m.owner = job_members.substr(at, comma - at);
-    at = comma + 1;
-    if (m.owner == "-") m.owner.clear();
+    m.owner = std::move(owner);
     auto add = [&](std::uint64_t address, std::size_t k) {
       m.records.push_back(
           {address, objects[k].size, static_cast<std::uint32_t>(allocations[k].device()), 0});
@@ -438,6 +434,20 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     return e;
   };
 
+  // On demand: the process (every member of a job) runs while the loader goes on. The caller
+  // ends a failed load's process before anything releases its waiters (cow_end): it never runs on
+  // bytes it did not get.
+  auto finish_loading = [&](const std::string& who) -> Status {
+    progress(who + " resumed; loading the rest of its memory");
+    pause_point("loading");
+    while (!loader->wait_for(std::chrono::milliseconds(100)))
+      progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
+    GCR_TRY(loader->wait());
+    record_phase(rep, "load", tl);
+    record_phase(rep, "full", t0);
+    rep.wanted_regions = loader->wanted_regions();
+    return ok();
+  };
   if (job && !records.empty()) {
     auto tu = Clock::now();
     if (!keeper) return kill_restored(Error(keeper.error()));
@@ -447,16 +457,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
     if (!eager) {
-      progress("job " + std::to_string(pid) + " resumed; loading the rest of its memory");
-      pause_point("loading");
-      while (!loader->wait_for(std::chrono::milliseconds(100)))
-        progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
-      Status loaded = loader->wait();
-      if (!loaded) return kill_restored(std::move(loaded).error());
+      if (Status s = finish_loading("job " + std::to_string(pid)); !s)
+        return kill_restored(std::move(s).error());
       for (control::Client& c : *clients) (void)c.cow_end();
-      record_phase(rep, "load", tl);
-      record_phase(rep, "full", t0);
-      rep.wanted_regions = loader->wanted_regions();
     }
     for (control::Client& c : *clients) (void)c.close();
   } else if (!records.empty()) {
@@ -487,18 +490,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
     if (table) {
-      progress("process " + std::to_string(pid) + " resumed; loading the rest of its memory");
-      pause_point("loading");
-      while (!loader->wait_for(std::chrono::milliseconds(100)))
-        progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
-      Status loaded = loader->wait();
-      // A failed load ends the process before anything releases its waiters: it never runs on
-      // bytes it did not get.
-      if (!loaded) return kill_restored(std::move(loaded).error());
+      if (Status s = finish_loading("process " + std::to_string(pid)); !s)
+        return kill_restored(std::move(s).error());
       (void)client->cow_end();
-      record_phase(rep, "load", tl);
-      record_phase(rep, "full", t0);
-      rep.wanted_regions = loader->wanted_regions();
     }
     if (Status s = client->close(); !s) return kill_restored(std::move(s).error());
   } else {

@@ -57,6 +57,22 @@ restore_job() {  # ID LOG RANKS [RESTORE OPTIONS...]
   echo "ok: the restore of $1 (pid $rp): every rank ended with $REF"
 }
 
+# Starts a job of RANKS ranks (log $T/TAG.log), checkpoints it at a random step without
+# --leave-running (tag mp-TAG1, report $T/TAG1.json) and waits until every process of its tree is
+# gone, none having finished.
+checkpoint_ending_job() {  # TAG RANKS [MP_TRAIN OPTIONS...]
+  local tag=$1 n=$2 tree p
+  launch "$T/$tag.log" "${MP[@]}" --ranks "$n" "${@:3}"
+  disown "$P"
+  wait_ranks "$P" "$n"
+  wait_steps "$T/$tag.log" $((RANDOM % 40 + 5))
+  tree=$(tree_of "$P" | tr '\n' ' ')
+  pids+=($tree)
+  checkpoint_json "$T/${tag}1.json" "$P" --name "mp-${tag}1"
+  for p in $tree; do wait_gone "$p"; done
+  [[ $(ranks_ended "$T/$tag.log") == 0 ]] || fail "job $tag finished before its checkpoint ended it"
+}
+
 echo "== a: 4 ranks under gcr, rank 2 lagging"
 launch "$T/a.log" "${MP[@]}" --ranks 4 --lag-rank 2 --lag-ms 5
 wait_ranks "$P" 4
@@ -98,15 +114,7 @@ restore_job "$(json_field id < "$T/a1.json")" "$T/a.log" 4
 restore_job "$(json_field id < "$T/a2.json")" "$T/a.log" 4
 
 echo "== b: a checkpoint that ends the job, then its restore"
-launch "$T/b.log" "${MP[@]}" --ranks 2
-disown "$P"
-wait_ranks "$P" 2
-wait_steps "$T/b.log" $((RANDOM % 40 + 5))
-tree=$(tree_of "$P" | tr '\n' ' ')
-pids+=($tree)
-checkpoint_json "$T/b1.json" "$P" --name mp-b1
-for p in $tree; do wait_gone "$p"; done
-[[ $(ranks_ended "$T/b.log") == 0 ]] || fail "the job finished before its checkpoint ended it"
+checkpoint_ending_job b 2
 restore_job "$(json_field id < "$T/b1.json")" "$T/b.log" 2 --device 1
 
 echo "== c: a cut that cannot be reached in time"
@@ -144,14 +152,7 @@ wait "$P" || fail "the job failed after gcrd died with its memory parked: $(tail
 every_rank_matches "$T/d.log" 3 "the job whose gcrd died during its checkpoint"
 
 echo "== e: a job over two GPUs, restored with the GPUs swapped"
-launch "$T/e.log" "${MP[@]}" --ranks 2 --spread
-disown "$P"
-wait_ranks "$P" 2
-wait_steps "$T/e.log" $((RANDOM % 40 + 5))
-tree=$(tree_of "$P" | tr '\n' ' ')
-pids+=($tree)
-checkpoint_json "$T/e1.json" "$P" --name mp-e1
-for p in $tree; do wait_gone "$p"; done
+checkpoint_ending_job e 2 --spread
 "$GCR" image inspect mp-e1 --json | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
