@@ -52,8 +52,9 @@ CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compil
 # ... optional features it detects (setproctitle, TLS page server, nftables network locking) ...
            libbsd-dev libgnutls28-dev libnftables-dev
 # ... and the tools set-up and CRIU use at run time (tarball unpacking, gcr's CRIU patches, `ip` for
-# network namespaces, setcap for a user's --unprivileged CRIU)
-           xz-utils iproute2 patch libcap2-bin)
+# network namespaces, iptables for CRIU's network lock of a process in its own network namespace,
+# setcap for a user's --unprivileged CRIU)
+           xz-utils iproute2 iptables patch libcap2-bin)
 PKGS=("${GCR_PKGS[@]}" "${CRIU_PKGS[@]}")
 
 mapfile -t MISSING < <(

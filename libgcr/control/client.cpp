@@ -142,7 +142,7 @@ Result<Client> Client::connect_mailbox(pid_t pid, UniqueFd mailbox,
   GCR_TRY(lock_session(mailbox.get(), box, pid, deadline));
 
   // This caller alone writes the request fields now (docs/protocol.md §2).
-  Result<Rendezvous> rv = Rendezvous::listen();
+  Result<Rendezvous> rv = Rendezvous::listen(pid);
   if (!rv) return std::move(rv).context("listening for " + who(pid)).error();
   box.caller_pid = static_cast<std::uint32_t>(getpid());
   std::memset(box.rendezvous, 0, sizeof box.rendezvous);

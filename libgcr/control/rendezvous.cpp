@@ -2,14 +2,19 @@
 // §2, §8).
 #include "rendezvous.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <string>
+#include <thread>
 
 namespace gcr::control {
 namespace {
@@ -22,6 +27,43 @@ socklen_t abstract_address(std::string_view name, sockaddr_un* addr) {
   addr->sun_family = AF_UNIX;
   std::memcpy(addr->sun_path + 1, name.data(), name.size());
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+// A socket(AF_UNIX) in the network namespace of `peer` (Note [Rendezvous in the process's network
+// namespace]), or in the caller's when they are one or `peer` is 0.
+Result<UniqueFd> socket_in_netns_of(pid_t peer) {
+  auto plain = [] {
+    return UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  };
+  if (peer <= 0) return plain();
+  std::string path = "/proc/" + std::to_string(peer) + "/ns/net";
+  struct stat theirs {
+  }, ours{};
+  if (stat(path.c_str(), &theirs) != 0 || stat("/proc/thread-self/ns/net", &ours) != 0 ||
+      (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino))
+    return plain();
+  UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return errno_error("open " + path);
+  UniqueFd made;
+  int err = 0;
+  std::thread([&] {  // this thread alone enters the namespace, and ends there
+    if (setns(ns.get(), CLONE_NEWNET) != 0) {
+      err = errno;
+      return;
+    }
+    made = plain();
+    if (!made) err = errno;
+  })
+      .join();
+  if (err == EPERM)
+    return make_error(Errc::permission_denied,
+                      "process " + std::to_string(peer) +
+                          " has a network namespace of its own (a container?), and only root "
+                          "(CAP_SYS_ADMIN) can reach its gcr control thread there");
+  if (err)
+    return make_error(Errc::io_error, "entering the network namespace of process " +
+                                          std::to_string(peer) + ": " + std::strerror(err));
+  return made;
 }
 
 }  // namespace
@@ -47,7 +89,7 @@ bool caller_allowed(uid_t caller_uid, uid_t process_uid) noexcept {
   return caller_uid == 0 || caller_uid == process_uid;
 }
 
-Result<Rendezvous> Rendezvous::listen() {
+Result<Rendezvous> Rendezvous::listen(pid_t peer) {
   unsigned char random[16];
   std::size_t got = 0;
   while (got < sizeof random) {
@@ -63,7 +105,7 @@ Result<Rendezvous> Rendezvous::listen() {
     rv.name_ += kHex[b >> 4];
     rv.name_ += kHex[b & 15];
   }
-  rv.socket_.reset(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  GCR_TRY_ASSIGN(rv.socket_, socket_in_netns_of(peer));
   if (!rv.socket_) return errno_error("socket(AF_UNIX)");
   sockaddr_un addr;
   socklen_t len = abstract_address(rv.name_, &addr);

@@ -9,7 +9,15 @@
 // the caller can see the target at all -- gcr on the host controlling a process restored inside a
 // child pid namespace included -- and a peer invisible to the caller reads as pid 0, which never
 // matches. So the caller's check is plain equality with the pid it used, nothing more. Abstract
-// sockets live in a network namespace: caller and process must share one.
+// sockets live in a network namespace: the caller listens in the process's (Note [Rendezvous in the
+// process's network namespace]).
+//
+// Note [Rendezvous in the process's network namespace]
+// A process in a container (runc, podman, `unshare -n`) has a network namespace of its own, where
+// an abstract name bound on the host does not exist. The caller creates its listening socket from
+// a thread that entered the process's network namespace (setns, CAP_SYS_ADMIN): a socket stays in
+// the namespace it was created in, so the rest of the caller never leaves its own. A caller without
+// that right, or a process sharing the caller's namespace, listens where it is.
 #pragma once
 
 #include <sys/types.h>
@@ -40,8 +48,9 @@ Result<PeerCred> peer_cred(int socket);
 // The caller's listening socket. Move-only; closing it removes the name.
 class Rendezvous {
  public:
-  // Listens on "@gcr-rv-<128 random bits>" (close-on-exec, backlog 4).
-  static Result<Rendezvous> listen();
+  // Listens on "@gcr-rv-<128 random bits>" (close-on-exec, backlog 4), in the network namespace
+  // of process `peer` when that is not the caller's (0: the caller's).
+  static Result<Rendezvous> listen(pid_t peer = 0);
 
   const std::string& name() const noexcept { return name_; }
 
