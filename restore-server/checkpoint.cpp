@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "device.h"
@@ -238,6 +239,58 @@ std::string process_cmdline(pid_t pid) {
   return s;
 }
 
+// Whether process `pid` is gone (or a zombie), runs on untraced, or is still CRIU's.
+enum class AfterDump { gone, running, traced };
+AfterDump after_dump(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  if (!in) return AfterDump::gone;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) return AfterDump::gone;
+    if (line.rfind("TracerPid:", 0) == 0)
+      return std::atoi(line.c_str() + 10) == 0 ? AfterDump::running : AfterDump::traced;
+  }
+  return AfterDump::gone;
+}
+
+// Note [CRIU run by someone else]: the device memory is committed; the runtime's CRIU dumps now.
+template <typename GiveBack, typename Done>
+Status finish_external_dump(const CheckpointRequest& req, store::Store& store,
+                            const store::CheckpointId& id, CheckpointReport& rep,
+                            GiveBack& give_all_back, Done& keepers_done, const Progress& progress) {
+  auto t = Clock::now();
+  Result<bool> dumped = req.external_criu(id.hex());
+  if (!dumped || !*dumped) {
+    give_all_back();
+    (void)store.remove(id);  // device memory without a CRIU image of its process
+    if (!dumped) return std::move(dumped).context("the runtime's CRIU").error();
+    return Error{Errc::io_error, "the runtime's CRIU failed to dump process " +
+                                     std::to_string(req.pid) +
+                                     " (see its log); the process runs on"};
+  }
+  record_phase(rep, "dump", t);
+  // CRIU ends or lets go of the tasks right after the plugin's exit hook.
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  AfterDump state = after_dump(req.pid);
+  while (state == AfterDump::traced && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    state = after_dump(req.pid);
+  }
+  if (state == AfterDump::gone) {
+    keepers_done();
+    record_phase(rep, "stall", t);
+    return ok();
+  }
+  rep.kept_running = true;
+  progress("the runtime left process " + std::to_string(req.pid) +
+           " running: giving it its device memory back");
+  if (!give_all_back())
+    return Error{Errc::io_error, "process " + std::to_string(req.pid) +
+                                     " ran on after its dump but did not take its device memory "
+                                     "back; its keeper ends it"};
+  return ok();
+}
+
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& req,
                                             const Progress& progress) {
@@ -260,8 +313,17 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     GCR_TRY_ASSIGN(members, connect_members(tree, std::chrono::seconds(5)));
     GCR_TRY_ASSIGN(shared, find_shared(members, tree));
   }
-  GCR_TRY(criu::check_supported(tree, {req.tcp_close})
-              .context("cannot checkpoint process " + std::to_string(req.pid)));
+  const bool external = static_cast<bool>(req.external_criu);
+  if (external && members.empty()) {
+    // Not under gcr: the runtime's CRIU and the plugin's driver steps do it all (the baseline).
+    CheckpointReport none;
+    none.pid = req.pid;
+    none.kind = "none";
+    return none;
+  }
+  if (!external)  // else the runtime chose CRIU's options (external mounts, its own stdio)
+    GCR_TRY(criu::check_supported(tree, {req.tcp_close})
+                .context("cannot checkpoint process " + std::to_string(req.pid)));
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
   if (members.empty()) {
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
@@ -298,22 +360,29 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
   // stalls the process: it runs on until everything the checkpoint needs is in hand.
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, parent));
+  if (external) writer->set_meta("criu_images", "external");
   // Note [Dumping into memory]: CRIU writes host memory there while the process is frozen.
   bool in_memory = false;
-  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create_for_dump(resident_bytes(tree.pids), &in_memory));
-  rep.images_in = in_memory ? "memory" : "disk";
+  std::optional<WorkDir> work;
+  if (!external) {
+    GCR_TRY_ASSIGN(WorkDir w, WorkDir::create_for_dump(resident_bytes(tree.pids), &in_memory));
+    work.emplace(std::move(w));
+  }
+  rep.images_in = external ? "runtime" : in_memory ? "memory" : "disk";
 
   // Without --leave-running the process is not ended by CRIU but left stopped, and ended only
   // once its checkpoint is committed: should anything fail before that (gcrd included: see
   // gcr-keeper), the process goes on instead of being lost with its checkpoint.
-  const bool end_after_commit = !req.leave_running;
-  criu::DumpOptions dump_options{req.pid,          work.path(),  req.leave_running,
-                                 end_after_commit, driver_env(), dump_arguments(tree, req)};
+  const bool end_after_commit = !req.leave_running && !external;
+  criu::DumpOptions dump_options{req.pid,           work ? work->path() : std::filesystem::path(),
+                                 req.leave_running, end_after_commit,
+                                 driver_env(),      dump_arguments(tree, req)};
   // Note [CRIU started before the cut] (gcr/criu.h); GCR_CRIU_EARLY=0 starts it after the park,
   // as gcr did before (bench/ckpt_bench.py compares the two).
   std::optional<criu::StartedDump> early;
   const auto t_begin = Clock::now();  // the total includes CRIU's start; the stall does not
-  if (const char* e = std::getenv("GCR_CRIU_EARLY"); !e || std::string_view(e) != "0") {
+  if (const char* e = std::getenv("GCR_CRIU_EARLY");
+      !external && (!e || std::string_view(e) != "0")) {
     auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
                       std::chrono::seconds(30);
     GCR_TRY_ASSIGN(criu::StartedDump started,
@@ -446,9 +515,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   for (Member& m : members)
     if (Status s = m.client.close(); !s) return unpark_kept_on_error(std::move(s).error());
 
-  progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
+  if (!external)
+    progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
-  Status dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
+  // Note [CRIU run by someone else]: its dump comes after the store.
+  Status dumped = external ? ok() : early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);
   // Gives every member its parked memory back and lets it run.
   auto give_all_back = [&] {
@@ -496,6 +567,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   // Gives a stopped process back its memory and lets it run: its checkpoint failed.
   auto let_stopped_go_on = [&](Error e) -> Error {
+    if (external) {
+      give_all_back();  // nothing is frozen yet
+      return e;
+    }
     if (!end_after_commit) return e;
     for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGCONT);  // CRIU stopped the whole tree
     if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
@@ -598,8 +673,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   pause_point("draining");
 
   // Drain: regions, then CRIU's images, then the manifest.
-  progress("storing " + std::to_string(rep.dirty_bytes >> 20) +
-           " MiB of device memory and the CRIU image");
+  progress("storing " + std::to_string(rep.dirty_bytes >> 20) + " MiB of device memory" +
+           (external ? std::string(" before the runtime's CRIU dumps the rest")
+                     : " and the CRIU image"));
   Status drained_all = ok();
   for (std::size_t i = 0; i < members.size() && drained_all; ++i) {  // each behind its table
     auto drained = drain_regions(*gpu, *writer, to_store[i], tables[i] ? &*tables[i] : nullptr,
@@ -633,7 +709,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     (void)running[i]->close();
   }
   if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
-  if (Status s = store_criu_images(*writer, work.path()); !s)
+  if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
   if (!touch_order.empty() && !job)
     writer->set_meta("touch_order", format_touch_order(touch_order));
@@ -645,6 +721,13 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   auto committed = writer->commit(req.tag);
   if (!committed) return let_stopped_go_on(std::move(committed).error());
   store::CommitInfo info = std::move(committed).value();
+  if (external) {
+    GCR_TRY(finish_external_dump(req, store, info.id, rep, give_all_back, keepers_done, progress));
+    if (rep.kept_running) lineage_record(*key, info.id.hex());
+    rep.id = info.id.hex();
+    rep.stats = info.stats;
+    return rep;
+  }
   // Note [gcrd owns lineage]: only now is this checkpoint a parent the next one may name.
   if (req.leave_running) lineage_record(*key, info.id.hex());
   if (end_after_commit) {

@@ -5,6 +5,18 @@
 //   soft copy-on-write begins, resume: the stall ends here] -> drain regions (drain.h) and CRIU's
 //   images into the store -> commit the manifest.
 //
+// Note [CRIU run by someone else]
+// Under a container runtime CRIU is runc's, and gcr's plugin asks gcrd at the first PAUSE_DEVICES
+// to do its part (docs/containers.md). gcrd then cuts, quiesces and parks the tree's processes as
+// for its own checkpoint, but stores their device memory *before* CRIU freezes anything: CRIU 4.2
+// has no hook after its dump whose failure fails the dump, so a store failing afterwards would
+// lose the memory of a process CRIU then kills. The checkpoint holds no CRIU images (META
+// criu_images=external: they are in the runtime's images directory). Then the plugin goes on, and
+// its exit hook says whether the dump succeeded; a failed one gets every process its memory back.
+// What CRIU did with the tasks afterwards (-R or not) no plugin can read under runc (Note [Leave
+// running] in criu_plugin/final_state.h), so gcrd watches: tasks that are gone were ended; tasks
+// that run on, no longer traced, get their memory back and resume.
+//
 // --stop-copy is the baseline (cuda-checkpoint + CRIU): no parking; the driver copies device
 // memory into the process and CRIU dumps it with the rest. A CUDA process not running under gcr is
 // always checkpointed that way.
@@ -34,6 +46,10 @@ struct CheckpointRequest {
   bool tcp_close = false;  // dump established TCP connections as closed instead of refusing
   std::chrono::milliseconds quiesce_timeout{10'000};
   std::uint64_t snapshot_budget_bytes = ~0ull;  // spare device memory for --leave-running copies
+  // Set when CRIU is a container runtime's, reaching gcrd through gcr's CRIU plugin (Note [CRIU
+  // run by someone else]): called once the device memory is stored, with the checkpoint's id; it
+  // lets that CRIU go on and answers whether its dump succeeded.
+  std::function<Result<bool>(const std::string& id)> external_criu;
 };
 
 struct CheckpointReport {
@@ -50,7 +66,8 @@ struct CheckpointReport {
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
-  std::string images_in;  // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])
+  std::string images_in;      // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])
+  bool kept_running = false;  // external CRIU: the tasks ran on after the dump (else it ended them)
 };
 
 using Progress = std::function<void(const std::string& line)>;

@@ -11,12 +11,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -146,17 +149,140 @@ Status check_root_store(const fs::path& root) {
   return ok();
 }
 
+// A line from the plugin on a criu_dump or criu_restore connection; EOF: CRIU is gone.
+Result<std::string> read_plugin_line(int fd) {
+  std::string line;
+  char c;
+  for (;;) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error("reading from gcr's CRIU plugin");
+    if (n == 0)
+      return Error{Errc::io_error,
+                   "the CRIU run by the container runtime ended without saying how its " +
+                       std::string(line.empty() ? "" : "(partly sent) ") +
+                       "work went (killed? see the runtime's CRIU log)"};
+    if (c == '\n') return line;
+    line += c;
+  }
+}
+
+// Of the tasks CRIU restored, the one no other is a descendant of... the other way round: the one
+// none of whose ancestors is in the list (the root of what CRIU restored under gcr).
+pid_t topmost_pid(const std::vector<pid_t>& pids) {
+  auto parent_of = [](pid_t p) -> pid_t {
+    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(s.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  for (pid_t p : pids) {
+    bool under_another = false;
+    for (pid_t a = parent_of(p); a > 1 && !under_another; a = parent_of(a))
+      under_another = std::find(pids.begin(), pids.end(), a) != pids.end();
+    if (!under_another) return p;
+  }
+  return 0;
+}
+
+// "result ret=N": whether the runtime's CRIU succeeded.
+Result<bool> read_plugin_result(int fd) {
+  GCR_TRY_ASSIGN(std::string line, read_plugin_line(fd));
+  if (line.rfind("result ", 0) != 0)
+    return Error{Errc::protocol, "gcr's CRIU plugin sent '" + line + "' for a result"};
+  auto f = decode_fields(line.substr(7));
+  return f.count("ret") && f.at("ret") == "0";
+}
+
+// A self-contained container checkpoint keeps its device memory in a store inside the runtime's
+// images directory (docs/containers.md), which the plugin sends as file 0.
+Result<std::shared_ptr<store::Store>> open_images_store(const std::vector<UniqueFd>& files) {
+  if (files.empty())
+    return Error{Errc::protocol, "a self-contained request comes with its images directory"};
+  store::StoreOptions o;
+  o.root = "/proc/self/fd/" + std::to_string(files[0].get()) + "/" + kImagesStoreName;
+  return store::Store::open(o, true);
+}
+
 Result<std::map<std::string, std::string>> serve(const std::string& verb,
                                                  const std::map<std::string, std::string>& f,
                                                  std::vector<UniqueFd> files, uid_t client_uid,
-                                                 const Progress& progress) {
+                                                 int client_fd, const Progress& progress) {
   std::map<std::string, std::string> out;
   if (verb == "ping") {
     out["pid"] = std::to_string(getpid());
     return out;
   }
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(g_self_dir));
-  GCR_TRY_ASSIGN(auto st, open_store(f));
+  const bool self_contained = f.count("self_contained") && f.at("self_contained") == "1";
+  GCR_TRY_ASSIGN(auto st, self_contained ? open_images_store(files) : open_store(f));
+  if (verb == "criu_dump") {
+    // Note [CRIU run by someone else] (checkpoint.h): the plugin's first PAUSE_DEVICES.
+    CheckpointRequest req;
+    req.pid = f.count("pid") ? std::atoi(f.at("pid").c_str()) : 0;
+    if (f.count("timeout_ms"))
+      req.quiesce_timeout = std::chrono::milliseconds(
+          std::clamp(std::atoll(f.at("timeout_ms").c_str()), 100ll, 3'600'000ll));
+    if (client_uid != 0)
+      return Error{Errc::permission_denied, "only root's CRIU may hand gcrd a dump"};
+    req.external_criu = [client_fd](const std::string& id) -> Result<bool> {
+      if (!send_line(client_fd, "ok " + encode_fields({{"id", id}})))
+        return Error{Errc::io_error, "gcr's CRIU plugin hung up before its dump"};
+      return read_plugin_result(client_fd);
+    };
+    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
+    if (rep.kind == "none") {
+      out["kind"] = "none";  // not under gcr: the plugin's driver steps alone
+      return out;
+    }
+    out["id"] = rep.id;
+    out["kept_running"] = rep.kept_running ? "1" : "0";
+    out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
+    return out;  // the plugin has gone: this reply is for gcrd's log
+  }
+  if (verb == "criu_restore") {
+    if (client_uid != 0)
+      return Error{Errc::permission_denied, "only root's CRIU may ask gcrd for a restore"};
+    RestoreRequest req;
+    req.name = f.count("name") ? f.at("name") : "";
+    if (f.count("device_map") && !f.at("device_map").empty()) {
+      GCR_TRY_ASSIGN(req.device_map, parse_device_map(f.at("device_map")));
+    }
+    req.external_criu = [client_fd]() -> Result<pid_t> {
+      if (!send_line(client_fd, "ok"))
+        return Error{Errc::io_error, "gcr's CRIU plugin hung up before the restore"};
+      // "restored pid=P" for each CUDA task, then "result ret=N".
+      std::vector<pid_t> pids;
+      for (;;) {
+        GCR_TRY_ASSIGN(std::string line, read_plugin_line(client_fd));
+        if (line.rfind("restored ", 0) == 0) {
+          auto rf = decode_fields(line.substr(9));
+          if (rf.count("pid")) pids.push_back(std::atoi(rf.at("pid").c_str()));
+          continue;
+        }
+        if (line.rfind("result ", 0) != 0)
+          return Error{Errc::protocol, "gcr's CRIU plugin sent '" + line + "'"};
+        auto rf = decode_fields(line.substr(7));
+        if (!rf.count("ret") || rf.at("ret") != "0")
+          return Error{Errc::io_error, "the runtime's CRIU failed to restore (see its log)"};
+        break;
+      }
+      if (pid_t root = topmost_pid(pids)) return root;
+      return Error{Errc::not_found,
+                   "the runtime's CRIU restored no CUDA task that gcr's plugin saw; the device "
+                   "memory of checkpoint has nowhere to go"};
+    };
+    if (geteuid() == 0 && !self_contained) GCR_TRY(check_root_store(store_root(f)));
+    GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, progress));
+    out["id"] = rep.id;
+    out["pid"] = std::to_string(rep.pid);
+    return out;
+  }
   if (verb == "checkpoint") {
     CheckpointRequest req;
     req.pid = f.count("pid") ? std::atoi(f.at("pid").c_str()) : 0;
@@ -264,7 +390,7 @@ void handle_client(UniqueFd fd) {
   };
   log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
   if (verb != "ping") pause_point("request");
-  auto result = serve(verb, decode_fields(rest), std::move(files), cred.uid, progress);
+  auto result = serve(verb, decode_fields(rest), std::move(files), cred.uid, cfd, progress);
   if (verb != "ping") pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));

@@ -115,15 +115,22 @@ Result<std::string> read_line(int fd) {
 
 }  // namespace
 
-Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
-                             const std::map<std::string, std::string>& env) {
+Result<int> connect_running(const fs::path& socket) {
   // A socket in a directory another user can write (or made) may be theirs, and so may the
   // "gcrd" behind it: refuse before sending it anything.
   if (Status s = io::check_trusted_parent(socket, geteuid());
       !s && s.error().code != Errc::not_found)
     return Error{s.error().code,
                  "not connecting to gcrd at " + socket.string() + ": " + s.error().message};
-  if (auto fd = try_connect(socket)) return checked_peer(UniqueFd(*fd), socket);
+  GCR_TRY_ASSIGN(int fd, try_connect(socket));
+  return checked_peer(UniqueFd(fd), socket);
+}
+
+Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
+                             const std::map<std::string, std::string>& env) {
+  auto running = connect_running(socket);
+  if (running) return running;
+  if (running.error().code == Errc::permission_denied) return std::move(running).error();
   GCR_TRY(start_gcrd(socket, binary, env));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {

@@ -22,6 +22,9 @@ Result<int> connect_or_start(const std::filesystem::path& socket,
                              const std::filesystem::path& gcrd_binary,
                              const std::map<std::string, std::string>& env);
 
+// Connects to a gcrd already listening at `socket`; starts nothing (gcr's CRIU plugin).
+Result<int> connect_running(const std::filesystem::path& socket);
+
 // Sends one request (with `files` attached as SCM_RIGHTS, at most 64) and relays its progress.
 Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,

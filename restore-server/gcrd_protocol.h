@@ -17,6 +17,11 @@ namespace gcr::gcrd {
 
 inline constexpr char kProtocol[] = "gcrd/1";
 
+// What gcr's CRIU plugin leaves in a container runtime's images directory (docs/containers.md):
+// the reference to the checkpoint of the device memory, and, self-contained, the store holding it.
+inline constexpr char kImagesReferenceName[] = "gcr-checkpoint";
+inline constexpr char kImagesStoreName[] = "gcr-store";
+
 std::string encode_value(const std::string& v);
 std::string decode_value(const std::string& v);
 // "k=v k2=v2" <-> map (values encoded).

@@ -323,9 +323,25 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   }
   // A failure from here on stops the loader (its destructor) before the allocations go.
 
+  const bool external = static_cast<bool>(req.external_criu);
+  if (!external && m.meta_or("criu_images") == "external")
+    return Error{Errc::unsupported,
+                 "checkpoint " + rep.id.substr(0, 12) +
+                     " holds the device memory of a container checkpoint; its CRIU images are in "
+                     "the runtime's checkpoint (runc --image-path, podman's export): restore it "
+                     "there, with gcr's CRIU plugin"};
+  if (external && m.meta_or("criu_images") != "external")
+    return Error{Errc::invalid_argument,
+                 "checkpoint " + rep.id.substr(0, 12) +
+                     " was made by gcr checkpoint with its own CRIU images: restore it with gcr "
+                     "restore, not through a container runtime"};
   auto tm = Clock::now();
-  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("restore"));
-  GCR_TRY(reader->materialize_files(work.path()));
+  std::optional<WorkDir> work;
+  if (!external) {
+    GCR_TRY_ASSIGN(WorkDir w, WorkDir::create("restore"));
+    work.emplace(std::move(w));
+    GCR_TRY(reader->materialize_files(work->path()));
+  }
   record_phase(rep, "materialize", tm);
 
   auto env = driver_env();
@@ -351,77 +367,84 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     env["GCR_DEVICE_MAP"] = std::to_string(*used.begin()) + "=" + std::to_string(*req.device);
   }
   if (loader && loader->failed()) return loader->wait().error();  // before any process exists
-  // The restored process takes its old pid: while something holds it, restore into a PID
-  // namespace of its own. One decision and CRIU run at a time, so that two restores of one image
-  // do not both find the pid free.
-  static std::mutex criu_mu;
-  std::unique_lock criu_lock(criu_mu);
-  rep.original_pid = static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()));
-  rep.new_pid_namespace = req.new_pid_namespace;
-  if (!rep.new_pid_namespace && rep.original_pid > 0 &&
-      (kill(rep.original_pid, 0) == 0 || errno == EPERM)) {
-    rep.new_pid_namespace = true;
-    progress("pid " + std::to_string(rep.original_pid) +
-             " is in use: restoring into a new PID namespace");
-  }
-  if (rep.new_pid_namespace && geteuid() != 0)
-    return Error{
-        Errc::unsupported,
-        (req.new_pid_namespace ? std::string("--new-pid-namespace")
-                               : "pid " + std::to_string(rep.original_pid) + " is in use, so") +
-            " the restore needs a PID namespace of its own, which only root's gcrd can "
-            "make (unshare needs CAP_SYS_ADMIN): end what holds the pid, or restore as "
-            "root"};
-  // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
-  // memory (or the table that makes it wait for it), the keeper ends it; from now, as CRIU may
-  // finish restoring it after gcrd is gone.
-  Result<Keeper> keeper = Keeper();
-  if (!records.empty())
-    keeper = Keeper::start_restore(rep.new_pid_namespace ? std::filesystem::path()
-                                                         : work.path() / "restored.pid");
-  if (!keeper) return std::move(keeper).error();
-  progress("restoring the process with CRIU");
-  auto tc = Clock::now();
   pid_t pid = 0;
-  criu::RestoreOptions ro;
-  ro.image_dir = work.path();
-  ro.env = env;
-  ro.restored_pid = &pid;
-  ro.new_pid_namespace = rep.new_pid_namespace;
-  ro.shell_job = m.meta_or("shell_job") == "1";
-  ro.tcp_close = m.meta_or("tcp_close") == "1";
-  if (rep.new_pid_namespace && keeper && !records.empty())
-    ro.on_spawned = [&keeper, ready = work.path() / "restored.ready"](pid_t unshare_pid) {
-      if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
-        std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
-                     s.error().message.c_str());
-    };
-  std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
-  for (const auto& in : req.inherit) {
-    int fd = in.fd.get();
-    // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, as
-    // root: anything but an anonymous pipe gets a pipe of gcrd's that copies into it.
-    if (in.key.rfind("pipe:[", 0) == 0 && !may_reopen_as_pipe(fd)) {
-      auto w = relay_into(fd);
-      if (!w) {
-        keeper->done();  // no process to guard
-        return std::move(w).error();
-      }
-      fd = w->get();
-      relays.push_back(std::move(w).value());
+  Result<Keeper> keeper = Keeper();
+  if (external) {
+    progress("the runtime's CRIU restores the process");
+    auto tc = Clock::now();
+    GCR_TRY_ASSIGN(pid, req.external_criu());
+    record_phase(rep, "criu", tc);
+  } else {
+    // The restored process takes its old pid: while something holds it, restore into a PID
+    // namespace of its own. One decision and CRIU run at a time, so that two restores of one image
+    // do not both find the pid free.
+    static std::mutex criu_mu;
+    std::unique_lock criu_lock(criu_mu);
+    rep.original_pid = static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()));
+    rep.new_pid_namespace = req.new_pid_namespace;
+    if (!rep.new_pid_namespace && rep.original_pid > 0 &&
+        (kill(rep.original_pid, 0) == 0 || errno == EPERM)) {
+      rep.new_pid_namespace = true;
+      progress("pid " + std::to_string(rep.original_pid) +
+               " is in use: restoring into a new PID namespace");
     }
-    ro.inherit.push_back({in.key, fd});
+    if (rep.new_pid_namespace && geteuid() != 0)
+      return Error{
+          Errc::unsupported,
+          (req.new_pid_namespace ? std::string("--new-pid-namespace")
+                                 : "pid " + std::to_string(rep.original_pid) + " is in use, so") +
+              " the restore needs a PID namespace of its own, which only root's gcrd can "
+              "make (unshare needs CAP_SYS_ADMIN): end what holds the pid, or restore as "
+              "root"};
+    // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
+    // memory (or the table that makes it wait for it), the keeper ends it; from now, as CRIU may
+    // finish restoring it after gcrd is gone.
+    if (!records.empty())
+      keeper = Keeper::start_restore(rep.new_pid_namespace ? std::filesystem::path()
+                                                           : work->path() / "restored.pid");
+    if (!keeper) return std::move(keeper).error();
+    progress("restoring the process with CRIU");
+    auto tc = Clock::now();
+    criu::RestoreOptions ro;
+    ro.image_dir = work->path();
+    ro.env = env;
+    ro.restored_pid = &pid;
+    ro.new_pid_namespace = rep.new_pid_namespace;
+    ro.shell_job = m.meta_or("shell_job") == "1";
+    ro.tcp_close = m.meta_or("tcp_close") == "1";
+    if (rep.new_pid_namespace && keeper && !records.empty())
+      ro.on_spawned = [&keeper, ready = work->path() / "restored.ready"](pid_t unshare_pid) {
+        if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
+          std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
+                       s.error().message.c_str());
+      };
+    std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
+    for (const auto& in : req.inherit) {
+      int fd = in.fd.get();
+      // Note [Streams reconnected by rule]: CRIU reopens an inherited pipe through /proc, as
+      // root: anything but an anonymous pipe gets a pipe of gcrd's that copies into it.
+      if (in.key.rfind("pipe:[", 0) == 0 && !may_reopen_as_pipe(fd)) {
+        auto w = relay_into(fd);
+        if (!w) {
+          keeper->done();  // no process to guard
+          return std::move(w).error();
+        }
+        fd = w->get();
+        relays.push_back(std::move(w).value());
+      }
+      ro.inherit.push_back({in.key, fd});
+    }
+    if (Status restored = criu::restore(tools, ro); !restored) {
+      keeper->done();  // no process to guard
+      return std::move(restored).error();
+    }
+    criu_lock.unlock();
+    relays.clear();
+    record_phase(rep, "criu", tc);
+    if (!records.empty())
+      if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
   }
-  if (Status restored = criu::restore(tools, ro); !restored) {
-    keeper->done();  // no process to guard
-    return std::move(restored).error();
-  }
-  criu_lock.unlock();
-  relays.clear();
-  record_phase(rep, "criu", tc);
   rep.pid = pid;
-  if (!records.empty())
-    if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   auto kill_restored = [&](Error e) -> Error {

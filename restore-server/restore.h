@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +43,10 @@ struct RestoreRequest {
   std::vector<Inherited> inherit;
   // Who asks: anyone but root restores only checkpoints whose META owner_uid is theirs.
   uid_t client_uid = 0;
+  // Set when CRIU is a container runtime's (Note [CRIU run by someone else] in checkpoint.h): once
+  // the device memory is allocated and loading, it lets that CRIU go on and returns the pid of the
+  // root of the tasks it restored, after its restore ended well.
+  std::function<Result<pid_t>()> external_criu;
 };
 
 struct RestoreReport {

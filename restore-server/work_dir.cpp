@@ -171,6 +171,9 @@ std::map<std::string, std::string> driver_env() {
     env["GCR_REAL_LIBCUDA"] = info.dli_fname;
   else if (const char* r = std::getenv("GCR_REAL_LIBCUDA"))
     env["GCR_REAL_LIBCUDA"] = r;
+  // gcrd runs this CRIU itself: its plugin must not turn back to gcrd (Note [CRIU run by someone
+  // else] in checkpoint.h), whatever gcr.conf says.
+  env["GCR_PLUGIN_GCRD"] = "off";
   return env;
 }
 

@@ -12,9 +12,12 @@
 // image it did dump fails at init when that driver is missing: better than resuming a process
 // without its GPU state.
 //
-// Not registered: POST_FORKING (CRIU 4.2's hook in the restore master right after forking the
-// tasks). gcr's parallel device reload will start there, asking gcrd to allocate and load device
-// memory while CRIU restores CPU state (DESIGN.md §5); until then there is nothing to do in it.
+// For a process running under gcr, the plugin is a thin client of gcrd (gcrd_link.h; Note [CRIU
+// run by someone else] in restore-server/checkpoint.h): at the first PAUSE_DEVICES of a dump gcrd
+// parks and stores the device memory of the whole tree, so the driver checkpoints control state
+// only; at restore init gcrd allocates the memory and starts loading it before CRIU forks
+// anything (earlier than POST_FORKING, which is not registered), and gives it to the restored
+// process once CRIU is done. A CUDA process not under gcr gets the driver's checkpoint only.
 #include <errno.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -29,6 +32,8 @@
 
 extern "C" {
 #include <criu/criu-plugin.h>
+// Weak, as criu_exports.h: the plugin also loads where no CRIU defines it (tests).
+__attribute__((weak)) int criu_get_image_dir(void);
 }
 
 #include "config.h"
@@ -36,6 +41,7 @@ extern "C" {
 #include "device_steps.h"
 #include "driver.h"
 #include "final_state.h"
+#include "gcrd_link.h"
 #include "log.h"
 
 namespace gcr::criu_plugin {
@@ -46,6 +52,13 @@ constexpr char kPluginName[] = "gcr_criu_plugin";
 // Set while enabled, from init to exit. CRIU calls every hook from its main thread.
 std::optional<DeviceSteps> g_steps;
 bool g_in_inventory = false;
+// gcrd's part of this dump or restore (gcrd_link.h); asked once, at the first PAUSE_DEVICES.
+std::optional<GcrdLink> g_gcrd;
+bool g_gcrd_asked = false;
+
+int images_dir() {
+  return criu_get_image_dir ? criu_get_image_dir() : -1;
+}
 
 int to_errno(const Result<Outcome>& r) noexcept {
   if (r) return *r == Outcome::not_mine ? -ENOTSUP : 0;
@@ -117,6 +130,8 @@ Status enable(int stage) {
   }
   GCR_TRY_ASSIGN(Config config,
                  load_config(stage == CR_PLUGIN_STAGE__DUMP ? Stage::dump : Stage::restore));
+  if (!config.driver.empty() && !std::getenv("GCR_REAL_LIBCUDA"))
+    ::setenv("GCR_REAL_LIBCUDA", config.driver.c_str(), 1);  // gcr.conf's, for Driver::load
   auto driver = Driver::load();
   if (!driver) {
     if (stage == CR_PLUGIN_STAGE__RESTORE)
@@ -130,8 +145,13 @@ Status enable(int stage) {
   // thread]).
   if (stage == CR_PLUGIN_STAGE__DUMP && set_compel_interrupt_only_mode)
     set_compel_interrupt_only_mode();
-  log_info("enabled for %s with the driver %s", stage == CR_PLUGIN_STAGE__DUMP ? "dump" : "restore",
-           driver->path().c_str());
+  log_info("enabled for %s with the driver %s%s%s",
+           stage == CR_PLUGIN_STAGE__DUMP ? "dump" : "restore", driver->path().c_str(),
+           config.file.empty() ? "" : ", settings from ", config.file.c_str());
+  if (stage == CR_PLUGIN_STAGE__RESTORE) {
+    // Before CRIU forks anything: gcrd down, or the memory not to be had, fails the restore here.
+    GCR_TRY_ASSIGN(g_gcrd, GcrdLink::begin_restore(config, images_dir()));
+  }
   g_steps.emplace(std::move(*driver), std::move(config));
   return ok();
 }
@@ -148,6 +168,8 @@ int gcr_plugin_init(int stage) noexcept {
   try {
     g_steps.reset();
     g_in_inventory = false;
+    g_gcrd.reset();
+    g_gcrd_asked = false;
     if (gcr::Status s = enable(stage); !s) {
       log_error("%s", s.error().message.c_str());
       return -1;
@@ -179,15 +201,23 @@ void gcr_plugin_exit(int stage, int ret) noexcept {
         log_info("leaving CUDA processes checkpointed: CRIU kills them (%s)", guess.why.c_str());
       }
     }
+    // gcrd learns the result last: after a failed dump it gives the parked memory back to
+    // processes the driver steps above have just unlocked.
+    if (g_gcrd) g_gcrd->finish(ret);
   } catch (...) {
     log_error("exit: unexpected exception; paused CUDA processes may hang");
   }
+  g_gcrd.reset();
   g_steps.reset();
 }
 
 int gcr_plugin_pause_devices(int pid) noexcept {
   if (gcr::Status go = wait_for_go(); !go) return to_errno(go.error());
   Result<Outcome> r = guarded("PAUSE_DEVICES", [&](DeviceSteps& steps) -> Result<Outcome> {
+    if (!g_gcrd_asked) {
+      g_gcrd_asked = true;
+      GCR_TRY_ASSIGN(g_gcrd, GcrdLink::begin_dump(steps.config(), pid, images_dir()));
+    }
     GCR_TRY_ASSIGN(Outcome o, steps.pause(pid));
     // Restore then requires this plugin ("Missing required plugin" without it).
     if (o == Outcome::done && !g_in_inventory && add_inventory_plugin) {
@@ -210,8 +240,11 @@ CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, gcr_plugin_checkpoin
 // CRIU ignores this hook's failures (cr-restore.c logs them at debug level and resumes the tasks):
 // resume_restored kills a task it cannot restore, which makes the restore fail.
 int gcr_plugin_resume_devices_late(int pid) noexcept {
-  return to_errno(guarded("RESUME_DEVICES_LATE",
-                          [&](DeviceSteps& steps) { return steps.resume_restored(pid); }));
+  return to_errno(guarded("RESUME_DEVICES_LATE", [&](DeviceSteps& steps) -> Result<Outcome> {
+    GCR_TRY_ASSIGN(Outcome o, steps.resume_restored(pid));
+    if (o == Outcome::done && g_gcrd) g_gcrd->restored(pid);
+    return o;
+  }));
 }
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, gcr_plugin_resume_devices_late)
 
