@@ -46,9 +46,9 @@ GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
 # ... S3 stores: libcurl (it signs requests itself, CURLOPT_AWS_SIGV4), and for their tests a
 # single-node Ceph with the RADOS Gateway (tests/integration/s3/ceph_lib.sh) and curl
           libcurl4-openssl-dev curl ceph-mon ceph-osd ceph-common radosgw
-# ... containers: runc for tests/integration/containers (installed without its Recommends: Debian's
+# ... containers: runc and podman for tests/integration/containers (installed without its Recommends: Debian's
 # criu 3.17 fails on this kernel and would put an old criu-plugin.h in /usr/include)
-          runc)
+          runc podman conmon)
 # CRIU's `make criu`: required (criu/Makefile.packages) ...
 CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
            libnl-3-dev libcap-dev uuid-dev libnet1-dev

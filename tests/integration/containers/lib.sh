@@ -29,6 +29,7 @@ pids=()
 T0=$(date +%s.%N)
 cleanup() {
   local rc=$?
+  if declare -F cleanup_extra > /dev/null; then cleanup_extra; fi  # a scenario's own
   for c in "${containers[@]}"; do runc delete -f "$c" > /dev/null 2>&1 || true; done
   for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done
   pkill -f "gcrd --socket $T/" 2> /dev/null || true
