@@ -40,6 +40,7 @@ __attribute__((weak)) int criu_get_image_dir(void);
 #include "criu_exports.h"
 #include "device_steps.h"
 #include "driver.h"
+#include "dump_root.h"
 #include "final_state.h"
 #include "gcrd_link.h"
 #include "log.h"
@@ -142,9 +143,16 @@ Status enable(int stage) {
     return ok();
   }
   // With the cgroup freezer a frozen task's restore thread could not be run (Note [Restore
-  // thread]).
-  if (stage == CR_PLUGIN_STAGE__DUMP && set_compel_interrupt_only_mode)
-    set_compel_interrupt_only_mode();
+  // thread]); a tree without CUDA is seized as CRIU would without the plugin (Note [Seizing per
+  // dump]).
+  if (stage == CR_PLUGIN_STAGE__DUMP && set_compel_interrupt_only_mode) {
+    std::optional<pid_t> root = dump_root();
+    if (!root || tree_uses_cuda(*root))
+      set_compel_interrupt_only_mode();
+    else
+      log_info("no process in the tree of %d maps a CUDA driver: CRIU seizes it its own way",
+               *root);
+  }
   log_info("enabled for %s with the driver %s%s%s",
            stage == CR_PLUGIN_STAGE__DUMP ? "dump" : "restore", driver->path().c_str(),
            config.file.empty() ? "" : ", settings from ", config.file.c_str());
@@ -214,9 +222,11 @@ void gcr_plugin_exit(int stage, int ret) noexcept {
 int gcr_plugin_pause_devices(int pid) noexcept {
   if (gcr::Status go = wait_for_go(); !go) return to_errno(go.error());
   Result<Outcome> r = guarded("PAUSE_DEVICES", [&](DeviceSteps& steps) -> Result<Outcome> {
-    if (!g_gcrd_asked) {
+    if (!g_gcrd_asked) {  // the root's: gcrd takes the whole tree, or none of it
       g_gcrd_asked = true;
-      GCR_TRY_ASSIGN(g_gcrd, GcrdLink::begin_dump(steps.config(), pid, images_dir()));
+      if (tree_uses_cuda(pid)) {
+        GCR_TRY_ASSIGN(g_gcrd, GcrdLink::begin_dump(steps.config(), pid, images_dir()));
+      }
     }
     GCR_TRY_ASSIGN(Outcome o, steps.pause(pid));
     // Restore then requires this plugin ("Missing required plugin" without it).
