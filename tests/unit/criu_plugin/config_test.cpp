@@ -1,8 +1,14 @@
 // restore-server/criu_plugin/config.cpp: the GCR_* settings each stage reads.
 #include "config.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "dump_root.h"
 
 using namespace gcr::criu_plugin;
 
@@ -11,8 +17,11 @@ struct CleanEnv {
   CleanEnv() { clear(); }
   ~CleanEnv() { clear(); }
   static void clear() {
-    for (const char* v : {"GCR_LOCK_TIMEOUT_MS", "GCR_DEVICE_MAP", "GCR_LEAVE_RUNNING"})
+    for (const char* v :
+         {"GCR_LOCK_TIMEOUT_MS", "GCR_DEVICE_MAP", "GCR_LEAVE_RUNNING", "GCR_REAL_LIBCUDA",
+          "GCR_GCRD_SOCKET", "GCR_STORE", "GCR_CRIU_IMAGES", "GCR_PLUGIN_GCRD"})
       unsetenv(v);
+    setenv("GCR_CONFIG", "/nonexistent/gcr.conf", 1);  // never the machine's /etc/gcr/gcr.conf
   }
 };
 }  // namespace
@@ -57,4 +66,73 @@ TEST_CASE("each stage reads, and refuses malformed, only the settings it uses") 
   auto bad = load_config(Stage::dump);
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("GCR_LEAVE_RUNNING") != std::string::npos);
+}
+
+TEST_CASE("gcr.conf: key = value lines, comments, and the environment winning over the file") {
+  CleanEnv env;
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                     "/gcr-config-test-" + std::to_string(getpid()) + ".conf";
+  {
+    std::ofstream out(path);
+    out << "# podman passes CRIU no environment\n"
+           "criu_images = self-contained\n"
+           "gcrd_socket=/run/other/gcrd.sock   # trailing comment\n"
+           "\n"
+           "store = /srv/gcr\n"
+           "lock_timeout_ms = 1500\n"
+           "driver = /opt/driver/libcuda.so.1\n";
+  }
+  setenv("GCR_CONFIG", path.c_str(), 1);
+  auto c = load_config(Stage::dump);
+  REQUIRE(c);
+  CHECK(c->self_contained);
+  CHECK(c->gcrd_socket == "/run/other/gcrd.sock");
+  CHECK(c->store == "/srv/gcr");
+  CHECK(c->lock_timeout_ms == 1500);
+  CHECK(c->driver == "/opt/driver/libcuda.so.1");
+  CHECK(c->use_gcrd);
+  CHECK(c->file == path);
+  setenv("GCR_STORE", "/elsewhere", 1);
+  setenv("GCR_CRIU_IMAGES", "reference", 1);
+  c = load_config(Stage::dump);
+  REQUIRE(c);
+  CHECK(c->store == "/elsewhere");
+  CHECK_FALSE(c->self_contained);
+  setenv("GCR_CRIU_IMAGES", "inline", 1);
+  auto bad = load_config(Stage::restore);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("GCR_CRIU_IMAGES") != std::string::npos);
+  unsetenv("GCR_CRIU_IMAGES");
+  {
+    std::ofstream out(path);
+    out << "criu_images = self-contained\nstor = /srv/gcr\n";  // a typo stops CRIU at init
+  }
+  bad = load_config(Stage::dump);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find(":2:") != std::string::npos);
+  CHECK(bad.error().message.find("stor = /srv/gcr") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("the config file parser names the line of what it refuses") {
+  CHECK(parse_config_file("gcrd = off\n", "f"));
+  CHECK(parse_config_file("  # only a comment\n\n", "f")->empty());
+  auto no_eq = parse_config_file("gcrd off\n", "gcr.conf");
+  REQUIRE_FALSE(no_eq);
+  CHECK(no_eq.error().message.find("gcr.conf:1:") != std::string::npos);
+}
+
+TEST_CASE("the dump's root from CRIU's command line (Note [Seizing per dump])") {
+  using std::string_literals::operator""s;
+  CHECK(tree_from_cmdline("criu\0dump\0-t\0"
+                          "1234\0-D\0img\0"s) == 1234);
+  CHECK(tree_from_cmdline("criu\0dump\0--tree\0"
+                          "77\0"s) == 77);
+  CHECK(tree_from_cmdline("criu\0dump\0--tree=88\0"s) == 88);
+  CHECK(tree_from_cmdline("criu\0dump\0-t99\0"s) == 99);
+  CHECK_FALSE(
+      tree_from_cmdline("criu\0swrk\0"
+                        "3\0"s));
+  CHECK_FALSE(tree_from_cmdline("criu\0dump\0-t\0abc\0"s));
+  CHECK_FALSE(tree_from_cmdline("criu\0dump\0-t\0"s));
 }
