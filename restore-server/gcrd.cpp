@@ -169,18 +169,25 @@ Result<std::string> read_plugin_line(int fd) {
 
 // Of the tasks CRIU restored, the one no other is a descendant of... the other way round: the one
 // none of whose ancestors is in the list (the root of what CRIU restored under gcr).
+pid_t parent_of(pid_t p) {
+  std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(s.substr(close + 2));
+  char state;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+bool is_ancestor(pid_t ancestor, pid_t pid) {
+  for (pid_t a = parent_of(pid); a > 1; a = parent_of(a))
+    if (a == ancestor) return true;
+  return false;
+}
+
 pid_t topmost_pid(const std::vector<pid_t>& pids) {
-  auto parent_of = [](pid_t p) -> pid_t {
-    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream rest(s.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    return ppid;
-  };
   for (pid_t p : pids) {
     bool under_another = false;
     for (pid_t a = parent_of(p); a > 1 && !under_another; a = parent_of(a))
@@ -258,8 +265,14 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
         return Error{Errc::io_error, "gcr's CRIU plugin hung up before the restore"};
       // "restored pid=P" for each CUDA task, then "result ret=N".
       std::vector<pid_t> pids;
+      pid_t root = 0;
       for (;;) {
         GCR_TRY_ASSIGN(std::string line, read_plugin_line(client_fd));
+        if (line.rfind("root ", 0) == 0) {
+          auto rf = decode_fields(line.substr(5));
+          if (rf.count("pid")) root = std::atoi(rf.at("pid").c_str());
+          continue;
+        }
         if (line.rfind("restored ", 0) == 0) {
           auto rf = decode_fields(line.substr(9));
           if (rf.count("pid")) pids.push_back(std::atoi(rf.at("pid").c_str()));
@@ -272,7 +285,9 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
           return Error{Errc::io_error, "the runtime's CRIU failed to restore (see its log)"};
         break;
       }
-      if (pid_t root = topmost_pid(pids)) return root;
+      // A root the plugin names must hold the tasks it restored (else: the topmost of those).
+      if (root > 0 && !pids.empty() && (root == pids[0] || is_ancestor(root, pids[0]))) return root;
+      if (pid_t top = topmost_pid(pids)) return top;
       return Error{Errc::not_found,
                    "the runtime's CRIU restored no CUDA task that gcr's plugin saw; the device "
                    "memory of checkpoint has nowhere to go"};

@@ -135,7 +135,9 @@ Result<std::vector<control::Client>> give_job_its_memory(
   for (const MemberPlan& m : plan) {
     if (m.records.empty()) continue;  // a member whose memory was all freed
     pid_t original = owner_pid(m.owner, rep.original_pid);
-    pid_t live = original ? live_member_pid(restored_root, original, rep.new_pid_namespace) : 0;
+    pid_t live = m.owner.empty() ? restored_root
+                 : original      ? live_member_pid(restored_root, original, rep.new_pid_namespace)
+                                 : 0;
     if (!live)
       return Error{Errc::corrupt_image, "the checkpoint's job member '" + m.owner +
                                             "' is not among the restored processes"};
@@ -374,6 +376,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     auto tc = Clock::now();
     GCR_TRY_ASSIGN(pid, req.external_criu());
     record_phase(rep, "criu", tc);
+    // A runtime restores a container's tasks into its own pid namespace: members by their pids
+    // there.
+    rep.new_pid_namespace = innermost_pid(pid) != pid;
   } else {
     // The restored process takes its old pid: while something holds it, restore into a PID
     // namespace of its own. One decision and CRIU run at a time, so that two restores of one image

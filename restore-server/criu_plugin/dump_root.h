@@ -25,7 +25,8 @@ namespace gcr::criu_plugin {
 // -t PID / --tree PID / --tree=PID / -tPID in a NUL-separated command line; none if absent.
 std::optional<pid_t> tree_from_cmdline(const std::string& cmdline);
 
-// The root of this dump: the command line's, else CRIU's root_item; none if neither says.
+// The root of this dump: the command line's, else CRIU's root_item; none if neither says. At the
+// end of a restore, root_item's is the restored root's pid as CRIU sees it.
 std::optional<pid_t> dump_root();
 
 // Whether some process of the tree under root maps a CUDA driver (libcuda.so*, gcr's

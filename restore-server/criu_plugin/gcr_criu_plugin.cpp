@@ -211,7 +211,9 @@ void gcr_plugin_exit(int stage, int ret) noexcept {
     }
     // gcrd learns the result last: after a failed dump it gives the parked memory back to
     // processes the driver steps above have just unlocked.
-    if (g_gcrd) g_gcrd->finish(ret);
+    if (g_gcrd)
+      g_gcrd->finish(ret,
+                     stage == CR_PLUGIN_STAGE__RESTORE && ret == 0 ? dump_root() : std::nullopt);
   } catch (...) {
     log_error("exit: unexpected exception; paused CUDA processes may hang");
   }

@@ -185,7 +185,9 @@ void GcrdLink::restored(int pid) {
   send_text(fd_.get(), "restored pid=" + std::to_string(pid) + "\n");
 }
 
-void GcrdLink::finish(int ret) {
+void GcrdLink::finish(int ret, std::optional<int> root) {
+  // The restored tree's root: a job's members are found under it, whether it uses CUDA or not.
+  if (root) send_text(fd_.get(), "root pid=" + std::to_string(*root) + "\n");
   send_text(fd_.get(), "result ret=" + std::to_string(ret) + "\n");
   fd_.reset();
 }

@@ -42,8 +42,9 @@ class GcrdLink {
   const std::string& checkpoint_id() const { return id_; }
   // Restore: CRIU restored task `pid` (host pid) and the driver its control state.
   void restored(int pid);
-  // The exit hook: CRIU's result, then the link ends (gcrd finishes on its own).
-  void finish(int ret);
+  // The exit hook: the root of what CRIU restored (restore, when known), CRIU's result, then the
+  // link ends (gcrd finishes on its own).
+  void finish(int ret, std::optional<int> root = std::nullopt);
 
  private:
   GcrdLink(UniqueFd fd, std::string id) : fd_(std::move(fd)), id_(std::move(id)) {}

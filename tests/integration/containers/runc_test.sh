@@ -8,6 +8,8 @@
 #   c. self-contained images (gcr.conf: criu_images = self-contained): the images directory is
 #      copied to a "second host" (another gcrd, another store, the first store gone) and restored
 #   d. restore with gcrd down fails before any process exists; with the plugin missing, loudly
+#   e. a job: mp_train --ranks 2 (ranks sharing device memory), cut, checkpointed and restored as
+#      one, every rank ending with the single-process reference
 #
 #   runc_test.sh BUILD_DIR      (needs root, runc and CRIU; exits 77 to skip)
 set -euo pipefail
@@ -103,3 +105,24 @@ if CRIU_LIBS_DIR=$T/no-plugins "${RUNC[@]}" restore -d --image-path "$T/c-img-mo
 fi
 grep -q "Missing required plugin" "$T/d2-work/restore.log" || fail "the restore without the plugin does not say so"
 echo "ok: gcrd down and the plugin missing both fail the restore with nothing left running"
+
+step "e. a two-rank job in a container"
+export GCR_GCRD_SOCKET=$T/host3/gcrd.sock GCR_STORE=$T/host3/store
+mkdir -p "$T/host3"
+start_gcrd "$GCR_GCRD_SOCKET"
+MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10)
+LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/mp-ref.log" 2>&1
+MP_REF=$(checksum_of "$T/mp-ref.log")
+make_bundle "$T/e1" "$T/e.log" "$GCR" run -- "${MP[@]}" --ranks 2
+runc run -d --bundle "$T/e1" e1 > "$T/e1.log" 2>&1 < /dev/null || fail "runc run e1: $(cat "$T/e1.log")"
+containers+=(e1)
+wait_steps "$T/e.log" $((RANDOM % 40 + 10))
+"${RUNC[@]}" checkpoint --image-path "$T/e-img" --work-path "$T/e-work" e1 || fail "runc checkpoint of the job"
+grep -q "gcrd: quiescing 2 processes of job" "$T/e-work/dump.log" || fail "gcrd did not checkpoint the ranks as one job"
+: > "$T/e.log"
+"${RUNC[@]}" restore -d --image-path "$T/e-img" --work-path "$T/e2-work" --bundle "$T/e1" e2 \
+  > "$T/e2-restore.log" 2>&1 < /dev/null || fail "runc restore of the job: $(tail -3 "$T/e2-restore.log")"
+containers+=(e2)
+for _ in $(seq 1 1500); do [[ $(grep -c "checksum " "$T/e.log") -ge 2 ]] && break; sleep 0.02; done
+[[ $(grep -cE "checksum $MP_REF\$" "$T/e.log") == 2 ]] || fail "the restored job's ranks: $(grep checksum "$T/e.log" | tr '\n' ' '), expected $MP_REF twice"
+echo "ok: both ranks of the restored job end with $MP_REF"
