@@ -34,7 +34,10 @@ FinalStateGuess guess_final_state(std::optional<bool> leave_running_env,
   if (leave_running_env)
     return {*leave_running_env ? FinalState::kept : FinalState::killed,
             std::string("GCR_LEAVE_RUNNING=") + (*leave_running_env ? "1" : "0")};
-  if (argv.size() < 2 || argv[1] == "swrk" || argv[1] == "service")
+  // Over RPC CRIU retitles itself ("criu: dump --rpc -t PID", one string: cr-service.c).
+  bool rpc = argv.size() < 2 || argv[1] == "swrk" || argv[1] == "service";
+  for (const std::string& a : argv) rpc |= a.find("--rpc") != std::string::npos;
+  if (rpc)
     return {FinalState::unknown,
             "criu runs over RPC, which does not show --leave-running to plugins"};
   bool default_configs = true;

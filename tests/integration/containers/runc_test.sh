@@ -8,6 +8,8 @@
 #   c. self-contained images (gcr.conf: criu_images = self-contained): the images directory is
 #      copied to a "second host" (another gcrd, another store, the first store gone) and restored
 #   d. restore with gcrd down fails before any process exists; with the plugin missing, loudly
+#   f. a CUDA process not under gcr: the baseline (device memory in CRIU's pages), and with
+#      --leave-running it runs on (runc's CRIU runs over RPC: the plugin cannot see -R)
 #   e. a job: mp_train --ranks 2 (ranks sharing device memory), cut, checkpointed and restored as
 #      one, every rank ending with the single-process reference
 #
@@ -126,3 +128,16 @@ containers+=(e2)
 for _ in $(seq 1 1500); do [[ $(grep -c "checksum " "$T/e.log") -ge 2 ]] && break; sleep 0.02; done
 [[ $(grep -cE "checksum $MP_REF\$" "$T/e.log") == 2 ]] || fail "the restored job's ranks: $(grep checksum "$T/e.log" | tr '\n' ' '), expected $MP_REF twice"
 echo "ok: both ranks of the restored job end with $MP_REF"
+
+step "f. a CUDA process not under gcr: the baseline"
+make_bundle "$T/f1" "$T/f.log" env "LD_LIBRARY_PATH=$BUILD/simgpu" "${MLP[@]}"
+runc run -d --bundle "$T/f1" f1 > "$T/f1.log" 2>&1 < /dev/null || fail "runc run f1: $(cat "$T/f1.log")"
+containers+=(f1)
+wait_steps "$T/f.log" 20
+"${RUNC[@]}" checkpoint --leave-running --image-path "$T/f-img" --work-path "$T/f-work" f1 || fail "runc checkpoint -R of a process not under gcr"
+[[ ! -e $T/f-img/gcr-checkpoint ]] || fail "gcrd took part in the checkpoint of a process not under gcr"
+pages=$(images_pages_mib "$T/f-img")
+(( pages >= FOOTPRINT_MIB )) || fail "the baseline image holds $pages MiB of pages for a $FOOTPRINT_MIB MiB footprint"
+wait_checksum "$T/f.log"
+[[ $(checksum_of "$T/f.log") == "$REF" ]] || fail "the process not under gcr ran on to $(checksum_of "$T/f.log"), expected $REF"
+echo "ok: the baseline: $pages MiB of CRIU pages, and the original ran on to $REF"

@@ -80,3 +80,10 @@ TEST_CASE("criu over RPC (swrk, service) cannot be read, and counts as unknown")
   CHECK(guess_final_state(std::nullopt, {"criu", "service"}, "", "").state == FinalState::unknown);
   CHECK(guess_final_state(std::nullopt, {"criu"}, "", "").state == FinalState::unknown);
 }
+
+TEST_CASE("criu over RPC, retitled by setproctitle, is unknown whatever its title says") {
+  auto g = guess_final_state(std::nullopt, {"criu: dump --rpc -t 1234"}, "", "");
+  CHECK(g.state == FinalState::unknown);
+  g = guess_final_state(std::nullopt, {"criu", "swrk", "3"}, "", "");
+  CHECK(g.state == FinalState::unknown);
+}
