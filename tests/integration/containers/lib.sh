@@ -8,7 +8,7 @@ BUILD=$(cd "$1" && pwd)
 ROOT=$(cd "$BUILD/.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [[ $(id -u) == 0 ]] || skip "needs root (CRIU and runc)"
-CRIU=${GCR_TEST_CRIU:-$ROOT/.deps/criu/sbin/criu}
+CRIU=${GCR_TEST_CRIU:-${GCR_CRIU:-$ROOT/.deps/criu/criu}}
 [[ -x $CRIU ]] || skip "no CRIU at $CRIU (scripts/setup.sh builds it)"
 [[ -f $BUILD/criu-plugin/gcr_criu_plugin.so ]] || skip "the CRIU plugin is not built"
 "$CRIU" check > /dev/null 2>&1 || skip "'$CRIU check' fails on this kernel"
