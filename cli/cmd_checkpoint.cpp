@@ -83,15 +83,6 @@ Status check_socket_owner(const std::filesystem::path& socket) {
   return ok();
 }
 
-Result<UniqueFd> gcrd_connection() {
-  GCR_TRY_ASSIGN(auto driver, real_driver_path());
-  GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
-  auto socket = gcrd::default_socket_path();
-  GCR_TRY(check_socket_owner(socket));
-  GCR_TRY_ASSIGN(int fd, gcrd::connect_or_start(socket, gcrd, gcrd_environment(driver)));
-  return UniqueFd(fd);
-}
-
 std::chrono::nanoseconds ns(std::uint64_t v) {
   return std::chrono::nanoseconds(v);
 }
@@ -488,18 +479,45 @@ Status restore(RestoreOptions o, Context& ctx) {
   return ok();
 }
 
-Status daemon(Context&) {
+struct DaemonOptions {
+  std::string listen, token_file;
+};
+
+Status daemon(const DaemonOptions& o, Context& ctx) {
   GCR_TRY_ASSIGN(auto driver, real_driver_path());
   GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
   for (const auto& [k, v] : gcrd_environment(driver)) setenv(k.c_str(), v.c_str(), 1);
   std::string sock = gcrd::default_socket_path().string();
   std::string bin = gcrd.string();
-  char* argv[] = {bin.data(), const_cast<char*>("--socket"), sock.data(), nullptr};
-  execv(bin.c_str(), argv);
+  std::vector<std::string> args = {bin, "--socket", sock};
+  if (!o.listen.empty()) {
+    if (o.token_file.empty())
+      return Error{Errc::invalid_argument,
+                   "--listen needs --token-file FILE: the token other hosts must present "
+                   "(docs/security.md)"};
+    GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+    if (location.is_s3())
+      return Error{Errc::unsupported, "--listen serves a local store; --store is a bucket"};
+    args.insert(args.end(), {"--listen", o.listen, "--token-file", o.token_file, "--store",
+                             location.directory.string()});
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(bin.c_str(), argv.data());
   return errno_error("cannot run " + bin);
 }
 
 }  // namespace
+
+Result<UniqueFd> gcrd_connection() {
+  GCR_TRY_ASSIGN(auto driver, real_driver_path());
+  GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
+  auto socket = gcrd::default_socket_path();
+  GCR_TRY(check_socket_owner(socket));
+  GCR_TRY_ASSIGN(int fd, gcrd::connect_or_start(socket, gcrd, gcrd_environment(driver)));
+  return UniqueFd(fd);
+}
 
 void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   static CheckpointOptions co;
@@ -597,9 +615,17 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       "  a file it read that has changed since: an error naming it, unless --accept-changed.");
   on_run(r, ctx, [&ctx] { return restore(ro, ctx); });
 
+  static DaemonOptions dopt;
   auto* d = app.add_subcommand("daemon",
                                "Run gcrd in the foreground (gcr starts it on demand otherwise)");
-  on_run(d, ctx, [&ctx] { return daemon(ctx); });
+  d->add_option("--listen", dopt.listen,
+                "Also serve other hosts over TCP (the destination of gcr migrate), on HOST:PORT")
+      ->type_name("HOST:PORT");
+  d->add_option("--token-file", dopt.token_file,
+                "With --listen: the token other hosts must present (a file of 32+ characters, "
+                "mode 0600); it lets them restore processes here as gcrd's user")
+      ->type_name("FILE");
+  on_run(d, ctx, [&ctx] { return daemon(dopt, ctx); });
 }
 
 }  // namespace gcr::cli

@@ -4,9 +4,15 @@
 #include <CLI/CLI.hpp>
 
 #include "context.h"
+#include "gcr/unique_fd.h"
 
 namespace gcr::cli {
 
+// A connection to this user's gcrd, started when none listens.
+Result<UniqueFd> gcrd_connection();
+
 void register_checkpoint_commands(CLI::App& app, Context& ctx);
+// `gcr migrate` (cmd_migrate.cpp).
+void register_migrate_command(CLI::App& app, Context& ctx);
 
 }  // namespace gcr::cli

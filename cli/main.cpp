@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
 
   register_process_commands(app, ctx);
   register_checkpoint_commands(app, ctx);
+  register_migrate_command(app, ctx);
   register_image_commands(app, ctx);
   register_doctor_command(app, ctx);
   register_trace_command(app, ctx);

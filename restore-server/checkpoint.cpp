@@ -730,6 +730,15 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   // Note [gcrd owns lineage]: only now is this checkpoint a parent the next one may name.
   if (req.leave_running) lineage_record(*key, info.id.hex());
+  if (end_after_commit && req.hold) {
+    progress("checkpoint " + info.id.hex().substr(0, 12) + " committed; process " +
+             std::to_string(req.pid) + " waits, stopped, for the migration to finish");
+    if (!req.hold(info.id.hex()))
+      return let_stopped_go_on(Error{Errc::io_error, "the migration of process " +
+                                                         std::to_string(req.pid) +
+                                                         " did not finish (checkpoint " +
+                                                         info.id.hex().substr(0, 12) + " stays)"});
+  }
   if (end_after_commit) {
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
     // The whole tree CRIU dumped (and left stopped), workers too.

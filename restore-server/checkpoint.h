@@ -50,6 +50,10 @@ struct CheckpointRequest {
   // run by someone else]): called once the device memory is stored, with the checkpoint's id; it
   // lets that CRIU go on and answers whether its dump succeeded.
   std::function<Result<bool>(const std::string& id)> external_criu;
+  // Set by `gcr migrate` for its last checkpoint (Note [Migration] in cli/cmd_migrate.cpp): once
+  // the checkpoint is committed the stopped process waits; true ends it (the destination runs
+  // it now), false gives it its memory back and lets it run on.
+  std::function<bool(const std::string& id)> hold;
 };
 
 struct CheckpointReport {

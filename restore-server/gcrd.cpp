@@ -4,6 +4,9 @@
 //
 //   gcrd [--socket PATH] [--detach]      (normally started by `gcr`, or `gcr daemon`)
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -29,6 +33,7 @@
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
+#include "net_store.h"
 #include "pause_point.h"
 #include "restore.h"
 
@@ -316,6 +321,23 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
       return Error{Errc::permission_denied,
                    "process " + std::to_string(req.pid) +
                        " is not yours; only root or its owner may checkpoint it"};
+    if (f.count("hold") && f.at("hold") == "1") {
+      if (req.leave_running || req.stop_copy)
+        return Error{Errc::invalid_argument, "hold is for a checkpoint that stops the process"};
+      // Note [Migration] (cli/cmd_migrate.cpp): "commit" hands the process to the destination;
+      // from then on a client that goes away ends it, before then it runs on.
+      req.hold = [client_fd](const std::string& id) {
+        if (!send_line(client_fd, "ok " + encode_fields({{"held", "1"}, {"id", id}}))) return false;
+        bool committed = false;
+        for (;;) {
+          auto line = read_plugin_line(client_fd);
+          if (!line) return committed;
+          if (*line == "commit") committed = true;
+          if (*line == "end") return true;
+          if (*line == "resume") return false;
+        }
+      };
+    }
     GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
@@ -376,15 +398,12 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
   return Error{Errc::invalid_argument, "unknown request '" + verb + "'"};
 }
 
-void handle_client(UniqueFd fd) {
+// One gcrd/1 request on fd from a client of uid `client_uid`. From the network (Note [Network
+// trust] in net_store.h): ping and restore only, on the served store whatever the request says.
+void handle_request(const UniqueFd& fd, uid_t client_uid,
+                    const std::optional<fs::path>& network_store) {
   ucred cred{};
-  socklen_t len = sizeof cred;
-  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-      (cred.uid != 0 && cred.uid != geteuid())) {
-    send_line(fd.get(), "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
-                            encode_value("gcrd serves root and its own user only"));
-    return;
-  }
+  cred.uid = client_uid;
   std::vector<UniqueFd> files;
   std::string line = read_request(fd.get(), files);
   std::string proto, verb, rest;
@@ -403,9 +422,20 @@ void handle_client(UniqueFd fd) {
   auto progress = [cfd](const std::string& text) {
     send_line(cfd, "progress " + encode_value(text));
   };
-  log("request from uid " + std::to_string(cred.uid) + ": " + verb + " " + rest);
+  auto fields = decode_fields(rest);
+  if (network_store) {
+    if (verb != "ping" && verb != "restore") {
+      send_line(cfd, "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
+                         encode_value("over the network gcrd serves ping and restore only"));
+      return;
+    }
+    fields["store"] = network_store->string();
+  }
+  log(std::string("request from ") +
+      (network_store ? "the network" : "uid " + std::to_string(cred.uid)) + ": " + verb + " " +
+      rest);
   if (verb != "ping") pause_point("request");
-  auto result = serve(verb, decode_fields(rest), std::move(files), cred.uid, cfd, progress);
+  auto result = serve(verb, fields, std::move(files), cred.uid, cfd, progress);
   if (verb != "ping") pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));
@@ -413,6 +443,81 @@ void handle_client(UniqueFd fd) {
     log(verb + " failed: " + result.error().message);
     send_line(cfd, "error " + std::to_string(static_cast<int>(result.error().code)) + " " +
                        encode_value(result.error().message));
+  }
+}
+
+void handle_client(UniqueFd fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != 0 && cred.uid != geteuid())) {
+    send_line(fd.get(), "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
+                            encode_value("gcrd serves root and its own user only"));
+    return;
+  }
+  handle_request(fd, cred.uid, std::nullopt);
+}
+
+// A connection from another host (net_store.h): the token first, then the store or a request.
+void handle_network_client(UniqueFd fd, std::string peer, const std::string& token,
+                           const fs::path& served) {
+  auto verb = net_accept(fd.get(), token);
+  if (!verb) {
+    log("refused a connection from " + peer + ": " + verb.error().message);
+    return;
+  }
+  if (*verb == "request") return handle_request(fd, geteuid(), served);
+  store::BackendOptions o;
+  o.create = true;
+  auto backend = store::open_dir_backend(served, o);
+  if (!backend) {
+    send_line(fd.get(), "error " + std::to_string(static_cast<int>(backend.error().code)) + " " +
+                            encode_value(backend.error().message));
+    return;
+  }
+  log("serving the store " + served.string() + " to " + peer);
+  serve_net_store(fd.get(), **backend);
+}
+
+// --listen ADDR: a TCP socket bound to HOST:PORT (HOST may be 0.0.0.0 or [::]).
+Result<UniqueFd> listen_tcp(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) return Error{Errc::invalid_argument, "--listen takes HOST:PORT"};
+  std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+      rc != 0)
+    return Error{Errc::invalid_argument, "--listen " + address + ": " + gai_strerror(rc)};
+  UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = fd ? ::bind(fd.get(), res->ai_addr, res->ai_addrlen) : -1;
+  freeaddrinfo(res);
+  if (rc != 0 || ::listen(fd.get(), 16) != 0) return errno_error("listening on " + address);
+  return fd;
+}
+
+void serve_network(UniqueFd listener, std::string token, fs::path served) {
+  for (;;) {
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    int c = accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno != EINTR) log(std::string("accept (network): ") + std::strerror(errno));
+      continue;
+    }
+    char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+    getnameinfo(reinterpret_cast<sockaddr*>(&from), len, host, sizeof host, port, sizeof port,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::thread(handle_network_client, UniqueFd(c), std::string(host) + ":" + port, token, served)
+        .detach();
   }
 }
 
@@ -449,16 +554,27 @@ int serve_forever(UniqueFd listener, const std::string& where) {
 int main(int argc, char** argv) {
   fs::path socket_path = default_socket_path();
   bool detach = false;
+  std::string listen_address;
+  fs::path token_file, served_store;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--socket" && i + 1 < argc) {
+    if (a == "--listen" && i + 1 < argc) {
+      listen_address = argv[++i];
+    } else if (a == "--token-file" && i + 1 < argc) {
+      token_file = argv[++i];
+    } else if (a == "--store" && i + 1 < argc) {
+      served_store = fs::absolute(argv[++i]);
+    } else if (a == "--socket" && i + 1 < argc) {
       socket_path = argv[++i];
     } else if (a == "--detach") {
       detach = true;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: gcrd [--socket PATH] [--detach]\n  gcr's daemon; normally started by gcr on "
-          "demand, or by systemd (gcrd.socket, which hands it the socket).\n");
+          "usage: gcrd [--socket PATH] [--detach] [--listen HOST:PORT --token-file FILE [--store "
+          "DIR]]\n  gcr's daemon; normally started by gcr on demand, or by systemd (gcrd.socket, "
+          "which hands it the socket).\n  --listen: also serve other hosts over TCP (the "
+          "destination of gcr migrate), authenticated by the token in FILE (0600), writing into "
+          "and restoring from the store DIR (default: gcrd's default store).\n");
       return 0;
     } else {
       std::fprintf(stderr, "gcrd: unknown argument '%s' (see --help)\n", a.c_str());
@@ -469,8 +585,32 @@ int main(int argc, char** argv) {
   g_self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  if (UniqueFd activated = socket_from_systemd())
+  UniqueFd network;
+  std::string token;
+  if (!listen_address.empty()) {
+    if (token_file.empty()) {
+      std::fprintf(stderr, "gcrd: --listen needs --token-file (docs/security.md)\n");
+      return 2;
+    }
+    auto t = read_token_file(token_file, true);
+    auto l = t ? listen_tcp(listen_address) : Result<UniqueFd>(t.error());
+    if (!l) {
+      std::fprintf(stderr, "gcrd: %s\n", l.error().message.c_str());
+      return 1;
+    }
+    token = std::move(t).value();
+    network = std::move(l).value();
+    if (served_store.empty()) served_store = store::Store::default_root();
+  }
+  auto start_network = [&] {
+    if (!network) return;
+    log("listening on " + listen_address + " (TCP) for the store " + served_store.string());
+    std::thread(serve_network, std::move(network), token, served_store).detach();
+  };
+  if (UniqueFd activated = socket_from_systemd()) {
+    start_network();
     return serve_forever(std::move(activated), "the socket systemd passed (gcrd.socket)");
+  }
   // The socket's directory, and the log in it, are gcrd's alone (Note [Private directories]):
   // one another user made first is refused, never adopted.
   auto socket_dir = io::open_private_dir(socket_path.parent_path(), true);
@@ -516,5 +656,6 @@ int main(int argc, char** argv) {
                    socket_path.parent_path().c_str(), lfd.error().message.c_str());
     }
   }
+  start_network();
   return serve_forever(std::move(listener), socket_path.string());
 }

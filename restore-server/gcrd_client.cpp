@@ -173,6 +173,11 @@ Result<std::map<std::string, std::string>> call(
     if (n < 0) return errno_error("writing to gcrd");
     done += static_cast<std::size_t>(n);
   }
+  return read_reply(fd, progress);
+}
+
+Result<std::map<std::string, std::string>> read_reply(
+    int fd, const std::function<void(const std::string&)>& progress) {
   for (;;) {
     GCR_TRY_ASSIGN(std::string line, read_line(fd));
     if (line.rfind("progress ", 0) == 0) {

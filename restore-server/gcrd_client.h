@@ -30,4 +30,9 @@ Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
     const std::function<void(const std::string&)>& progress, const std::vector<int>& files = {});
 
+// Reads reply lines on fd (after call() returned an intermediate "ok", say) until the last,
+// relaying progress.
+Result<std::map<std::string, std::string>> read_reply(
+    int fd, const std::function<void(const std::string&)>& progress);
+
 }  // namespace gcr::gcrd

@@ -1,0 +1,226 @@
+// gcr migrate PID --to HOST:PORT: live migration of a process under gcr to another host's gcrd.
+//
+// Note [Migration]
+// Pre-copy, then a short stop. Each round is a --leave-running checkpoint into the local store
+// (incremental: write tracking's epochs hand each round exactly what was written since the one
+// before, a write during a round included) pushed to the destination's store (store/transfer.h:
+// chunks it already has are not sent). The process runs throughout; each round's stall is a live
+// checkpoint's. When a round found less than --converge changed, or after --rounds, the last
+// checkpoint stops the process and gcrd holds it stopped (CheckpointRequest::hold): the last
+// changes go over, and the destination's gcrd restores the checkpoint from its own store, the
+// process running there as soon as its memory is allocated (on demand).
+//
+// Exactly one copy runs. Until the destination is asked to restore, any failure (the link, the
+// destination, this command) lets the source run on with its memory back. The command tells gcrd
+// "commit" before it asks the destination; from then on the source is the destination's: gcrd
+// ends it when the destination has restored it, or when this command goes away (the destination
+// may have restored it). A restore the destination refuses or fails lets the source run on. The
+// checkpoints stay in both stores whatever happens, so `gcr restore` on either host brings the
+// process back should both copies be gone (the command died between "commit" and the restore).
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cmd_checkpoint.h"
+#include "context.h"
+#include "gcrd_client.h"
+#include "gcrd_protocol.h"
+#include "json.h"
+#include "net_store.h"
+#include "output.h"
+#include "remote.h"
+#include "store/transfer.h"
+
+namespace gcr::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct MigrateOptions {
+  pid_t pid = 0;
+  std::string to, token_file;
+  int rounds = 5;
+  std::string converge = "16M";
+  bool json = false;
+};
+
+struct Round {
+  std::string id;
+  std::uint64_t dirty = 0, sent = 0;
+  std::uint64_t stall_ns = 0, push_ns = 0;
+};
+
+std::uint64_t u64(const std::map<std::string, std::string>& f, const char* k) {
+  auto it = f.find(k);
+  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+std::uint64_t since(Clock::time_point t) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+Status send_word(int fd, const char* word) {
+  std::string line = std::string(word) + "\n";
+  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    return errno_error("telling gcrd to " + std::string(word));
+  return ok();
+}
+
+Status migrate(const MigrateOptions& o, Context& ctx) {
+  if (o.rounds < 0 || o.rounds > 100)
+    return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
+  GCR_TRY_ASSIGN(std::uint64_t converge, parse_size(o.converge));
+  GCR_TRY_ASSIGN(std::string token, gcrd::read_token_file(o.token_file, false));
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3())
+    return Error{Errc::unsupported,
+                 "gcr migrate checkpoints into a local store; --store is a bucket"};
+  // The destination first: a wrong token or a host that does not answer fails before the process
+  // is touched.
+  GCR_TRY_ASSIGN(auto dest, gcrd::open_net_backend(o.to, token));
+  GCR_TRY_ASSIGN(auto local, open_location(location, /*create=*/true));
+  auto say = [&](const std::string& line) {
+    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
+  };
+  auto push = [&](Round& r) -> Status {
+    auto t = Clock::now();
+    GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
+    store::TransferOptions topt;
+    GCR_TRY_ASSIGN(store::TransferReport rep, store::copy_checkpoint(*local, *dest, id, topt));
+    r.sent = rep.copied_bytes;
+    r.push_ns = since(t);
+    return ok();
+  };
+  const auto t_begin = Clock::now();
+  std::vector<Round> rounds;
+  // Pre-copy: live checkpoints, each pushed.
+  for (int i = 0; i < o.rounds; ++i) {
+    GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
+    auto f = gcrd::call(conn.get(), "checkpoint",
+                        {{"pid", std::to_string(o.pid)},
+                         {"leave_running", "1"},
+                         {"store", location.directory.string()}},
+                        nullptr);
+    if (!f) return std::move(f).context("pre-copy round " + std::to_string(i + 1)).error();
+    Round r;
+    r.id = f->at("id");
+    r.dirty = u64(*f, "dirty_bytes");
+    r.stall_ns = u64(*f, "time.stall_ns");
+    GCR_TRY(push(r).context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to +
+                            " (process " + std::to_string(o.pid) + " runs on)"));
+    say("round " + std::to_string(i + 1) + ": " + format_bytes(r.dirty) + " changed, " +
+        format_bytes(r.sent) + " sent in " + format_duration(std::chrono::nanoseconds(r.push_ns)) +
+        ", stall " + format_duration(std::chrono::nanoseconds(r.stall_ns)));
+    rounds.push_back(r);
+    if (r.dirty <= converge) break;
+  }
+  // The stop: gcrd holds the process stopped once the last checkpoint is committed.
+  const auto t_stop = Clock::now();
+  GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
+  auto held = gcrd::call(
+      conn.get(), "checkpoint",
+      {{"pid", std::to_string(o.pid)}, {"hold", "1"}, {"store", location.directory.string()}},
+      nullptr);
+  if (!held) return std::move(held).context("the last checkpoint (the process runs on)").error();
+  Round last;
+  last.id = held->at("id");
+  auto resume = [&](Error e) -> Error {
+    (void)send_word(conn.get(), "resume");
+    auto back = gcrd::read_reply(conn.get(), nullptr);
+    e.message +=
+        back ? "; process " + std::to_string(o.pid) + " runs on here" : "; " + back.error().message;
+    return e;
+  };
+  if (Status s = push(last); !s)
+    return resume(std::move(s).context("sending the last changes").error());
+  const std::uint64_t stopped_to_sent = since(t_stop);
+  GCR_TRY(send_word(conn.get(), "commit"));
+  // From here the process is the destination's (Note [Migration]).
+  auto t_restore = Clock::now();
+  auto rconn = gcrd::net_connect(o.to, token, "request");
+  if (!rconn) return resume(std::move(rconn).error());
+  auto restored =
+      gcrd::call(rconn->get(), "restore", {{"name", last.id}}, [&](const std::string& p) {
+        if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
+      });
+  if (!restored) return resume(std::move(restored).context("the destination's restore").error());
+  GCR_TRY(send_word(conn.get(), "end"));
+  auto ended = gcrd::read_reply(conn.get(), nullptr);
+  const std::uint64_t resume_ns = u64(*restored, "time.resume_ns");
+  const std::uint64_t downtime =
+      stopped_to_sent + since(t_restore) - (u64(*restored, "time.total_ns") - resume_ns);
+  const std::uint64_t total = since(t_begin);
+  if (o.json) {
+    JsonWriter j;
+    j.begin_object()
+        .field("pid", static_cast<std::int64_t>(o.pid))
+        .field("to", o.to)
+        .field("id", last.id)
+        .field("destination_pid", static_cast<std::int64_t>(u64(*restored, "pid")))
+        .field("rounds", static_cast<std::uint64_t>(rounds.size()))
+        .field("last_dirty_bytes", ended ? u64(*ended, "dirty_bytes") : 0)
+        .field("last_sent_bytes", last.sent)
+        .field("stop_stall_ns", ended ? u64(*ended, "time.stall_ns") : 0)
+        .field("downtime_ns", downtime)
+        .field("total_ns", total);
+    j.key("pre_copy").begin_array();
+    for (const Round& r : rounds)
+      j.begin_object()
+          .field("id", r.id)
+          .field("dirty_bytes", r.dirty)
+          .field("sent_bytes", r.sent)
+          .field("stall_ns", r.stall_ns)
+          .field("push_ns", r.push_ns)
+          .end_object();
+    j.end_array().end_object();
+    print(j.take() + "\n");
+  } else {
+    print("migrated process " + std::to_string(o.pid) + " to " + o.to + " (pid " +
+          std::to_string(u64(*restored, "pid")) + " there) as checkpoint " + last.id.substr(0, 12) +
+          ": " + std::to_string(rounds.size()) + " pre-copy round(s), then " +
+          format_bytes(last.sent) + " sent while stopped; downtime about " +
+          format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
+          format_duration(std::chrono::nanoseconds(total)) + "\n");
+  }
+  if (!ended)
+    return Error{
+        ended.error().code,
+        "the destination runs the process, but ending it here failed: " + ended.error().message};
+  return ok();
+}
+
+}  // namespace
+
+void register_migrate_command(CLI::App& app, Context& ctx) {
+  static MigrateOptions o;
+  auto* m = app.add_subcommand(
+      "migrate",
+      "Move a running process to another host's gcrd (gcr daemon --listen there): pre-copy "
+      "rounds while it runs, then a short stop");
+  m->add_option("pid", o.pid, "The process (and its tree) to move")->required();
+  m->add_option("--to", o.to, "The destination gcrd's HOST:PORT")
+      ->required()
+      ->type_name("HOST:PORT");
+  m->add_option("--token-file", o.token_file,
+                "The destination's token (the file its gcr daemon --listen reads)")
+      ->required()
+      ->type_name("FILE");
+  m->add_option("--rounds", o.rounds, "Pre-copy rounds at most (default 5; 0: stop at once)")
+      ->type_name("N");
+  m->add_option("--converge", o.converge,
+                "Stop pre-copying once a round found at most this much changed (default 16M)")
+      ->type_name("SIZE");
+  m->add_flag("--json", o.json, "Print JSON: rounds, bytes, downtime_ns, total_ns");
+  m->footer(
+      "Exactly one copy runs: until the destination is asked to restore, any failure lets the "
+      "process run on here; once it is asked, the process here ends when the destination has "
+      "restored it (or this command goes away). Both stores keep the checkpoints.");
+  on_run(m, ctx, [&ctx] { return migrate(o, ctx); });
+}
+
+}  // namespace gcr::cli

@@ -1,0 +1,53 @@
+// gcrd's network side (docs/protocol.md §14): another host's gcr reaches this gcrd over TCP, with a
+// shared token, to write checkpoints into the store this gcrd serves and to ask it for restores:
+// what `gcr migrate` needs of its destination.
+//
+//   connection:  "gcrd-net/1 <store|request> token=<token>\n"   (token: percent-encoded)
+//   store:       a Backend (store/backend.h) spoken over the connection, one operation at a time:
+//                "<op> key=value ...\n" [payload of len= bytes] -> "ok key=value ...\n" [payload]
+//                or "error <errc> <message>\n"
+//   request:     one gcrd/1 request (gcrd_protocol.h), on the served store only
+//
+// Note [Network trust]
+// The token is the whole authentication: whoever holds it may write into the served store and
+// restore what it holds as gcrd's user (root, normally). So the token file must be as private as
+// root's keys (0600, root-owned: gcrd refuses a token file others can read), the comparison takes
+// the same time whatever matches, and nothing on the connection names a path on this host: the
+// served store is gcrd's choice (--store), store keys are checked against the store's own names,
+// and a request's store= field is replaced. There is no encryption: run it on a trusted network,
+// or through a tunnel (WireGuard, ssh -L).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+#include "store/backend.h"
+
+namespace gcr::gcrd {
+
+inline constexpr char kNetProtocol[] = "gcrd-net/1";
+
+// A token from a file: trimmed, at least 32 characters; `for_server` also checks it is private.
+Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server);
+
+// "HOST:PORT" (an IPv4 address or a name; [v6]:port) -> a connected TCP socket, close-on-exec,
+// TCP_NODELAY, after the "gcrd-net/1 <verb>" line with the token.
+Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
+                             const std::string& verb);
+
+// The destination's store as a Backend (`parallelism` connections at most).
+Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
+                                                         const std::string& token);
+
+// Server: checks the connection's first line; returns its verb ("store" or "request") or an error
+// (after telling the client why).
+Result<std::string> net_accept(int fd, const std::string& token);
+
+// Server: serves Backend operations on `fd` from `store` until the client hangs up.
+void serve_net_store(int fd, store::Backend& store);
+
+}  // namespace gcr::gcrd
