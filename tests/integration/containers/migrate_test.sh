@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# gcr migrate between two "hosts" on one machine: the destination gcrd runs in a network namespace
+# of its own, reached over a veth pair (10.77.0.1 <-> 10.77.0.2), with its own store and socket.
+# (tc netem would shape the link; this kernel has no sch_netem, so the link is unshaped here.)
+#   a. at a random moment: the run ends on the destination with the checksum of an uninterrupted
+#      one; the source is gone
+#   b. a wrong token: refused before the process is touched; it runs on here
+#   c. the destination cannot restore (too little GPU memory there): the source runs on
+#   d. the destination gcrd killed after the commit, before it restores: the source runs on
+#   e. the migrate command killed after the commit: the destination runs it, the source is gone
+# In each case exactly one copy ends the run.
+#
+#   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=migrate-test
+source "$(dirname "$0")/lib.sh"
+command -v ip > /dev/null || skip "ip (iproute2) is missing"
+NS=gcr-mig-$$
+VA=gm$$a
+VB=gm$$b
+DEST=10.77.0.2:7070
+remove_link() {
+  ip netns pids "$NS" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
+  ip netns del "$NS" 2> /dev/null || true
+  ip link del "$VA" 2> /dev/null || true
+}
+cleanup_extra() { remove_link; }
+ip netns add "$NS" || skip "cannot make a network namespace"
+ip link add "$VA" type veth peer name "$VB" || skip "cannot make a veth pair"
+ip link set "$VB" netns "$NS"
+ip addr add 10.77.0.1/24 dev "$VA"
+ip link set "$VA" up
+ip netns exec "$NS" ip addr add 10.77.0.2/24 dev "$VB"
+ip netns exec "$NS" ip link set "$VB" up
+ip netns exec "$NS" ip link set lo up
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/token"
+chmod 600 "$T/token"
+
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint 64M)
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+start_gcrd "$GCR_GCRD_SOCKET"
+
+# dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store.
+dest_gcrd() {
+  local name=$1
+  shift
+  ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest" 2> /dev/null || true
+  mkdir -p "$T/$name"
+  ip netns exec "$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
+    SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
+    "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
+    --token-file "$T/token" --store "$T/$name/store" > /dev/null 2>&1 < /dev/null ||
+    fail "the destination gcrd did not start"
+  DEST_LOG=$T/dest-$name/gcrd.log
+}
+# start_job LOG: the workload under gcr as a user starts a background job; sets P.
+start_job() {
+  "$GCR" run -- "${MLP[@]}" < /dev/null >> "$1" 2>&1 &
+  P=$!
+  pids+=("$P")
+  wait_steps "$1" $((RANDOM % 40 + 20))
+}
+# ends_once LOG: exactly one copy ended the run, with the reference checksum.
+ends_once() {
+  wait_checksum "$1"
+  sleep 0.5
+  [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
+  [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
+}
+migrate() { "$GCR" migrate "$P" --to "$DEST" --token-file "$T/token" "$@"; }
+
+step "a. migrate at a random moment"
+dest_gcrd a
+start_job "$T/a.log"
+migrate --json > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate: $(cat "$T/a.err")"
+for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
+ends_once "$T/a.log"
+echo "ok: $(json_field rounds < "$T/a.json") pre-copy round(s), $(json_field last_sent_bytes < "$T/a.json") bytes sent while stopped, downtime $(( $(json_field downtime_ns < "$T/a.json") / 1000000 )) ms; the destination ended with $REF"
+
+step "b. a wrong token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/bad-token"
+chmod 600 "$T/bad-token"
+start_job "$T/b.log"
+if "$GCR" migrate "$P" --to "$DEST" --token-file "$T/bad-token" > /dev/null 2> "$T/b.err"; then
+  fail "a migration with a wrong token succeeded"
+fi
+grep -q "wrong token" "$T/b.err" || fail "the refusal does not say why: $(cat "$T/b.err")"
+kill -0 "$P" || fail "the process is gone after a refused migration"
+ends_once "$T/b.log"
+echo "ok: refused ('wrong token'); the process ran on to $REF"
+
+step "c. the destination cannot restore"
+dest_gcrd c SIMGPU_MEMORY=32M
+start_job "$T/c.log"
+if migrate > /dev/null 2> "$T/c.err"; then fail "a migration onto a GPU too small succeeded"; fi
+grep -q "process $P runs on" "$T/c.err" || fail "the failure does not say the process runs on: $(cat "$T/c.err")"
+kill -0 "$P" || fail "the source is gone after a failed migration"
+ends_once "$T/c.log"
+echo "ok: $(tail -n 1 "$T/c.err" | cut -c1-120)..."
+
+step "d. the destination gcrd killed after the commit"
+dest_gcrd d GCR_GCRD_PAUSE_AT=request:20
+start_job "$T/d.log"
+migrate > /dev/null 2> "$T/d.err" &
+M=$!
+for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest-d" || true
+if wait "$M"; then fail "gcr migrate succeeded with its destination killed"; fi
+kill -0 "$P" || fail "the source is gone though the destination never restored it"
+ends_once "$T/d.log"
+echo "ok: the source ran on to $REF"
+
+step "e. the migrate command killed after the commit"
+dest_gcrd e GCR_GCRD_PAUSE_AT=request:2
+start_job "$T/e.log"
+migrate > /dev/null 2> "$T/e.err" &
+M=$!
+for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+kill -9 "$M"
+wait "$M" 2> /dev/null || true
+for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+kill -0 "$P" 2> /dev/null && fail "the source runs on though it was committed to the destination"
+ends_once "$T/e.log"
+echo "ok: the destination ran it to $REF; the source ended"
