@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""migrate_bench: downtime and total time of `gcr migrate` against stop-and-copy, in one run.
+
+Two "hosts" on this machine: the destination gcrd runs in a network namespace of its own, reached
+over a veth pair (10.78.0.1 <-> 10.78.0.2), with its own store. (tc netem would shape the link to
+10 Gbit/s and 1 ms; kernels without sch_netem, as these VMs', leave it unshaped, and the JSON says
+so.) For each footprint an mlp_train runs under `gcr run`, its log watched with this host's clock,
+and is moved:
+
+  gcr migrate     `gcr migrate PID --to DEST`: pre-copy rounds while it runs, then a short stop
+  stop-and-copy   `gcr migrate PID --to DEST --rounds 0`: the process stops, its checkpoint goes
+                  over whole, the destination restores it (checkpoint, copy the image, restore)
+
+Downtime: the last step line the source wrote -> the first step line the destination wrote,
+less one step period (the program's step delay plus its compute); total: the command's wall time.
+Goal printed beside the figures: downtime that does not grow with the footprint, and at the
+largest footprint at least 20x below stop-and-copy's. Nothing is asserted; exit 1 only when a
+migration failed.
+
+  bench/migrate_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--json FILE]
+
+Root, CRIU, iproute2. Results: bench/results/migrate-<time>.json.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NS = "gcr-migbench"
+VA, VB = "gmba", "gmbb"
+DEST = "10.78.0.2:7071"
+STEP_DELAY_MS = 10
+
+
+def sh(*args, check=True, **kw):
+    return subprocess.run(list(args), check=check, **kw)
+
+
+def setup_link():
+    teardown_link()
+    sh("ip", "netns", "add", NS)
+    sh("ip", "link", "add", VA, "type", "veth", "peer", "name", VB)
+    sh("ip", "link", "set", VB, "netns", NS)
+    sh("ip", "addr", "add", "10.78.0.1/24", "dev", VA)
+    sh("ip", "link", "set", VA, "up")
+    sh("ip", "netns", "exec", NS, "ip", "addr", "add", "10.78.0.2/24", "dev", VB)
+    sh("ip", "netns", "exec", NS, "ip", "link", "set", VB, "up")
+    sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
+    shaped = True
+    for cmd in (["tc", "qdisc", "add", "dev", VA, "root", "netem", "rate", "10gbit", "delay", "1ms"],
+                ["ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", VB, "root", "netem",
+                 "rate", "10gbit", "delay", "1ms"]):
+        if sh(*cmd, check=False, capture_output=True).returncode != 0:
+            shaped = False
+    return shaped
+
+
+def teardown_link():
+    sh("ip", "netns", "del", NS, check=False, capture_output=True)
+    sh("ip", "link", "del", VA, check=False, capture_output=True)
+
+
+class LogWatch:
+    """Timestamps each step line of a log as it appears (this host's monotonic clock)."""
+
+    def __init__(self, path):
+        self.path, self.times, self.stop = path, [], False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        pos, partial = 0, b""
+        while not self.stop:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(pos)
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            if data:
+                pos += len(data)
+                now = time.monotonic()
+                lines = (partial + data).split(b"\n")
+                partial = lines.pop()
+                for line in lines:
+                    if line.startswith(b"step "):
+                        self.times.append(now)
+            time.sleep(0.001)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--footprints", default="256M,1G,4G")
+    ap.add_argument("--quick", action="store_true", help="64M and 256M")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("migrate_bench: needs root (CRIU, network namespaces)", file=sys.stderr)
+        return 2
+    build = os.path.abspath(a.build)
+    fps = ["64M", "256M"] if a.quick else a.footprints.split(",")
+    gcr, gcrd = os.path.join(build, "bin", "gcr"), os.path.join(build, "bin", "gcrd")
+    mlp = os.path.join(build, "tests", "workloads", "mlp_train")
+    work = tempfile.mkdtemp(prefix="gcr-migbench.", dir="/var/tmp")
+    os.chmod(work, 0o755)
+    token = os.path.join(work, "token")
+    with open(token, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.chmod(token, 0o600)
+    env = dict(os.environ, GCR_STORE=os.path.join(work, "src-store"),
+               GCR_GCRD_SOCKET=os.path.join(work, "src", "gcrd.sock"),
+               GCR_WORK_DIR=os.path.join(work, "src-work"), GCR_QUIET="1",
+               SIMGPU_DEVICES="1", SIMGPU_MEMORY="12G")
+    shaped = setup_link()
+    rows, failed = [], False
+    try:
+        for fp in fps:
+            for mode in ("gcr", "stop-and-copy"):
+                dest_dir = os.path.join(work, f"dest-{fp}-{mode}")
+                os.makedirs(dest_dir)
+                sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work + "/dest", check=False)
+                time.sleep(0.2)
+                sh("ip", "netns", "exec", NS, "env", "LD_LIBRARY_PATH=" + os.path.join(build, "simgpu"),
+                   "GCR_WORK_DIR=" + os.path.join(dest_dir, "work"), "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G",
+                   gcrd, "--socket", os.path.join(work, "dest", "gcrd.sock"), "--detach", "--listen", DEST,
+                   "--token-file", token, "--store", os.path.join(dest_dir, "store"),
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                log = os.path.join(work, f"run-{fp}-{mode}.log")
+                watch = LogWatch(log)
+                with open(log, "ab") as out:
+                    proc = subprocess.Popen([gcr, "run", "--", mlp, "--steps", "1000000", "--step-delay-ms",
+                                             str(STEP_DELAY_MS), "--footprint", fp],
+                                            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+                while len(watch.times) < 30:
+                    time.sleep(0.01)
+                period = (watch.times[-1] - watch.times[10]) / (len(watch.times) - 11)
+                args = [gcr, "migrate", str(proc.pid), "--to", DEST, "--token-file", token, "--json"]
+                if mode == "stop-and-copy":
+                    args += ["--rounds", "0"]
+                t0 = time.monotonic()
+                r = subprocess.run(args, env=env, capture_output=True, text=True)
+                total = time.monotonic() - t0
+                proc.wait()
+                if r.returncode != 0:
+                    print(f"{mode} {fp}: gcr migrate failed: {r.stderr.strip()}", file=sys.stderr)
+                    failed = True
+                    watch.stop = True
+                    continue
+                report = json.loads(r.stdout)
+                before = len(watch.times)
+                deadline = time.monotonic() + 120
+                while len(watch.times) == before and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                # The stop is the longest gap between two step lines (pre-copy rounds stall less).
+                gaps = [b - a for a, b in zip(watch.times, watch.times[1:])]
+                gap = max(gaps) if gaps else 0
+                downtime = max(gap - period, 0.0)
+                watch.stop = True
+                sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "mlp_train --steps 1000000", check=False)
+                row = {"mode": mode, "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
+                       "total_ms": round(total * 1000, 1), "step_period_ms": round(period * 1000, 1),
+                       "rounds": report.get("rounds"), "sent_while_stopped": report.get("last_sent_bytes"),
+                       "reported_downtime_ms": round(report.get("downtime_ns", 0) / 1e6, 1)}
+                rows.append(row)
+                print(f"{mode:14s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
+                      f"rounds {row['rounds']}  sent while stopped {row['sent_while_stopped'] or 0:>11} B", flush=True)
+    finally:
+        sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work, check=False, capture_output=True)
+        sh("pkill", "-f", "gcrd --socket " + work, check=False)
+        teardown_link()
+    print("\nstop-and-copy / gcr migrate downtime (goal: >= 20x at the largest footprint, flat in the footprint)")
+    for fp in fps:
+        g = next((r for r in rows if r["footprint"] == fp and r["mode"] == "gcr"), None)
+        s = next((r for r in rows if r["footprint"] == fp and r["mode"] == "stop-and-copy"), None)
+        if g and s and g["downtime_ms"] > 0:
+            print(f"  {fp:5s} {s['downtime_ms'] / g['downtime_ms']:.1f}x  ({s['downtime_ms']:.0f} vs {g['downtime_ms']:.0f} ms)")
+    result = {"bench": "migrate", "when": datetime.datetime.utcnow().isoformat() + "Z", "cpus": os.cpu_count(),
+              "link": "veth, netem 10gbit 1ms" if shaped else "veth, unshaped (no sch_netem in this kernel)",
+              "step_delay_ms": STEP_DELAY_MS, "rows": rows}
+    path = a.json or os.path.join(HERE, "results", "migrate-" + datetime.datetime.utcnow().strftime("%Y-%m-%dT%H%M%S") + ".json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("results:", path)
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
