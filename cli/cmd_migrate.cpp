@@ -21,6 +21,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -107,6 +108,11 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
                          {"store", location.directory.string()}},
                         nullptr);
     if (!f) return std::move(f).context("pre-copy round " + std::to_string(i + 1)).error();
+    if (f->count("kind") && f->at("kind") != "gcr")
+      return Error{Errc::unsupported,
+                   "process " + std::to_string(o.pid) +
+                       " is not running under gcr (its checkpoint was the driver's); gcr migrate "
+                       "moves processes started with 'gcr run'"};
     Round r;
     r.id = f->at("id");
     r.dirty = u64(*f, "dirty_bytes");
@@ -152,8 +158,12 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
   GCR_TRY(send_word(conn.get(), "end"));
   auto ended = gcrd::read_reply(conn.get(), nullptr);
   const std::uint64_t resume_ns = u64(*restored, "time.resume_ns");
+  // The destination's restore returns once all memory is loaded; the process ran from resume_ns.
+  const std::uint64_t total_ns = u64(*restored, "time.total_ns");
+  const std::uint64_t after_resume = total_ns - std::min(resume_ns, total_ns);
+  const std::uint64_t restore_ns = since(t_restore);
   const std::uint64_t downtime =
-      stopped_to_sent + since(t_restore) - (u64(*restored, "time.total_ns") - resume_ns);
+      stopped_to_sent + (restore_ns > after_resume ? restore_ns - after_resume : 0);
   const std::uint64_t total = since(t_begin);
   if (o.json) {
     JsonWriter j;

@@ -325,6 +325,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     GCR_TRY(criu::check_supported(tree, {req.tcp_close})
                 .context("cannot checkpoint process " + std::to_string(req.pid)));
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
+  if (members.empty() && req.hold)
+    return Error{Errc::unsupported,
+                 "process " + std::to_string(req.pid) +
+                     " is not running under gcr, and only gcr's own checkpoint can wait for a "
+                     "migration to finish; start it with 'gcr run'"};
   if (members.empty()) {
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
     progress("process " + std::to_string(req.pid) +

@@ -8,6 +8,7 @@
 #   c. the destination cannot restore (too little GPU memory there): the source runs on
 #   d. the destination gcrd killed after the commit, before it restores: the source runs on
 #   e. the migrate command killed after the commit: the destination runs it, the source is gone
+#   f. a process not under gcr: refused, it runs on
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -126,3 +127,14 @@ for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source runs on though it was committed to the destination"
 ends_once "$T/e.log"
 echo "ok: the destination ran it to $REF; the source ended"
+
+step "f. a process not under gcr is refused and runs on"
+dest_gcrd f
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" < /dev/null >> "$T/f.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/f.log" 20
+if migrate > /dev/null 2> "$T/f.err"; then fail "a process not under gcr was migrated"; fi
+grep -q "not running under gcr" "$T/f.err" || fail "the refusal does not say why: $(cat "$T/f.err")"
+ends_once "$T/f.log"
+echo "ok: refused; it ran on to $REF"
