@@ -14,20 +14,28 @@
 // destination, this command) lets the source run on with its memory back. The command tells gcrd
 // "commit" before it asks the destination; from then on the source is the destination's: gcrd
 // ends it when the destination has restored it, or when this command goes away (the destination
-// may have restored it). A restore the destination refuses or fails lets the source run on. The
+// may have restored it; should gcrd itself die after the commit, its keeper ends the process, as
+// this command would). A restore the destination refuses or fails lets the source run on. The
 // checkpoints stay in both stores whatever happens, so `gcr restore` on either host brings the
 // process back should both copies be gone (the command died between "commit" and the restore).
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 #include "cmd_checkpoint.h"
 #include "context.h"
+#include "gcr/process_tree.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "json.h"
@@ -65,9 +73,22 @@ std::uint64_t since(Clock::time_point t) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
+// Field 22 of /proc/PID/stat: when the process started; with its pid, who it is (pids are reused).
+std::optional<std::uint64_t> start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return std::nullopt;
+}
+
 Status send_word(int fd, const char* word) {
   std::string line = std::string(word) + "\n";
-  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
     return errno_error("telling gcrd to " + std::string(word));
   return ok();
 }
@@ -98,6 +119,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
     return ok();
   };
   const auto t_begin = Clock::now();
+  const std::optional<std::uint64_t> started = start_time(o.pid);
   std::vector<Round> rounds;
   // Pre-copy: live checkpoints, each pushed.
   for (int i = 0; i < o.rounds; ++i) {
@@ -155,8 +177,16 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
         if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
       });
   if (!restored) return resume(std::move(restored).context("the destination's restore").error());
-  GCR_TRY(send_word(conn.get(), "end"));
-  auto ended = gcrd::read_reply(conn.get(), nullptr);
+  Status told = send_word(conn.get(), "end");
+  auto ended = told ? gcrd::read_reply(conn.get(), nullptr)
+                    : Result<std::map<std::string, std::string>>(told.error());
+  if (!ended) {
+    // gcrd went away after the commit: its keeper gave the process its memory back and let it
+    // go on, but the destination runs it now. End this copy here (Note [Migration]).
+    // (Unless it is gone already, and its pid someone else's.)
+    if (started && start_time(o.pid) == started)
+      for (pid_t p : criu::tree_pids(o.pid)) ::kill(p, SIGKILL);
+  }
   const std::uint64_t resume_ns = u64(*restored, "time.resume_ns");
   // The destination's restore returns once all memory is loaded; the process ran from resume_ns.
   const std::uint64_t total_ns = u64(*restored, "time.total_ns");
@@ -198,9 +228,10 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
           format_duration(std::chrono::nanoseconds(total)) + "\n");
   }
   if (!ended)
-    return Error{
-        ended.error().code,
-        "the destination runs the process, but ending it here failed: " + ended.error().message};
+    return Error{ended.error().code,
+                 "the destination runs the process; gcrd here failed before ending it (" +
+                     ended.error().message + "); its keeper, or gcr migrate, ended process " +
+                     std::to_string(o.pid) + " here"};
   return ok();
 }
 

@@ -738,7 +738,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (end_after_commit && req.hold) {
     progress("checkpoint " + info.id.hex().substr(0, 12) + " committed; process " +
              std::to_string(req.pid) + " waits, stopped, for the migration to finish");
-    if (!req.hold(info.id.hex()))
+    auto committed = [&] {
+      for (Keeper& k : keepers) k.handed_over();
+    };
+    if (!req.hold(info.id.hex(), committed))
       return let_stopped_go_on(Error{Errc::io_error, "the migration of process " +
                                                          std::to_string(req.pid) +
                                                          " did not finish (checkpoint " +

@@ -53,7 +53,8 @@ struct CheckpointRequest {
   // Set by `gcr migrate` for its last checkpoint (Note [Migration] in cli/cmd_migrate.cpp): once
   // the checkpoint is committed the stopped process waits; true ends it (the destination runs
   // it now), false gives it its memory back and lets it run on.
-  std::function<bool(const std::string& id)> hold;
+  // `committed` is called when the client commits the process to the destination.
+  std::function<bool(const std::string& id, const std::function<void()>& committed)> hold;
 };
 
 struct CheckpointReport {

@@ -326,13 +326,16 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
         return Error{Errc::invalid_argument, "hold is for a checkpoint that stops the process"};
       // Note [Migration] (cli/cmd_migrate.cpp): "commit" hands the process to the destination;
       // from then on a client that goes away ends it, before then it runs on.
-      req.hold = [client_fd](const std::string& id) {
+      req.hold = [client_fd](const std::string& id, const std::function<void()>& on_commit) {
         if (!send_line(client_fd, "ok " + encode_fields({{"held", "1"}, {"id", id}}))) return false;
         bool committed = false;
         for (;;) {
           auto line = read_plugin_line(client_fd);
           if (!line) return committed;
-          if (*line == "commit") committed = true;
+          if (*line == "commit" && !committed) {
+            committed = true;
+            on_commit();
+          }
           if (*line == "end") return true;
           if (*line == "resume") return false;
         }

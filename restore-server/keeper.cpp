@@ -116,4 +116,11 @@ void Keeper::done() noexcept {
   pipe_.reset();
 }
 
+void Keeper::handed_over() noexcept {
+  if (!pipe_) return;
+  ssize_t w;
+  do w = write(pipe_.get(), "handed\n", 7);
+  while (w < 0 && errno == EINTR);
+}
+
 }  // namespace gcr::gcrd

@@ -58,6 +58,9 @@ class Keeper {
 
   // The process has its memory back, or is gone: the keeper lets go and exits.
   void done() noexcept;
+  // The stopped process is committed to a migration's destination: should gcrd die now, the
+  // keeper ends it instead of giving it its memory back (Note [Migration] in cli/cmd_migrate.cpp).
+  void handed_over() noexcept;
 
  private:
   UniqueFd pipe_;  // write end; the keeper reads it

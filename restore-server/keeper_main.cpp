@@ -181,9 +181,21 @@ int main() {
   if (!go && restore && nsroot > 0 && !ready.empty())
     return end_restored_in_namespace(nsroot, nsroot_start, ready);
   if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
-  while (read_line(line))
+  bool handed = false;            // committed to a migration's destination (Note [Migration])
+  while (read_line(line)) {
     if (line == "done") return 0;
+    if (line == "handed") handed = true;
+  }
   if (restore) return end_restored(pid, start);
+  if (handed) {
+    // The destination may run it already: this copy must not go on.
+    std::fprintf(stderr,
+                 "gcr-keeper: gcrd died after process %d was handed to a migration's "
+                 "destination; ending it here\n",
+                 pid);
+    for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+    return 0;
+  }
 
   // gcrd is gone and never said done: the process is parked with its memory here.
   std::fprintf(stderr,

@@ -92,6 +92,8 @@ p["terminal"] = False
 p["args"] = ["/bin/sh", "-c", cmd]
 p["env"] = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"] + [
     f"{k}={os.environ[k]}" for k in ("SIMGPU_DEVICES", "SIMGPU_MEMORY", "GCR_QUIET") if k in os.environ]
+# /tmp first: a bind under /tmp (a checkout there) must come after it, or the tmpfs hides it.
+spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
 def bind(src, dst=None, ro=True):
     spec["mounts"].append({"destination": dst or src, "type": "bind", "source": src,
                            "options": ["rbind", "ro" if ro else "rw"]})
@@ -104,7 +106,6 @@ for link in ("/bin", "/sbin", "/lib", "/lib64"):  # usrmerge symlinks on the hos
         bind(link)
 bind(root)
 bind(t, ro=False)
-spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
 json.dump(spec, open(os.path.join(d, "config.json"), "w"), indent=1)
 PY
 }

@@ -9,6 +9,8 @@
 #   d. the destination gcrd killed after the commit, before it restores: the source runs on
 #   e. the migrate command killed after the commit: the destination runs it, the source is gone
 #   f. a process not under gcr: refused, it runs on
+#   g. the source gcrd killed after the commit: its keeper ends the source (handed over), the
+#      destination runs it
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -138,3 +140,17 @@ if migrate > /dev/null 2> "$T/f.err"; then fail "a process not under gcr was mig
 grep -q "not running under gcr" "$T/f.err" || fail "the refusal does not say why: $(cat "$T/f.err")"
 ends_once "$T/f.log"
 echo "ok: refused; it ran on to $REF"
+
+step "g. the source gcrd killed after the commit"
+dest_gcrd g GCR_GCRD_PAUSE_AT=request:3
+start_job "$T/g.log"
+migrate > /dev/null 2> "$T/g.err" &
+M=$!
+for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET" || fail "no source gcrd to kill"
+wait "$M" 2> /dev/null || true
+for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination restored it"
+ends_once "$T/g.log"
+echo "ok: $(tail -n 1 "$T/g.err" | cut -c1-150)"
