@@ -72,6 +72,17 @@ ends_once() {
   [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
 }
 migrate() { "$GCR" migrate "$P" --to "$DEST" --token-file "$T/token" "$@"; }
+# migrate_to_commit NAME SECONDS: a destination that pauses SECONDS at the restore, a job, and a
+# migration run in the background (M) until the destination holds the restore request: the
+# source is committed.
+migrate_to_commit() {
+  dest_gcrd "$1" GCR_GCRD_PAUSE_AT=request:$2
+  start_job "$T/$1.log"
+  migrate > /dev/null 2> "$T/$1.err" &
+  M=$!
+  for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+  grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+}
 
 step "a. migrate at a random moment"
 dest_gcrd a
@@ -104,12 +115,7 @@ ends_once "$T/c.log"
 echo "ok: $(tail -n 1 "$T/c.err" | cut -c1-120)..."
 
 step "d. the destination gcrd killed after the commit"
-dest_gcrd d GCR_GCRD_PAUSE_AT=request:20
-start_job "$T/d.log"
-migrate > /dev/null 2> "$T/d.err" &
-M=$!
-for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
-grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+migrate_to_commit d 20
 ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest-d" || true
 if wait "$M"; then fail "gcr migrate succeeded with its destination killed"; fi
 kill -0 "$P" || fail "the source is gone though the destination never restored it"
@@ -117,12 +123,7 @@ ends_once "$T/d.log"
 echo "ok: the source ran on to $REF"
 
 step "e. the migrate command killed after the commit"
-dest_gcrd e GCR_GCRD_PAUSE_AT=request:2
-start_job "$T/e.log"
-migrate > /dev/null 2> "$T/e.err" &
-M=$!
-for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
-grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+migrate_to_commit e 2
 kill -9 "$M"
 wait "$M" 2> /dev/null || true
 for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
@@ -142,12 +143,7 @@ ends_once "$T/f.log"
 echo "ok: refused; it ran on to $REF"
 
 step "g. the source gcrd killed after the commit"
-dest_gcrd g GCR_GCRD_PAUSE_AT=request:3
-start_job "$T/g.log"
-migrate > /dev/null 2> "$T/g.err" &
-M=$!
-for _ in $(seq 1 1000); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
-grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+migrate_to_commit g 3
 pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET" || fail "no source gcrd to kill"
 wait "$M" 2> /dev/null || true
 for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
