@@ -10,12 +10,14 @@
 // changes go over, and the destination's gcrd restores the checkpoint from its own store, the
 // process running there as soon as its memory is allocated (on demand).
 //
-// Exactly one copy runs. Until the destination is asked to restore, any failure (the link, the
+// At most one copy runs. Until the destination is asked to restore, any failure (the link, the
 // destination, this command) lets the source run on with its memory back. The command tells gcrd
 // "commit" before it asks the destination; from then on the source is the destination's: gcrd
-// ends it when the destination has restored it, or when this command goes away (the destination
-// may have restored it; should gcrd itself die after the commit, its keeper ends the process, as
-// this command would). A restore the destination refuses or fails lets the source run on. The
+// ends it when the destination has restored it, when the destination cannot be reached to say
+// whether it did, or when this command goes away; should gcrd itself die after the commit, its
+// keeper ends the process. A restore the destination refuses (an error it sends), or a
+// destination host whose gcrd is gone (connections refused: its restored copy died with it), lets
+// the source run on. The
 // checkpoints stay in both stores whatever happens, so `gcr restore` on either host brings the
 // process back should both copies be gone (the command died between "commit" and the restore).
 #include <CLI/CLI.hpp>
@@ -94,6 +96,7 @@ Status send_word(int fd, const char* word) {
 }
 
 Status migrate(const MigrateOptions& o, Context& ctx) {
+  ::signal(SIGPIPE, SIG_IGN);  // a peer gone is an error to handle, never this command's end
   if (o.rounds < 0 || o.rounds > 100)
     return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
   GCR_TRY_ASSIGN(std::uint64_t converge, parse_size(o.converge));
@@ -171,12 +174,32 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
   // From here the process is the destination's (Note [Migration]).
   auto t_restore = Clock::now();
   auto rconn = gcrd::net_connect(o.to, token, "request");
-  if (!rconn) return resume(std::move(rconn).error());
-  auto restored =
-      gcrd::call(rconn->get(), "restore", {{"name", last.id}}, [&](const std::string& p) {
+  if (!rconn) return resume(std::move(rconn).error());  // never asked: it cannot run there
+  bool refused = false;
+  auto restored = gcrd::call(
+      rconn->get(), "restore", {{"name", last.id}},
+      [&](const std::string& p) {
         if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
-      });
-  if (!restored) return resume(std::move(restored).context("the destination's restore").error());
+      },
+      {}, &refused);
+  if (!restored && refused)  // the destination said it did not restore it
+    return resume(std::move(restored).context("the destination's restore").error());
+  if (!restored) {
+    // Asked, and no answer. A destination host that refuses connections now has no gcrd, and a
+    // gcrd that died mid-restore took its restored process with it (its keeper, or the process's
+    // own pending loads): this copy runs on. Anything else may run there: this copy ends.
+    auto probe = gcrd::net_connect(o.to, token, "request");
+    if (!probe && probe.error().code == Errc::not_found)
+      return resume(
+          std::move(restored).context("the destination's gcrd went away while restoring").error());
+    (void)send_word(conn.get(), "end");
+    (void)gcrd::read_reply(conn.get(), nullptr);
+    return Error{restored.error().code,
+                 "the destination was asked to restore checkpoint " + last.id.substr(0, 12) +
+                     " and did not answer (" + restored.error().message + "); process " +
+                     std::to_string(o.pid) + " has ended here. If it does not run on " + o.to +
+                     ", 'gcr restore " + last.id.substr(0, 12) + "' on either host brings it back"};
+  }
   Status told = send_word(conn.get(), "end");
   auto ended = told ? gcrd::read_reply(conn.get(), nullptr)
                     : Result<std::map<std::string, std::string>>(told.error());
@@ -258,9 +281,10 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
       ->type_name("SIZE");
   m->add_flag("--json", o.json, "Print JSON: rounds, bytes, downtime_ns, total_ns");
   m->footer(
-      "Exactly one copy runs: until the destination is asked to restore, any failure lets the "
+      "At most one copy runs: until the destination is asked to restore, any failure lets the "
       "process run on here; once it is asked, the process here ends when the destination has "
-      "restored it (or this command goes away). Both stores keep the checkpoints.");
+      "restored it, or cannot tell whether it did (this command going away included). Both "
+      "stores keep the checkpoints: 'gcr restore' brings the process back on either host.");
   on_run(m, ctx, [&ctx] { return migrate(o, ctx); });
 }
 

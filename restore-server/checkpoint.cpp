@@ -738,10 +738,15 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (end_after_commit && req.hold) {
     progress("checkpoint " + info.id.hex().substr(0, 12) + " committed; process " +
              std::to_string(req.pid) + " waits, stopped, for the migration to finish");
+    bool handed = false;
     auto committed = [&] {
+      handed = true;
       for (Keeper& k : keepers) k.handed_over();
     };
-    if (!req.hold(info.id.hex(), committed))
+    bool end = req.hold(info.id.hex(), committed);
+    if (!end && handed)
+      for (Keeper& k : keepers) k.kept();
+    if (!end)
       return let_stopped_go_on(Error{Errc::io_error, "the migration of process " +
                                                          std::to_string(req.pid) +
                                                          " did not finish (checkpoint " +

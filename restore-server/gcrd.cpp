@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -230,6 +232,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["pid"] = std::to_string(getpid());
     return out;
   }
+  if ((verb == "criu_dump" || verb == "criu_restore") && client_uid != 0)
+    return Error{Errc::permission_denied, "only root's CRIU may hand gcrd a dump or a restore"};
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(g_self_dir));
   const bool self_contained = f.count("self_contained") && f.at("self_contained") == "1";
   GCR_TRY_ASSIGN(auto st, self_contained ? open_images_store(files) : open_store(f));
@@ -463,8 +467,13 @@ void handle_client(UniqueFd fd) {
 
 // A connection from another host (net_store.h): the token first, then the store or a request.
 void handle_network_client(UniqueFd fd, std::string peer, const std::string& token,
-                           const fs::path& served) {
+                           const fs::path& served) noexcept try {
+  // The token line within 10 s: a silent connection holds nothing for long.
+  timeval limit{10, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   auto verb = net_accept(fd.get(), token);
+  timeval none{0, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   if (!verb) {
     log("refused a connection from " + peer + ": " + verb.error().message);
     return;
@@ -480,6 +489,8 @@ void handle_network_client(UniqueFd fd, std::string peer, const std::string& tok
   }
   log("serving the store " + served.string() + " to " + peer);
   serve_net_store(fd.get(), **backend);
+} catch (const std::exception& e) {  // bad_alloc on a huge payload, say: this connection only
+  log("a connection from " + peer + " failed: " + e.what());
 }
 
 // --listen ADDR: a TCP socket bound to HOST:PORT (HOST may be 0.0.0.0 or [::]).
@@ -505,13 +516,23 @@ Result<UniqueFd> listen_tcp(const std::string& address) {
   return fd;
 }
 
+std::atomic<int> g_network_clients{0};
+constexpr int kMaxNetworkClients = 64;
+
 void serve_network(UniqueFd listener, std::string token, fs::path served) {
   for (;;) {
     sockaddr_storage from{};
     socklen_t len = sizeof from;
     int c = accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
     if (c < 0) {
-      if (errno != EINTR) log(std::string("accept (network): ") + std::strerror(errno));
+      if (errno != EINTR) {
+        log(std::string("accept (network): ") + std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // EMFILE: do not spin
+      }
+      continue;
+    }
+    if (g_network_clients.load() >= kMaxNetworkClients) {
+      ::close(c);
       continue;
     }
     char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
@@ -519,8 +540,19 @@ void serve_network(UniqueFd listener, std::string token, fs::path served) {
                 NI_NUMERICHOST | NI_NUMERICSERV);
     int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::thread(handle_network_client, UniqueFd(c), std::string(host) + ":" + port, token, served)
-        .detach();
+    try {
+      ++g_network_clients;
+      std::thread(
+          [](UniqueFd fd, std::string peer, std::string token, fs::path served) {
+            handle_network_client(std::move(fd), std::move(peer), token, served);
+            --g_network_clients;
+          },
+          UniqueFd(c), std::string(host) + ":" + port, token, served)
+          .detach();
+    } catch (const std::exception& e) {  // no thread to be had: this connection is refused
+      --g_network_clients;
+      log(std::string("a network connection refused: ") + e.what());
+    }
   }
 }
 

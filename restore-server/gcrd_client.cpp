@@ -143,7 +143,9 @@ Result<int> connect_or_start(const fs::path& socket, const fs::path& binary,
 
 Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
-    const std::function<void(const std::string&)>& progress, const std::vector<int>& files) {
+    const std::function<void(const std::string&)>& progress, const std::vector<int>& files,
+    bool* answered) {
+  if (answered) *answered = false;
   std::string req = std::string(kProtocol) + " " + verb + " " + encode_fields(fields) + "\n";
   std::size_t first = 0;
   if (!files.empty()) {
@@ -168,16 +170,17 @@ Result<std::map<std::string, std::string>> call(
     first = 1;
   }
   for (std::size_t done = first; done < req.size();) {
-    ssize_t n = ::write(fd, req.data() + done, req.size() - done);
+    ssize_t n = ::send(fd, req.data() + done, req.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_error("writing to gcrd");
     done += static_cast<std::size_t>(n);
   }
-  return read_reply(fd, progress);
+  return read_reply(fd, progress, answered);
 }
 
 Result<std::map<std::string, std::string>> read_reply(
-    int fd, const std::function<void(const std::string&)>& progress) {
+    int fd, const std::function<void(const std::string&)>& progress, bool* answered) {
+  if (answered) *answered = false;
   for (;;) {
     GCR_TRY_ASSIGN(std::string line, read_line(fd));
     if (line.rfind("progress ", 0) == 0) {
@@ -185,6 +188,7 @@ Result<std::map<std::string, std::string>> read_reply(
     } else if (line.rfind("ok", 0) == 0) {
       return decode_fields(line.size() > 3 ? line.substr(3) : "");
     } else if (line.rfind("error ", 0) == 0) {
+      if (answered) *answered = true;
       std::string rest = line.substr(6);
       auto sp = rest.find(' ');
       int code = std::atoi(rest.substr(0, sp).c_str());

@@ -26,13 +26,15 @@ Result<int> connect_or_start(const std::filesystem::path& socket,
 Result<int> connect_running(const std::filesystem::path& socket);
 
 // Sends one request (with `files` attached as SCM_RIGHTS, at most 64) and relays its progress.
+// `answered` (optional) tells an error gcrd sent (true) from a failed connection (false).
 Result<std::map<std::string, std::string>> call(
     int fd, const std::string& verb, const std::map<std::string, std::string>& fields,
-    const std::function<void(const std::string&)>& progress, const std::vector<int>& files = {});
+    const std::function<void(const std::string&)>& progress, const std::vector<int>& files = {},
+    bool* answered = nullptr);
 
 // Reads reply lines on fd (after call() returned an intermediate "ok", say) until the last,
 // relaying progress.
 Result<std::map<std::string, std::string>> read_reply(
-    int fd, const std::function<void(const std::string&)>& progress);
+    int fd, const std::function<void(const std::string&)>& progress, bool* answered = nullptr);
 
 }  // namespace gcr::gcrd

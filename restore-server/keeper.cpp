@@ -116,11 +116,20 @@ void Keeper::done() noexcept {
   pipe_.reset();
 }
 
-void Keeper::handed_over() noexcept {
-  if (!pipe_) return;
+namespace {
+void tell(const UniqueFd& pipe, std::string_view line) noexcept {
+  if (!pipe) return;
   ssize_t w;
-  do w = write(pipe_.get(), "handed\n", 7);
+  do w = write(pipe.get(), line.data(), line.size());
   while (w < 0 && errno == EINTR);
+}
+}  // namespace
+
+void Keeper::handed_over() noexcept {
+  tell(pipe_, "handed\n");
+}
+void Keeper::kept() noexcept {
+  tell(pipe_, "kept\n");
 }
 
 }  // namespace gcr::gcrd

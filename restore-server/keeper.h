@@ -61,6 +61,8 @@ class Keeper {
   // The stopped process is committed to a migration's destination: should gcrd die now, the
   // keeper ends it instead of giving it its memory back (Note [Migration] in cli/cmd_migrate.cpp).
   void handed_over() noexcept;
+  // The destination refused it after all: should gcrd die now, give it its memory back again.
+  void kept() noexcept;
 
  private:
   UniqueFd pipe_;  // write end; the keeper reads it

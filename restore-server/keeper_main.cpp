@@ -185,6 +185,7 @@ int main() {
   while (read_line(line)) {
     if (line == "done") return 0;
     if (line == "handed") handed = true;
+    if (line == "kept") handed = false;
   }
   if (restore) return end_restored(pid, start);
   if (handed) {
@@ -193,7 +194,8 @@ int main() {
                  "gcr-keeper: gcrd died after process %d was handed to a migration's "
                  "destination; ending it here\n",
                  pid);
-    for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+    if (alive(pid, start))
+      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
     return 0;
   }
 

@@ -147,9 +147,14 @@ bool same_time_equal(const std::string& a, const std::string& b) {
 }
 
 // Reads a reply: ok fields (and the payload it announces into *payload) or the error it carries.
-Result<std::map<std::string, std::string>> read_reply(Conn& c, std::vector<std::byte>* payload) {
+// *whole: the reply was read to its end (an ok with its payload, or an error line), so that the
+// connection is in step for the next operation.
+Result<std::map<std::string, std::string>> read_reply(Conn& c, std::vector<std::byte>* payload,
+                                                      bool* whole) {
+  *whole = false;
   GCR_TRY_ASSIGN(std::string line, c.line());
   if (line.rfind("error ", 0) == 0) {
+    *whole = true;
     std::string rest = line.substr(6);
     auto sp = rest.find(' ');
     return Error{static_cast<Errc>(std::atoi(rest.substr(0, sp).c_str())),
@@ -163,7 +168,10 @@ Result<std::map<std::string, std::string>> read_reply(Conn& c, std::vector<std::
   if (payload) {
     payload->resize(n);
     GCR_TRY(c.bytes(payload->data(), n));
+  } else if (n != 0) {
+    return Error{Errc::protocol, "an unexpected payload from the destination gcrd"};
   }
+  *whole = true;
   return f;
 }
 
@@ -268,8 +276,9 @@ class NetBackend final : public store::Backend {
     }
     Conn c(fd.get());
     GCR_TRY(c.send(head(op, fields), payload));
-    auto reply = read_reply(c, body);
-    if (!reply && reply.error().code == Errc::unreachable) return reply;  // fd dropped
+    bool whole = false;
+    auto reply = read_reply(c, body, &whole);
+    if (!whole) return reply;  // out of step, or gone: the connection is dropped
     std::lock_guard lock(mu_);
     idle_.push_back(std::move(fd));
     return reply;
@@ -333,10 +342,11 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
     fd.reset();
   }
   ::freeaddrinfo(res);
-  if (!fd)
-    return Error{Errc::unreachable, "cannot connect to gcrd at " + address + ": " +
-                                        std::strerror(err ? err : ECONNREFUSED) +
-                                        " (is `gcr daemon --listen` running there?)"};
+  if (!fd)  // refused: the host answers and nothing listens; else it may not be reachable at all
+    return Error{err == ECONNREFUSED ? Errc::not_found : Errc::unreachable,
+                 "cannot connect to gcrd at " + address + ": " +
+                     std::strerror(err ? err : ECONNREFUSED) +
+                     " (is `gcr daemon --listen` running there?)"};
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   Conn c(fd.get());

@@ -35,7 +35,8 @@ inline constexpr char kNetProtocol[] = "gcrd-net/1";
 Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server);
 
 // "HOST:PORT" (an IPv4 address or a name; [v6]:port) -> a connected TCP socket, close-on-exec,
-// TCP_NODELAY, after the "gcrd-net/1 <verb>" line with the token.
+// TCP_NODELAY, after the "gcrd-net/1 <verb>" line with the token. A connection refused (the host
+// answers, nothing listens) is not_found; a host that cannot be reached is unreachable.
 Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
                              const std::string& verb);
 

@@ -4,8 +4,10 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "gcrd_client.h"
@@ -110,11 +112,19 @@ Result<std::optional<GcrdLink>> GcrdLink::begin_dump(const Config& config, int p
     return std::optional<GcrdLink>();
   }
   UniqueFd conn(*fd);
-  if (config.self_contained && images_dir < 0)
+  if (images_dir < 0)  // before gcrd parks anything
     return make_error(Errc::unsupported,
-                      "criu_images = self-contained needs the images directory, which this CRIU "
-                      "does not give plugins");
+                      "this CRIU does not give plugins the images directory, where gcr must leave "
+                      "the reference to the device memory; set gcrd = off in gcr.conf for the "
+                      "driver's checkpoint alone");
   std::map<std::string, std::string> fields{{"pid", std::to_string(pid)}};
+  // gcrd works inside CRIU's --timeout alarm (armed around the seize): half of what is left for
+  // the quiesce, the store and the driver's lock share the rest.
+  itimerval left{};
+  if (::getitimer(ITIMER_REAL, &left) == 0 && (left.it_value.tv_sec || left.it_value.tv_usec)) {
+    long long ms = left.it_value.tv_sec * 1000ll + left.it_value.tv_usec / 1000;
+    fields["timeout_ms"] = std::to_string(std::max(100ll, ms / 2));
+  }
   if (config.self_contained)
     fields["self_contained"] = "1";
   else if (!config.store.empty())
