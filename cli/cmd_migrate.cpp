@@ -8,7 +8,9 @@
 // checkpoint's. When a round found less than --converge changed, or after --rounds, the last
 // checkpoint stops the process and gcrd holds it stopped (CheckpointRequest::hold): the last
 // changes go over, and the destination's gcrd restores the checkpoint from its own store, the
-// process running there as soon as its memory is allocated (on demand).
+// process running there as soon as its memory is allocated (on demand). After each round the
+// destination stages it on its GPU (Note [Staged restore] in restore-server/staged.h), so the
+// restore finds unchanged regions loaded and waits only for what the last rounds changed.
 //
 // At most one copy runs. Until the destination is asked to restore, any failure (the link, the
 // destination, this command) lets the source run on with its memory back. The command tells gcrd
@@ -62,7 +64,7 @@ struct MigrateOptions {
 struct Round {
   std::string id;
   std::uint64_t dirty = 0, sent = 0;
-  std::uint64_t stall_ns = 0, push_ns = 0;
+  std::uint64_t stall_ns = 0, push_ns = 0, stage_ns = 0;
 };
 
 std::uint64_t u64(const std::map<std::string, std::string>& f, const char* k) {
@@ -144,9 +146,19 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
     r.stall_ns = u64(*f, "time.stall_ns");
     GCR_TRY(push(r).context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to +
                             " (process " + std::to_string(o.pid) + " runs on)"));
+    // Note [Staged restore]: the destination loads it onto its GPU while the process runs here.
+    auto t_stage = Clock::now();
+    auto sconn = gcrd::net_connect(o.to, token, "request");
+    auto staged = sconn ? gcrd::call(sconn->get(), "stage", {{"name", r.id}}, nullptr)
+                        : Result<std::map<std::string, std::string>>(sconn.error());
+    if (!staged)
+      say("the destination did not stage round " + std::to_string(i + 1) + ": " +
+          staged.error().message + " (it loads at the restore instead)");
+    r.stage_ns = since(t_stage);
     say("round " + std::to_string(i + 1) + ": " + format_bytes(r.dirty) + " changed, " +
         format_bytes(r.sent) + " sent in " + format_duration(std::chrono::nanoseconds(r.push_ns)) +
-        ", stall " + format_duration(std::chrono::nanoseconds(r.stall_ns)));
+        ", stall " + format_duration(std::chrono::nanoseconds(r.stall_ns)) + ", staged in " +
+        format_duration(std::chrono::nanoseconds(r.stage_ns)));
     rounds.push_back(r);
     if (r.dirty <= converge) break;
   }
@@ -229,6 +241,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
         .field("last_dirty_bytes", ended ? u64(*ended, "dirty_bytes") : 0)
         .field("last_sent_bytes", last.sent)
         .field("stop_stall_ns", ended ? u64(*ended, "time.stall_ns") : 0)
+        .field("staged_bytes", u64(*restored, "staged_bytes"))
         .field("downtime_ns", downtime)
         .field("total_ns", total);
     j.key("pre_copy").begin_array();
@@ -239,6 +252,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
           .field("sent_bytes", r.sent)
           .field("stall_ns", r.stall_ns)
           .field("push_ns", r.push_ns)
+          .field("stage_ns", r.stage_ns)
           .end_object();
     j.end_array().end_object();
     print(j.take() + "\n");

@@ -38,6 +38,7 @@
 #include "net_store.h"
 #include "pause_point.h"
 #include "restore.h"
+#include "staged.h"
 
 namespace fs = std::filesystem;
 using namespace gcr;
@@ -307,6 +308,12 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["pid"] = std::to_string(rep.pid);
     return out;
   }
+  if (verb == "stage") {  // Note [Staged restore]
+    GCR_TRY_ASSIGN(std::uint64_t loaded,
+                   stage_checkpoint(*st, f.count("name") ? f.at("name") : "", progress));
+    out["loaded_bytes"] = std::to_string(loaded);
+    return out;
+  }
   if (verb == "checkpoint") {
     CheckpointRequest req;
     req.pid = f.count("pid") ? std::atoi(f.at("pid").c_str()) : 0;
@@ -396,6 +403,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["original_pid"] = std::to_string(rep.original_pid);
     out["store_read_bytes"] = std::to_string(rep.store_read_bytes);
     out["shared_bytes"] = std::to_string(rep.shared_bytes);
+    out["staged_bytes"] = std::to_string(rep.staged_bytes);
     out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
@@ -431,9 +439,9 @@ void handle_request(const UniqueFd& fd, uid_t client_uid,
   };
   auto fields = decode_fields(rest);
   if (network_store) {
-    if (verb != "ping" && verb != "restore") {
+    if (verb != "ping" && verb != "restore" && verb != "stage") {
       send_line(cfd, "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
-                         encode_value("over the network gcrd serves ping and restore only"));
+                         encode_value("over the network gcrd serves ping, stage and restore only"));
       return;
     }
     fields["store"] = network_store->string();
@@ -441,9 +449,9 @@ void handle_request(const UniqueFd& fd, uid_t client_uid,
   log(std::string("request from ") +
       (network_store ? "the network" : "uid " + std::to_string(cred.uid)) + ": " + verb + " " +
       rest);
-  if (verb != "ping") pause_point("request");
+  if (verb != "ping" && verb != "stage") pause_point("request");
   auto result = serve(verb, fields, std::move(files), cred.uid, cfd, progress);
-  if (verb != "ping") pause_point("reply");
+  if (verb != "ping" && verb != "stage") pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));
   } else {

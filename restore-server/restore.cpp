@@ -27,6 +27,7 @@
 #include "pause_point.h"
 #include "phase_clock.h"
 #include "shared_table.h"
+#include "staged.h"
 #include "stream_relay.h"
 #include "work_dir.h"
 
@@ -245,8 +246,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::vector<control::RegionRecord> records;
   std::vector<MappedAllocation> allocations;
   std::map<int, std::uint64_t> need;
-  for (const auto& obj : m.objects)
-    if (obj.kind == store::ObjectKind::device_region) need[target_of(obj.device)] += obj.size;
+  for (const auto& obj : m.objects)  // what is staged holds its memory already
+    if (obj.kind == store::ObjectKind::device_region && !is_staged(m, obj, target_of(obj.device)))
+      need[target_of(obj.device)] += obj.size;
   for (const auto& [dev, bytes] : need) {
     if (dev >= gpu->device_count())
       return Error{Errc::invalid_argument,
@@ -271,20 +273,36 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   // loader's thread while CRIU runs (Note [On-demand restore] in gcr/cow_table.h).
   auto tl = Clock::now();
   std::vector<store::ObjectEntry> objects;
+  std::set<std::uint64_t> staged_at;  // regions on the GPU already (Note [Staged restore])
   for (const auto& obj : m.objects) {
     if (obj.kind != store::ObjectKind::device_region) continue;
     int dev = target_of(obj.device);
     GCR_TRY(gpu->use(dev));
-    GCR_TRY_ASSIGN(MappedAllocation a, MappedAllocation::create(obj.size, dev));
+    MappedAllocation a;
+    if (auto staged = job ? std::nullopt : take_staged(m, obj, dev)) {
+      a = std::move(*staged);
+      staged_at.insert(obj.address);
+    } else {
+      GCR_TRY_ASSIGN(a, MappedAllocation::create(obj.size, dev));
+    }
     records.push_back({obj.address, obj.size, static_cast<std::uint32_t>(dev), 0});
     rep.region_bytes += obj.size;
     allocations.push_back(std::move(a));
     objects.push_back(obj);
   }
+  if (!staged_at.empty()) drop_staged();  // what the restore did not take
   order_by_first_touch(m, objects, records, allocations);
   record_phase(rep, "allocate", tl);
   std::vector<Loader::Item> items;
-  for (std::size_t i = 0; i < objects.size(); ++i) items.push_back({objects[i], &allocations[i]});
+  std::vector<control::RegionRecord> load_records;  // the table's: what is still to load
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    if (staged_at.contains(objects[i].address)) continue;
+    items.push_back({objects[i], &allocations[i]});
+    load_records.push_back(records[i]);
+  }
+  rep.staged_bytes = 0;
+  for (const auto& o : objects)
+    if (staged_at.contains(o.address)) rep.staged_bytes += o.size;
 
   std::vector<MemberPlan> plan;
   if (job) {
@@ -293,9 +311,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::optional<CowTable> table;
   std::vector<Loader::Watch> watches;  // a job's: one table per member
   std::unique_ptr<Loader> loader;
-  if (!records.empty()) {
+  if (!items.empty()) {
     if (!eager && !job) {
-      GCR_TRY_ASSIGN(CowTable t, CowTable::create(records, cow::kLoad));
+      GCR_TRY_ASSIGN(CowTable t, CowTable::create(load_records, cow::kLoad));
       table.emplace(std::move(t));
     }
     if (!eager && job) {
@@ -316,7 +334,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     GCR_TRY_ASSIGN(loader, Loader::start(std::move(own_reader), std::move(items),
                                          table ? &*table : nullptr, std::move(watches)));
     progress(std::string(eager ? "loading " : "loading on demand ") +
-             std::to_string(rep.region_bytes >> 20) + " MiB of device memory");
+             std::to_string((rep.region_bytes - rep.staged_bytes) >> 20) + " MiB of device memory" +
+             (rep.staged_bytes ? " (" + std::to_string(rep.staged_bytes >> 20) + " MiB staged)"
+                               : std::string()));
     if (eager) {
       GCR_TRY(loader->wait());
       record_phase(rep, "load", tl);

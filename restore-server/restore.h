@@ -59,6 +59,7 @@ struct RestoreReport {
   std::uint64_t wanted_regions = 0;    // regions the process waited for (on demand)
   std::uint64_t store_read_bytes = 0;  // device memory read from the store
   std::uint64_t shared_bytes = 0;      // device memory taken from a concurrent restore's reads
+  std::uint64_t staged_bytes = 0;      // device memory on the GPU already (Note [Staged restore])
   // allocate, load, materialize, criu, unpark; resume (restore start -> process running),
   // full (restore start -> all device memory loaded), total
   std::map<std::string, std::uint64_t> times_ns;

@@ -3,7 +3,7 @@
 # of its own, reached over a veth pair (10.77.0.1 <-> 10.77.0.2), with its own store and socket.
 # (tc netem would shape the link; this kernel has no sch_netem, so the link is unshaped here.)
 #   a. at a random moment: the run ends on the destination with the checksum of an uninterrupted
-#      one; the source is gone
+#      one, from memory mostly staged on its GPU during pre-copy; the source is gone
 #   b. a wrong token: refused before the process is touched; it runs on here
 #   c. the destination cannot restore (too little GPU memory there): the source runs on
 #   d. the destination gcrd killed after the commit, before it restores: the source runs on
@@ -91,7 +91,8 @@ migrate --json > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate: $(cat "$T/a.err
 for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
 ends_once "$T/a.log"
-echo "ok: $(json_field rounds < "$T/a.json") pre-copy round(s), $(json_field last_sent_bytes < "$T/a.json") bytes sent while stopped, downtime $(( $(json_field downtime_ns < "$T/a.json") / 1000000 )) ms; the destination ended with $REF"
+(( $(json_field staged_bytes < "$T/a.json") > 0 )) || fail "the destination restored nothing it had staged: $(cat "$T/a.json")"
+echo "ok: $(json_field rounds < "$T/a.json") pre-copy round(s), $(( $(json_field staged_bytes < "$T/a.json") >> 20 )) MiB staged on the destination's GPU, $(json_field last_sent_bytes < "$T/a.json") bytes sent while stopped, downtime $(( $(json_field downtime_ns < "$T/a.json") / 1000000 )) ms; the destination ended with $REF"
 
 step "b. a wrong token"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/bad-token"
