@@ -4,7 +4,7 @@
 // (default 30) and go on. Without the variable a pause point costs one compare.
 //
 // Points, in the order a --leave-running checkpoint reaches them:
-//   request    gcrd.cpp: a request is read, nothing is done yet
+//   request    gcrd.cpp: a request is read, nothing is done yet (not ping or stage)
 //   quiesced   checkpoint.cpp: the process is quiesced, not parked
 //   parked     checkpoint.cpp: its memory is parked in gcrd; CRIU, started before the cut, waits
 //              for gcrd's go (Note [CRIU started before the cut]; with GCR_CRIU_EARLY=0 it is
