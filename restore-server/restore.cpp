@@ -392,10 +392,21 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   pid_t pid = 0;
   Result<Keeper> keeper = Keeper();
   if (external) {
+    // Note [Parked memory outlives gcrd] (keeper.h): from the moment the tasks exist, a gcrd that
+    // dies before they have their memory takes them with it.
+    if (!records.empty()) keeper = Keeper::start_restore(std::filesystem::path());
+    if (!keeper) return std::move(keeper).error();
     progress("the runtime's CRIU restores the process");
     auto tc = Clock::now();
-    GCR_TRY_ASSIGN(pid, req.external_criu());
+    auto restored = req.external_criu();
+    if (!restored) {
+      keeper->done();  // no task it could name
+      return std::move(restored).error();
+    }
+    pid = *restored;
     record_phase(rep, "criu", tc);
+    if (!records.empty())
+      if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
     // A runtime restores a container's tasks into its own pid namespace: members by their pids
     // there.
     rep.new_pid_namespace = innermost_pid(pid) != pid;
