@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cmd_checkpoint.h"
 #include "context.h"
@@ -88,6 +89,21 @@ std::optional<std::uint64_t> start_time(pid_t pid) {
   for (int i = 3; i <= 22 && rest >> field; ++i)
     if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
   return std::nullopt;
+}
+
+// After a restore request that got no answer: whether the destination host says its gcrd is gone
+// (connections refused), which took whatever it restored with it. A gcrd still dying (accepts, then
+// closes) is asked again; one that answers, or a host that cannot be reached, is not gone.
+bool destination_gone(const std::string& to, const std::string& token) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto probe = gcrd::net_connect(to, token, "request");
+    if (!probe) return probe.error().code == Errc::not_found;
+    bool answered = false;
+    auto pong = gcrd::call(probe->get(), "ping", {}, nullptr, {}, &answered);
+    if (pong || answered) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 Status send_word(int fd, const char* word) {
@@ -200,8 +216,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
     // Asked, and no answer. A destination host that refuses connections now has no gcrd, and a
     // gcrd that died mid-restore took its restored process with it (its keeper, or the process's
     // own pending loads): this copy runs on. Anything else may run there: this copy ends.
-    auto probe = gcrd::net_connect(o.to, token, "request");
-    if (!probe && probe.error().code == Errc::not_found)
+    if (destination_gone(o.to, token))
       return resume(
           std::move(restored).context("the destination's gcrd went away while restoring").error());
     (void)send_word(conn.get(), "end");
