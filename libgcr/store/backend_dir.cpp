@@ -51,7 +51,12 @@ class DirBackend final : public Backend {
 
   Result<DirListing> list_detailed(const std::string& dir) override {
     DirListing out;
-    out.now_unix = static_cast<std::int64_t>(::time(nullptr));
+    // The fine clock, not time()'s coarse one: a file's mtime (taken from the fine clock on
+    // recent kernels) may otherwise read a second ahead of "now" (a pack marked just now would
+    // not be old enough for a grace of 0).
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    out.now_unix = static_cast<std::int64_t>(now.tv_sec);
     GCR_TRY_ASSIGN(auto names, list(dir));
     for (auto& n : names) {
       struct stat st {};
