@@ -78,19 +78,6 @@ std::uint64_t since(Clock::time_point t) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
 
-// Field 22 of /proc/PID/stat: when the process started; with its pid, who it is (pids are reused).
-std::optional<std::uint64_t> start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close = s.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(s.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  return std::nullopt;
-}
-
 // After a restore request that got no answer: whether the destination host says its gcrd is gone
 // (connections refused), which took whatever it restored with it. A gcrd still dying (accepts, then
 // closes) is asked again; one that answers, or a host that cannot be reached, is not gone.
@@ -140,7 +127,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
     return ok();
   };
   const auto t_begin = Clock::now();
-  const std::optional<std::uint64_t> started = start_time(o.pid);
+  const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
   std::vector<Round> rounds;
   // Pre-copy: live checkpoints, each pushed.
   for (int i = 0; i < o.rounds; ++i) {
@@ -234,7 +221,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
     // gcrd went away after the commit: its keeper gave the process its memory back and let it
     // go on, but the destination runs it now. End this copy here (Note [Migration]).
     // (Unless it is gone already, and its pid someone else's.)
-    if (started && start_time(o.pid) == started)
+    if (started && criu::process_start_time(o.pid) == started)
       for (pid_t p : criu::tree_pids(o.pid)) ::kill(p, SIGKILL);
   }
   const std::uint64_t resume_ns = u64(*restored, "time.resume_ns");

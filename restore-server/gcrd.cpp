@@ -32,6 +32,7 @@
 #include "checkpoint.h"
 #include "device.h"
 #include "gcr/private_dir.h"
+#include "gcr/process_tree.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
@@ -175,31 +176,18 @@ Result<std::string> read_plugin_line(int fd) {
   }
 }
 
-// Of the tasks CRIU restored, the one no other is a descendant of... the other way round: the one
-// none of whose ancestors is in the list (the root of what CRIU restored under gcr).
-pid_t parent_of(pid_t p) {
-  std::ifstream in("/proc/" + std::to_string(p) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close = s.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(s.substr(close + 2));
-  char state;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
+// Whether pid is ancestor's descendant (or ancestor itself).
+bool in_tree_of(pid_t ancestor, pid_t pid) {
+  auto tree = criu::tree_pids(ancestor);
+  return std::find(tree.begin(), tree.end(), pid) != tree.end();
 }
 
-bool is_ancestor(pid_t ancestor, pid_t pid) {
-  for (pid_t a = parent_of(pid); a > 1; a = parent_of(a))
-    if (a == ancestor) return true;
-  return false;
-}
-
+// Of the tasks CRIU restored, the one in no other's tree (the root of what CRIU restored under
+// gcr).
 pid_t topmost_pid(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) {
     bool under_another = false;
-    for (pid_t a = parent_of(p); a > 1 && !under_another; a = parent_of(a))
-      under_another = std::find(pids.begin(), pids.end(), a) != pids.end();
+    for (pid_t q : pids) under_another |= q != p && in_tree_of(q, p);
     if (!under_another) return p;
   }
   return 0;
@@ -296,7 +284,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
         break;
       }
       // A root the plugin names must hold the tasks it restored (else: the topmost of those).
-      if (root > 0 && !pids.empty() && (root == pids[0] || is_ancestor(root, pids[0]))) return root;
+      if (root > 0 && !pids.empty() && in_tree_of(root, pids[0])) return root;
       if (pid_t top = topmost_pid(pids)) return top;
       return Error{Errc::not_found,
                    "the runtime's CRIU restored no CUDA task that gcr's plugin saw; the device "

@@ -1,6 +1,8 @@
 // gcrd's lineage record (lineage.h).
 #include "lineage.h"
 
+#include "gcr/process_tree.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -91,19 +93,7 @@ void save_locked() {
 }  // namespace
 
 std::optional<std::uint64_t> process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return std::nullopt;
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(stat.substr(close + 2));
-  // After the comm: state (3) ... starttime (22).
-  std::string field;
-  for (int i = 3; i < 22; ++i)
-    if (!(rest >> field)) return std::nullopt;
-  std::uint64_t start = 0;
-  if (!(rest >> start)) return std::nullopt;
-  return start;
+  return criu::process_start_time(pid);
 }
 
 std::optional<ProcessKey> process_key(pid_t pid) {

@@ -89,6 +89,22 @@ std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 2));
+  // After the comm: state (3) ... starttime (22).
+  std::string field;
+  for (int i = 3; i < 22; ++i)
+    if (!(rest >> field)) return std::nullopt;
+  std::uint64_t start = 0;
+  if (!(rest >> start)) return std::nullopt;
+  return start;
+}
+
 std::optional<bool> maps_libcuda(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
   bool any = false;

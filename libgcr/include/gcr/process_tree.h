@@ -83,6 +83,10 @@ std::vector<pid_t> children_of(pid_t parent);
 // libcuda.so*); nullopt when its maps cannot be read (gone, or another user's).
 std::optional<bool> maps_libcuda(pid_t pid);
 
+// When pid started (field 22 of /proc/PID/stat, in clock ticks since boot); with the pid, which
+// process it is (pids are reused). nullopt if it is gone.
+std::optional<std::uint64_t> process_start_time(pid_t pid);
+
 struct Support {
   bool tcp_close = false;  // established TCP connections are dumped as closed (--tcp-close)
 };
