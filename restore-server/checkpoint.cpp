@@ -382,6 +382,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   criu::DumpOptions dump_options{req.pid,           work ? work->path() : std::filesystem::path(),
                                  req.leave_running, end_after_commit,
                                  driver_env(),      dump_arguments(tree, req)};
+  dump_options.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
   // Note [CRIU started before the cut] (gcr/criu.h); GCR_CRIU_EARLY=0 starts it after the park,
   // as gcr did before (bench/ckpt_bench.py compares the two).
   std::optional<criu::StartedDump> early;
@@ -524,8 +525,25 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     progress("dumping process " + std::to_string(req.pid) + " with CRIU (device memory parked)");
   auto td = Clock::now();
   // Note [CRIU run by someone else]: its dump comes after the store.
-  Status dumped = external ? ok() : early ? early->go_and_wait() : criu::dump(tools, dump_options);
+  // Note [Pages written after the resume] (gcr/criu.h): a CRIU that writes the pages after the
+  // process runs again has let it go before it ends; it is waited for before its images are stored.
+  bool criu_running = false;
+  Status dumped = ok();
+  if (external)
+    dumped = ok();
+  else if (early && req.leave_running && tools.cow_dump)
+    criu_running = early->go_until_released(&dumped);
+  else
+    dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);
+  auto criu_finished = [&]() -> Status {
+    if (!criu_running) return ok();
+    criu_running = false;
+    auto tw = Clock::now();
+    Status s = early->wait();
+    record_phase(rep, "dump_write", tw);
+    return s;
+  };
   // Gives every member its parked memory back and lets it run.
   auto give_all_back = [&] {
     bool all = true;
@@ -714,6 +732,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     (void)running[i]->close();
   }
   if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
+  if (Status s = criu_finished(); !s) return std::move(s).error();  // it runs on (-R)
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
   if (!touch_order.empty() && !job)

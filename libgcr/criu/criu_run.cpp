@@ -12,11 +12,15 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -74,6 +78,38 @@ pid_t read_pid_file(const fs::path& file) {
 
 }  // namespace
 
+namespace {
+
+// Whether this CRIU binary knows --cow-dump (its usage text names it): read, not run, once per
+// binary and modification time.
+bool has_cow_dump(const fs::path& criu) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::int64_t>, bool> known;
+  std::error_code ec;
+  auto mtime = fs::last_write_time(criu, ec);
+  if (ec) return false;
+  std::pair<std::string, std::int64_t> key{criu.string(), mtime.time_since_epoch().count()};
+  std::lock_guard lock(mu);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  bool found = false;
+  if (std::FILE* f = std::fopen(criu.c_str(), "rbe")) {
+    constexpr std::string_view needle = "--cow-dump ";
+    std::string window;
+    char buf[1 << 16];
+    std::size_t n;
+    while (!found && (n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+      window.append(buf, n);
+      found = window.find(needle) != std::string::npos;
+      window.erase(0, window.size() > needle.size() ? window.size() - needle.size() : 0);
+    }
+    std::fclose(f);
+  }
+  known[key] = found;
+  return found;
+}
+
+}  // namespace
+
 Result<Tools> find_tools(const fs::path& self_dir) {
   Tools t;
   if (const char* c = std::getenv("GCR_CRIU"); c && *c) t.criu = c;
@@ -105,6 +141,8 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{
         Errc::not_found,
         "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
+  const char* cow = std::getenv("GCR_CRIU_COW_DUMP");
+  t.cow_dump = !(cow && std::string_view(cow) == "0") && has_cow_dump(t.criu);
   return t;
 }
 
@@ -249,6 +287,7 @@ std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o) {
                                    "-v4"};
   privilege_arguments(argv);
   if (o.leave_running) argv.push_back("-R");
+  if (o.leave_running && o.cow_dump && tools.cow_dump) argv.push_back("--cow-dump");
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
   return argv;
@@ -339,6 +378,62 @@ Status StartedDump::go_and_wait() {
   }
   GCR_TRY_ASSIGN(int rc, wait_exit_code(std::exchange(criu_, 0), "criu"));
   return dump_result(rc, options_);
+}
+
+namespace {
+
+// The pid that traces `pid` (TracerPid in /proc/PID/status): 0 if none, -1 if it is gone.
+pid_t tracer_of(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return -1;
+  char buf[4096];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* t = std::strstr(buf, "\nTracerPid:");
+  return t ? static_cast<pid_t>(std::atoi(t + 11)) : -1;
+}
+
+}  // namespace
+
+bool StartedDump::go_until_released(Status* ended) {
+  if (criu_ <= 0) {
+    *ended = Error{Errc::internal, "this CRIU dump was already waited for"};
+    return false;
+  }
+  if (go_) {
+    (void)::send(go_.get(), "g", 1, MSG_NOSIGNAL);
+    go_.reset();
+  }
+  // Seized (CRIU traces it), then released (nobody does): CRIU let it run. Polled each 0.5 ms;
+  // a freeze too short to be seen is waited out as CRIU's exit, as go_and_wait() does.
+  bool seized = false;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(criu_, &status, WNOHANG);
+    if (r == criu_) {
+      criu_ = 0;
+      int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      *ended = dump_result(rc, options_);
+      return false;
+    }
+    if (r < 0 && errno != EINTR) {
+      *ended = go_and_wait();
+      return false;
+    }
+    pid_t tracer = tracer_of(options_.pid);
+    if (tracer == criu_ || (tracer > 0 && !seized))
+      seized = true;
+    else if (seized && tracer == 0)
+      return true;
+    ::usleep(500);
+  }
+}
+
+Status StartedDump::wait() {
+  return go_and_wait();
 }
 
 namespace {

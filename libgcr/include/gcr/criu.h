@@ -19,6 +19,9 @@ namespace gcr::criu {
 struct Tools {
   std::filesystem::path criu;        // the criu binary (GCR_CRIU, else .deps/criu/criu, else PATH)
   std::filesystem::path plugin_dir;  // a directory holding only gcr's plugin (GCR_CRIU_PLUGIN_DIR)
+  // The CRIU has gcr's --cow-dump (scripts/criu-patches/0005-cow-dump.patch; Note [Pages written
+  // after the resume]); GCR_CRIU_COW_DUMP=0 turns it off.
+  bool cow_dump = false;
 };
 
 // Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
@@ -36,6 +39,8 @@ struct DumpOptions {
   std::map<std::string, std::string> env;  // extra environment for CRIU and its plugin
   // What the process tree needs (ProcessTree::dump_arguments): --shell-job, --external tty[...].
   std::vector<std::string> extra_args;
+  // With leave_running and a CRIU that can: write the pages after the tasks run again.
+  bool cow_dump = false;
 };
 Status dump(const Tools& tools, const DumpOptions& options);
 
@@ -50,6 +55,16 @@ Status dump(const Tools& tools, const DumpOptions& options);
 // refuses early (a tree it cannot dump) refuses before anything is stopped. Dropped without go,
 // the handle closes the socket: the plugin fails the dump with nothing frozen, and the handle
 // reaps CRIU. CRIU's --timeout covers the wait, so it is set from how long gcrd may take.
+// Note [Pages written after the resume]
+// CRIU writes a live checkpoint's host memory into its images while the process is frozen: a
+// freeze as long as the write (0.4-0.5 s per GiB on this VM). gcr's CRIU carries --cow-dump
+// (scripts/criu-patches/0005-cow-dump.patch): pages are spliced into pipes while the process is
+// frozen (~75 ms per GiB) and written after it runs again, kept those of the cut by userfaultfd
+// write protection (a first write to a page waits while CRIU saves it). gcrd then gives the
+// process its device memory back as soon as CRIU lets it go, not when CRIU exits: it watches the
+// process's tracer (CRIU's ptrace seize, then its release) while CRIU runs, and waits for CRIU's
+// exit before it stores the images. A dump that fails after the release leaves the process running
+// and the checkpoint failed, like any failure after a live checkpoint's resume.
 class StartedDump {
  public:
   static Result<StartedDump> start(const Tools& tools, const DumpOptions& options,
@@ -63,6 +78,12 @@ class StartedDump {
   Status wait_ready(std::chrono::milliseconds limit);
   // Lets CRIU freeze and dump the process, then waits for it: dump()'s result.
   Status go_and_wait();
+  // Lets CRIU go and returns once it has let the process run again (Note [Pages written after the
+  // resume]), which it may do before it has finished: true then, and wait() says how the dump
+  // ended; false when CRIU ended first, with go_and_wait()'s result in *ended.
+  bool go_until_released(Status* ended);
+  // After go_until_released() returned true: waits for CRIU, dump()'s result.
+  Status wait();
 
  private:
   StartedDump(pid_t criu, UniqueFd go, DumpOptions options);

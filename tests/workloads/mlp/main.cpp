@@ -1,6 +1,7 @@
 // mlp_train: trains a small MLP with Adam on a synthetic regression task, printing the loss of
 // every step and, at the end, a checksum of the parameters that depends only on the flags that
 // change the math (not on --streams, --step-delay-ms or --quiet). See ../README.md.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <thread>
@@ -90,8 +91,9 @@ class Trainer {
   }
 
  private:
-  // --host-footprint: words that differ in every page (CRIU must copy each), one page of which
-  // each step rewrites, so that a second checkpoint finds little of it changed.
+  // --host-footprint: words that differ in every page (CRIU must copy each), --host-writes pages
+  // of which each step rewrites (one by default, so that a second checkpoint finds little of it
+  // changed).
   static constexpr std::size_t kPageWords = 4096 / sizeof(std::uint64_t);
   void fill_host() {
     host_.resize(o_.host_footprint / sizeof(std::uint64_t));
@@ -104,10 +106,13 @@ class Trainer {
   void touch_host(int step) {
     if (host_.size() < kPageWords) return;
     std::size_t pages = host_.size() / kPageWords;
-    std::size_t page = (static_cast<std::size_t>(step) * 7919) % pages;
-    for (std::size_t i = 0; i < kPageWords; ++i)
-      host_[page * kPageWords + i] =
-          host_[page * kPageWords + i] * 31 + static_cast<unsigned>(step);
+    std::uint64_t first = static_cast<std::uint64_t>(step) * o_.host_writes;
+    for (std::uint64_t k = 0; k < std::min<std::uint64_t>(o_.host_writes, pages); ++k) {
+      std::size_t page = ((first + k) * 7919) % pages;
+      for (std::size_t i = 0; i < kPageWords; ++i)
+        host_[page * kPageWords + i] =
+            host_[page * kPageWords + i] * 31 + static_cast<unsigned>(step);
+    }
   }
   std::uint64_t host_checksum() const {
     std::uint64_t h = 1469598103934665603ull;

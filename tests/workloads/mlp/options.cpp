@@ -7,7 +7,8 @@ namespace mlp {
 namespace {
 constexpr char kUsage[] =
     "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
-    "                 [--seed S] [--footprint BYTES] [--host-footprint BYTES] [--step-delay-ms M] "
+    "                 [--seed S] [--footprint BYTES] [--host-footprint BYTES] [--host-writes N] "
+    "[--step-delay-ms M] "
     "[--quiet] [--vmm]\n"
     "                 [--vmm-share]\n"
     "  --steps N          training steps (default 200)\n"
@@ -19,6 +20,9 @@ constexpr char kUsage[] =
     "  --footprint BYTES  extra device ballast, e.g. 256M or 4G, read every step (default 0)\n"
     "  --host-footprint BYTES  pageable host memory, e.g. 1G, distinct in every page; each step\n"
     "                     rewrites one page of it; its hash is printed as host_checksum\n"
+    "  --host-writes N    pages of the host memory each step rewrites, each from its old bytes\n"
+    "                     (default 1): a checkpoint that let later writes into its image shows\n"
+    "                     in host_checksum\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
     "  --quiet            print every 50th step only\n"
     "  --vmm              keep parameters and Adam state in an expandable segment: 2 MiB pages of\n"
@@ -38,6 +42,7 @@ Options parse_options(int argc, char** argv) {
   o.seed = static_cast<std::uint64_t>(flags.integer("--seed", 1, 0, INT64_MAX));
   o.footprint = flags.bytes("--footprint", o.footprint);
   o.host_footprint = flags.bytes("--host-footprint", o.host_footprint);
+  o.host_writes = static_cast<std::uint64_t>(flags.integer("--host-writes", 1, 1, INT64_MAX));
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
   o.quiet = flags.boolean("--quiet");
   o.vmm = flags.boolean("--vmm");

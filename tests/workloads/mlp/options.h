@@ -17,6 +17,7 @@ struct Options {
   std::uint64_t seed = 1;
   std::uint64_t footprint = 0;       // bytes of ballast table; 0: none
   std::uint64_t host_footprint = 0;  // bytes of pageable host ballast; 0: none
+  std::uint64_t host_writes = 1;     // pages of it each step rewrites
   int step_delay_ms = 0;
   bool quiet = false;
   bool vmm = false;
