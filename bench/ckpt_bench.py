@@ -47,6 +47,7 @@ Python 3 standard library only. Needs root (CRIU). Results: bench/results/ckpt-<
 import argparse
 import datetime
 import json
+import mmap
 import os
 import platform
 import re
@@ -190,6 +191,28 @@ def machine_limits(directory, size=1 << 30):
         except OSError:
             pass
     return limits
+
+
+def plain_copy(size):
+    """A plain copy of `size` bytes, measured now: into fresh memory (what a snapshot of host
+    memory must do: the pages are new), then again into the same, now faulted-in memory (the best
+    a copy can do). Seconds each; None when the memory is not there for source and copy."""
+    if meminfo()["MemAvailable"] < 2 * size + 2 * GiB:
+        return None
+    chunk = 8 << 20
+    block = bytearray(os.urandom(chunk))
+    src = block * (size // chunk)
+    dst = mmap.mmap(-1, len(src))  # untouched anonymous memory: the copy faults each page in
+    view = memoryview(dst)
+    t0 = time.monotonic()
+    view[:] = src
+    fresh = time.monotonic() - t0
+    t0 = time.monotonic()
+    view[:] = src
+    warm = time.monotonic() - t0
+    view.release()
+    dst.close()
+    return {"bytes": len(src), "fresh_s": fresh, "warm_s": warm}
 
 
 def fmt_rate(bps):
@@ -562,6 +585,32 @@ def ns_ms(v):
     return None if v is None else v / 1e6
 
 
+def host_copy_report(results, copy, goals):
+    """Issue 16's goal: the freeze for host memory within 2x of a plain copy of it, measured in
+    the same run. The freeze is the live stall the program saw (its step gaps)."""
+    out = [f"\nhost memory ({fmt_bytes(copy['bytes'])}): the live stall against a plain copy of it "
+           f"({fmt_ms(copy['fresh_s'] * 1e3)} into fresh memory, {fmt_ms(copy['warm_s'] * 1e3)} "
+           f"into faulted-in memory); goal: within 2x of the copy"]
+    rows, met = [], {}
+    for r in results:
+        if not r.get("ok"):
+            continue
+        for which, name in LIVE.items():
+            st = g(r, which, "stall_ms")
+            if st is None:
+                continue
+            fresh, warm = st / (copy["fresh_s"] * 1e3), st / (copy["warm_s"] * 1e3)
+            rows.append([fmt_bytes(r["footprint_bytes"]), r["mode"], name, fmt_ms(st),
+                         f"{fresh:.2f}x", f"{warm:.2f}x"])
+            if r["mode"] == "gcr":
+                met[name] = {"stall_ms": st, "vs_fresh_copy": fresh, "vs_warm_copy": warm,
+                             "met": warm <= 2.0}
+    goals["host_freeze_within_2x_copy"] = met
+    out.append(table(["footprint", "mode", "ckpt", "stall", "/ fresh copy", "/ warm copy"], rows,
+                     right={3, 4, 5}))
+    return "\n".join(out)
+
+
 def report(results, footprints, load_before, load_after, cpus, args_keep_work=False, limits=None):
     by = {(r["footprint_bytes"], r["mode"]): r for r in results}
     fps = [f for f in footprints if any((f, m) in by for m in MODES)]
@@ -806,6 +855,13 @@ def main():
               flush=True)
         limits = machine_limits(args.dir)
         print("  " + describe_limits(limits), flush=True)
+    host_copy = None
+    if args.host_footprint:
+        host_copy = plain_copy(args.host_footprint)
+        if host_copy:
+            print(f"  a plain copy of {fmt_bytes(host_copy['bytes'])}: "
+                  f"{fmt_ms(host_copy['fresh_s'] * 1e3)} into fresh memory, "
+                  f"{fmt_ms(host_copy['warm_s'] * 1e3)} into faulted-in memory", flush=True)
     load_before = os.getloadavg()[0]
     mem, disk = meminfo(), shutil.disk_usage(args.dir)
     print(f"bench_ckpt: mlp_train --step-delay-ms {args.step_delay_ms} under gcr on simgpu; "
@@ -859,6 +915,8 @@ def main():
         return 0
     text, goals = report(results, footprints, load_before, load_after, cpus, args.keep_work, limits)
     print(text)
+    if host_copy:
+        print(host_copy_report(results, host_copy, goals))
     print(f"total {time.monotonic() - started:.0f} s")
 
     doc = {
@@ -873,6 +931,9 @@ def main():
         "dir": args.dir,
         "step_delay_ms": args.step_delay_ms,
         "machine": limits,
+        "host_footprint_bytes": args.host_footprint,
+        "images": args.images,
+        "host_plain_copy": host_copy,
         "warm_steps": args.warm_steps,
         "post_steps": args.post_steps,
         "simgpu_memory_bytes": args.simgpu_memory,
