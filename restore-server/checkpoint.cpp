@@ -529,18 +529,16 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
-  if (external)
-    dumped = ok();
-  else if (early && req.leave_running && tools.cow_dump)
+  if (early && req.leave_running && tools.cow_dump)
     criu_running = early->go_until_released(&dumped);
-  else
+  else if (!external)
     dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);
   auto criu_finished = [&]() -> Status {
     if (!criu_running) return ok();
     criu_running = false;
     auto tw = Clock::now();
-    Status s = early->wait();
+    Status s = early->go_and_wait();
     record_phase(rep, "dump_write", tw);
     return s;
   };

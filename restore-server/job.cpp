@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -47,16 +46,12 @@ struct Groups {
 }  // namespace
 
 pid_t innermost_pid(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream fields(line.substr(6));
-    pid_t last = pid, v;
-    while (fields >> v) last = v;
-    return last;
-  }
-  return pid;
+  auto nspid = criu::process_status_field(pid, "NSpid");
+  if (!nspid) return pid;
+  std::istringstream fields(*nspid);
+  pid_t last = pid, v;
+  while (fields >> v) last = v;
+  return last;
 }
 
 std::string owner_name(pid_t pid, pid_t root) {

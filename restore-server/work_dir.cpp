@@ -16,6 +16,7 @@
 
 #include "gcr/chunk_id.h"
 #include "gcr/private_dir.h"
+#include "gcr/process_tree.h"
 
 namespace gcr::gcrd {
 namespace fs = std::filesystem;
@@ -98,11 +99,8 @@ Status create_in(const fs::path& root, const UniqueFd& root_fd, const std::strin
 
 std::uint64_t resident_bytes(const std::vector<pid_t>& pids) {
   std::uint64_t total = 0;
-  for (pid_t pid : pids) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("VmRSS:", 0) == 0) total += std::stoull(line.substr(6)) * 1024;
-  }
+  for (pid_t pid : pids)
+    if (auto rss = criu::process_status_field(pid, "VmRSS")) total += std::stoull(*rss) * 1024;
   return total;
 }
 

@@ -208,15 +208,12 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
 
 // The last NSpid of /proc/PID/status: the pid as its own (innermost) PID namespace sees it.
 pid_t pid_in_own_namespace(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream fields(line.substr(6));
-    pid_t last = 0;
-    for (pid_t p; fields >> p;) last = p;
-    return last;
-  }
-  return 0;
+  auto nspid = process_status_field(pid, "NSpid");
+  if (!nspid) return 0;
+  std::istringstream fields(*nspid);
+  pid_t last = 0;
+  for (pid_t p; fields >> p;) last = p;
+  return last;
 }
 
 std::optional<fs::path> find_unshare() {
@@ -228,13 +225,17 @@ std::optional<fs::path> find_unshare() {
 }  // namespace
 
 namespace {
+// A waitpid status as an exit code: the exit status, or 128 + the signal that ended it.
+int exit_code_of(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 // Reaps `child`: its exit status, or 128 + the signal that ended it.
 Result<int> wait_exit_code(pid_t child, const std::string& what) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0)
     if (errno != EINTR) return errno_error("waiting for " + what);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
+  return exit_code_of(status);
 }
 
 Result<int> run_and_wait(const std::vector<std::string>& argv,
@@ -384,16 +385,8 @@ namespace {
 
 // The pid that traces `pid` (TracerPid in /proc/PID/status): 0 if none, -1 if it is gone.
 pid_t tracer_of(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return -1;
-  char buf[4096];
-  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  const char* t = std::strstr(buf, "\nTracerPid:");
-  return t ? static_cast<pid_t>(std::atoi(t + 11)) : -1;
+  auto tracer = process_status_field(pid, "TracerPid");
+  return tracer ? static_cast<pid_t>(std::atoi(tracer->c_str())) : -1;
 }
 
 }  // namespace
@@ -415,8 +408,7 @@ bool StartedDump::go_until_released(Status* ended) {
     pid_t r = ::waitpid(criu_, &status, WNOHANG);
     if (r == criu_) {
       criu_ = 0;
-      int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      *ended = dump_result(rc, options_);
+      *ended = dump_result(exit_code_of(status), options_);
       return false;
     }
     if (r < 0 && errno != EINTR) {
@@ -430,10 +422,6 @@ bool StartedDump::go_until_released(Status* ended) {
       return true;
     ::usleep(500);
   }
-}
-
-Status StartedDump::wait() {
-  return go_and_wait();
 }
 
 namespace {

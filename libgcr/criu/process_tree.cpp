@@ -105,6 +105,18 @@ std::optional<std::uint64_t> process_start_time(pid_t pid) {
   return start;
 }
 
+std::optional<std::string> process_status_field(pid_t pid, std::string_view name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.size() <= name.size() || line.compare(0, name.size(), name) != 0 ||
+        line[name.size()] != ':')
+      continue;
+    auto value = line.find_first_not_of(" \t", name.size() + 1);
+    return value == std::string::npos ? std::string() : line.substr(value);
+  }
+  return std::nullopt;
+}
+
 std::optional<bool> maps_libcuda(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
   bool any = false;

@@ -55,6 +55,7 @@ Status dump(const Tools& tools, const DumpOptions& options);
 // refuses early (a tree it cannot dump) refuses before anything is stopped. Dropped without go,
 // the handle closes the socket: the plugin fails the dump with nothing frozen, and the handle
 // reaps CRIU. CRIU's --timeout covers the wait, so it is set from how long gcrd may take.
+//
 // Note [Pages written after the resume]
 // CRIU writes a live checkpoint's host memory into its images while the process is frozen: a
 // freeze as long as the write (0.4-0.5 s per GiB on this VM). gcr's CRIU carries --cow-dump
@@ -79,11 +80,10 @@ class StartedDump {
   // Lets CRIU freeze and dump the process, then waits for it: dump()'s result.
   Status go_and_wait();
   // Lets CRIU go and returns once it has let the process run again (Note [Pages written after the
-  // resume]), which it may do before it has finished: true then, and wait() says how the dump
-  // ended; false when CRIU ended first, with go_and_wait()'s result in *ended.
+  // resume]), which it may do before it has finished: true then, and go_and_wait() (go is sent
+  // already) waits for CRIU and says how the dump ended; false when CRIU ended first, with
+  // go_and_wait()'s result in *ended.
   bool go_until_released(Status* ended);
-  // After go_until_released() returned true: waits for CRIU, dump()'s result.
-  Status wait();
 
  private:
   StartedDump(pid_t criu, UniqueFd go, DumpOptions options);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gcr/result.h"
@@ -86,6 +87,10 @@ std::optional<bool> maps_libcuda(pid_t pid);
 // When pid started (field 22 of /proc/PID/stat, in clock ticks since boot); with the pid, which
 // process it is (pids are reused). nullopt if it is gone.
 std::optional<std::uint64_t> process_start_time(pid_t pid);
+
+// The value of one line of /proc/PID/status ("TracerPid", "NSpid", ...), without the name, the
+// colon and leading blanks; nullopt if the process is gone or has no such line.
+std::optional<std::string> process_status_field(pid_t pid, std::string_view name);
 
 struct Support {
   bool tcp_close = false;  // established TCP connections are dumped as closed (--tcp-close)
