@@ -79,16 +79,21 @@ std::uint64_t since(Clock::time_point t) {
 }
 
 // After a restore request that got no answer: whether the destination host says its gcrd is gone
-// (connections refused), which took whatever it restored with it. A gcrd still dying (accepts, then
-// closes) is asked again; one that answers, or a host that cannot be reached, is not gone.
+// (connections refused), which took whatever it restored with it. A gcrd still dying holds its
+// listening socket while the kernel frees its memory (a connection is accepted, then reset, even
+// before the hello is sent): asked again. One that answers, or a host that cannot be reached for
+// 3 s, is not gone.
 bool destination_gone(const std::string& to, const std::string& token) {
-  for (int attempt = 0; attempt < 20; ++attempt) {
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto probe = gcrd::net_connect(to, token, "request");
-    if (!probe) return probe.error().code == Errc::not_found;
+    if (!probe) {
+      if (probe.error().code == Errc::not_found) return true;
+      continue;
+    }
     bool answered = false;
     auto pong = gcrd::call(probe->get(), "ping", {}, nullptr, {}, &answered);
     if (pong || answered) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
 }
