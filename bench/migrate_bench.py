@@ -2,9 +2,12 @@
 """migrate_bench: downtime and total time of `gcr migrate` against stop-and-copy, in one run.
 
 Two "hosts" on this machine: the destination gcrd runs in a network namespace of its own, reached
-over a veth pair (10.78.0.1 <-> 10.78.0.2), with its own store. (tc netem would shape the link to
-10 Gbit/s and 1 ms; kernels without sch_netem, as these VMs', leave it unshaped, and the JSON says
-so.) For each footprint an mlp_train runs under `gcr run`, its log watched with this host's clock,
+over a veth pair (10.78.0.1 <-> 10.78.0.2), with its own store. The link is shaped to 10 Gbit/s
+and a 1 ms round trip: `tc tbf` on both ends limits the rate, and tests/link/delay_relay (in the
+path: the source talks to 10.78.0.1:7072, the relay to the destination) holds each byte 0.5 ms in
+each direction, since these kernels have no sch_netem. The link's round trip and bulk rate are
+measured first, in the same run, and written with the results; `--link unshaped` leaves the veth
+bare. For each footprint an mlp_train runs under `gcr run`, its log watched with this host's clock,
 and is moved:
 
   gcr migrate     `gcr migrate PID --to DEST`: pre-copy rounds while it runs, then a short stop
@@ -17,7 +20,8 @@ Goal printed beside the figures: downtime that does not grow with the footprint,
 largest footprint at least 20x below stop-and-copy's. Nothing is asserted; exit 1 only when a
 migration failed.
 
-  bench/migrate_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--json FILE]
+  bench/migrate_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--link shaped|unshaped]
+                         [--json FILE]
 
 Root, CRIU, iproute2. Results: bench/results/migrate-<time>.json.
 """
@@ -28,6 +32,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +43,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NS = "gcr-migbench"
 VA, VB = "gmba", "gmbb"
 DEST = "10.78.0.2:7071"
+RELAYED = "10.78.0.1:7072"  # the shaped link's near end (delay_relay -> DEST)
+RATE = "10gbit"
+DELAY_US = 500  # each way: a 1 ms round trip
+RELAY_BIN = None  # set in main: BUILD/tests/link/delay_relay
 STEP_DELAY_MS = 10
 
 
@@ -45,7 +54,9 @@ def sh(*args, check=True, **kw):
     return subprocess.run(list(args), check=check, **kw)
 
 
-def setup_link():
+def setup_link(shaped, relay):
+    """The veth pair, and when shaped its rate (tbf, both ends) and its delay (the relay). Returns
+    the relay's process or None."""
     teardown_link()
     sh("ip", "netns", "add", NS)
     sh("ip", "link", "add", VA, "type", "veth", "peer", "name", VB)
@@ -55,13 +66,72 @@ def setup_link():
     sh("ip", "netns", "exec", NS, "ip", "addr", "add", "10.78.0.2/24", "dev", VB)
     sh("ip", "netns", "exec", NS, "ip", "link", "set", VB, "up")
     sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
-    shaped = True
-    for cmd in (["tc", "qdisc", "add", "dev", VA, "root", "netem", "rate", "10gbit", "delay", "1ms"],
-                ["ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", VB, "root", "netem",
-                 "rate", "10gbit", "delay", "1ms"]):
-        if sh(*cmd, check=False, capture_output=True).returncode != 0:
-            shaped = False
-    return shaped
+    if not shaped:
+        return None
+    tbf = ["tc", "qdisc", "add", "dev", "DEV", "root", "tbf", "rate", RATE, "burst", "4mb", "latency", "20ms"]
+    sh(*[VA if w == "DEV" else w for w in tbf])
+    sh("ip", "netns", "exec", NS, *[VB if w == "DEV" else w for w in tbf])
+    proc = subprocess.Popen([relay, RELAYED, DEST, str(DELAY_US)], stdout=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "listening":
+        raise SystemExit("migrate_bench: delay_relay did not start")
+    return proc
+
+
+PROBE_SERVER = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("ready", flush=True)
+for _ in range(2):
+    c, _ = s.accept()
+    if c.recv(1) == b"p":
+        while (d := c.recv(1)):
+            c.sendall(d)
+    else:
+        n = 0
+        while (d := c.recv(1 << 20)):
+            n += len(d)
+        c.sendall(str(n).encode())
+    c.close()
+"""
+
+
+def measure_link(target):
+    """The link as the migration sees it: round trip of one byte, and a 1 GiB bulk send."""
+    host, port = DEST.split(":")
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, "-c", PROBE_SERVER, host, str(int(port) + 100)],
+                           stdout=subprocess.PIPE, text=True)
+    srv.stdout.readline()
+    thost, tport = target.split(":")
+    relay = None
+    if target != DEST:  # through a second relay to the probe's port, shaped the same way
+        relay = subprocess.Popen([RELAY_BIN, f"{thost}:{int(tport) + 100}", f"{host}:{int(port) + 100}", str(DELAY_US)],
+                                 stdout=subprocess.PIPE, text=True)
+        relay.stdout.readline()
+    addr = (thost, int(tport) + 100) if relay else (host, int(port) + 100)
+    try:
+        c = socket.create_connection(addr)
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.sendall(b"p")
+        t = time.monotonic()
+        for _ in range(200):
+            c.sendall(b"x")
+            c.recv(1)
+        rtt = (time.monotonic() - t) / 200
+        c.close()
+        c = socket.create_connection(addr)
+        c.sendall(b"b")
+        buf, t = b"\0" * (1 << 20), time.monotonic()
+        for _ in range(1024):
+            c.sendall(buf)
+        c.shutdown(socket.SHUT_WR)
+        n = int(c.recv(100))
+        rate = n * 8 / (time.monotonic() - t) / 1e9
+        c.close()
+    finally:
+        srv.kill()
+        if relay:
+            relay.kill()
+    return {"rtt_ms": round(rtt * 1000, 3), "bulk_gbit_s": round(rate, 2)}
 
 
 def teardown_link():
@@ -102,6 +172,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--footprints", default="256M,1G,4G")
     ap.add_argument("--quick", action="store_true", help="64M and 256M")
+    ap.add_argument("--link", choices=("shaped", "unshaped"), default="shaped",
+                    help=f"shaped: tbf {RATE} and {DELAY_US} us each way (default); unshaped: the bare veth")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -111,6 +183,11 @@ def main():
     fps = ["64M", "256M"] if a.quick else a.footprints.split(",")
     gcr, gcrd = os.path.join(build, "bin", "gcr"), os.path.join(build, "bin", "gcrd")
     mlp = os.path.join(build, "tests", "workloads", "mlp_train")
+    global RELAY_BIN
+    RELAY_BIN = os.path.join(build, "tests", "link", "delay_relay")
+    if a.link == "shaped" and not os.access(RELAY_BIN, os.X_OK):
+        print(f"migrate_bench: {RELAY_BIN} is not built (cmake --build build --target delay_relay)", file=sys.stderr)
+        return 2
     work = tempfile.mkdtemp(prefix="gcr-migbench.", dir="/var/tmp")
     os.chmod(work, 0o755)
     token = os.path.join(work, "token")
@@ -121,9 +198,12 @@ def main():
                GCR_GCRD_SOCKET=os.path.join(work, "src", "gcrd.sock"),
                GCR_WORK_DIR=os.path.join(work, "src-work"), GCR_QUIET="1",
                SIMGPU_DEVICES="1", SIMGPU_MEMORY="12G")
-    shaped = setup_link()
+    relay = setup_link(a.link == "shaped", RELAY_BIN)
+    to = RELAYED if relay else DEST
     rows, failed = [], False
     try:
+        link = measure_link(to)
+        print(f"link: {a.link}, round trip {link['rtt_ms']} ms, bulk {link['bulk_gbit_s']} Gbit/s (measured)", flush=True)
         for fp in fps:
             for mode in ("gcr", "stop-and-copy"):
                 dest_dir = os.path.join(work, f"dest-{fp}-{mode}")
@@ -144,7 +224,7 @@ def main():
                 while len(watch.times) < 30:
                     time.sleep(0.01)
                 period = (watch.times[-1] - watch.times[10]) / (len(watch.times) - 11)
-                args = [gcr, "migrate", str(proc.pid), "--to", DEST, "--token-file", token, "--json"]
+                args = [gcr, "migrate", str(proc.pid), "--to", to, "--token-file", token, "--json"]
                 if mode == "stop-and-copy":
                     args += ["--rounds", "0"]
                 t0 = time.monotonic()
@@ -177,6 +257,8 @@ def main():
     finally:
         sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work, check=False, capture_output=True)
         sh("pkill", "-f", "gcrd --socket " + work, check=False)
+        if relay:
+            relay.kill()
         teardown_link()
     print("\nstop-and-copy / gcr migrate downtime (goal: >= 20x at the largest footprint, flat in the footprint)")
     for fp in fps:
@@ -185,7 +267,8 @@ def main():
         if g and s and g["downtime_ms"] > 0:
             print(f"  {fp:5s} {s['downtime_ms'] / g['downtime_ms']:.1f}x  ({s['downtime_ms']:.0f} vs {g['downtime_ms']:.0f} ms)")
     result = {"bench": "migrate", "when": datetime.datetime.utcnow().isoformat() + "Z", "cpus": os.cpu_count(),
-              "link": "veth, netem 10gbit 1ms" if shaped else "veth, unshaped (no sch_netem in this kernel)",
+              "link": dict(link, kind=(f"veth, tc tbf {RATE} both ends, delay_relay {DELAY_US} us each way"
+                                       if relay else "veth, unshaped")),
               "step_delay_ms": STEP_DELAY_MS, "rows": rows}
     path = a.json or os.path.join(HERE, "results", "migrate-" + datetime.datetime.utcnow().strftime("%Y-%m-%dT%H%M%S") + ".json")
     os.makedirs(os.path.dirname(path), exist_ok=True)

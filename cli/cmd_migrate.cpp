@@ -248,6 +248,9 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
         .field("last_dirty_bytes", ended ? u64(*ended, "dirty_bytes") : 0)
         .field("last_sent_bytes", last.sent)
         .field("stop_stall_ns", ended ? u64(*ended, "time.stall_ns") : 0)
+        .field("stop_push_ns", last.push_ns)
+        .field("stopped_to_sent_ns", stopped_to_sent)
+        .field("restore_to_resume_ns", restore_ns > after_resume ? restore_ns - after_resume : 0)
         .field("staged_bytes", u64(*restored, "staged_bytes"))
         .field("downtime_ns", downtime)
         .field("total_ns", total);

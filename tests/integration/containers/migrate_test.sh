@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gcr migrate between two "hosts" on one machine: the destination gcrd runs in a network namespace
 # of its own, reached over a veth pair (10.77.0.1 <-> 10.77.0.2), with its own store and socket.
-# (tc netem would shape the link; this kernel has no sch_netem, so the link is unshaped here.)
+# Steps a-g use the bare link (so that a destination gcrd killed is seen at once, connections
+# refused); h goes over a shaped one: tc tbf at 10 Gbit/s on both ends and tests/link/delay_relay
+# holding each byte 0.5 ms each way (these kernels have no sch_netem).
 #   a. at a random moment: the run ends on the destination with the checksum of an uninterrupted
 #      one, from memory mostly staged on its GPU during pre-copy; the source is gone
 #   b. a wrong token: refused before the process is touched; it runs on here
@@ -11,6 +13,7 @@
 #   f. a process not under gcr: refused, it runs on
 #   g. the source gcrd killed after the commit: its keeper ends the source (handed over), the
 #      destination runs it
+#   h. over the shaped link at a random moment: as a.
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -151,3 +154,20 @@ for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination restored it"
 ends_once "$T/g.log"
 echo "ok: $(tail -n 1 "$T/g.err" | cut -c1-150)"
+
+step "h. over a shaped link (10 Gbit/s, 1 ms round trip)"
+TBF=(root tbf rate 10gbit burst 4mb latency 20ms)
+tc qdisc add dev "$VA" "${TBF[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${TBF[@]}" ||
+  echo "(no tc tbf here: the rate is the veth's own)"
+"$BUILD/tests/link/delay_relay" 10.77.0.1:7072 "$DEST" 500 > "$T/relay.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
+grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+dest_gcrd h
+start_job "$T/h.log"
+"$GCR" migrate "$P" --to 10.77.0.1:7072 --token-file "$T/token" --json > "$T/h.json" 2> "$T/h.err" ||
+  fail "gcr migrate over the shaped link: $(cat "$T/h.err")"
+for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
+ends_once "$T/h.log"
+echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field downtime_ns < "$T/h.json") / 1000000 )) ms over the shaped link; the destination ended with $REF"
