@@ -82,9 +82,11 @@ std::uint64_t since(Clock::time_point t) {
 // (connections refused), which took whatever it restored with it. A gcrd still dying holds its
 // listening socket while the kernel frees its memory (a connection is accepted, then reset, even
 // before the hello is sent): asked again. One that answers, or a host that cannot be reached for
-// 3 s, is not gone.
+// 3 s (or within net_timeout(): a link cut), is not gone.
 bool destination_gone(const std::string& to, const std::string& token) {
-  for (int attempt = 0; attempt < 30; ++attempt) {
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  for (int attempt = 0;; ++attempt) {
+    if (attempt && Clock::now() >= until) return false;
     if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto probe = gcrd::net_connect(to, token, "request");
     if (!probe) {
@@ -95,7 +97,6 @@ bool destination_gone(const std::string& to, const std::string& token) {
     auto pong = gcrd::call(probe->get(), "ping", {}, nullptr, {}, &answered);
     if (pong || answered) return false;
   }
-  return false;
 }
 
 Status send_word(int fd, const char* word) {

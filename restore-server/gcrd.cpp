@@ -536,6 +536,7 @@ void serve_network(UniqueFd listener, std::string token, fs::path served) {
                 NI_NUMERICHOST | NI_NUMERICSERV);
     int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    watch_peer(c);  // Note [A peer that stops answering]
     try {
       ++g_network_clients;
       std::thread(

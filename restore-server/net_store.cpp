@@ -1,14 +1,18 @@
 // net_store.h: gcrd's TCP protocol, both ends.
 #include "net_store.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -311,6 +315,52 @@ Result<std::string> read_token_file(const std::filesystem::path& path, bool for_
   return token;
 }
 
+std::chrono::milliseconds net_timeout() {
+  static const std::chrono::milliseconds t = [] {
+    const char* v = std::getenv("GCR_NET_TIMEOUT_MS");
+    long long ms = v ? std::atoll(v) : 0;
+    return std::chrono::milliseconds(ms >= 500 && ms <= 3'600'000 ? ms : 15'000);
+  }();
+  return t;
+}
+
+void watch_peer(int fd) {
+  const auto ms = static_cast<unsigned>(net_timeout().count());
+  int on = 1, idle = static_cast<int>(std::max(1u, ms / 2000)), interval = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+}
+
+namespace {
+
+// connect(2) bounded by net_timeout(): 0 or an errno.
+int connect_within(int fd, const sockaddr* addr, socklen_t len) {
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = 0;
+  if (::connect(fd, addr, len) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int n;
+      do {
+        n = ::poll(&p, 1, static_cast<int>(net_timeout().count()));
+      } while (n < 0 && errno == EINTR);
+      socklen_t elen = sizeof err;
+      if (n == 0)
+        err = ETIMEDOUT;
+      else if (n < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        err = errno;
+    }
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return err;
+}
+
+}  // namespace
+
 Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
                              const std::string& verb) {
   std::string host = address, port;
@@ -337,8 +387,8 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
   for (addrinfo* a = res; a; a = a->ai_next) {
     fd.reset(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd) continue;
-    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) break;
-    err = errno;
+    err = connect_within(fd.get(), a->ai_addr, a->ai_addrlen);
+    if (err == 0) break;
     fd.reset();
   }
   ::freeaddrinfo(res);
@@ -349,6 +399,7 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
                      " (is `gcr daemon --listen` running there?)"};
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  watch_peer(fd.get());
   Conn c(fd.get());
   GCR_TRY(c.send(std::string(kNetProtocol) + " " + verb + " " + encode_fields({{"token", token}}) +
                  "\n"));

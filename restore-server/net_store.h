@@ -18,6 +18,7 @@
 // or through a tunnel (WireGuard, ssh -L).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -34,9 +35,20 @@ inline constexpr char kNetProtocol[] = "gcrd-net/1";
 // A token from a file: trimmed, at least 32 characters; `for_server` also checks it is private.
 Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server);
 
+// Note [A peer that stops answering]
+// A host that goes away without a word (powered off, a link cut, a partition) sends no reset: a
+// socket waiting on it waits for ever, and gcr migrate may hold a stopped process meanwhile. Every
+// gcrd-net connection, on both sides, so has TCP keepalive and TCP_USER_TIMEOUT set: data left
+// unacknowledged, or an idle connection whose probes go unanswered, fails with ETIMEDOUT after
+// net_timeout() ($GCR_NET_TIMEOUT_MS, default 15 s). A peer that is alive answers the probes, so a
+// long request (a restore loading GBs) is never cut short. Connecting is bounded by it as well.
+std::chrono::milliseconds net_timeout();
+void watch_peer(int fd);
+
 // "HOST:PORT" (an IPv4 address or a name; [v6]:port) -> a connected TCP socket, close-on-exec,
-// TCP_NODELAY, after the "gcrd-net/1 <verb>" line with the token. A connection refused (the host
-// answers, nothing listens) is not_found; a host that cannot be reached is unreachable.
+// TCP_NODELAY, watched (watch_peer), after the "gcrd-net/1 <verb>" line with the token. A
+// connection refused (the host answers, nothing listens) is not_found; a host that cannot be
+// reached, or does not answer within net_timeout(), is unreachable.
 Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
                              const std::string& verb);
 

@@ -14,6 +14,10 @@
 #   g. the source gcrd killed after the commit: its keeper ends the source (handed over), the
 #      destination runs it
 #   h. over the shaped link at a random moment: as a.
+#   i. the link cut without a word (iptables DROP both ways) at a random moment of the pre-copy:
+#      gcr migrate fails within its network timeout, the source runs on
+#   j. the link cut after the destination got the restore request: the source, unable to learn
+#      whether it restored, ends; the destination runs it
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -30,7 +34,18 @@ remove_link() {
   ip netns del "$NS" 2> /dev/null || true
   ip link del "$VA" 2> /dev/null || true
 }
-cleanup_extra() { remove_link; }
+cut_link() {  # silent, both ways: nothing arrives, nothing is refused
+  iptables -I INPUT -s 10.77.0.2 -j DROP
+  ip netns exec "$NS" iptables -I INPUT -j DROP
+}
+mend_link() {
+  iptables -D INPUT -s 10.77.0.2 -j DROP 2> /dev/null || true
+  ip netns exec "$NS" iptables -D INPUT -j DROP 2> /dev/null || true
+}
+cleanup_extra() {
+  mend_link
+  remove_link
+}
 ip netns add "$NS" || skip "cannot make a network namespace"
 ip link add "$VA" type veth peer name "$VB" || skip "cannot make a veth pair"
 ip link set "$VB" netns "$NS"
@@ -171,3 +186,36 @@ for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
 ends_once "$T/h.log"
 echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field downtime_ns < "$T/h.json") / 1000000 )) ms over the shaped link; the destination ended with $REF"
+
+# i, j: a network timeout of 2 s for gcr migrate and the destination (Note [A peer that stops
+# answering] in restore-server/net_store.h).
+command -v iptables > /dev/null || skip "iptables is missing (steps i, j cut the link with it)"
+export GCR_NET_TIMEOUT_MS=2000
+step "i. the link cut during the pre-copy"
+dest_gcrd i GCR_NET_TIMEOUT_MS=2000
+start_job "$T/i.log"
+migrate > /dev/null 2> "$T/i.err" &
+M=$!
+sleep "0.$((RANDOM % 6 + 2))"
+cut_link
+t_cut=$SECONDS
+if wait "$M"; then
+  echo "(the migration ended before the cut: $(tail -n 1 "$T/i.err"))"
+else
+  (( SECONDS - t_cut <= 20 )) || fail "gcr migrate took $((SECONDS - t_cut)) s to notice the cut"
+  kill -0 "$P" || fail "the source is gone after a cut before the commit: $(cat "$T/i.err")"
+  grep -q "runs on" "$T/i.err" || fail "the failure does not say the process runs on: $(cat "$T/i.err")"
+fi
+mend_link
+ends_once "$T/i.log"
+echo "ok: $(tail -n 1 "$T/i.err" | cut -c1-150)"
+
+step "j. the link cut after the destination got the restore"
+migrate_to_commit j 3
+cut_link
+if wait "$M"; then fail "gcr migrate succeeded over a cut link"; fi
+mend_link
+for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination may have restored it"
+ends_once "$T/j.log"
+echo "ok: $(tail -n 1 "$T/j.err" | cut -c1-150)"
