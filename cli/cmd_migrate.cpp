@@ -37,6 +37,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "cmd_checkpoint.h"
 #include "context.h"
@@ -123,10 +124,13 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
   auto say = [&](const std::string& line) {
     if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
   };
+  // What the destination holds, as the rounds left it: the stop's push reads no index there.
+  std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
   auto push = [&](Round& r) -> Status {
     auto t = Clock::now();
     GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
     store::TransferOptions topt;
+    topt.known_in_destination = &at_destination;
     GCR_TRY_ASSIGN(store::TransferReport rep, store::copy_checkpoint(*local, *dest, id, topt));
     r.sent = rep.copied_bytes;
     r.push_ns = since(t);
@@ -255,6 +259,11 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
         .field("staged_bytes", u64(*restored, "staged_bytes"))
         .field("downtime_ns", downtime)
         .field("total_ns", total);
+    j.key("destination_restore").begin_object();  // the destination's phases (time.*_ns)
+    for (const auto& [k, v] : *restored)
+      if (k.starts_with("time.") || k.starts_with("start."))
+        j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
+    j.end_object();
     j.key("pre_copy").begin_array();
     for (const Round& r : rounds)
       j.begin_object()

@@ -248,7 +248,13 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
   } else if (existing.error().code != Errc::not_found) {
     return std::move(existing).error();
   } else {
-    GCR_TRY_ASSIGN(ChunkMap present, load_chunk_map(to, MarkedPacks::skip));
+    std::unordered_map<ChunkId, PackId, Id128Hash> present;
+    if (options.known_in_destination != nullptr && !options.known_in_destination->empty()) {
+      present = std::move(*options.known_in_destination);
+    } else {
+      GCR_TRY_ASSIGN(ChunkMap loaded, load_chunk_map(to, MarkedPacks::skip));
+      for (const auto& [cid, at] : loaded) present.emplace(cid, at.pack);
+    }
     // Where each chunk the manifest names is in the destination.
     std::unordered_map<ChunkId, PackId, Id128Hash> placed;
     std::vector<ChunkId> missing;
@@ -256,7 +262,7 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
       if (auto it = present.find(cid); it != present.end()) {
         ++report.chunks_present;
         report.present_bytes += raw;
-        placed.emplace(cid, it->second.pack);
+        placed.emplace(cid, it->second);
       } else {
         missing.push_back(cid);
       }
@@ -310,6 +316,10 @@ Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const Checkpo
       Error e = std::move(s).error();
       e.message = "committing checkpoint " + id.hex() + " to " + to.name() + ": " + e.message;
       return e;
+    }
+    if (options.known_in_destination != nullptr) {
+      for (const auto& [cid, pack] : placed) present[cid] = pack;
+      *options.known_in_destination = std::move(present);
     }
   }
   if (options.tag) {

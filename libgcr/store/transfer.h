@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gcr/chunk_id.h"
@@ -38,6 +39,12 @@ struct TransferOptions {
   std::function<void(std::size_t stage)> stage_done;
   // Set from another thread to stop the transfer before its next pack (Errc::busy, "cancelled").
   const std::atomic<bool>* cancel = nullptr;
+  // Where each chunk was in the destination after an earlier transfer by this writer (gcr
+  // migrate's rounds): when given and not empty it replaces reading every index of the
+  // destination (one request per pack, a round trip each over a network), and it is left holding
+  // this transfer's packs too. Safe when stale: the commit's re-check of the packs (Note [A commit
+  // re-checks its packs]) copies again whatever it names from a pack that is gone or marked.
+  std::unordered_map<ChunkId, PackId, Id128Hash>* known_in_destination = nullptr;
 };
 
 struct TransferReport {
