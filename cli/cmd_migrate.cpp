@@ -40,6 +40,7 @@
 #include <unordered_map>
 
 #include "cmd_checkpoint.h"
+#include "command_trace.h"
 #include "context.h"
 #include "gcr/process_tree.h"
 #include "gcrd_client.h"
@@ -60,7 +61,34 @@ struct MigrateOptions {
   std::string to, token_file;
   int rounds = 5;
   std::string converge = "16M";
+  std::string trace;  // --trace FILE
   bool json = false;
+};
+
+// --trace: the source process as the kernel saw it through the whole migration, beside gcrd's
+// phases of every round (named "round N ...") and of the stop ("stop ...").
+struct MigrateTrace {
+  std::optional<CommandTrace> trace;
+  std::map<std::string, std::string> spans;   // start.PHASE_ns / time.PHASE_ns
+  std::map<std::string, std::string> fields;  // trace.* once finished
+  bool finished = false;
+
+  void add_phases(const std::string& prefix, const std::map<std::string, std::string>& f) {
+    if (!trace) return;
+    for (const auto& [k, v] : f)
+      if (k.starts_with("start.") || k.starts_with("time."))
+        spans[k.substr(0, k.find('.') + 1) + prefix + " " + k.substr(k.find('.') + 1)] = v;
+  }
+  // Writes the file; a failure to write it is reported, never the migration's.
+  void finish(const std::string& file) {
+    if (!trace || finished) return;
+    finished = true;
+    auto written = trace->finish(file, &spans);
+    if (written)
+      fields = std::move(written).value();
+    else
+      fields["trace.note.0"] = "--trace: " + written.error().message;
+  }
 };
 
 struct Round {
@@ -107,7 +135,7 @@ Status send_word(int fd, const char* word) {
   return ok();
 }
 
-Status migrate(const MigrateOptions& o, Context& ctx) {
+Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   ::signal(SIGPIPE, SIG_IGN);  // a peer gone is an error to handle, never this command's end
   if (o.rounds < 0 || o.rounds > 100)
     return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
@@ -153,6 +181,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
                    "process " + std::to_string(o.pid) +
                        " is not running under gcr (its checkpoint was the driver's); gcr migrate "
                        "moves processes started with 'gcr run'"};
+    mt.add_phases("round " + std::to_string(i + 1), *f);
     Round r;
     r.id = f->at("id");
     r.dirty = u64(*f, "dirty_bytes");
@@ -242,10 +271,13 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
   const std::uint64_t downtime =
       stopped_to_sent + (restore_ns > after_resume ? restore_ns - after_resume : 0);
   const std::uint64_t total = since(t_begin);
+  if (ended) mt.add_phases("stop", *ended);  // the held checkpoint's report comes at its end
+  mt.finish(o.trace);
   if (o.json) {
     JsonWriter j;
-    j.begin_object()
-        .field("pid", static_cast<std::int64_t>(o.pid))
+    j.begin_object();
+    json_fields(j, mt.fields);
+    j.field("pid", static_cast<std::int64_t>(o.pid))
         .field("to", o.to)
         .field("id", last.id)
         .field("destination_pid", static_cast<std::int64_t>(u64(*restored, "pid")))
@@ -283,6 +315,7 @@ Status migrate(const MigrateOptions& o, Context& ctx) {
           format_bytes(last.sent) + " sent while stopped; downtime about " +
           format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
           format_duration(std::chrono::nanoseconds(total)) + "\n");
+    if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);
   }
   if (!ended)
     return Error{ended.error().code,
@@ -313,13 +346,28 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
   m->add_option("--converge", o.converge,
                 "Stop pre-copying once a round found at most this much changed (default 16M)")
       ->type_name("SIZE");
+  m->add_option("--trace", o.trace,
+                "Record the migration as the kernel saw the process (eBPF: its threads' "
+                "scheduling, CRIU's hold, waits at gcr's gate) beside gcrd's phases of every "
+                "round and of the stop, into FILE (Chrome/Perfetto JSON); needs root for the "
+                "kernel part")
+      ->type_name("FILE");
   m->add_flag("--json", o.json, "Print JSON: rounds, bytes, downtime_ns, total_ns");
   m->footer(
       "At most one copy runs: until the destination is asked to restore, any failure lets the "
       "process run on here; once it is asked, the process here ends when the destination has "
       "restored it, or cannot tell whether it did (this command going away included). Both "
       "stores keep the checkpoints: 'gcr restore' brings the process back on either host.");
-  on_run(m, ctx, [&ctx] { return migrate(o, ctx); });
+  on_run(m, ctx, [&ctx] {
+    MigrateTrace mt;
+    if (!o.trace.empty()) mt.trace = CommandTrace::begin(o.pid);
+    Status s = migrate(o, ctx, mt);
+    if (!s && mt.trace) {  // the trace of a failed migration is written too
+      mt.finish(o.trace);
+      std::fputs(describe_trace(mt.fields).c_str(), stderr);
+    }
+    return s;
+  });
 }
 
 }  // namespace gcr::cli

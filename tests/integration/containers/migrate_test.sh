@@ -105,11 +105,31 @@ migrate_to_commit() {
 step "a. migrate at a random moment"
 dest_gcrd a
 start_job "$T/a.log"
-migrate --json > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate: $(cat "$T/a.err")"
+migrate --json --trace "$T/a.trace.json" > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate: $(cat "$T/a.err")"
 for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
 ends_once "$T/a.log"
 (( $(json_field staged_bytes < "$T/a.json") > 0 )) || fail "the destination restored nothing it had staged: $(cat "$T/a.json")"
+# --trace: gcrd's phases of each round and of the stop, and (with eBPF) the source's threads held
+# by the stop until they ended, for at least the stop's own stall.
+python3 - "$T/a.trace.json" "$T/a.json" "$P" <<'PY' || fail "the migration's trace: see above"
+import json, sys
+trace, report, pid = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+names = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "gcrd"}
+for want in ("round 1 stall", "round 1 dump", "stop stall", "stop dump"):
+    if want not in names:
+        sys.exit(f"FAIL: gcrd phase '{want}' missing from the trace: {sorted(names)}")
+if report.get("trace.kernel") == 1:
+    held = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid") == pid
+            and e["name"] in ("traced (CRIU)", "waiting at gcr's gate")]
+    if not held:
+        sys.exit("FAIL: the source's threads were never seen held")
+    if report["trace.stall_ns"] < report["stop_stall_ns"] * 0.5:
+        sys.exit(f"FAIL: kernel-measured stall {report['trace.stall_ns']} ns, gcrd's stop alone {report['stop_stall_ns']} ns")
+    print(f"trace: kernel-measured stall of the source {report['trace.stall_ns'] // 1000000} ms")
+else:
+    print("trace: gcrd's phases only (" + str(report.get("trace.note.0")) + ")")
+PY
 echo "ok: $(json_field rounds < "$T/a.json") pre-copy round(s), $(( $(json_field staged_bytes < "$T/a.json") >> 20 )) MiB staged on the destination's GPU, $(json_field last_sent_bytes < "$T/a.json") bytes sent while stopped, downtime $(( $(json_field downtime_ns < "$T/a.json") / 1000000 )) ms; the destination ended with $REF"
 
 step "b. a wrong token"
