@@ -14,7 +14,12 @@
 #   d: gcrd killed (-9) while every rank's memory is parked in it: each rank's keeper gives its
 #      memory back (Note [Parked memory outlives gcrd]) and the job finishes right;
 #   e: a job spread over two GPUs (rank r on GPU r) checkpointed, and restored with the GPUs
-#      swapped (--device-map 0=1,1=0).
+#      swapped (--device-map 0=1,1=0);
+#   f: 2 ranks that also meet at a barrier of stream memory operations before each all-reduce
+#      (cuStreamWriteValue64 to the peer's flag, cuStreamWaitValue64 on their own, then a host
+#      wait), rank 1 lagging 200 ms before its write while rank 0's stream and host wait on it:
+#      two -R checkpoints at random moments each reach a cut (the laggard's write issued before
+#      anything drains), bit-identical, and restored so.
 #
 #   mp_train_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -165,4 +170,18 @@ for bad_map in 0=1,1=1 0=1 0=1,1=7 0:1; do
   echo "refused --device-map $bad_map (exit $rc): $(head -c 160 "$T/bad-map.out")"
 done
 restore_job "$(json_field id < "$T/e1.json")" "$T/e.log" 2 --device-map 0=1,1=0
+
+echo "== f: a barrier of stream memory operations, rank 1 lagging before its write"
+launch "$T/f.log" "${MP[@]}" --ranks 2 --memop-barrier --lag-rank 1 --lag-ms 200
+wait_ranks "$P" 2
+at=$((RANDOM % 20 + 8))
+for k in 1 2; do
+  wait_steps "$T/f.log" "$at"
+  checkpoint_json "$T/f$k.json" "$P" --name "mp-f$k" -R --timeout 5
+  echo "checkpoint $k at step ~$at: cut in $(json_field time.cut_ns < "$T/f$k.json") ns, stall $(json_field time.stall_ns < "$T/f$k.json") ns"
+  at=$((at + RANDOM % 20 + 8))
+done
+wait "$P" || fail "the job failed after its checkpoints: $(tail -5 "$T/f.log")"
+every_rank_matches "$T/f.log" 2 "the memory-operation barrier job checkpointed twice"
+restore_job "$(json_field id < "$T/f2.json")" "$T/f.log" 2
 echo "PASS"

@@ -9,6 +9,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: mp_train [--ranks N] [--steps N] [--batch B] [--hidden H] [--seed S]\n"
     "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M] [--spread]\n"
+    "                [--memop-barrier]\n"
     "                [--transport rotate|scm|pidfd|proxy|ipc]\n"
     "  --ranks N          processes training data-parallel, 1..4 (default 2); 1 is the\n"
     "                     single-process reference\n"
@@ -21,6 +22,10 @@ constexpr char kUsage[] =
     "  --spread           rank R runs on GPU R % (the number of GPUs) instead of GPU 0\n"
     "  --lag-rank R       rank R sleeps --lag-ms before launching its all-reduce on every\n"
     "  --lag-ms M         step s with s % 4 == 1, while its peers' kernels already spin\n"
+    "  --memop-barrier    before each all-reduce, a ring barrier of stream memory operations\n"
+    "                     (cuStreamWriteValue64 to the next rank's flag, cuStreamWaitValue64 on\n"
+    "                     this rank's, then a host wait); --lag-rank then lags before its\n"
+    "                     barrier write, while its peers wait on it\n"
     "  --transport T      how mailbox parts reach the peer (default rotate: every transport on\n"
     "                     every link)\n"
     "internal: --rank R --job ID (set by the launcher for each rank)";
@@ -41,6 +46,7 @@ Options parse_options(int argc, char** argv) {
   o.spread = flags.boolean("--spread");
   o.lag_rank = static_cast<int>(flags.integer("--lag-rank", -1, 0, 3));
   o.lag_ms = static_cast<int>(flags.integer("--lag-ms", 0, 0, 60'000));
+  o.memop_barrier = flags.boolean("--memop-barrier");
   std::string transport = flags.text("--transport", "rotate");
   flags.finish();
   if (!parse_transport_choice(transport, &o.transport)) {

@@ -22,6 +22,7 @@ struct Options {
   bool spread = false;  // rank r on GPU r % (the number of GPUs)
   int lag_rank = -1;
   int lag_ms = 0;
+  bool memop_barrier = false;  // a ring barrier of stream memory operations before each all-reduce
   TransportChoice transport = TransportChoice::kRotate;
 };
 

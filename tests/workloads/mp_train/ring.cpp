@@ -61,6 +61,16 @@ void Ring::allreduce(CUstream stream, CUdeviceptr data) {
   seq_ += 2 * static_cast<unsigned long long>(o_.ranks - 1);
 }
 
+void Ring::barrier(CUstream stream) {
+  auto word = [](const MailboxView& v) {
+    return reinterpret_cast<CUdeviceptr>(v.flags + kBarrierWord);
+  };
+  ++barrier_round_;
+  CU_CHECK(cuStreamWriteValue64(stream, word(next_->view()), barrier_round_, 0));
+  CU_CHECK(
+      cuStreamWaitValue64(stream, word(mine_->view()), barrier_round_, CU_STREAM_WAIT_VALUE_GEQ));
+}
+
 void Ring::close() {
   next_->close(next_socket_);
   next_.reset();

@@ -26,6 +26,9 @@ class Ring {
 
   // Sums `data` (`words` unsigned 64-bit integers) over the ranks, in place, on `stream`.
   void allreduce(CUstream stream, CUdeviceptr data);
+  // A barrier of stream memory operations on `stream`: tells the next rank this rank got here,
+  // then waits (the host too) until the previous rank did.
+  void barrier(CUstream stream);
   // After the last allreduce has completed: unmaps the next rank's mailbox, and waits for the
   // previous rank to do the same with ours before it is freed.
   void close();
@@ -35,6 +38,7 @@ class Ring {
   CUfunction kernel_;
   std::size_t words_;
   unsigned long long seq_ = 0;
+  unsigned long long barrier_round_ = 0;
   std::unique_ptr<OwnedMailbox> mine_;
   UniqueFd listener_;
   std::thread helper_;

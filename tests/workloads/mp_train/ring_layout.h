@@ -18,6 +18,9 @@ inline constexpr int kSlots = 3;
 inline constexpr int kMailboxParts = 1 + kSlots;
 inline constexpr int kSeqWord = 0;
 inline constexpr int kAckWord = 16;  // 128 bytes past seq
+// --memop-barrier: written by the previous rank with cuStreamWriteValue64 (barrier round numbers,
+// from 1), waited on by the owner with cuStreamWaitValue64. The kernels never touch it.
+inline constexpr int kBarrierWord = 24;
 inline constexpr unsigned long long kFlagsBytes = 256;
 
 // Device addresses of one mailbox's flags and slots, as seen by the rank that launches the kernel.

@@ -183,10 +183,12 @@ void Trainer::step(int s) {
     }
   }
   if (ring_) {
-    if (o_.rank == o_.lag_rank && s % kLagPeriod == 1) {
-      // The peers' all-reduce kernels are already spinning on this rank's flags.
-      std::this_thread::sleep_for(std::chrono::milliseconds(o_.lag_ms));
-    }
+    const bool lag = o_.rank == o_.lag_rank && s % kLagPeriod == 1;
+    // Without the barrier the peers' all-reduce kernels are already spinning on this rank's
+    // flags; with it, the peers' streams (and hosts) wait on this rank's barrier write, with
+    // only memory operations, no kernel, between the ranks.
+    if (lag) std::this_thread::sleep_for(std::chrono::milliseconds(o_.lag_ms));
+    if (o_.memop_barrier) ring_->barrier(stream_);
     ring_->allreduce(stream_, fixed_);
   }
   int words = static_cast<int>(words_);
