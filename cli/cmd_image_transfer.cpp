@@ -1,11 +1,14 @@
 // gcr image push / pull: copy a checkpoint between two stores, moving only the chunks the
-// destination lacks (store/transfer.h). Either side may be a local directory or a bucket.
+// destination lacks (store/transfer.h). Either side may be a local directory, a bucket, or the
+// store another host's gcrd serves (gcr://HOST:PORT, `gcr daemon --listen`).
 #include <CLI/CLI.hpp>
 
 #include <memory>
 
 #include "cmd_image.h"
+#include "gcrd_client.h"
 #include "json.h"
+#include "net_store.h"
 #include "output.h"
 #include "remote.h"
 
@@ -13,9 +16,10 @@ namespace gcr::cli {
 namespace {
 
 struct TransferCliOptions {
-  std::string name;   // push: NAME; pull: s3://BUCKET/PREFIX/NAME
-  std::string where;  // push: the destination
-  std::string tag;    // --name
+  std::string name;        // push: NAME; pull: s3://BUCKET/PREFIX/NAME
+  std::string where;       // push: the destination
+  std::string tag;         // --name
+  std::string token_file;  // --token-file: for gcr://
   bool json = false;
 };
 
@@ -42,15 +46,39 @@ Status report(const store::TransferReport& r, bool json, std::string_view verb,
   return ok();
 }
 
-Status copy(Context& ctx, const store::StoreLocation& from_loc, const std::string& name,
-            const store::StoreLocation& to_loc, const TransferCliOptions& o, std::string_view verb,
-            const std::string& where) {
-  GCR_TRY_ASSIGN(auto from, open_location(from_loc, /*create=*/false));
-  GCR_TRY_ASSIGN(auto to, open_location(to_loc, /*create=*/true));
+// Either end: a directory or a bucket (StoreLocation), or the store a gcrd serves over the network
+// (gcr://HOST:PORT, gcrd --listen; net_store.h), reached with the token in --token-file.
+struct End {
+  std::unique_ptr<store::Backend> backend;
+  std::string text;  // as the user would write it
+};
+
+constexpr std::string_view kGcrScheme = "gcr://";
+
+Result<End> open_gcrd_end(const std::string& address, const TransferCliOptions& o) {
+  if (o.token_file.empty())
+    return Error{Errc::invalid_argument,
+                 "gcr://" + address +
+                     " is a gcrd's store over the network: give its token with --token-file FILE "
+                     "(the file its gcr daemon --listen reads)"};
+  GCR_TRY_ASSIGN(std::string token, gcrd::read_token_file(o.token_file, false));
+  auto backend = gcrd::open_net_backend(address, token);
+  if (!backend) return std::move(backend).context("opening image store gcr://" + address).error();
+  return End{std::move(backend).value(), "gcr://" + address};
+}
+
+Result<End> open_end(const store::StoreLocation& location, bool create) {
+  GCR_TRY_ASSIGN(auto backend, open_location(location, create));
+  return End{std::move(backend), location.text()};
+}
+
+Status copy(Context& ctx, End from, const std::string& name, End to, const TransferCliOptions& o,
+            std::string_view verb, const std::string& where) {
   bool by_tag = false;
-  auto id = store::resolve_checkpoint(*from, name, &by_tag);
+  auto id = store::resolve_checkpoint(*from.backend, name, &by_tag);
   if (!id) {
-    ctx.hint = "gcr --store " + from_loc.text() + " image ls shows the names there";
+    if (!from.text.starts_with(kGcrScheme))
+      ctx.hint = "gcr --store " + from.text + " image ls shows the names there";
     return std::move(id).error();
   }
   store::TransferOptions t;
@@ -61,29 +89,55 @@ Status copy(Context& ctx, const store::StoreLocation& from_loc, const std::strin
   ProgressLine line(!o.json && ctx.stderr_tty,
                     std::string(verb == "pushed" ? "pushing " : "pulling ") + where);
   t.progress = [&line](std::uint64_t done, std::uint64_t total) { line.update(done, total); };
-  auto r = store::copy_checkpoint(*from, *to, *id, t);
+  auto r = store::copy_checkpoint(*from.backend, *to.backend, *id, t);
   line.clear();
   if (!r) return std::move(r).error();
   return report(*r, o.json, verb, where);
 }
 
 Status image_push(Context& ctx, const TransferCliOptions& o) {
-  GCR_TRY_ASSIGN(store::StoreLocation from, ctx.store_location());
-  std::error_code ec;
-  auto cwd = std::filesystem::current_path(ec);
-  GCR_TRY_ASSIGN(store::StoreLocation to, store::parse_store_location(o.where, cwd));
-  return copy(ctx, from, o.name, to, o, "pushed", "to " + to.text());
+  GCR_TRY_ASSIGN(store::StoreLocation from_loc, ctx.store_location());
+  GCR_TRY_ASSIGN(End from, open_end(from_loc, /*create=*/false));
+  End to;
+  if (o.where.starts_with(kGcrScheme)) {
+    GCR_TRY_ASSIGN(to, open_gcrd_end(o.where.substr(kGcrScheme.size()), o));
+  } else {
+    std::error_code ec;
+    auto cwd = std::filesystem::current_path(ec);
+    GCR_TRY_ASSIGN(store::StoreLocation to_loc, store::parse_store_location(o.where, cwd));
+    GCR_TRY_ASSIGN(to, open_end(to_loc, /*create=*/true));
+  }
+  std::string where = "to " + to.text;
+  return copy(ctx, std::move(from), o.name, std::move(to), o, "pushed", where);
 }
 
 Status image_pull(Context& ctx, const TransferCliOptions& o) {
-  auto located = store::split_store_url_and_name(o.name);
-  if (!located)
-    return Error{Errc::invalid_argument,
-                 "pull takes s3://BUCKET/PREFIX/NAME (the checkpoint NAME in the store at "
-                 "s3://BUCKET/PREFIX), not '" +
-                     o.name + "'"};
-  GCR_TRY_ASSIGN(store::StoreLocation to, ctx.store_location());
-  return copy(ctx, located->store, located->name, to, o, "pulled", "into " + to.text());
+  End from;
+  std::string name;
+  if (o.name.starts_with(kGcrScheme)) {  // gcr://HOST:PORT/NAME
+    std::string rest = o.name.substr(kGcrScheme.size());
+    auto slash = rest.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == rest.size())
+      return Error{Errc::invalid_argument,
+                   "pull takes gcr://HOST:PORT/NAME (the checkpoint NAME in the store of the gcrd "
+                   "at HOST:PORT), not '" +
+                       o.name + "'"};
+    name = rest.substr(slash + 1);
+    GCR_TRY_ASSIGN(from, open_gcrd_end(rest.substr(0, slash), o));
+  } else {
+    auto located = store::split_store_url_and_name(o.name);
+    if (!located)
+      return Error{Errc::invalid_argument,
+                   "pull takes s3://BUCKET/PREFIX/NAME (the checkpoint NAME in the store at "
+                   "s3://BUCKET/PREFIX) or gcr://HOST:PORT/NAME, not '" +
+                       o.name + "'"};
+    name = located->name;
+    GCR_TRY_ASSIGN(from, open_end(located->store, /*create=*/false));
+  }
+  GCR_TRY_ASSIGN(store::StoreLocation to_loc, ctx.store_location());
+  GCR_TRY_ASSIGN(End to, open_end(to_loc, /*create=*/true));
+  std::string where = "into " + to.text;
+  return copy(ctx, std::move(from), name, std::move(to), o, "pulled", where);
 }
 
 }  // namespace
@@ -92,9 +146,14 @@ void register_image_transfer_commands(CLI::App* image, Context& ctx) {
   {
     auto o = std::make_shared<TransferCliOptions>();
     CLI::App* push = image->add_subcommand(
-        "push", "Copy a checkpoint to another store (s3://BUCKET/PREFIX or a directory)");
+        "push",
+        "Copy a checkpoint to another store (a directory, s3://BUCKET/PREFIX, or gcr://HOST:PORT: "
+        "the store of another host's gcr daemon --listen)");
     push->add_option("NAME", o->name, "Tag or id of the checkpoint")->required();
     push->add_option("DEST", o->where, "The store to copy it to")->required();
+    push->add_option("--token-file", o->token_file,
+                     "For gcr://: the destination's token (the file its gcr daemon --listen reads)")
+        ->type_name("FILE");
     push->add_option("--name", o->tag, "Tag it so there (default: NAME, when NAME is a tag)")
         ->type_name("TAG");
     push->add_flag("--json", o->json, "Print JSON: {id, copied_bytes, present_bytes, ...}");
@@ -102,15 +161,19 @@ void register_image_transfer_commands(CLI::App* image, Context& ctx) {
         "Only chunks DEST does not hold yet are sent; the checkpoint appears there at once, when\n"
         "its manifest is written last. An interrupted push leaves nothing visible: run it again.\n"
         "S3: endpoint, region and credentials come from AWS_ENDPOINT_URL, AWS_REGION,\n"
-        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or ~/.aws/config and credentials (AWS_PROFILE).");
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or ~/.aws/config and credentials (AWS_PROFILE).\n"
+        "gcr://HOST:PORT: the gcrd there writes into its own store (--store of its daemon).");
     push->fallthrough();
     on_run(push, ctx, [&ctx, o] { return image_push(ctx, *o); });
   }
   {
     auto o = std::make_shared<TransferCliOptions>();
-    CLI::App* pull =
-        image->add_subcommand("pull", "Copy a checkpoint from a bucket into this store");
-    pull->add_option("URL", o->name, "s3://BUCKET/PREFIX/NAME")->required();
+    CLI::App* pull = image->add_subcommand(
+        "pull", "Copy a checkpoint from a bucket or another host's gcrd into this store");
+    pull->add_option("URL", o->name, "s3://BUCKET/PREFIX/NAME or gcr://HOST:PORT/NAME")->required();
+    pull->add_option("--token-file", o->token_file,
+                     "For gcr://: the source's token (the file its gcr daemon --listen reads)")
+        ->type_name("FILE");
     pull->add_option("--name", o->tag, "Tag it so here (default: NAME, when NAME is a tag)")
         ->type_name("TAG");
     pull->add_flag("--json", o->json, "Print JSON: {id, copied_bytes, present_bytes, ...}");

@@ -9,9 +9,9 @@
 //   request:     one gcrd/1 request (gcrd_protocol.h), on the served store only
 //
 // Note [Network trust]
-// The token is the whole authentication: whoever holds it may write into the served store and
-// restore what it holds as gcrd's user (root, normally). So the token file must be as private as
-// root's keys (0600, root-owned: gcrd refuses a token file others can read), the comparison takes
+// The token is the whole authentication: whoever holds it may read and write the served store
+// (gcr image push/pull gcr://HOST:PORT, gcr migrate) and restore what it holds as gcrd's user
+// (root, normally). So the token file must be as private as root's keys (0600, root-owned: gcrd refuses a token file others can read), the comparison takes
 // the same time whatever matches, and nothing on the connection names a path on this host: the
 // served store is gcrd's choice (--store), store keys are checked against the store's own names,
 // and a request's store= field is replaced. There is no encryption: run it on a trusted network,

@@ -18,6 +18,9 @@
 #      gcr migrate fails within its network timeout, the source runs on
 #   j. the link cut after the destination got the restore request: the source, unable to learn
 #      whether it restored, ends; the destination runs it
+#   k. gcr image push/pull to and from the destination's store (gcr://HOST:PORT): a checkpoint
+#      pushed (again: nothing moves; a wrong token: refused), pulled back into an empty store, and
+#      restored from there to the checksum of an uninterrupted run
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -239,3 +242,27 @@ for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination may have restored it"
 ends_once "$T/j.log"
 echo "ok: $(tail -n 1 "$T/j.err" | cut -c1-150)"
+
+step "k. gcr image push and pull over gcr://"
+unset GCR_NET_TIMEOUT_MS
+dest_gcrd k
+start_job "$T/k.log"
+"$GCR" checkpoint "$P" --name k1 > /dev/null || fail "checkpoint for the push"
+for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
+"$GCR" image push k1 "gcr://$DEST" --token-file "$T/token" --json > "$T/k-push.json" 2> "$T/k-push.err" ||
+  fail "push to gcr://$DEST: $(cat "$T/k-push.err")"
+(( $(json_field copied_bytes < "$T/k-push.json") > 0 )) || fail "the push sent nothing: $(cat "$T/k-push.json")"
+"$GCR" image push k1 "gcr://$DEST" --token-file "$T/token" --json > "$T/k-again.json" ||
+  fail "the second push failed"
+[[ $(json_field already_there < "$T/k-again.json") == True ]] || fail "the second push moved data: $(cat "$T/k-again.json")"
+if "$GCR" image push k1 "gcr://$DEST" --token-file "$T/bad-token" > /dev/null 2> "$T/k-bad.err"; then
+  fail "a push with a wrong token succeeded"
+fi
+grep -q "wrong token" "$T/k-bad.err" || fail "the refused push does not say why: $(cat "$T/k-bad.err")"
+GCR_STORE=$T/pulled "$GCR" image pull "gcr://$DEST/k1" --token-file "$T/token" > "$T/k-pull.out" 2>&1 ||
+  fail "pull from gcr://$DEST: $(cat "$T/k-pull.out")"
+GCR_STORE=$T/pulled "$GCR" image verify k1 > /dev/null 2>&1 || fail "the pulled checkpoint does not verify"
+GCR_STORE=$T/pulled "$GCR" restore k1 --detach --log "$T/k-detached.log" > /dev/null 2> "$T/k-restore.err" ||
+  fail "restore of the pulled checkpoint: $(cat "$T/k-restore.err")"
+ends_once "$T/k.log"
+echo "ok: pushed $(json_field copied_bytes < "$T/k-push.json") bytes, pushed again ($(json_field already_there < "$T/k-again.json")), wrong token refused, pulled back and restored to $REF"
