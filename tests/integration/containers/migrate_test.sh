@@ -212,8 +212,10 @@ echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field
 
 # i, j: a network timeout of 2 s for gcr migrate and the destination (Note [A peer that stops
 # answering] in restore-server/net_store.h).
-command -v iptables > /dev/null || skip "iptables is missing (steps i, j cut the link with it)"
 export GCR_NET_TIMEOUT_MS=2000
+if ! { iptables -I INPUT -s 10.77.0.9 -j DROP && iptables -D INPUT -s 10.77.0.9 -j DROP; } 2> /dev/null; then
+  echo "SKIP: steps i and j (iptables cannot add a rule here: it cuts the link with one)"
+else
 step "i. the link cut during the pre-copy"
 dest_gcrd i GCR_NET_TIMEOUT_MS=2000
 start_job "$T/i.log"
@@ -242,6 +244,7 @@ for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination may have restored it"
 ends_once "$T/j.log"
 echo "ok: $(tail -n 1 "$T/j.err" | cut -c1-150)"
+fi
 
 step "k. gcr image push and pull over gcr://"
 unset GCR_NET_TIMEOUT_MS
