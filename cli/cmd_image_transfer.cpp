@@ -3,7 +3,9 @@
 // store another host's gcrd serves (gcr://HOST:PORT, `gcr daemon --listen`).
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "cmd_image.h"
 #include "gcrd_client.h"
@@ -20,13 +22,15 @@ struct TransferCliOptions {
   std::string where;       // push: the destination
   std::string tag;         // --name
   std::string token_file;  // --token-file: for gcr://
+  bool stage = false;      // --stage: gcr:// only
   bool json = false;
 };
 
 Status report(const store::TransferReport& r, bool json, std::string_view verb,
-              const std::string& where) {
+              const std::string& where, std::optional<std::uint64_t> staged) {
   if (!json) {
     print(store::describe_transfer(r, verb, where));
+    if (staged) print("staged on the destination's GPU: " + format_bytes(*staged) + " loaded\n");
     return ok();
   }
   JsonWriter j;
@@ -40,8 +44,9 @@ Status report(const store::TransferReport& r, bool json, std::string_view verb,
       .field("present_bytes", r.present_bytes)
       .field("copied_bytes", r.copied_bytes)
       .field("packs", r.packs_written)
-      .field("elapsed_ns", r.elapsed_ns)
-      .end_object();
+      .field("elapsed_ns", r.elapsed_ns);
+  if (staged) j.field("staged_loaded_bytes", *staged);
+  j.end_object();
   print(j.take() + "\n");
   return ok();
 }
@@ -50,7 +55,9 @@ Status report(const store::TransferReport& r, bool json, std::string_view verb,
 // (gcr://HOST:PORT, gcrd --listen; net_store.h), reached with the token in --token-file.
 struct End {
   std::unique_ptr<store::Backend> backend;
-  std::string text;  // as the user would write it
+  std::string text;     // as the user would write it
+  std::string address;  // gcr://: HOST:PORT, and its token
+  std::string token;
 };
 
 constexpr std::string_view kGcrScheme = "gcr://";
@@ -64,7 +71,7 @@ Result<End> open_gcrd_end(const std::string& address, const TransferCliOptions& 
   GCR_TRY_ASSIGN(std::string token, gcrd::read_token_file(o.token_file, false));
   auto backend = gcrd::open_net_backend(address, token);
   if (!backend) return std::move(backend).context("opening image store gcr://" + address).error();
-  return End{std::move(backend).value(), "gcr://" + address};
+  return End{std::move(backend).value(), "gcr://" + address, address, token};
 }
 
 Result<End> open_end(const store::StoreLocation& location, bool create) {
@@ -92,7 +99,22 @@ Status copy(Context& ctx, End from, const std::string& name, End to, const Trans
   auto r = store::copy_checkpoint(*from.backend, *to.backend, *id, t);
   line.clear();
   if (!r) return std::move(r).error();
-  return report(*r, o.json, verb, where);
+  std::optional<std::uint64_t> staged;
+  if (o.stage) {
+    // Note [Staged restore] (restore-server/staged.h): the gcrd there loads it onto its GPU now,
+    // keeping the regions an earlier stage loaded that did not change, so that a restore of it
+    // there (gcr migrate's, or a runtime's through the CRIU plugin) takes them as they are.
+    auto conn = gcrd::net_connect(to.address, to.token, "request");
+    if (!conn) return std::move(conn).context("asking " + to.text + " to stage it").error();
+    auto reply = gcrd::call(conn->get(), "stage", {{"name", id->hex()}}, nullptr);
+    if (!reply)
+      return std::move(reply)
+          .context("the checkpoint is there; staging it on " + to.text + "'s GPU")
+          .error();
+    auto it = reply->find("loaded_bytes");
+    staged = it == reply->end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+  }
+  return report(*r, o.json, verb, where, staged);
 }
 
 Status image_push(Context& ctx, const TransferCliOptions& o) {
@@ -107,6 +129,11 @@ Status image_push(Context& ctx, const TransferCliOptions& o) {
     GCR_TRY_ASSIGN(store::StoreLocation to_loc, store::parse_store_location(o.where, cwd));
     GCR_TRY_ASSIGN(to, open_end(to_loc, /*create=*/true));
   }
+  if (o.stage && to.address.empty())
+    return Error{Errc::invalid_argument,
+                 "--stage asks the gcrd of a gcr://HOST:PORT destination to load the checkpoint "
+                 "onto its GPU; " +
+                     to.text + " is a store, not a gcrd"};
   std::string where = "to " + to.text;
   return copy(ctx, std::move(from), o.name, std::move(to), o, "pushed", where);
 }
@@ -156,6 +183,10 @@ void register_image_transfer_commands(CLI::App* image, Context& ctx) {
         ->type_name("FILE");
     push->add_option("--name", o->tag, "Tag it so there (default: NAME, when NAME is a tag)")
         ->type_name("TAG");
+    push->add_flag("--stage", o->stage,
+                   "gcr:// only: then have that gcrd load it onto its GPU, so that a restore "
+                   "there (gcr migrate's, or a container runtime's) finds the unchanged memory "
+                   "in place");
     push->add_flag("--json", o->json, "Print JSON: {id, copied_bytes, present_bytes, ...}");
     push->footer(
         "Only chunks DEST does not hold yet are sent; the checkpoint appears there at once, when\n"

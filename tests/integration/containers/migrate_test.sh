@@ -19,8 +19,9 @@
 #   j. the link cut after the destination got the restore request: the source, unable to learn
 #      whether it restored, ends; the destination runs it
 #   k. gcr image push/pull to and from the destination's store (gcr://HOST:PORT): a checkpoint
-#      pushed (again: nothing moves; a wrong token: refused), pulled back into an empty store, and
-#      restored from there to the checksum of an uninterrupted run
+#      pushed and staged on the destination's GPU (again: nothing moves; a wrong token: refused;
+#      --stage to a directory: refused), pulled back into an empty store, and restored from there
+#      to the checksum of an uninterrupted run
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -252,9 +253,14 @@ dest_gcrd k
 start_job "$T/k.log"
 "$GCR" checkpoint "$P" --name k1 > /dev/null || fail "checkpoint for the push"
 for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-"$GCR" image push k1 "gcr://$DEST" --token-file "$T/token" --json > "$T/k-push.json" 2> "$T/k-push.err" ||
+"$GCR" image push k1 "gcr://$DEST" --token-file "$T/token" --stage --json > "$T/k-push.json" 2> "$T/k-push.err" ||
   fail "push to gcr://$DEST: $(cat "$T/k-push.err")"
 (( $(json_field copied_bytes < "$T/k-push.json") > 0 )) || fail "the push sent nothing: $(cat "$T/k-push.json")"
+(( $(json_field staged_loaded_bytes < "$T/k-push.json") >= 64 << 20 )) ||
+  fail "--stage did not load the checkpoint's device memory there: $(cat "$T/k-push.json")"
+if "$GCR" image push k1 "$T/elsewhere" --stage > /dev/null 2> "$T/k-stage-dir.err"; then
+  fail "--stage to a directory was accepted"
+fi
 "$GCR" image push k1 "gcr://$DEST" --token-file "$T/token" --json > "$T/k-again.json" ||
   fail "the second push failed"
 [[ $(json_field already_there < "$T/k-again.json") == True ]] || fail "the second push moved data: $(cat "$T/k-again.json")"
@@ -268,4 +274,4 @@ GCR_STORE=$T/pulled "$GCR" image verify k1 > /dev/null 2>&1 || fail "the pulled 
 GCR_STORE=$T/pulled "$GCR" restore k1 --detach --log "$T/k-detached.log" > /dev/null 2> "$T/k-restore.err" ||
   fail "restore of the pulled checkpoint: $(cat "$T/k-restore.err")"
 ends_once "$T/k.log"
-echo "ok: pushed $(json_field copied_bytes < "$T/k-push.json") bytes, pushed again ($(json_field already_there < "$T/k-again.json")), wrong token refused, pulled back and restored to $REF"
+echo "ok: pushed $(json_field copied_bytes < "$T/k-push.json") bytes and staged $(json_field staged_loaded_bytes < "$T/k-push.json"), pushed again ($(json_field already_there < "$T/k-again.json")), wrong token refused, pulled back and restored to $REF"
