@@ -52,10 +52,7 @@ struct RestoreOptions {
   std::string trace;  // --trace FILE
 };
 
-std::uint64_t field_u64(const std::map<std::string, std::string>& f, const std::string& k) {
-  auto it = f.find(k);
-  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
-}
+using gcrd::field_u64;
 
 std::string field(const std::map<std::string, std::string>& f, const std::string& k) {
   auto it = f.find(k);

@@ -3,7 +3,6 @@
 // store another host's gcrd serves (gcr://HOST:PORT, `gcr daemon --listen`).
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -76,7 +75,7 @@ Result<End> open_gcrd_end(const std::string& address, const TransferCliOptions& 
 
 Result<End> open_end(const store::StoreLocation& location, bool create) {
   GCR_TRY_ASSIGN(auto backend, open_location(location, create));
-  return End{std::move(backend), location.text()};
+  return End{std::move(backend), location.text(), {}, {}};
 }
 
 Status copy(Context& ctx, End from, const std::string& name, End to, const TransferCliOptions& o,
@@ -104,15 +103,12 @@ Status copy(Context& ctx, End from, const std::string& name, End to, const Trans
     // Note [Staged restore] (restore-server/staged.h): the gcrd there loads it onto its GPU now,
     // keeping the regions an earlier stage loaded that did not change, so that a restore of it
     // there (gcr migrate's, or a runtime's through the CRIU plugin) takes them as they are.
-    auto conn = gcrd::net_connect(to.address, to.token, "request");
-    if (!conn) return std::move(conn).context("asking " + to.text + " to stage it").error();
-    auto reply = gcrd::call(conn->get(), "stage", {{"name", id->hex()}}, nullptr);
-    if (!reply)
-      return std::move(reply)
+    auto loaded = gcrd::net_stage(to.address, to.token, id->hex());
+    if (!loaded)
+      return std::move(loaded)
           .context("the checkpoint is there; staging it on " + to.text + "'s GPU")
           .error();
-    auto it = reply->find("loaded_bytes");
-    staged = it == reply->end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+    staged = *loaded;
   }
   return report(*r, o.json, verb, where, staged);
 }

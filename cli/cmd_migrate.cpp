@@ -97,10 +97,7 @@ struct Round {
   std::uint64_t stall_ns = 0, push_ns = 0, stage_ns = 0;
 };
 
-std::uint64_t u64(const std::map<std::string, std::string>& f, const char* k) {
-  auto it = f.find(k);
-  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
-}
+using gcrd::field_u64;
 
 std::uint64_t since(Clock::time_point t) {
   return static_cast<std::uint64_t>(
@@ -184,15 +181,13 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     mt.add_phases("round " + std::to_string(i + 1), *f);
     Round r;
     r.id = f->at("id");
-    r.dirty = u64(*f, "dirty_bytes");
-    r.stall_ns = u64(*f, "time.stall_ns");
+    r.dirty = field_u64(*f, "dirty_bytes");
+    r.stall_ns = field_u64(*f, "time.stall_ns");
     GCR_TRY(push(r).context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to +
                             " (process " + std::to_string(o.pid) + " runs on)"));
     // Note [Staged restore]: the destination loads it onto its GPU while the process runs here.
     auto t_stage = Clock::now();
-    auto sconn = gcrd::net_connect(o.to, token, "request");
-    auto staged = sconn ? gcrd::call(sconn->get(), "stage", {{"name", r.id}}, nullptr)
-                        : Result<std::map<std::string, std::string>>(sconn.error());
+    auto staged = gcrd::net_stage(o.to, token, r.id);
     if (!staged)
       say("the destination did not stage round " + std::to_string(i + 1) + ": " +
           staged.error().message + " (it loads at the restore instead)");
@@ -263,9 +258,9 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     if (started && criu::process_start_time(o.pid) == started)
       for (pid_t p : criu::tree_pids(o.pid)) ::kill(p, SIGKILL);
   }
-  const std::uint64_t resume_ns = u64(*restored, "time.resume_ns");
+  const std::uint64_t resume_ns = field_u64(*restored, "time.resume_ns");
   // The destination's restore returns once all memory is loaded; the process ran from resume_ns.
-  const std::uint64_t total_ns = u64(*restored, "time.total_ns");
+  const std::uint64_t total_ns = field_u64(*restored, "time.total_ns");
   const std::uint64_t after_resume = total_ns - std::min(resume_ns, total_ns);
   const std::uint64_t restore_ns = since(t_restore);
   const std::uint64_t downtime =
@@ -280,15 +275,15 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     j.field("pid", static_cast<std::int64_t>(o.pid))
         .field("to", o.to)
         .field("id", last.id)
-        .field("destination_pid", static_cast<std::int64_t>(u64(*restored, "pid")))
+        .field("destination_pid", static_cast<std::int64_t>(field_u64(*restored, "pid")))
         .field("rounds", static_cast<std::uint64_t>(rounds.size()))
-        .field("last_dirty_bytes", ended ? u64(*ended, "dirty_bytes") : 0)
+        .field("last_dirty_bytes", ended ? field_u64(*ended, "dirty_bytes") : 0)
         .field("last_sent_bytes", last.sent)
-        .field("stop_stall_ns", ended ? u64(*ended, "time.stall_ns") : 0)
+        .field("stop_stall_ns", ended ? field_u64(*ended, "time.stall_ns") : 0)
         .field("stop_push_ns", last.push_ns)
         .field("stopped_to_sent_ns", stopped_to_sent)
         .field("restore_to_resume_ns", restore_ns > after_resume ? restore_ns - after_resume : 0)
-        .field("staged_bytes", u64(*restored, "staged_bytes"))
+        .field("staged_bytes", field_u64(*restored, "staged_bytes"))
         .field("downtime_ns", downtime)
         .field("total_ns", total);
     j.key("destination_restore").begin_object();  // the destination's phases (time.*_ns)
@@ -310,9 +305,10 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     print(j.take() + "\n");
   } else {
     print("migrated process " + std::to_string(o.pid) + " to " + o.to + " (pid " +
-          std::to_string(u64(*restored, "pid")) + " there) as checkpoint " + last.id.substr(0, 12) +
-          ": " + std::to_string(rounds.size()) + " pre-copy round(s), then " +
-          format_bytes(last.sent) + " sent while stopped; downtime about " +
+          std::to_string(field_u64(*restored, "pid")) + " there) as checkpoint " +
+          last.id.substr(0, 12) + ": " + std::to_string(rounds.size()) +
+          " pre-copy round(s), then " + format_bytes(last.sent) +
+          " sent while stopped; downtime about " +
           format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
           format_duration(std::chrono::nanoseconds(total)) + "\n");
     if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "gcr/unique_fd.h"
+#include "gcrd_client.h"
 #include "io/file.h"
 #include "output.h"
 
@@ -74,10 +75,7 @@ Status write_file_atomically(const std::string& file, const std::string& text) {
   return s;
 }
 
-std::uint64_t u64(const std::map<std::string, std::string>& f, const std::string& k) {
-  auto it = f.find(k);
-  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
-}
+using gcrd::field_u64;
 
 }  // namespace
 
@@ -165,10 +163,10 @@ std::string describe_trace(const std::map<std::string, std::string>& f) {
   auto file = f.find("trace.file");
   if (file == f.end()) return "";
   std::string out;
-  if (u64(f, "trace.stall_ns")) {
+  if (field_u64(f, "trace.stall_ns")) {
     out += "  kernel-measured stall " +
-           format_duration(std::chrono::nanoseconds(u64(f, "trace.stall_ns"))) + " (thread " +
-           std::to_string(u64(f, "trace.stall_tid")) + ")";
+           format_duration(std::chrono::nanoseconds(field_u64(f, "trace.stall_ns"))) + " (thread " +
+           std::to_string(field_u64(f, "trace.stall_tid")) + ")";
     std::string phases;
     for (const auto& [k, v] : f) {
       if (k.rfind("trace.stall.", 0) != 0) continue;
@@ -178,17 +176,17 @@ std::string describe_trace(const std::map<std::string, std::string>& f) {
     }
     if (!phases.empty()) out += ": " + phases;
     out += "; frozen by CRIU " +
-           format_duration(std::chrono::nanoseconds(u64(f, "trace.frozen_ns"))) + "\n";
+           format_duration(std::chrono::nanoseconds(field_u64(f, "trace.frozen_ns"))) + "\n";
   }
-  if (u64(f, "trace.resumed_ns"))
+  if (field_u64(f, "trace.resumed_ns"))
     out += "  kernel-measured: CRIU and gcr's gate let go of it " +
-           format_duration(std::chrono::nanoseconds(u64(f, "trace.resumed_ns"))) +
+           format_duration(std::chrono::nanoseconds(field_u64(f, "trace.resumed_ns"))) +
            " after the command began\n";
   if (f.count("trace.page_faults"))
-    out += "  kernel-measured: " + std::to_string(u64(f, "trace.page_faults")) +
+    out += "  kernel-measured: " + std::to_string(field_u64(f, "trace.page_faults")) +
            " page faults of the traced processes; the machine's disks read " +
-           format_bytes(u64(f, "trace.disk_read_bytes")) + " and wrote " +
-           format_bytes(u64(f, "trace.disk_write_bytes")) + "\n";
+           format_bytes(field_u64(f, "trace.disk_read_bytes")) + " and wrote " +
+           format_bytes(field_u64(f, "trace.disk_write_bytes")) + "\n";
   out += "  trace written to " + file->second + " (open it in ui.perfetto.dev)\n";
   return out;
 }

@@ -200,4 +200,9 @@ Result<std::map<std::string, std::string>> read_reply(
   }
 }
 
+std::uint64_t field_u64(const std::map<std::string, std::string>& reply, const std::string& key) {
+  auto it = reply.find(key);
+  return it == reply.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
 }  // namespace gcr::gcrd

@@ -2,6 +2,7 @@
 // sends one request, relays progress, and returns the final fields or the error.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -36,5 +37,8 @@ Result<std::map<std::string, std::string>> call(
 // relaying progress.
 Result<std::map<std::string, std::string>> read_reply(
     int fd, const std::function<void(const std::string&)>& progress, bool* answered = nullptr);
+
+// A numeric field of a reply; 0 when it has none.
+std::uint64_t field_u64(const std::map<std::string, std::string>& reply, const std::string& key);
 
 }  // namespace gcr::gcrd

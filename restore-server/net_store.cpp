@@ -19,6 +19,7 @@
 #include <sstream>
 #include <vector>
 
+#include "gcrd_client.h"
 #include "gcrd_protocol.h"
 
 namespace gcr::gcrd {
@@ -404,6 +405,13 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
   GCR_TRY(c.send(std::string(kNetProtocol) + " " + verb + " " + encode_fields({{"token", token}}) +
                  "\n"));
   return fd;
+}
+
+Result<std::uint64_t> net_stage(const std::string& address, const std::string& token,
+                                const std::string& name) {
+  GCR_TRY_ASSIGN(UniqueFd fd, net_connect(address, token, "request"));
+  GCR_TRY_ASSIGN(auto reply, call(fd.get(), "stage", {{"name", name}}, nullptr));
+  return field_u64(reply, "loaded_bytes");
 }
 
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,

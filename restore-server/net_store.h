@@ -11,11 +11,11 @@
 // Note [Network trust]
 // The token is the whole authentication: whoever holds it may read and write the served store
 // (gcr image push/pull gcr://HOST:PORT, gcr migrate) and restore what it holds as gcrd's user
-// (root, normally). So the token file must be as private as root's keys (0600, root-owned: gcrd refuses a token file others can read), the comparison takes
-// the same time whatever matches, and nothing on the connection names a path on this host: the
-// served store is gcrd's choice (--store), store keys are checked against the store's own names,
-// and a request's store= field is replaced. There is no encryption: run it on a trusted network,
-// or through a tunnel (WireGuard, ssh -L).
+// (root, normally). So the token file must be as private as root's keys (0600, root-owned: gcrd
+// refuses a token file others can read), the comparison takes the same time whatever matches, and
+// nothing on the connection names a path on this host: the served store is gcrd's choice (--store),
+// store keys are checked against the store's own names, and a request's store= field is replaced.
+// There is no encryption: run it on a trusted network, or through a tunnel (WireGuard, ssh -L).
 #pragma once
 
 #include <chrono>
@@ -51,6 +51,11 @@ void watch_peer(int fd);
 // reached, or does not answer within net_timeout(), is unreachable.
 Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
                              const std::string& verb);
+
+// Asks the gcrd at `address` to stage checkpoint `name` on its GPU (Note [Staged restore] in
+// staged.h); returns the bytes it loaded (regions an earlier stage left unchanged are kept).
+Result<std::uint64_t> net_stage(const std::string& address, const std::string& token,
+                                const std::string& name);
 
 // The destination's store as a Backend (`parallelism` connections at most).
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
