@@ -71,6 +71,11 @@ dest_gcrd() {
   local name=$1
   shift
   ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest" 2> /dev/null || true
+  # Until the old one is gone: while it exits it still holds the port (the next bind would fail).
+  for _ in $(seq 1 250); do
+    pgrep -f "gcrd --socket $T/dest" > /dev/null || break
+    sleep 0.02
+  done
   mkdir -p "$T/$name"
   ip netns exec "$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
     SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
