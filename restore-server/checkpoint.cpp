@@ -23,6 +23,7 @@
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
 #include "gcrd_protocol.h"
+#include "host_tracking.h"
 #include "job.h"
 #include "keeper.h"
 #include "lineage.h"
@@ -383,6 +384,16 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
                                  req.leave_running, end_after_commit,
                                  driver_env(),      dump_arguments(tree, req)};
   dump_options.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
+  // Note [Host memory tracked between checkpoints] (host_tracking.h): a failure to set it up
+  // only makes this dump a full one.
+  std::optional<TrackedDump> tracking;
+  if (!external && req.leave_running && tools.cow_track) {
+    if (auto t = HostTracking::instance().begin(*key)) {
+      tracking.emplace(std::move(t).value());
+      dump_options.cow_track_socket = tracking->criu_socket();
+      if (tracking->parent_images()) dump_options.prev_images = *tracking->parent_images();
+    }
+  }
   // Note [CRIU started before the cut] (gcr/criu.h); GCR_CRIU_EARLY=0 starts it after the park,
   // as gcr did before (bench/ckpt_bench.py compares the two).
   std::optional<criu::StartedDump> early;
@@ -529,6 +540,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
+  if (tracking && !tracking->hand_in()) tracking.reset();  // CRIU sees the socket end: a full dump
   if (early && req.leave_running && tools.cow_dump)
     criu_running = early->go_until_released(&dumped);
   else if (!external)
@@ -731,8 +743,21 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
   if (Status s = criu_finished(); !s) return std::move(s).error();  // it runs on (-R)
+  if (work) {
+    std::error_code ignored;
+    fs::remove(work->path() / "parent",
+               ignored);  // --prev-images-dir's link: the dump stands alone
+  }
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
+  if (tracking) {
+    // CRIU's images are the next dump's parent, whatever becomes of this checkpoint.
+    HostPages pages = read_host_pages(work->path() / "dump.log");
+    rep.host_pages_from_parent = pages.from_parent;
+    rep.host_pages_from_process = pages.from_process;
+    rep.host_tracked_tasks = tracking->commit(std::move(*work));
+    work.reset();
+  }
   if (!touch_order.empty() && !job)
     writer->set_meta("touch_order", format_touch_order(touch_order));
   if (!views_meta.empty()) writer->set_meta("shared_views", views_meta);

@@ -69,6 +69,11 @@ struct CheckpointReport {
   std::uint64_t shared_regions = 0;  // allocations they share, each stored once
   std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
   std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
+  // Note [Host memory tracked between checkpoints] (host_tracking.h): the tasks whose writes are
+  // tracked from this checkpoint on, and this dump's host pages taken from the process in the
+  // freeze and (unchanged since the last checkpoint) from its images.
+  std::uint64_t host_tracked_tasks = 0;
+  std::uint64_t host_pages_from_process = 0, host_pages_from_parent = 0;
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
   std::string images_in;      // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])

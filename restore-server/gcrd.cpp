@@ -349,6 +349,9 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["dirty_bytes"] = std::to_string(rep.dirty_bytes);
     out["cow_copies"] = std::to_string(rep.cow_copies);
     out["cow_waits"] = std::to_string(rep.cow_waits);
+    out["host_tracked_tasks"] = std::to_string(rep.host_tracked_tasks);
+    out["host_pages_from_process"] = std::to_string(rep.host_pages_from_process);
+    out["host_pages_from_parent"] = std::to_string(rep.host_pages_from_parent);
     out["processes"] = std::to_string(rep.processes);
     out["shared_regions"] = std::to_string(rep.shared_regions);
     out["images_in"] = rep.images_in;

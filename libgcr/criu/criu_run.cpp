@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "gcr/criu.h"
@@ -80,20 +81,21 @@ pid_t read_pid_file(const fs::path& file) {
 
 namespace {
 
-// Whether this CRIU binary knows --cow-dump (its usage text names it): read, not run, once per
-// binary and modification time.
-bool has_cow_dump(const fs::path& criu) {
+// Whether this CRIU binary knows an option of gcr's patches (its usage text names it, followed by
+// a space): read, not run, once per binary, modification time and option.
+bool knows_option(const fs::path& criu, std::string_view option) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, std::int64_t>, bool> known;
+  static std::map<std::tuple<std::string, std::int64_t, std::string>, bool> known;
   std::error_code ec;
   auto mtime = fs::last_write_time(criu, ec);
   if (ec) return false;
-  std::pair<std::string, std::int64_t> key{criu.string(), mtime.time_since_epoch().count()};
+  const std::string needle = std::string(option) + " ";
+  std::tuple<std::string, std::int64_t, std::string> key{criu.string(),
+                                                         mtime.time_since_epoch().count(), needle};
   std::lock_guard lock(mu);
   if (auto it = known.find(key); it != known.end()) return it->second;
   bool found = false;
   if (std::FILE* f = std::fopen(criu.c_str(), "rbe")) {
-    constexpr std::string_view needle = "--cow-dump ";
     std::string window;
     char buf[1 << 16];
     std::size_t n;
@@ -141,8 +143,12 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{
         Errc::not_found,
         "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
-  const char* cow = std::getenv("GCR_CRIU_COW_DUMP");
-  t.cow_dump = !(cow && std::string_view(cow) == "0") && has_cow_dump(t.criu);
+  auto off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string_view(v) == "0";
+  };
+  t.cow_dump = !off("GCR_CRIU_COW_DUMP") && knows_option(t.criu, "--cow-dump");
+  t.cow_track = t.cow_dump && !off("GCR_CRIU_COW_TRACK") && knows_option(t.criu, "--cow-track");
   return t;
 }
 
@@ -274,7 +280,18 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
 
 namespace {
 
-std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o) {
+// Whether CRIU gets o.cow_track_socket (as the fd after those in `extras`, which it joins).
+bool pass_cow_track(const Tools& tools, const DumpOptions& o, SpawnExtras& extras, int* criu_fd) {
+  if (!(o.leave_running && o.cow_dump && tools.cow_dump && tools.cow_track &&
+        o.cow_track_socket >= 0))
+    return false;
+  *criu_fd = static_cast<int>(3 + extras.fds.size());  // spawn() puts extras.fds at 3, 4, ...
+  extras.fds.push_back(o.cow_track_socket);
+  return true;
+}
+
+// track_fd: CRIU's fd for --cow-track, -1 for none.
+std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int track_fd) {
   std::vector<std::string> argv = {tools.criu.string(),
                                    "dump",
                                    "-t",
@@ -288,7 +305,17 @@ std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o) {
                                    "-v4"};
   privilege_arguments(argv);
   if (o.leave_running) argv.push_back("-R");
-  if (o.leave_running && o.cow_dump && tools.cow_dump) argv.push_back("--cow-dump");
+  if (o.leave_running && o.cow_dump && tools.cow_dump) {
+    argv.push_back("--cow-dump");
+    if (track_fd >= 0) {
+      argv.push_back("--cow-track");
+      argv.push_back(std::to_string(track_fd));
+      if (!o.prev_images.empty()) {
+        argv.push_back("--prev-images-dir");
+        argv.push_back(o.prev_images.string());
+      }
+    }
+  }
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
   return argv;
@@ -312,7 +339,11 @@ Status dump_result(int rc, const DumpOptions& o) {
 
 Status dump(const Tools& tools, const DumpOptions& o) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
-  GCR_TRY_ASSIGN(int rc, run(dump_argv(tools, o), dump_env(o), o.image_dir / "criu.out"));
+  SpawnExtras extras;
+  int track_fd = -1;
+  pass_cow_track(tools, o, extras, &track_fd);
+  GCR_TRY_ASSIGN(int rc, run_and_wait(dump_argv(tools, o, track_fd), dump_env(o),
+                                      o.image_dir / "criu.out", extras));
   return dump_result(rc, o);
 }
 
@@ -323,13 +354,15 @@ Result<StartedDump> StartedDump::start(const Tools& tools, const DumpOptions& o,
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0)
     return errno_error("creating the socket that starts CRIU's dump");
   UniqueFd ours(p[0]), criu_end(p[1]);
-  std::vector<std::string> argv = dump_argv(tools, o);
-  argv.push_back("--timeout");
-  argv.push_back(std::to_string(timeout.count()));
   auto env = dump_env(o);
   env["GCR_DUMP_GO_FD"] = "3";  // spawn() puts extras.fds at 3, 4, ...
   SpawnExtras extras;
   extras.fds = {criu_end.get()};
+  int track_fd = -1;
+  pass_cow_track(tools, o, extras, &track_fd);
+  std::vector<std::string> argv = dump_argv(tools, o, track_fd);
+  argv.push_back("--timeout");
+  argv.push_back(std::to_string(timeout.count()));
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, o.image_dir / "criu.out", extras));
   return StartedDump(child, std::move(ours), o);
 }

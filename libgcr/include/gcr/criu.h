@@ -22,6 +22,9 @@ struct Tools {
   // The CRIU has gcr's --cow-dump (scripts/criu-patches/0005-cow-dump.patch; Note [Pages written
   // after the resume]); GCR_CRIU_COW_DUMP=0 turns it off.
   bool cow_dump = false;
+  // And --cow-track (0006-cow-track.patch; Note [Host memory tracked between checkpoints] in
+  // restore-server/host_tracking.h); GCR_CRIU_COW_TRACK=0 turns it off.
+  bool cow_track = false;
 };
 
 // Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
@@ -41,6 +44,11 @@ struct DumpOptions {
   std::vector<std::string> extra_args;
   // With leave_running and a CRIU that can: write the pages after the tasks run again.
   bool cow_dump = false;
+  // With cow_dump and a CRIU that can: the socket on which the userfaultfds come and go
+  // (--cow-track; the caller's, left open), and the previous dump's images to take pages not
+  // written since from (--prev-images-dir).
+  int cow_track_socket = -1;
+  std::filesystem::path prev_images{};
 };
 Status dump(const Tools& tools, const DumpOptions& options);
 

@@ -1,0 +1,362 @@
+#include "host_tracking.h"
+
+#include <linux/userfaultfd.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+
+#include "gcr/result.h"
+
+namespace gcr::gcrd {
+
+namespace {
+
+using Key = std::pair<pid_t, std::uint64_t>;
+Key key_of(const ProcessKey& k) {
+  return {k.pid, k.start_time};
+}
+
+enum class Kind { uffd, socket, exit };
+
+struct Watched {
+  Kind kind;
+  Key key;                    // the process it belongs to
+  std::uint64_t session = 0;  // Kind::socket, and a uffd not committed yet
+  pid_t pid = 0;              // Kind::uffd: the task
+  UniqueFd fd;
+};
+
+// One message of the --cow-track socket: a pid with its userfaultfd, or pid 0 (the end).
+Status send_tracked(int sock, std::int32_t pid, int fd) {
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{&pid, sizeof pid};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  if (fd >= 0) {
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    cmsghdr* h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(h), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do n = ::sendmsg(sock, &m, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof pid))
+    return errno_error("handing the tracked host memory of pid " + std::to_string(pid) +
+                       " to CRIU");
+  return ok();
+}
+
+// Reads one message; false when none is waiting. *pid 0: the end of CRIU's list (or of CRIU).
+bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
+  char control[CMSG_SPACE(sizeof(int))];
+  std::int32_t v = 0;
+  iovec iov{&v, sizeof v};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  *pid = 0;
+  fd->reset();
+  if (n != static_cast<ssize_t>(sizeof v)) return true;  // EOF or garbage: the end
+  if (cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_level == SOL_SOCKET &&
+                                      h->cmsg_type == SCM_RIGHTS &&
+                                      h->cmsg_len == CMSG_LEN(sizeof(int))) {
+    int got;
+    std::memcpy(&got, CMSG_DATA(h), sizeof got);
+    fd->reset(got);
+  }
+  *pid = fd->valid() ? v : 0;
+  return true;
+}
+
+}  // namespace
+
+HostPages read_host_pages(const std::filesystem::path& dump_log) {
+  HostPages pages;
+  std::ifstream in(dump_log);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find("cow-track: pid ");
+    if (at == std::string::npos) continue;
+    unsigned long long parent = 0, process = 0;
+    int pid = 0;
+    if (std::sscanf(line.c_str() + at,
+                    "cow-track: pid %d: %llu pages from the parent's images, %llu from the task",
+                    &pid, &parent, &process) == 3) {
+      pages.from_parent += parent;
+      pages.from_process += process;
+    }
+  }
+  return pages;
+}
+
+struct HostTracking::State {
+  std::mutex mu;
+  std::condition_variable ended_cv;
+  UniqueFd epoll;
+  std::map<std::uint64_t, Watched> watched;  // by id, the epoll data
+  struct Process {
+    std::optional<WorkDir>
+        images;  // the last dump's, which the next one takes unchanged pages from
+    std::uint64_t exit_watch = 0;
+  };
+  std::map<Key, Process> tracked;
+  struct Session {
+    Key key;
+    std::uint64_t socket = 0;  // its watch; 0 once CRIU's list ended
+  };
+  std::map<std::uint64_t, Session> sessions;
+  std::uint64_t next_id = 1;
+  std::atomic<std::uint64_t> faults{0};
+  std::thread thread;
+
+  std::uint64_t watch(Watched w) {
+    std::uint64_t id = next_id++;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    int fd = w.fd.get();
+    watched.emplace(id, std::move(w));
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      watched.erase(id);  // closes it: for a userfaultfd, the protection ends
+      return 0;
+    }
+    return id;
+  }
+  // Returns the fd, no longer watched.
+  UniqueFd unwatch(std::uint64_t id) {
+    auto it = watched.find(id);
+    if (it == watched.end()) return UniqueFd();
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
+    UniqueFd fd = std::move(it->second.fd);
+    watched.erase(it);
+    return fd;
+  }
+  std::vector<std::uint64_t> uffds_of(const Key& key, std::uint64_t session) const {
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, w] : watched)
+      if (w.kind == Kind::uffd && w.key == key && w.session == session) ids.push_back(id);
+    return ids;
+  }
+  // Ends the tracking of a process: its userfaultfds close (the protection ends). Its images are
+  // handed back, to be removed outside the lock.
+  std::optional<WorkDir> drop(const Key& key) {
+    for (std::uint64_t id : uffds_of(key, 0)) unwatch(id);
+    auto it = tracked.find(key);
+    if (it == tracked.end()) return std::nullopt;
+    unwatch(it->second.exit_watch);
+    std::optional<WorkDir> images = std::move(it->second.images);
+    tracked.erase(it);
+    return images;
+  }
+
+  // A first write to a protected page: lift that page's protection, which wakes the writer.
+  void serve(int uffd) {
+    static const long page = ::sysconf(_SC_PAGESIZE);
+    uffd_msg msg;
+    while (::read(uffd, &msg, sizeof msg) == static_cast<ssize_t>(sizeof msg)) {
+      if (msg.event != UFFD_EVENT_PAGEFAULT) continue;
+      uffdio_writeprotect wp{};
+      wp.range.start = msg.arg.pagefault.address & ~static_cast<std::uint64_t>(page - 1);
+      wp.range.len = static_cast<std::uint64_t>(page);
+      wp.mode = 0;
+      (void)::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);  // ENOENT: unmapped since; nothing waits
+      faults.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  void receive(std::uint64_t id, Watched& socket) {
+    const Key key = socket.key;
+    const std::uint64_t session = socket.session;
+    std::int32_t pid;
+    UniqueFd fd;
+    while (receive_tracked(socket.fd.get(), &pid, &fd)) {
+      if (pid == 0) {
+        unwatch(id);
+        if (auto s = sessions.find(session); s != sessions.end()) s->second.socket = 0;
+        ended_cv.notify_all();
+        return;
+      }
+      Watched w{Kind::uffd, key, session, pid, std::move(fd)};
+      int raw = w.fd.get();
+      if (watch(std::move(w)) != 0) serve(raw);  // a write may wait already
+    }
+  }
+
+  void run() {
+    epoll_event events[64];
+    for (;;) {
+      int n = ::epoll_wait(epoll.get(), events, 64, -1);
+      if (n < 0 && errno != EINTR) return;
+      std::vector<std::optional<WorkDir>> gone;
+      {
+        std::lock_guard lock(mu);
+        for (int i = 0; i < n; ++i) {
+          auto it = watched.find(events[i].data.u64);
+          if (it == watched.end()) continue;  // unwatched since epoll_wait returned
+          switch (it->second.kind) {
+            case Kind::uffd:
+              serve(it->second.fd.get());
+              break;
+            case Kind::socket:
+              receive(it->first, it->second);
+              break;
+            case Kind::exit:
+              gone.push_back(drop(it->second.key));
+              break;
+          }
+        }
+      }
+      gone.clear();  // removes their images, outside the lock
+    }
+  }
+};
+
+HostTracking::HostTracking() : state_(std::make_unique<State>()) {
+  state_->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (state_->epoll) state_->thread = std::thread([s = state_.get()] { s->run(); });
+}
+
+HostTracking& HostTracking::instance() {
+  static HostTracking* tracking = new HostTracking();  // its thread runs until gcrd exits
+  return *tracking;
+}
+
+std::uint64_t HostTracking::faults_served() const {
+  return state_->faults.load(std::memory_order_relaxed);
+}
+
+Result<TrackedDump> HostTracking::begin(const ProcessKey& key) {
+  State& s = *state_;
+  if (!s.epoll) return errno_error("starting gcrd's host-memory tracking");
+  int p[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) != 0)
+    return errno_error("creating the socket CRIU hands tracked host memory on");
+  UniqueFd ours(p[0]), criu_end(p[1]);
+  // CRIU's end blocks: it reads the handed-in list once, in the freeze.
+  ::fcntl(criu_end.get(), F_SETFL, 0);
+  std::lock_guard lock(s.mu);
+  std::uint64_t session = s.next_id++;
+  State::Session entry{key_of(key), 0};
+  entry.socket = s.next_id;  // watched at hand_in; kept here until then
+  s.watched.emplace(entry.socket, Watched{Kind::socket, key_of(key), session, 0, std::move(ours)});
+  s.next_id++;
+  s.sessions.emplace(session, entry);
+  TrackedDump dump(this, key, session);
+  dump.criu_end_ = std::move(criu_end);
+  if (auto it = s.tracked.find(key_of(key)); it != s.tracked.end() && it->second.images)
+    dump.parent_ = it->second.images->path();
+  return dump;
+}
+
+TrackedDump::TrackedDump(HostTracking* owner, ProcessKey key, std::uint64_t session)
+    : owner_(owner), key_(key), session_(session) {}
+
+TrackedDump::TrackedDump(TrackedDump&& o) noexcept
+    : owner_(std::exchange(o.owner_, nullptr)),
+      key_(o.key_),
+      session_(o.session_),
+      criu_end_(std::move(o.criu_end_)),
+      parent_(std::move(o.parent_)),
+      handed_in_(o.handed_in_),
+      committed_(o.committed_) {}
+
+Status TrackedDump::hand_in() {
+  auto& s = *owner_->state_;
+  criu_end_.reset();  // CRIU has its own
+  std::lock_guard lock(s.mu);
+  auto session = s.sessions.find(session_);
+  if (session == s.sessions.end()) return Error{Errc::internal, "no such tracked dump"};
+  auto sock = s.watched.find(session->second.socket);
+  if (sock == s.watched.end()) return Error{Errc::internal, "the tracked dump has no socket"};
+  handed_in_ = true;
+  const Key key = key_of(key_);
+  for (std::uint64_t id : s.uffds_of(key, 0)) {
+    pid_t pid = s.watched.at(id).pid;
+    UniqueFd fd = s.unwatch(id);  // from here a first write waits for CRIU
+    GCR_TRY(send_tracked(sock->second.fd.get(), pid, fd.get()));
+  }
+  GCR_TRY(send_tracked(sock->second.fd.get(), 0, -1));
+  // Watched from now: CRIU's list comes back as each task's pages are written.
+  UniqueFd ours = std::move(sock->second.fd);
+  s.watched.erase(sock);
+  session->second.socket = s.watch(Watched{Kind::socket, key, session_, 0, std::move(ours)});
+  if (session->second.socket == 0) return errno_error("watching CRIU's tracking socket");
+  return ok();
+}
+
+std::size_t TrackedDump::commit(WorkDir images) {
+  auto& s = *owner_->state_;
+  std::optional<WorkDir> old;
+  std::size_t count = 0;
+  {
+    std::unique_lock lock(s.mu);
+    const Key key = key_of(key_);
+    // CRIU has exited: its list has come, or its socket has closed.
+    bool ended = s.ended_cv.wait_for(lock, std::chrono::seconds(5), [&] {
+      auto it = s.sessions.find(session_);
+      return it == s.sessions.end() || it->second.socket == 0;
+    });
+    std::vector<std::uint64_t> ids = s.uffds_of(key, session_);
+    if (!ended || ids.empty()) return 0;  // the destructor ends the tracking
+    old = s.drop(key);
+    HostTracking::State::Process& p = s.tracked[key];
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, key_.pid, 0)));
+    if (!pidfd || !same_process(key_)) {
+      s.tracked.erase(key);
+      return 0;
+    }
+    p.exit_watch = s.watch(Watched{Kind::exit, key, 0, key_.pid, std::move(pidfd)});
+    p.images.emplace(std::move(images));
+    for (std::uint64_t id : ids) s.watched.at(id).session = 0;
+    count = ids.size();
+    committed_ = true;
+  }
+  return count;  // `old` (the previous images) is removed here, outside the lock
+}
+
+TrackedDump::~TrackedDump() {
+  if (!owner_) return;
+  auto& s = *owner_->state_;
+  std::optional<WorkDir> gone;
+  {
+    std::lock_guard lock(s.mu);
+    const Key key = key_of(key_);
+    for (std::uint64_t id : s.uffds_of(key, session_)) s.unwatch(id);
+    if (auto it = s.sessions.find(session_); it != s.sessions.end()) {
+      s.unwatch(it->second.socket);
+      s.sessions.erase(it);
+    }
+    // Handed in and not committed: what was tracked is CRIU's now, and gone with it. Not handed
+    // in: CRIU never saw it, and the tracking goes on.
+    if (handed_in_ && !committed_) gone = s.drop(key);
+  }
+}
+
+}  // namespace gcr::gcrd

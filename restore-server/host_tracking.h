@@ -1,0 +1,97 @@
+// What a process wrote in its host memory since its last checkpoint, kept by gcrd between
+// checkpoints (Note [Host memory tracked between checkpoints]).
+//
+// Note [Host memory tracked between checkpoints]
+// CRIU's incremental dumps need the kernel's soft-dirty bit, which this VM's kernel (and many
+// others) lacks, so every live checkpoint used to copy all of a process's host memory in the
+// freeze: 4 GiB took ~0.5 s frozen at every checkpoint, changed or not. gcr's CRIU carries
+// --cow-track (scripts/criu-patches/0006-cow-track.patch): the userfaultfd with which --cow-dump
+// write-protects the dumped memory at the cut outlives the dump. CRIU hands it to gcrd on a
+// socket once the pages are written; gcrd keeps serving its faults (a first write to a page since
+// the cut waits while gcrd lifts that page's protection: no copy) and hands it back to the next
+// dump, with the previous dump's images directory as --prev-images-dir. A page still protected
+// then was not written since: it is not spliced in the freeze but copied from the parent's images
+// after the process runs again, so every dump still stands alone (and is stored whole: the store
+// dedups what the parent already holds).
+//
+// What ends the tracking, so that the next checkpoint is a full one: a dump that fails (CRIU
+// hands nothing back), a checkpoint that is not a live one, the process's exit, gcrd's exit (the
+// userfaultfds close with it, which ends the protection; the process never waits on a dead gcrd).
+// The price while it is held: a first write to a page after a checkpoint costs one round trip to
+// gcrd's thread, and another process's write into a protected page (process_vm_writev, a debugger
+// poking /proc/PID/mem) fails with EFAULT. GCR_CRIU_COW_TRACK=0 turns it off.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+#include "lineage.h"
+#include "work_dir.h"
+
+namespace gcr::gcrd {
+
+class HostTracking;
+
+// What CRIU's log (-v4) says a --cow-track dump took: pages spliced from the processes in the
+// freeze, and pages unchanged since the previous dump, copied from its images afterwards.
+struct HostPages {
+  std::uint64_t from_process = 0, from_parent = 0;
+};
+HostPages read_host_pages(const std::filesystem::path& dump_log);
+
+// One live checkpoint's side of the tracking, from before CRIU starts until it has ended.
+class TrackedDump {
+ public:
+  TrackedDump(TrackedDump&&) noexcept;
+  TrackedDump& operator=(TrackedDump&&) = delete;
+  TrackedDump(const TrackedDump&) = delete;
+  ~TrackedDump();  // without commit(): the tracking of the process ends
+
+  // CRIU's end of the socket (--cow-track), and the previous dump's images (--prev-images-dir)
+  // when there is one to take unchanged pages from.
+  int criu_socket() const { return criu_end_.get(); }
+  const std::optional<std::filesystem::path>& parent_images() const { return parent_; }
+  // Once CRIU has been started with criu_socket() (closed here): gcrd stops serving the previous
+  // dump's userfaultfds and hands them to CRIU. Call right before CRIU freezes the process: a
+  // first write from here until CRIU serves the faults waits.
+  Status hand_in();
+  // After CRIU's dump succeeded: the userfaultfds it handed back (served since) and its images
+  // (`images`, which this keeps) are what the next dump starts from. How many tasks are tracked.
+  std::size_t commit(WorkDir images);
+
+ private:
+  friend class HostTracking;
+  TrackedDump(HostTracking* owner, ProcessKey key, std::uint64_t session);
+  HostTracking* owner_;
+  ProcessKey key_;
+  std::uint64_t session_;
+  UniqueFd criu_end_;
+  std::optional<std::filesystem::path> parent_;
+  bool handed_in_ = false;
+  bool committed_ = false;
+};
+
+class HostTracking {
+ public:
+  static HostTracking& instance();
+  // For a live checkpoint of `key`'s tree by a CRIU that has --cow-track.
+  Result<TrackedDump> begin(const ProcessKey& key);
+  // How many pages' protection gcrd has lifted since it started (tests, bench).
+  std::uint64_t faults_served() const;
+
+  struct State;
+
+ private:
+  friend class TrackedDump;
+  HostTracking();
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Note [Host memory tracked between checkpoints] (restore-server/host_tracking.h): a live
+# checkpoint after the first takes the host pages the process did not write since from the
+# previous dump's images, not from the frozen process. mlp_train with 96 MiB of pageable host
+# memory, of which each step rewrites 64 pages, started from a shell with its output appended to
+# a log, is checkpointed live three times; the second and third must take most pages from their
+# parent, and every restore must end with the uninterrupted run's model and host checksums. Then
+# what ends the tracking: gcrd's death (the next checkpoint is a full one, and correct), a
+# stopping checkpoint, and GCR_CRIU_COW_TRACK=0.
+#
+#   host_tracking_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=host-tracking
+source "$(dirname "$0")/lib.sh"
+criu_bin=${GCR_CRIU:-$(dirname "$0")/../../../.deps/criu/criu}
+if ! "$criu_bin" --help 2>&1 | grep -q -- "--cow-track"; then
+  echo "SKIP: $criu_bin has no --cow-track (scripts/criu-patches/0006-cow-track.patch)"
+  exit 77
+fi
+export GCR_MEMORY_WORK_DIR=off
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
+     --host-footprint 96M --host-writes 64 --streams 2)
+HOST_PAGES=$((96 * 256))
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref.log")
+[[ -n $REF && -n $HREF ]] || fail "the reference printed no checksums"
+host_after() { tail -c +$(($2 + 1)) "$1" | awk '/^host_checksum/ {c=$2} END {print c}'; }
+
+restore_and_check() {  # LOG NAME
+  local log=$1 name=$2 len r
+  len=$(stat -c %s "$log")
+  "$GCR" restore "$name" --json > "$T/r.json" || fail "restore $name"
+  r=$(json_field pid < "$T/r.json")
+  for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
+  [[ $(checksum_after "$log" "$len") == "$REF" ]] ||
+    fail "restore $name: model checksum '$(checksum_after "$log" "$len")', expected $REF"
+  [[ $(host_after "$log" "$len") == "$HREF" ]] ||
+    fail "restore $name: host memory checksum '$(host_after "$log" "$len")', expected $HREF"
+  echo "ok: $name restores bit-identical, host memory included"
+}
+
+live() {  # NAME: a live checkpoint; its JSON in $T/NAME.json
+  "$GCR" checkpoint "$p" -R --name "$1" --json > "$T/$1.json" || fail "live checkpoint $1"
+}
+field() { json_field "$2" < "$T/$1.json"; }
+
+echo "== three live checkpoints: the second and third take unchanged pages from their parent"
+log=$T/run.log
+: > "$log"
+bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+p=$!
+pids+=("$p")
+wait_steps "$log" 10
+live first
+[[ $(field first host_tracked_tasks) -ge 1 ]] || fail "the first checkpoint tracks no task: $(cat "$T/first.json")"
+[[ $(field first host_pages_from_parent) == 0 ]] || fail "the first checkpoint took pages from a parent"
+[[ $(field first host_pages_from_process) -ge $HOST_PAGES ]] ||
+  fail "the first checkpoint took $(field first host_pages_from_process) pages, fewer than the $HOST_PAGES of the host footprint"
+wait_steps "$log" 40
+live second
+from_parent=$(field second host_pages_from_parent)
+from_process=$(field second host_pages_from_process)
+echo "second: $from_process pages from the process, $from_parent from the first's images"
+[[ $from_parent -ge $((HOST_PAGES / 2)) ]] ||
+  fail "the second checkpoint took only $from_parent pages from its parent (host footprint $HOST_PAGES pages)"
+[[ $from_process -lt $((HOST_PAGES / 2)) ]] ||
+  fail "the second checkpoint took $from_process pages from the process: not incremental"
+wait_steps "$log" 70
+live third
+[[ $(field third host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
+  fail "the third checkpoint took only $(field third host_pages_from_parent) pages from its parent"
+
+echo "== gcrd dies between checkpoints: the next one is full, and the process never waits on it"
+pkill -KILL -f "gcrd --socket $GCR_GCRD_SOCKET" || fail "no gcrd to kill"
+steps=$(steps_in "$log")
+wait_steps "$log" $((steps + 5))  # a first write to a page after the death goes through
+live after_death
+[[ $(field after_death host_pages_from_parent) == 0 ]] ||
+  fail "after gcrd's death a checkpoint took $(field after_death host_pages_from_parent) pages from a parent it cannot have"
+wait_steps "$log" $((steps + 30))
+live fourth
+[[ $(field fourth host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
+  fail "tracking did not start again after gcrd's death"
+wait_exit "$p" "$log"
+[[ $(checksum_of "$log") == "$REF" ]] || fail "the checkpointed run's model checksum differs"
+[[ $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
+  fail "the checkpointed run's host checksum differs"
+echo "ok: the run went on to the uninterrupted run's checksums"
+for name in second third after_death fourth; do restore_and_check "$log" "$name"; done
+
+echo "== GCR_CRIU_COW_TRACK=0: no tracking"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
+export GCR_CRIU_COW_TRACK=0
+: > "$log"
+bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+p=$!
+pids+=("$p")
+wait_steps "$log" 10
+live off1
+wait_steps "$log" 30
+live off2
+[[ $(field off2 host_tracked_tasks) == 0 && $(field off2 host_pages_from_parent) == 0 ]] ||
+  fail "GCR_CRIU_COW_TRACK=0 still tracked: $(cat "$T/off2.json")"
+kill "$p" 2>/dev/null || true
+echo "PASS"
