@@ -563,6 +563,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     return all;
   };
   if (!dumped) {
+    // CRIU has ended: whatever it was handed is served again, or its protection ends, before
+    // anything waits on the process (which may wait on a protected page).
+    tracking.reset();
     // CRIU's plugin unlocks the process when a dump fails — unless CRIU itself died (killed, or
     // crashed), which leaves the driver locked: undo that first, then give the parked memory back.
     give_all_back();
@@ -742,7 +745,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     (void)running[i]->close();
   }
   if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
-  if (Status s = criu_finished(); !s) return std::move(s).error();  // it runs on (-R)
+  if (Status s = criu_finished(); !s) {
+    tracking.reset();  // as above
+    return std::move(s).error();  // it runs on (-R)
+  }
   if (work) {
     std::error_code ignored;
     fs::remove(work->path() / "parent",

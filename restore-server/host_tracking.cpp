@@ -67,7 +67,8 @@ Status send_tracked(int sock, std::int32_t pid, int fd) {
   return ok();
 }
 
-// Reads one message; false when none is waiting. *pid 0: the end of CRIU's list (or of CRIU).
+// Reads one message; false when none is waiting. *pid 0: the end of CRIU's list (or of CRIU);
+// -1: CRIU took the list handed in.
 bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
   char control[CMSG_SPACE(sizeof(int))];
   std::int32_t v = 0;
@@ -91,7 +92,10 @@ bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
     std::memcpy(&got, CMSG_DATA(h), sizeof got);
     fd->reset(got);
   }
-  *pid = fd->valid() ? v : 0;
+  if (v == -1 && !fd->valid())
+    *pid = -1;
+  else
+    *pid = v > 0 && fd->valid() ? v : 0;
   return true;
 }
 
@@ -130,6 +134,9 @@ struct HostTracking::State {
   struct Session {
     Key key;
     std::uint64_t socket = 0;  // its watch; 0 once CRIU's list ended
+    bool taken = false;        // CRIU acknowledged the list handed in
+    // Copies of what was handed in: tracking goes on with them if CRIU ends without taking it.
+    std::vector<std::pair<pid_t, UniqueFd>> handed;
   };
   std::map<std::uint64_t, Session> sessions;
   std::uint64_t next_id = 1;
@@ -197,6 +204,14 @@ struct HostTracking::State {
     std::int32_t pid;
     UniqueFd fd;
     while (receive_tracked(socket.fd.get(), &pid, &fd)) {
+      if (pid == -1) {
+        // CRIU serves them now; without gcrd's copies, its death ends the protection at once.
+        if (auto s = sessions.find(session); s != sessions.end()) {
+          s->second.taken = true;
+          s->second.handed.clear();
+        }
+        continue;
+      }
       if (pid == 0) {
         unwatch(id);
         if (auto s = sessions.find(session); s != sessions.end()) s->second.socket = 0;
@@ -263,11 +278,10 @@ Result<TrackedDump> HostTracking::begin(const ProcessKey& key) {
   ::fcntl(criu_end.get(), F_SETFL, 0);
   std::lock_guard lock(s.mu);
   std::uint64_t session = s.next_id++;
-  State::Session entry{key_of(key), 0};
-  entry.socket = s.next_id;  // watched at hand_in; kept here until then
+  State::Session& entry = s.sessions[session];
+  entry.key = key_of(key);
+  entry.socket = s.next_id++;  // watched at hand_in; kept here until then
   s.watched.emplace(entry.socket, Watched{Kind::socket, key_of(key), session, 0, std::move(ours)});
-  s.next_id++;
-  s.sessions.emplace(session, entry);
   TrackedDump dump(this, key, session);
   dump.criu_end_ = std::move(criu_end);
   if (auto it = s.tracked.find(key_of(key)); it != s.tracked.end() && it->second.images)
@@ -289,7 +303,6 @@ TrackedDump::TrackedDump(TrackedDump&& o) noexcept
 
 Status TrackedDump::hand_in() {
   auto& s = *owner_->state_;
-  criu_end_.reset();  // CRIU has its own
   std::lock_guard lock(s.mu);
   auto session = s.sessions.find(session_);
   if (session == s.sessions.end()) return Error{Errc::internal, "no such tracked dump"};
@@ -301,6 +314,7 @@ Status TrackedDump::hand_in() {
     pid_t pid = s.watched.at(id).pid;
     UniqueFd fd = s.unwatch(id);  // from here a first write waits for CRIU
     GCR_TRY(send_tracked(sock->second.fd.get(), pid, fd.get()));
+    session->second.handed.emplace_back(pid, std::move(fd));
   }
   GCR_TRY(send_tracked(sock->second.fd.get(), 0, -1));
   // Watched from now: CRIU's list comes back as each task's pages are written.
@@ -315,6 +329,7 @@ std::size_t TrackedDump::commit(WorkDir images) {
   auto& s = *owner_->state_;
   std::optional<WorkDir> old;
   std::size_t count = 0;
+  criu_end_.reset();  // CRIU has exited: with this closed too, its end of the socket reads as EOF
   {
     std::unique_lock lock(s.mu);
     const Key key = key_of(key_);
@@ -337,6 +352,9 @@ std::size_t TrackedDump::commit(WorkDir images) {
     for (std::uint64_t id : ids) s.watched.at(id).session = 0;
     count = ids.size();
     committed_ = true;
+    // The copies of what was handed in are the same userfaultfds CRIU handed back, or ones of
+    // tasks gone since: closing them ends nothing that is tracked.
+    if (auto it = s.sessions.find(session_); it != s.sessions.end()) it->second.handed.clear();
   }
   return count;  // `old` (the previous images) is removed here, outside the lock
 }
@@ -349,13 +367,29 @@ TrackedDump::~TrackedDump() {
     std::lock_guard lock(s.mu);
     const Key key = key_of(key_);
     for (std::uint64_t id : s.uffds_of(key, session_)) s.unwatch(id);
+    bool taken = false;
+    std::vector<std::pair<pid_t, UniqueFd>> handed;
     if (auto it = s.sessions.find(session_); it != s.sessions.end()) {
+      // CRIU has ended (its handle is gone before this): all it said is in the socket.
+      if (auto sock = s.watched.find(it->second.socket); sock != s.watched.end())
+        s.receive(sock->first, sock->second);
+      taken = it->second.taken;
+      handed = std::move(it->second.handed);
       s.unwatch(it->second.socket);
       s.sessions.erase(it);
     }
-    // Handed in and not committed: what was tracked is CRIU's now, and gone with it. Not handed
-    // in: CRIU never saw it, and the tracking goes on.
-    if (handed_in_ && !committed_) gone = s.drop(key);
+    if (!committed_ && handed_in_ && !taken) {
+      // CRIU never took what was handed in (it died, or failed, before the freeze): nothing
+      // changed the protection, and gcrd serves the copies again (a write may wait already).
+      for (auto& [pid, fd] : handed) {
+        int raw = fd.get();
+        if (s.watch(Watched{Kind::uffd, key, 0, pid, std::move(fd)}) != 0) s.serve(raw);
+      }
+    } else if (!committed_ && handed_in_) {
+      // CRIU took it and failed: the protection may have changed since the last dump, so the
+      // tracking ends (the copies close here, and with them the protection).
+      gone = s.drop(key);
+    }
   }
 }
 

@@ -58,9 +58,10 @@ class TrackedDump {
   // when there is one to take unchanged pages from.
   int criu_socket() const { return criu_end_.get(); }
   const std::optional<std::filesystem::path>& parent_images() const { return parent_; }
-  // Once CRIU has been started with criu_socket() (closed here): gcrd stops serving the previous
-  // dump's userfaultfds and hands them to CRIU. Call right before CRIU freezes the process: a
-  // first write from here until CRIU serves the faults waits.
+  // gcrd stops serving the previous dump's userfaultfds and hands them to CRIU, which reads them
+  // once it has frozen the process (started before or after this call, with criu_socket()). Call
+  // right before CRIU freezes the process: a first write from here until CRIU serves the faults
+  // waits.
   Status hand_in();
   // After CRIU's dump succeeded: the userfaultfds it handed back (served since) and its images
   // (`images`, which this keeps) are what the next dump starts from. How many tasks are tracked.

@@ -81,8 +81,9 @@ pid_t read_pid_file(const fs::path& file) {
 
 namespace {
 
-// Whether this CRIU binary knows an option of gcr's patches (its usage text names it, followed by
-// a space): read, not run, once per binary, modification time and option.
+// Whether this CRIU knows an option of gcr's patches (its usage text names it, followed by a
+// space), once per path, modification time and option: a binary is read, not run; a script (a
+// wrapper, as the failure tests use) is asked for its --help.
 bool knows_option(const fs::path& criu, std::string_view option) {
   static std::mutex mu;
   static std::map<std::tuple<std::string, std::int64_t, std::string>, bool> known;
@@ -94,8 +95,8 @@ bool knows_option(const fs::path& criu, std::string_view option) {
                                                          mtime.time_since_epoch().count(), needle};
   std::lock_guard lock(mu);
   if (auto it = known.find(key); it != known.end()) return it->second;
-  bool found = false;
-  if (std::FILE* f = std::fopen(criu.c_str(), "rbe")) {
+  auto search = [&](std::FILE* f) {
+    bool found = false;
     std::string window;
     char buf[1 << 16];
     std::size_t n;
@@ -104,7 +105,27 @@ bool knows_option(const fs::path& criu, std::string_view option) {
       found = window.find(needle) != std::string::npos;
       window.erase(0, window.size() > needle.size() ? window.size() - needle.size() : 0);
     }
+    return found;
+  };
+  bool found = false;
+  bool script = false;
+  if (std::FILE* f = std::fopen(criu.c_str(), "rbe")) {
+    char head[2] = {};
+    script = std::fread(head, 1, 2, f) == 2 && head[0] == '#' && head[1] == '!';
+    std::rewind(f);
+    if (!script) found = search(f);
     std::fclose(f);
+  }
+  if (script) {
+    std::string quoted = "'";
+    for (char c : criu.string()) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += "'";
+    if (std::FILE* p = ::popen((quoted + " --help 2>&1 </dev/null").c_str(), "re")) {
+      found = search(p);
+      while (std::fgetc(p) != EOF) {
+      }
+      ::pclose(p);
+    }
   }
   known[key] = found;
   return found;
@@ -292,17 +313,18 @@ bool pass_cow_track(const Tools& tools, const DumpOptions& o, SpawnExtras& extra
 
 // track_fd: CRIU's fd for --cow-track, -1 for none.
 std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int track_fd) {
-  std::vector<std::string> argv = {tools.criu.string(),
-                                   "dump",
-                                   "-t",
-                                   std::to_string(o.pid),
-                                   "-D",
-                                   o.image_dir.string(),
-                                   "-L",
-                                   tools.plugin_dir.string(),
-                                   "-o",
-                                   "dump.log",
-                                   "-v4"};
+  std::vector<std::string> argv = {
+      tools.criu.string(),
+      "dump",
+      "-t",
+      std::to_string(o.pid),
+      "-D",
+      o.image_dir.string(),
+      "-L",
+      tools.plugin_dir.string(),
+      "-o",
+      "dump.log",
+      "-v3"};  // -v4 logs every page run of the pagemap, inside the freeze
   privilege_arguments(argv);
   if (o.leave_running) argv.push_back("-R");
   if (o.leave_running && o.cow_dump && tools.cow_dump) {

@@ -89,6 +89,89 @@ wait_exit "$p" "$log"
 echo "ok: the run went on to the uninterrupted run's checksums"
 for name in second third after_death fourth; do restore_and_check "$log" "$name"; done
 
+echo "== CRIU killed before it took what gcrd handed in: the tracking goes on"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+export GCR_GCRD_PAUSE_AT=parked:2  # every checkpoint waits 2 s with CRIU started, before go
+: > "$log"
+bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+p=$!
+pids+=("$p")
+wait_steps "$log" 10
+live k_first
+gcrd=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1)
+"$GCR" checkpoint "$p" -R --name k_killed > "$T/k_killed.out" 2>&1 &
+c=$!
+criu=""
+for _ in $(seq 1 500); do
+  grep -q "paused at parked" "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null &&
+    [[ $(grep -c "paused at parked" "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log") -ge 2 ]] &&
+    criu=$(pgrep -P "$gcrd" -x criu | head -n 1) && [[ -n $criu ]] && break
+  sleep 0.02
+done
+[[ -n $criu ]] || fail "no CRIU waiting at the pause point 'parked'"
+kill -9 "$criu"
+if wait "$c"; then fail "the checkpoint whose CRIU was killed succeeded: $(cat "$T/k_killed.out")"; fi
+kill -0 "$p" || fail "the process died with its checkpoint's CRIU"
+steps=$(steps_in "$log")
+wait_steps "$log" $((steps + 20))
+live k_after
+[[ $(field k_after host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
+  fail "after a CRIU that never took the userfaultfds died, the next checkpoint took $(field k_after host_pages_from_parent) pages from its parent"
+unset GCR_GCRD_PAUSE_AT
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+wait_exit "$p" "$log"
+[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
+  fail "the run whose checkpoint failed did not end with the uninterrupted run's checksums"
+restore_and_check "$log" k_after
+restore_and_check "$log" k_first
+
+echo "== CRIU killed after it took them (everything dumped, the process frozen): the next is full"
+# CRIU through a wrapper whose action script stops it at post-dump once asked to.
+cat > "$T/criu" <<EOF
+#!/bin/sh
+exec "$criu_bin" "\$@" --action-script "$T/criu-action"
+EOF
+cat > "$T/criu-action" <<EOF
+#!/usr/bin/env bash
+if [[ -f $T/criu-pause-at && \$(cat $T/criu-pause-at) == "\$CRTOOLS_SCRIPT_ACTION" ]]; then
+  rm -f $T/criu-pause-at
+  echo "\$PPID" > $T/criu-paused
+  sleep 30
+fi
+exit 0
+EOF
+chmod 755 "$T/criu" "$T/criu-action"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+export GCR_CRIU=$T/criu
+: > "$log"
+bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+p=$!
+pids+=("$p")
+wait_steps "$log" 10
+live f_first
+echo post-dump > "$T/criu-pause-at"
+"$GCR" checkpoint "$p" -R --name f_killed > "$T/f_killed.out" 2>&1 &
+c=$!
+for _ in $(seq 1 500); do [[ -s $T/criu-paused ]] && break; sleep 0.02; done
+[[ -s $T/criu-paused ]] || fail "CRIU never paused at post-dump: $(cat "$T/f_killed.out")"
+kill -9 "$(cat "$T/criu-paused")"
+if wait "$c"; then fail "the checkpoint whose CRIU was killed succeeded: $(cat "$T/f_killed.out")"; fi
+kill -0 "$p" || fail "the process died with its checkpoint's CRIU"
+steps=$(steps_in "$log")
+wait_steps "$log" $((steps + 20))  # it writes its host memory: no page stays protected
+live f_after
+[[ $(field f_after host_pages_from_parent) == 0 ]] ||
+  fail "after a CRIU that took the userfaultfds died, the next checkpoint still took pages from a parent"
+wait_steps "$log" $((steps + 40))
+live f_next
+[[ $(field f_next host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] || fail "tracking did not start again"
+unset GCR_CRIU
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+wait_exit "$p" "$log"
+[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
+  fail "the run whose CRIU was killed did not end with the uninterrupted run's checksums"
+for name in f_next f_after f_first; do restore_and_check "$log" "$name"; done
+
 echo "== GCR_CRIU_COW_TRACK=0: no tracking"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
 export GCR_CRIU_COW_TRACK=0
