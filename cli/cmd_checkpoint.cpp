@@ -28,6 +28,9 @@
 namespace gcr::cli {
 namespace {
 
+// CRIU counts host memory in pages.
+const std::uint64_t kHostPage = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+
 struct CheckpointOptions {
   std::vector<int> pids;
   std::string name;
@@ -256,6 +259,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
                 field(f, "store") + " (" + format_bytes(field_u64(f, "upload.present_bytes")) +
                 " of its chunks were there already) in " +
                 format_duration(ns(field_u64(f, "upload.elapsed_ns"))) + "\n";
+      if (field_u64(f, "host_pages_from_parent"))
+        line +=
+            "  host memory: " + format_bytes(field_u64(f, "host_pages_from_process") * kHostPage) +
+            " taken from the process, " +
+            format_bytes(field_u64(f, "host_pages_from_parent") * kHostPage) +
+            " unchanged since the last checkpoint\n";
       if (field_u64(f, "cow_copies") || field_u64(f, "cow_waits"))
         line += "  while it was stored, the process copied " + field(f, "cow_copies") +
                 " regions before writing them and waited for " + field(f, "cow_waits") + "\n";

@@ -7,11 +7,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -99,6 +101,18 @@ bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
   return true;
 }
 
+// GCR_HOST_TRACK_BLOCK: how much memory one fault unprotects (a power of two, at least a page;
+// default 2 MiB).
+std::uint64_t tracking_block(std::uint64_t page) {
+  std::uint64_t block = 2u << 20;
+  if (const char* v = std::getenv("GCR_HOST_TRACK_BLOCK"); v && *v) {
+    char* end = nullptr;
+    unsigned long long b = std::strtoull(v, &end, 0);
+    if (end && *end == '\0' && b >= page && (b & (b - 1)) == 0) block = b;
+  }
+  return std::max(block, page);
+}
+
 }  // namespace
 
 HostPages read_host_pages(const std::filesystem::path& dump_log) {
@@ -183,17 +197,23 @@ struct HostTracking::State {
     return images;
   }
 
-  // A first write to a protected page: lift that page's protection, which wakes the writer.
+  // A first write to a protected page: lift the protection of the block around it (Note [Host
+  // memory tracked between checkpoints]: a fault per block, not per page), which wakes the
+  // writer. A block that runs past the registered memory is refused (ENOENT): halved until it
+  // fits, down to the page.
   void serve(int uffd) {
-    static const long page = ::sysconf(_SC_PAGESIZE);
+    static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    static const std::uint64_t block = tracking_block(page);
     uffd_msg msg;
     while (::read(uffd, &msg, sizeof msg) == static_cast<ssize_t>(sizeof msg)) {
       if (msg.event != UFFD_EVENT_PAGEFAULT) continue;
-      uffdio_writeprotect wp{};
-      wp.range.start = msg.arg.pagefault.address & ~static_cast<std::uint64_t>(page - 1);
-      wp.range.len = static_cast<std::uint64_t>(page);
-      wp.mode = 0;
-      (void)::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);  // ENOENT: unmapped since; nothing waits
+      for (std::uint64_t len = block; len >= page; len /= 2) {
+        uffdio_writeprotect wp{};
+        wp.range.start = msg.arg.pagefault.address & ~(len - 1);
+        wp.range.len = len;
+        wp.mode = 0;
+        if (::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0) break;  // at the page: unmapped since
+      }
       faults.fetch_add(1, std::memory_order_relaxed);
     }
   }

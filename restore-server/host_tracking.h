@@ -17,9 +17,14 @@
 // What ends the tracking, so that the next checkpoint is a full one: a dump that fails (CRIU
 // hands nothing back), a checkpoint that is not a live one, the process's exit, gcrd's exit (the
 // userfaultfds close with it, which ends the protection; the process never waits on a dead gcrd).
-// The price while it is held: a first write to a page after a checkpoint costs one round trip to
-// gcrd's thread, and another process's write into a protected page (process_vm_writev, a debugger
-// poking /proc/PID/mem) fails with EFAULT. GCR_CRIU_COW_TRACK=0 turns it off.
+// The price while it is held: a first write to a block of memory after a checkpoint costs one
+// round trip to gcrd's thread, which lifts the protection of the whole block (2 MiB aligned,
+// GCR_HOST_TRACK_BLOCK; halved where the block runs past the tracked memory), so the next dump
+// takes the whole block from the process. Per page, a program rewriting its memory paid ~35 us a
+// page on this 2-CPU VM (a step writing 8 MiB went from 25 to ~100 ms after each checkpoint,
+// bench/ckpt_bench.py --host-writes 2048); per block it pays that per 2 MiB. Another process's
+// write into a protected page (process_vm_writev, a debugger poking /proc/PID/mem) fails with
+// EFAULT. GCR_CRIU_COW_TRACK=0 turns it off.
 #pragma once
 
 #include <sys/types.h>

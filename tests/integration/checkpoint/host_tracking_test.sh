@@ -5,8 +5,9 @@
 # memory, of which each step rewrites 64 pages, started from a shell with its output appended to
 # a log, is checkpointed live three times; the second and third must take most pages from their
 # parent, and every restore must end with the uninterrupted run's model and host checksums. Then
-# what ends the tracking: gcrd's death (the next checkpoint is a full one, and correct), a
-# stopping checkpoint, and GCR_CRIU_COW_TRACK=0.
+# what ends the tracking and what does not: gcrd's death (the next checkpoint is a full one, and
+# correct), CRIU killed before it took the userfaultfds (tracking goes on) and after (the next is
+# full), the default 2 MiB block, and GCR_CRIU_COW_TRACK=0.
 #
 #   host_tracking_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -18,6 +19,9 @@ if ! "$criu_bin" --help 2>&1 | grep -q -- "--cow-track"; then
   exit 77
 fi
 export GCR_MEMORY_WORK_DIR=off
+# Page-sized blocks (GCR_HOST_TRACK_BLOCK): this workload writes 64 pages a step all over its
+# host memory, which would touch every 2 MiB block; the default block has its own section.
+export GCR_HOST_TRACK_BLOCK=4096
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
      --host-footprint 96M --host-writes 64 --streams 2)
 HOST_PAGES=$((96 * 256))
@@ -171,6 +175,31 @@ wait_exit "$p" "$log"
 [[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
   fail "the run whose CRIU was killed did not end with the uninterrupted run's checksums"
 for name in f_next f_after f_first; do restore_and_check "$log" "$name"; done
+
+echo "== the default block (2 MiB): a program that writes little keeps most of its memory in the parent"
+unset GCR_HOST_TRACK_BLOCK GCR_CRIU_COW_TRACK
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
+     --host-footprint 192M --host-writes 1 --streams 2)
+HOST_PAGES=$((192 * 256))
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref-block.log" 2>&1
+REF=$(checksum_of "$T/ref-block.log")
+HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref-block.log")
+: > "$log"
+bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+p=$!
+pids+=("$p")
+wait_steps "$log" 10
+live b_first
+wait_steps "$log" 40
+live b_second
+echo "b_second: $(field b_second host_pages_from_process) pages from the process, $(field b_second host_pages_from_parent) from the first's images"
+[[ $(field b_second host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
+  fail "with 2 MiB blocks the second checkpoint took only $(field b_second host_pages_from_parent) pages from its parent"
+wait_exit "$p" "$log"
+[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
+  fail "the run with 2 MiB blocks did not end with the uninterrupted run's checksums"
+restore_and_check "$log" b_second
 
 echo "== GCR_CRIU_COW_TRACK=0: no tracking"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
