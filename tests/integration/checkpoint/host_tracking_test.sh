@@ -22,14 +22,30 @@ export GCR_MEMORY_WORK_DIR=off
 # Page-sized blocks (GCR_HOST_TRACK_BLOCK): this workload writes 64 pages a step all over its
 # host memory, which would touch every 2 MiB block; the default block has its own section.
 export GCR_HOST_TRACK_BLOCK=4096
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
-     --host-footprint 96M --host-writes 64 --streams 2)
-HOST_PAGES=$((96 * 256))
-LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
-REF=$(checksum_of "$T/ref.log")
-HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref.log")
-[[ -n $REF && -n $HREF ]] || fail "the reference printed no checksums"
+host_of() { awk '/^host_checksum/ {c=$2} END {print c}' "$1"; }
 host_after() { tail -c +$(($2 + 1)) "$1" | awk '/^host_checksum/ {c=$2} END {print c}'; }
+workload() {  # HOST_MIB WRITES: the workload, and its uninterrupted run's checksums (REF, HREF)
+  MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
+       --host-footprint "$1M" --host-writes "$2" --streams 2)
+  HOST_PAGES=$(($1 * 256))
+  LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref-$1-$2.log" 2>&1
+  REF=$(checksum_of "$T/ref-$1-$2.log")
+  HREF=$(host_of "$T/ref-$1-$2.log")
+  [[ -n $REF && -n $HREF ]] || fail "the reference printed no checksums"
+}
+start_run() {  # from a shell, its output appended to $log; its pid in $p
+  : > "$log"
+  bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
+  p=$!
+  pids+=("$p")
+}
+ends_like_reference() {  # WHAT: the run ($p) ends with the uninterrupted run's checksums
+  wait_exit "$p" "$log"
+  [[ $(checksum_of "$log") == "$REF" && $(host_of "$log") == "$HREF" ]] ||
+    fail "$1 did not end with the uninterrupted run's checksums"
+}
+log=$T/run.log
+workload 96 64
 
 restore_and_check() {  # LOG NAME
   local log=$1 name=$2 len r
@@ -51,10 +67,7 @@ field() { json_field "$2" < "$T/$1.json"; }
 
 echo "== three live checkpoints: the second and third take unchanged pages from their parent"
 log=$T/run.log
-: > "$log"
-bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
-p=$!
-pids+=("$p")
+start_run
 wait_steps "$log" 10
 live first
 [[ $(field first host_tracked_tasks) -ge 1 ]] || fail "the first checkpoint tracks no task: $(cat "$T/first.json")"
@@ -86,20 +99,14 @@ wait_steps "$log" $((steps + 30))
 live fourth
 [[ $(field fourth host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
   fail "tracking did not start again after gcrd's death"
-wait_exit "$p" "$log"
-[[ $(checksum_of "$log") == "$REF" ]] || fail "the checkpointed run's model checksum differs"
-[[ $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
-  fail "the checkpointed run's host checksum differs"
+ends_like_reference "the checkpointed run"
 echo "ok: the run went on to the uninterrupted run's checksums"
 for name in second third after_death fourth; do restore_and_check "$log" "$name"; done
 
 echo "== CRIU killed before it took what gcrd handed in: the tracking goes on"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
 export GCR_GCRD_PAUSE_AT=parked:2  # every checkpoint waits 2 s with CRIU started, before go
-: > "$log"
-bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
-p=$!
-pids+=("$p")
+start_run
 wait_steps "$log" 10
 live k_first
 gcrd=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1)
@@ -123,9 +130,7 @@ live k_after
   fail "after a CRIU that never took the userfaultfds died, the next checkpoint took $(field k_after host_pages_from_parent) pages from its parent"
 unset GCR_GCRD_PAUSE_AT
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-wait_exit "$p" "$log"
-[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
-  fail "the run whose checkpoint failed did not end with the uninterrupted run's checksums"
+ends_like_reference "the run whose checkpoint failed"
 restore_and_check "$log" k_after
 restore_and_check "$log" k_first
 
@@ -147,10 +152,7 @@ EOF
 chmod 755 "$T/criu" "$T/criu-action"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
 export GCR_CRIU=$T/criu
-: > "$log"
-bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
-p=$!
-pids+=("$p")
+start_run
 wait_steps "$log" 10
 live f_first
 echo post-dump > "$T/criu-pause-at"
@@ -171,24 +173,14 @@ live f_next
 [[ $(field f_next host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] || fail "tracking did not start again"
 unset GCR_CRIU
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-wait_exit "$p" "$log"
-[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
-  fail "the run whose CRIU was killed did not end with the uninterrupted run's checksums"
+ends_like_reference "the run whose CRIU was killed"
 for name in f_next f_after f_first; do restore_and_check "$log" "$name"; done
 
 echo "== the default block (2 MiB): a program that writes little keeps most of its memory in the parent"
 unset GCR_HOST_TRACK_BLOCK GCR_CRIU_COW_TRACK
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
-     --host-footprint 192M --host-writes 1 --streams 2)
-HOST_PAGES=$((192 * 256))
-LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref-block.log" 2>&1
-REF=$(checksum_of "$T/ref-block.log")
-HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref-block.log")
-: > "$log"
-bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
-p=$!
-pids+=("$p")
+workload 192 1
+start_run
 wait_steps "$log" 10
 live b_first
 wait_steps "$log" 40
@@ -196,18 +188,13 @@ live b_second
 echo "b_second: $(field b_second host_pages_from_process) pages from the process, $(field b_second host_pages_from_parent) from the first's images"
 [[ $(field b_second host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
   fail "with 2 MiB blocks the second checkpoint took only $(field b_second host_pages_from_parent) pages from its parent"
-wait_exit "$p" "$log"
-[[ $(checksum_of "$log") == "$REF" && $(awk '/^host_checksum/ {c=$2} END {print c}' "$log") == "$HREF" ]] ||
-  fail "the run with 2 MiB blocks did not end with the uninterrupted run's checksums"
+ends_like_reference "the run with 2 MiB blocks"
 restore_and_check "$log" b_second
 
 echo "== GCR_CRIU_COW_TRACK=0: no tracking"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
 export GCR_CRIU_COW_TRACK=0
-: > "$log"
-bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
-p=$!
-pids+=("$p")
+start_run
 wait_steps "$log" 10
 live off1
 wait_steps "$log" 30
