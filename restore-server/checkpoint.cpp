@@ -540,7 +540,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
-  if (tracking && !tracking->hand_in()) tracking.reset();  // CRIU sees the socket end: a full dump
+  if (tracking && !tracking->hand_in()) {  // CRIU sees the socket end: a full dump
+    tracking.reset();
+    dump_options.cow_track_socket = -1;  // a CRIU not started yet (GCR_CRIU_EARLY=0) gets none
+    dump_options.prev_images.clear();
+  }
   if (early && req.leave_running && tools.cow_dump)
     criu_running = early->go_until_released(&dumped);
   else if (!external)
@@ -746,7 +750,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (!drained_all) return let_stopped_go_on(std::move(drained_all).error());
   if (Status s = criu_finished(); !s) {
-    tracking.reset();  // as above
+    tracking.reset();             // as above
     return std::move(s).error();  // it runs on (-R)
   }
   if (work) {

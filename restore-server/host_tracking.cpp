@@ -70,7 +70,7 @@ Status send_tracked(int sock, std::int32_t pid, int fd) {
 }
 
 // Reads one message; false when none is waiting. *pid 0: the end of CRIU's list (or of CRIU);
-// -1: CRIU took the list handed in.
+// -1: CRIU takes the list handed in (gcrd answers -2 once it has stopped serving it).
 bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
   char control[CMSG_SPACE(sizeof(int))];
   std::int32_t v = 0;
@@ -148,9 +148,7 @@ struct HostTracking::State {
   struct Session {
     Key key;
     std::uint64_t socket = 0;  // its watch; 0 once CRIU's list ended
-    bool taken = false;        // CRIU acknowledged the list handed in
-    // Copies of what was handed in: tracking goes on with them if CRIU ends without taking it.
-    std::vector<std::pair<pid_t, UniqueFd>> handed;
+    bool taken = false;        // CRIU took the list handed in (gcrd stopped serving it)
   };
   std::map<std::uint64_t, Session> sessions;
   std::uint64_t next_id = 1;
@@ -207,12 +205,17 @@ struct HostTracking::State {
     uffd_msg msg;
     while (::read(uffd, &msg, sizeof msg) == static_cast<ssize_t>(sizeof msg)) {
       if (msg.event != UFFD_EVENT_PAGEFAULT) continue;
-      for (std::uint64_t len = block; len >= page; len /= 2) {
+      bool lifted = false;
+      for (std::uint64_t len = block; len >= page && !lifted; len /= 2) {
         uffdio_writeprotect wp{};
         wp.range.start = msg.arg.pagefault.address & ~(len - 1);
         wp.range.len = len;
         wp.mode = 0;
-        if (::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0) break;  // at the page: unmapped since
+        lifted = ::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0;
+      }
+      if (!lifted) {  // unmapped since: wake the writer, which retries
+        uffdio_range wake{msg.arg.pagefault.address & ~(page - 1), page};
+        (void)::ioctl(uffd, UFFDIO_WAKE, &wake);
       }
       faults.fetch_add(1, std::memory_order_relaxed);
     }
@@ -225,11 +228,11 @@ struct HostTracking::State {
     UniqueFd fd;
     while (receive_tracked(socket.fd.get(), &pid, &fd)) {
       if (pid == -1) {
-        // CRIU serves them now; without gcrd's copies, its death ends the protection at once.
-        if (auto s = sessions.find(session); s != sessions.end()) {
-          s->second.taken = true;
-          s->second.handed.clear();
-        }
+        // CRIU takes them over: gcrd stops serving them and closes its copies (from here CRIU's
+        // death ends the protection at once), then says so, and CRIU goes on.
+        for (std::uint64_t u : uffds_of(key, 0)) unwatch(u);
+        if (auto s = sessions.find(session); s != sessions.end()) s->second.taken = true;
+        (void)send_tracked(socket.fd.get(), -2, -1);
         continue;
       }
       if (pid == 0) {
@@ -268,7 +271,10 @@ struct HostTracking::State {
           }
         }
       }
-      gone.clear();  // removes their images, outside the lock
+      // Their images (as large as their host memory) are removed off this thread, which serves
+      // every tracked process's faults.
+      if (std::any_of(gone.begin(), gone.end(), [](const auto& g) { return g.has_value(); }))
+        std::thread([g = std::move(gone)] {}).detach();
     }
   }
 };
@@ -294,8 +300,12 @@ Result<TrackedDump> HostTracking::begin(const ProcessKey& key) {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) != 0)
     return errno_error("creating the socket CRIU hands tracked host memory on");
   UniqueFd ours(p[0]), criu_end(p[1]);
-  // CRIU's end blocks: it reads the handed-in list once, in the freeze.
+  // CRIU's end blocks: it reads the handed-in list once, in the freeze. Ours holds the list until
+  // then: room for a tree of many tasks (a message with a file takes ~1 KiB of it).
   ::fcntl(criu_end.get(), F_SETFL, 0);
+  int room = 8 << 20;
+  if (::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room) != 0)
+    (void)::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
   std::lock_guard lock(s.mu);
   std::uint64_t session = s.next_id++;
   State::Session& entry = s.sessions[session];
@@ -330,11 +340,11 @@ Status TrackedDump::hand_in() {
   if (sock == s.watched.end()) return Error{Errc::internal, "the tracked dump has no socket"};
   handed_in_ = true;
   const Key key = key_of(key_);
+  // gcrd goes on serving them until CRIU takes them over (receive(): pid -1), so that no write
+  // waits unserved while CRIU starts and freezes the process.
   for (std::uint64_t id : s.uffds_of(key, 0)) {
-    pid_t pid = s.watched.at(id).pid;
-    UniqueFd fd = s.unwatch(id);  // from here a first write waits for CRIU
-    GCR_TRY(send_tracked(sock->second.fd.get(), pid, fd.get()));
-    session->second.handed.emplace_back(pid, std::move(fd));
+    const Watched& w = s.watched.at(id);
+    GCR_TRY(send_tracked(sock->second.fd.get(), w.pid, w.fd.get()));
   }
   GCR_TRY(send_tracked(sock->second.fd.get(), 0, -1));
   // Watched from now: CRIU's list comes back as each task's pages are written.
@@ -372,9 +382,6 @@ std::size_t TrackedDump::commit(WorkDir images) {
     for (std::uint64_t id : ids) s.watched.at(id).session = 0;
     count = ids.size();
     committed_ = true;
-    // The copies of what was handed in are the same userfaultfds CRIU handed back, or ones of
-    // tasks gone since: closing them ends nothing that is tracked.
-    if (auto it = s.sessions.find(session_); it != s.sessions.end()) it->second.handed.clear();
   }
   return count;  // `old` (the previous images) is removed here, outside the lock
 }
@@ -386,30 +393,20 @@ TrackedDump::~TrackedDump() {
   {
     std::lock_guard lock(s.mu);
     const Key key = key_of(key_);
-    for (std::uint64_t id : s.uffds_of(key, session_)) s.unwatch(id);
     bool taken = false;
-    std::vector<std::pair<pid_t, UniqueFd>> handed;
     if (auto it = s.sessions.find(session_); it != s.sessions.end()) {
       // CRIU has ended (its handle is gone before this): all it said is in the socket.
       if (auto sock = s.watched.find(it->second.socket); sock != s.watched.end())
         s.receive(sock->first, sock->second);
       taken = it->second.taken;
-      handed = std::move(it->second.handed);
       s.unwatch(it->second.socket);
       s.sessions.erase(it);
     }
-    if (!committed_ && handed_in_ && !taken) {
-      // CRIU never took what was handed in (it died, or failed, before the freeze): nothing
-      // changed the protection, and gcrd serves the copies again (a write may wait already).
-      for (auto& [pid, fd] : handed) {
-        int raw = fd.get();
-        if (s.watch(Watched{Kind::uffd, key, 0, pid, std::move(fd)}) != 0) s.serve(raw);
-      }
-    } else if (!committed_ && handed_in_) {
-      // CRIU took it and failed: the protection may have changed since the last dump, so the
-      // tracking ends (the copies close here, and with them the protection).
-      gone = s.drop(key);
-    }
+    for (std::uint64_t id : s.uffds_of(key, session_)) s.unwatch(id);
+    // Not taken (CRIU died, or failed, before it took them): gcrd never stopped serving them and
+    // the tracking goes on. Taken and not committed: the protection may have changed since the
+    // last dump, so the tracking ends (it ended with CRIU's copies).
+    if (!committed_ && handed_in_ && taken) gone = s.drop(key);
   }
 }
 

@@ -24,7 +24,14 @@
 // page on this 2-CPU VM (a step writing 8 MiB went from 25 to ~100 ms after each checkpoint,
 // bench/ckpt_bench.py --host-writes 2048); per block it pays that per 2 MiB. Another process's
 // write into a protected page (process_vm_writev, a debugger poking /proc/PID/mem) fails with
-// EFAULT. GCR_CRIU_COW_TRACK=0 turns it off.
+// EFAULT. GCR_CRIU_COW_TRACK=0 turns it off; kernels before 6.13 do not get it (mremap kept the
+// protection of the pages it moved).
+//
+// Not seen: memory written without its page tables, by a device through pages pinned for DMA
+// (cuMemHostRegister'd memory a real GPU copies into, RDMA regions). Such a page keeps its
+// protection and would be taken from the parent. simgpu's copies are CPU writes, which fault;
+// before a real GPU's pinned host memory can be tracked, the interposer must report registered
+// ranges (or hold them as gcr regions, issue 16) so that their VMAs are dumped whole.
 #pragma once
 
 #include <sys/types.h>
@@ -63,10 +70,10 @@ class TrackedDump {
   // when there is one to take unchanged pages from.
   int criu_socket() const { return criu_end_.get(); }
   const std::optional<std::filesystem::path>& parent_images() const { return parent_; }
-  // gcrd stops serving the previous dump's userfaultfds and hands them to CRIU, which reads them
-  // once it has frozen the process (started before or after this call, with criu_socket()). Call
-  // right before CRIU freezes the process: a first write from here until CRIU serves the faults
-  // waits.
+  // Hands the previous dump's userfaultfds to CRIU (started before or after this call, with
+  // criu_socket()), which takes them over once it has frozen the process: gcrd serves them until
+  // then, so that nothing waits unserved, and stops when CRIU says it takes them (CRIU waits for
+  // that before it changes any protection).
   Status hand_in();
   // After CRIU's dump succeeded: the userfaultfds it handed back (served since) and its images
   // (`images`, which this keeps) are what the next dump starts from. How many tasks are tracked.

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +132,14 @@ bool knows_option(const fs::path& criu, std::string_view option) {
   return found;
 }
 
+// Whether the running kernel is at least major.minor.
+bool kernel_at_least(int major, int minor) {
+  utsname u{};
+  int ma = 0, mi = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
 }  // namespace
 
 Result<Tools> find_tools(const fs::path& self_dir) {
@@ -169,7 +178,11 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return v && std::string_view(v) == "0";
   };
   t.cow_dump = !off("GCR_CRIU_COW_DUMP") && knows_option(t.criu, "--cow-dump");
-  t.cow_track = t.cow_dump && !off("GCR_CRIU_COW_TRACK") && knows_option(t.criu, "--cow-track");
+  // Before 6.13 mremap() kept the write protection of the pages it moved, which then read as
+  // unchanged at their new address whatever was written there since ("mm: clear uffd-wp PTE/PMD
+  // state on mremap()"); --cow-track would take them from the parent.
+  t.cow_track = t.cow_dump && !off("GCR_CRIU_COW_TRACK") && kernel_at_least(6, 13) &&
+                knows_option(t.criu, "--cow-track");
   return t;
 }
 
