@@ -275,6 +275,16 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz,
 
 extern "C" {
 
+// Host memory the driver pins for DMA: a device's writes there pass the page tables, so gcrd must
+// not track it by write protection (Note [Host memory tracked between checkpoints]); sticky.
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuMemHostRegister_v2(p, bytes, flags);
+  if (r == CUDA_SUCCESS) g_host_registered.store(true, std::memory_order_relaxed);
+  return r;
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;

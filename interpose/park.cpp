@@ -371,6 +371,7 @@ StatusInfo op_status() {
   s.epoch = g_epoch.load();
   s.last_checkpoint = g_last_checkpoint;
   s.conservative = config().track == TrackMode::conservative;
+  s.host_registered = g_host_registered.load(std::memory_order_relaxed);
   for (const RegionRecord& r : op_regions()) {
     ++s.regions;
     s.region_bytes += r.size;

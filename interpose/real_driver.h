@@ -20,9 +20,10 @@ namespace gcr::interpose {
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuCtxCreate_v4)                                                                                \
   X(cuCtxDestroy_v2)                                                                               \
-  X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuCtxGetCurrent) X(           \
-      cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2)                \
-      X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                \
+  X(cuCtxPushCurrent_v2)                                                                           \
+  X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(               \
+      cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2)                  \
+      X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                                 \
           cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)                        \
           XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(          \
               cuMemFreeAsync_ptsz, cuMemFreeAsync) X(cuMemGetAddressRange_v2)                      \
@@ -38,7 +39,8 @@ namespace gcr::interpose {
                                               X(cuMemGetAllocationPropertiesFromHandle)            \
                                                   X(cuStreamGetCtx) X(cuGetErrorName)              \
                                                       X(cuStreamCreate) X(cuStreamSynchronize)     \
-                                                          X(cuMemcpyDtoDAsync_v2)
+                                                          X(cuMemcpyDtoDAsync_v2)                  \
+                                                              X(cuMemHostRegister_v2)
 
 struct RealDriver {
 #define GCR_REAL_MEMBER(name) decltype(&::name) name = nullptr;

@@ -19,6 +19,7 @@ Arena g_arena;
 Region* g_regions = nullptr;
 std::atomic<std::uint64_t> g_epoch{1};
 std::atomic<bool> g_all_dirty{false};
+std::atomic<bool> g_host_registered{false};
 std::mutex g_region_mu;
 std::atomic<std::uint32_t> g_touch_count{0};
 std::atomic<std::uint32_t> g_touch_log[kTouchLog];

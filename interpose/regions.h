@@ -61,7 +61,8 @@ struct Arena {
 extern Arena g_arena;
 extern Region* g_regions;  // kMaxRegions slots, index 0 unused
 extern std::atomic<std::uint64_t> g_epoch;
-extern std::atomic<bool> g_all_dirty;  // conservative marking since the epoch began
+extern std::atomic<bool> g_all_dirty;        // conservative marking since the epoch began
+extern std::atomic<bool> g_host_registered;  // cuMemHostRegister succeeded once (sticky)
 
 // Soft copy-on-write (interpose/cow.h): while gcrd drains a --leave-running checkpoint, a write to
 // a region it has not read yet copies the region first. Slow paths, called by the marking below.

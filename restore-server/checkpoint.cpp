@@ -345,8 +345,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.shared_regions = shared.size();
   // What the members say their last checkpoint was: one answer for the job, or none.
   std::string claimed;
+  pid_t host_registered = 0;  // a member whose pinned host memory a device may write by DMA
   for (std::size_t i = 0; i < members.size(); ++i) {
     GCR_TRY_ASSIGN(control::StatusInfo before, members[i].client.status());
+    if (before.host_registered) host_registered = members[i].pid;
     if (i == 0)
       claimed = before.last_checkpoint;
     else if (claimed != before.last_checkpoint)
@@ -387,7 +389,13 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Note [Host memory tracked between checkpoints] (host_tracking.h): a failure to set it up
   // only makes this dump a full one.
   std::optional<TrackedDump> tracking;
-  if (!external && req.leave_running && tools.cow_track) {
+  if (!external && req.leave_running && tools.cow_track && host_registered) {
+    HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
+    progress("host memory is not tracked between checkpoints: process " +
+             std::to_string(host_registered) +
+             " registered host memory with the driver, which devices write past write protection");
+  }
+  if (!external && req.leave_running && tools.cow_track && !host_registered) {
     if (auto t = HostTracking::instance().begin(*key)) {
       tracking.emplace(std::move(t).value());
       dump_options.cow_track_socket = tracking->criu_socket();

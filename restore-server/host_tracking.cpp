@@ -293,6 +293,12 @@ std::uint64_t HostTracking::faults_served() const {
   return state_->faults.load(std::memory_order_relaxed);
 }
 
+void HostTracking::forget(const ProcessKey& key) {
+  std::optional<WorkDir> gone;
+  std::lock_guard lock(state_->mu);
+  gone = state_->drop(key_of(key));
+}
+
 Result<TrackedDump> HostTracking::begin(const ProcessKey& key) {
   State& s = *state_;
   if (!s.epoll) return errno_error("starting gcrd's host-memory tracking");

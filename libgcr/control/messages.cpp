@@ -314,7 +314,7 @@ Result<MsgType> decode_ok(std::span<const std::uint8_t> payload) {
 std::vector<std::uint8_t> encode_status_reply(const StatusInfo& s) {
   Writer w;
   w.u32(static_cast<std::uint32_t>(s.state));
-  w.u32(s.conservative ? 1u : 0u);
+  w.u32((s.conservative ? 1u : 0u) | (s.host_registered ? 2u : 0u));
   w.u64(s.regions);
   w.u64(s.region_bytes);
   w.u64(s.dirty_bytes);
@@ -331,7 +331,8 @@ Result<StatusInfo> decode_status_reply(std::span<const std::uint8_t> payload) {
   GCR_TRY_ASSIGN(std::uint32_t state, r.u32("state"));
   GCR_TRY_ASSIGN(s.state, to_state(r, state, 0));
   GCR_TRY_ASSIGN(std::uint32_t flags, r.u32("flags"));
-  s.conservative = (flags & 1u) != 0;  // other bits: added by a newer minor, ignored
+  s.conservative = (flags & 1u) != 0;
+  s.host_registered = (flags & 2u) != 0;  // other bits: added by a newer minor, ignored
   GCR_TRY_ASSIGN(s.regions, r.u64("regions"));
   GCR_TRY_ASSIGN(s.region_bytes, r.u64("region_bytes"));
   GCR_TRY_ASSIGN(s.dirty_bytes, r.u64("dirty_bytes"));

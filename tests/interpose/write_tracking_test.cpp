@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "common.h"
@@ -241,6 +242,30 @@ TEST_CASE("a launch writing the program's own VMM mapping marks that mapping's r
 TEST_CASE("a region outside gcr's address arena is always reported dirty", "[track]") {
   check_child_tracking({"GCR_ARENA_BYTES=8M"}, "fill-d", "d", false);
   check_child_tracking({"GCR_ARENA_BYTES=8M"}, "nop", "d", false);
+}
+
+// Note [Host memory tracked between checkpoints] (restore-server/host_tracking.h): a device
+// writes registered host memory by DMA, past write protection, so gcrd must know of it.
+TEST_CASE("host memory registered with the driver stays reported in the status", "[track]") {
+  require_under_gcr();
+  kernels();
+  control::Client client = connect(getpid());
+  auto before = client.status();
+  REQUIRE(before);
+  CHECK_FALSE(before->host_registered);
+  constexpr std::size_t kHostBytes = 64 << 10;
+  void* host = std::aligned_alloc(4096, kHostBytes);
+  REQUIRE(host != nullptr);
+  CU_OK(cuMemHostRegister(host, kHostBytes, 0));
+  auto registered = client.status();
+  REQUIRE(registered);
+  CHECK(registered->host_registered);
+  CU_OK(cuMemHostUnregister(host));
+  std::free(host);
+  auto after = client.status();
+  REQUIRE(after);
+  CHECK(after->host_registered);  // what a device wrote before may still be unseen
+  (void)client.close();
 }
 
 }  // namespace

@@ -100,6 +100,9 @@ struct StatusInfo {
   std::uint64_t epoch = 0;      // checkpoint epoch; a checkpoint cut starts a new one
   std::string last_checkpoint;  // id of the last checkpoint taken, empty if none
   bool conservative = false;    // write tracking treats every launch as writing everything
+  // The program registered host memory with the driver (cuMemHostRegister): a device may write
+  // it by DMA, past the page tables (Note [Host memory tracked between checkpoints]).
+  bool host_registered = false;
 };
 
 // What the server said about itself when the connection opened.

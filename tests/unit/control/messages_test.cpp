@@ -203,6 +203,7 @@ TEST_CASE("status_reply round-trips every field", "[messages]") {
   s.epoch = 9;
   s.last_checkpoint = "3f2a0b";
   s.conservative = true;
+  s.host_registered = true;
   Bytes b = encode_status_reply(s);
   auto d = decode_status_reply(b);
   REQUIRE(d);
@@ -214,6 +215,7 @@ TEST_CASE("status_reply round-trips every field", "[messages]") {
   CHECK(d->epoch == s.epoch);
   CHECK(d->last_checkpoint == s.last_checkpoint);
   CHECK(d->conservative);
+  CHECK(d->host_registered);
   check_truncations_and_trailing(MsgType::status_reply, b);
 }
 
