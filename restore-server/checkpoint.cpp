@@ -389,14 +389,14 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Note [Host memory tracked between checkpoints] (host_tracking.h): a failure to set it up
   // only makes this dump a full one.
   std::optional<TrackedDump> tracking;
-  if (!external && req.leave_running && tools.cow_track && host_registered) {
-    HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
-    progress("host memory is not tracked between checkpoints: process " +
-             std::to_string(host_registered) +
-             " registered host memory with the driver, which devices write past write protection");
-  }
-  if (!external && req.leave_running && tools.cow_track && !host_registered) {
-    if (auto t = HostTracking::instance().begin(*key)) {
+  if (!external && req.leave_running && tools.cow_track) {
+    if (host_registered) {
+      HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
+      progress("host memory is not tracked between checkpoints: process " +
+               std::to_string(host_registered) +
+               " registered host memory with the driver, which devices write past write "
+               "protection");
+    } else if (auto t = HostTracking::instance().begin(*key)) {
       tracking.emplace(std::move(t).value());
       dump_options.cow_track_socket = tracking->criu_socket();
       if (tracking->parent_images()) dump_options.prev_images = *tracking->parent_images();
@@ -761,10 +761,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     tracking.reset();             // as above
     return std::move(s).error();  // it runs on (-R)
   }
-  if (work) {
+  if (work) {  // --prev-images-dir's link: the dump stands alone
     std::error_code ignored;
-    fs::remove(work->path() / "parent",
-               ignored);  // --prev-images-dir's link: the dump stands alone
+    fs::remove(work->path() / "parent", ignored);
   }
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -147,12 +146,13 @@ struct HostTracking::State {
   std::map<Key, Process> tracked;
   struct Session {
     Key key;
-    std::uint64_t socket = 0;  // its watch; 0 once CRIU's list ended
+    UniqueFd unsent;           // gcrd's end of the socket until hand_in watches it
+    std::uint64_t socket = 0;  // its watch from hand_in until CRIU's list ends
+    bool ended = false;        // CRIU's list has come back, or CRIU has gone
     bool taken = false;        // CRIU took the list handed in (gcrd stopped serving it)
   };
   std::map<std::uint64_t, Session> sessions;
   std::uint64_t next_id = 1;
-  std::atomic<std::uint64_t> faults{0};
   std::thread thread;
 
   std::uint64_t watch(Watched w) {
@@ -217,7 +217,6 @@ struct HostTracking::State {
         uffdio_range wake{msg.arg.pagefault.address & ~(page - 1), page};
         (void)::ioctl(uffd, UFFDIO_WAKE, &wake);
       }
-      faults.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
@@ -237,7 +236,10 @@ struct HostTracking::State {
       }
       if (pid == 0) {
         unwatch(id);
-        if (auto s = sessions.find(session); s != sessions.end()) s->second.socket = 0;
+        if (auto s = sessions.find(session); s != sessions.end()) {
+          s->second.socket = 0;
+          s->second.ended = true;
+        }
         ended_cv.notify_all();
         return;
       }
@@ -289,10 +291,6 @@ HostTracking& HostTracking::instance() {
   return *tracking;
 }
 
-std::uint64_t HostTracking::faults_served() const {
-  return state_->faults.load(std::memory_order_relaxed);
-}
-
 void HostTracking::forget(const ProcessKey& key) {
   std::optional<WorkDir> gone;
   std::lock_guard lock(state_->mu);
@@ -316,8 +314,7 @@ Result<TrackedDump> HostTracking::begin(const ProcessKey& key) {
   std::uint64_t session = s.next_id++;
   State::Session& entry = s.sessions[session];
   entry.key = key_of(key);
-  entry.socket = s.next_id++;  // watched at hand_in; kept here until then
-  s.watched.emplace(entry.socket, Watched{Kind::socket, key_of(key), session, 0, std::move(ours)});
+  entry.unsent = std::move(ours);
   TrackedDump dump(this, key, session);
   dump.criu_end_ = std::move(criu_end);
   if (auto it = s.tracked.find(key_of(key)); it != s.tracked.end() && it->second.images)
@@ -341,22 +338,21 @@ Status TrackedDump::hand_in() {
   auto& s = *owner_->state_;
   std::lock_guard lock(s.mu);
   auto session = s.sessions.find(session_);
-  if (session == s.sessions.end()) return Error{Errc::internal, "no such tracked dump"};
-  auto sock = s.watched.find(session->second.socket);
-  if (sock == s.watched.end()) return Error{Errc::internal, "the tracked dump has no socket"};
+  if (session == s.sessions.end() || !session->second.unsent)
+    return Error{Errc::internal, "no tracked dump to hand in"};
   handed_in_ = true;
   const Key key = key_of(key_);
+  const int sock = session->second.unsent.get();
   // gcrd goes on serving them until CRIU takes them over (receive(): pid -1), so that no write
   // waits unserved while CRIU starts and freezes the process.
   for (std::uint64_t id : s.uffds_of(key, 0)) {
     const Watched& w = s.watched.at(id);
-    GCR_TRY(send_tracked(sock->second.fd.get(), w.pid, w.fd.get()));
+    GCR_TRY(send_tracked(sock, w.pid, w.fd.get()));
   }
-  GCR_TRY(send_tracked(sock->second.fd.get(), 0, -1));
+  GCR_TRY(send_tracked(sock, 0, -1));
   // Watched from now: CRIU's list comes back as each task's pages are written.
-  UniqueFd ours = std::move(sock->second.fd);
-  s.watched.erase(sock);
-  session->second.socket = s.watch(Watched{Kind::socket, key, session_, 0, std::move(ours)});
+  session->second.socket =
+      s.watch(Watched{Kind::socket, key, session_, 0, std::move(session->second.unsent)});
   if (session->second.socket == 0) return errno_error("watching CRIU's tracking socket");
   return ok();
 }
@@ -372,7 +368,7 @@ std::size_t TrackedDump::commit(WorkDir images) {
     // CRIU has exited: its list has come, or its socket has closed.
     bool ended = s.ended_cv.wait_for(lock, std::chrono::seconds(5), [&] {
       auto it = s.sessions.find(session_);
-      return it == s.sessions.end() || it->second.socket == 0;
+      return it == s.sessions.end() || it->second.ended;
     });
     std::vector<std::uint64_t> ids = s.uffds_of(key, session_);
     if (!ended || ids.empty()) return 0;  // the destructor ends the tracking

@@ -98,8 +98,6 @@ class HostTracking {
   Result<TrackedDump> begin(const ProcessKey& key);
   // Ends the tracking of `key`'s tree, if any: its protection ends, its images go.
   void forget(const ProcessKey& key);
-  // How many pages' protection gcrd has lifted since it started (tests, bench).
-  std::uint64_t faults_served() const;
 
   struct State;
 

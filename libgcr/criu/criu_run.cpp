@@ -314,14 +314,14 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
 
 namespace {
 
-// Whether CRIU gets o.cow_track_socket (as the fd after those in `extras`, which it joins).
-bool pass_cow_track(const Tools& tools, const DumpOptions& o, SpawnExtras& extras, int* criu_fd) {
+// CRIU's fd for o.cow_track_socket, which joins `extras` after the fds there; -1 when CRIU does
+// not get it.
+int pass_cow_track(const Tools& tools, const DumpOptions& o, SpawnExtras& extras) {
   if (!(o.leave_running && o.cow_dump && tools.cow_dump && tools.cow_track &&
         o.cow_track_socket >= 0))
-    return false;
-  *criu_fd = static_cast<int>(3 + extras.fds.size());  // spawn() puts extras.fds at 3, 4, ...
+    return -1;
   extras.fds.push_back(o.cow_track_socket);
-  return true;
+  return static_cast<int>(2 + extras.fds.size());  // spawn() puts extras.fds at 3, 4, ...
 }
 
 // track_fd: CRIU's fd for --cow-track, -1 for none.
@@ -375,8 +375,7 @@ Status dump_result(int rc, const DumpOptions& o) {
 Status dump(const Tools& tools, const DumpOptions& o) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
   SpawnExtras extras;
-  int track_fd = -1;
-  pass_cow_track(tools, o, extras, &track_fd);
+  int track_fd = pass_cow_track(tools, o, extras);
   GCR_TRY_ASSIGN(int rc, run_and_wait(dump_argv(tools, o, track_fd), dump_env(o),
                                       o.image_dir / "criu.out", extras));
   return dump_result(rc, o);
@@ -393,8 +392,7 @@ Result<StartedDump> StartedDump::start(const Tools& tools, const DumpOptions& o,
   env["GCR_DUMP_GO_FD"] = "3";  // spawn() puts extras.fds at 3, 4, ...
   SpawnExtras extras;
   extras.fds = {criu_end.get()};
-  int track_fd = -1;
-  pass_cow_track(tools, o, extras, &track_fd);
+  int track_fd = pass_cow_track(tools, o, extras);
   std::vector<std::string> argv = dump_argv(tools, o, track_fd);
   argv.push_back("--timeout");
   argv.push_back(std::to_string(timeout.count()));
