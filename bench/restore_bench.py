@@ -11,6 +11,12 @@ in the page cache ("warm") and after `echo 3 > /proc/sys/vm/drop_caches` ("cold"
   stop-copy      `gcr restore NAME`          of the --stop-copy image: CRIU brings the device memory
                                              back in the process's pages, the driver copies it
 
+With --host-footprint SIZE the workload also holds that much pageable host memory (mlp_train
+--host-footprint), which gcr's restore brings back lazily (Note [Host memory restored lazily] in
+libgcr/include/gcr/criu.h: CRIU's lazy-pages daemon fills it after the process runs), and a third
+image, gcr with GCR_CRIU_LAZY_PAGES=0 (variant "eager-host"), is restored the way CRIU does by
+default, every page before the process runs: the baseline for the host memory's share.
+
 Per restore: time to resume (gcrd's time.resume_ns: restore start -> the process runs; for
 --stop-copy, when CRIU and the driver's restore are done), time to full (time.full_ns: all device
 memory on the GPU), end to end (the command's wall time; it returns after the full load), the CRIU
@@ -23,7 +29,7 @@ footprint (at most 1.5x the smallest's plus 50 ms), and at 4 GiB it is >= 5x sho
 only when a checkpoint or restore failed, 2 on bad usage.
 
   bench/restore_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--no-cold]
-                         [--json FILE] [--no-results] [--dir /var/tmp]
+                         [--host-footprint SIZE] [--json FILE] [--no-results] [--dir /var/tmp]
 
 Python 3 standard library only. Needs root (CRIU, drop_caches). Results:
 bench/results/restore-<time>.json.
@@ -45,7 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckpt_bench as cb  # noqa: E402  (shared helpers: processes, step logs, formatting)
 
 GiB = cb.GiB
-VARIANTS = {"gcr": ["on-demand", "eager"], "stop-copy": ["stop-copy"]}
+VARIANTS = {"gcr": ["on-demand", "eager"], "stop-copy": ["stop-copy"],
+            "gcr-eager-host": ["eager-host"]}
 
 
 def drop_caches():
@@ -63,7 +70,7 @@ def wait_gone(pid, timeout_s=30):
 def measure(footprint, mode, args, build):
     """One image (mode gcr or stop-copy) of one footprint, restored in each variant and cache state."""
     r = {"footprint_bytes": footprint, "mode": mode, "ok": False, "restores": []}
-    gib = footprint / GiB
+    gib = (footprint + args.host_footprint) / GiB
     t_cmd, t_steps = 120 + 60 * gib, 60 + 30 * gib
     root = tempfile.mkdtemp(prefix=f"gcr-bench-restore-{cb.size_arg(footprint)}-{mode}-",
                             dir=args.dir)
@@ -71,8 +78,11 @@ def measure(footprint, mode, args, build):
     env.update(GCR_STORE=os.path.join(root, "store"), GCR_GCRD_SOCKET=os.path.join(root, "gcrd.sock"),
                GCR_WORK_DIR=os.path.join(root, "work"), GCR_QUIET="1", SIMGPU_DEVICES="1",
                SIMGPU_MEMORY=cb.size_arg(2 * footprint + GiB))
-    for k in ("GCR_KEEP_WORK", "GCR_LOAD_MIB_PER_S", "GCR_DRAIN_MIB_PER_S"):
+    for k in ("GCR_KEEP_WORK", "GCR_LOAD_MIB_PER_S", "GCR_DRAIN_MIB_PER_S", "GCR_CRIU_LAZY_PAGES"):
         env.pop(k, None)
+    if mode == "gcr-eager-host":
+        env["GCR_CRIU_LAZY_PAGES"] = "0"
+    host = ["--host-footprint", cb.size_arg(args.host_footprint)] if args.host_footprint else []
     gcr = os.path.join(build, "bin", "gcr")
     mlp = os.path.join(build, "tests", "workloads", "mlp_train")
     log_path = os.path.join(root, "app.log")
@@ -86,7 +96,7 @@ def measure(footprint, mode, args, build):
         with open(log_path, "ab") as lf:
             app = subprocess.Popen(
                 [gcr, "run", "--", mlp, "--footprint", cb.size_arg(footprint), "--step-delay-ms",
-                 "10", "--steps", "1000000"],
+                 "10", "--steps", "1000000"] + host,
                 env=env, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
                 start_new_session=True)
         cb.REAPER.add(app.pid, "mlp_train", app)
@@ -118,6 +128,7 @@ def measure(footprint, mode, args, build):
                 one = {"variant": variant, "cache": cache, "json": doc, "wall_ms": wall,
                        "resume_ms": ms("time.resume_ns"), "full_ms": ms("time.full_ns"),
                        "criu_ms": ms("time.criu_ns"), "first_step_ms": (first[2] - t0) * 1e3,
+                       "host_ms": ms("time.host_ns") if "time.host_ns" in doc else None,
                        # when CRIU and gcr's gate last held it, as eBPF saw (None: not traced)
                        "kernel_resume_ms": (int(doc["trace.resumed_ns"]) / 1e6
                                             if "trace.resumed_ns" in doc else None)}
@@ -125,7 +136,8 @@ def measure(footprint, mode, args, build):
                 print(f"    {variant:9} {cache}: resume {cb.fmt_ms(one['resume_ms'])} (kernel "
                       f"{cb.fmt_ms(one['kernel_resume_ms'])}), full "
                       f"{cb.fmt_ms(one['full_ms'])}, first step {cb.fmt_ms(one['first_step_ms'])}, "
-                      f"CRIU {cb.fmt_ms(one['criu_ms'])}", flush=True)
+                      f"CRIU {cb.fmt_ms(one['criu_ms'])}, host memory "
+                      f"{doc.get('host_memory', '-')} {cb.fmt_ms(one['host_ms'])}", flush=True)
                 cb.REAPER.kill(restored)
                 wait_gone(restored)
                 restored = None
@@ -159,14 +171,15 @@ def report(results, limits=None):
                          cb.fmt_ms(x["resume_ms"]), cb.fmt_ms(x.get("kernel_resume_ms")),
                          cb.fmt_ms(x["full_ms"]),
                          cb.fmt_ms(x["wall_ms"]), cb.fmt_ms(x["criu_ms"]),
-                         cb.fmt_ms(x["first_step_ms"])])
+                         cb.fmt_ms(x.get("host_ms")), cb.fmt_ms(x["first_step_ms"])])
     print()
-    print("restore: resume = restore start -> process running; full = all device memory loaded;")
+    print("restore: resume = restore start -> process running; full = all device (and host) memory")
+    print("in; host = CRIU's start -> all host memory in, when it came lazily;")
     print("e2e = the command's wall time; CRIU = CPU-side restore alone; first step = the restored")
     print("mlp_train's first step line (it reads its whole ballast every step); kernel = when CRIU")
     print("and gcr's gate last held the restored process, as eBPF saw it (gcr restore --trace)")
     print(cb.table(["footprint", "variant", "cache", "resume", "kernel", "full", "e2e", "CRIU",
-                    "first step"], rows, right={3, 4, 5, 6, 7, 8}))
+                    "host", "first step"], rows, right={3, 4, 5, 6, 7, 8, 9}))
     goals = []
     fps = sorted({r["footprint_bytes"] for r in results})
     for cache in ("warm", "cold"):
@@ -187,6 +200,13 @@ def report(results, limits=None):
                          f"{ratio:.1f}x; goal >= 5x at 4 GiB: "
                          f"{'met' if ratio >= 5 else 'MISSED'}"
                          + ("" if big >= 4 * GiB else " (largest footprint here is smaller)"))
+        big = fps[-1] if fps else None
+        a, b = by.get((big, "on-demand", cache)), by.get((big, "eager-host", cache))
+        if a and b:
+            goals.append(f"host memory restored lazily ({cache}) at {cb.fmt_bytes(big)} device: "
+                         f"resume {cb.fmt_ms(a['resume_ms'])} vs {cb.fmt_ms(b['resume_ms'])} eager "
+                         f"({b['resume_ms'] / max(a['resume_ms'], 1e-3):.2f}x), CRIU "
+                         f"{cb.fmt_ms(a['criu_ms'])} vs {cb.fmt_ms(b['criu_ms'])}")
     for g in goals:
         print("  " + g)
     if limits:
@@ -222,6 +242,9 @@ def main():
     ap.add_argument("--footprints", default=None, help="comma-separated (default 256M,1G,4G)")
     ap.add_argument("--quick", action="store_true", help="footprints 64M,256M")
     ap.add_argument("--warm-steps", type=int, default=30)
+    ap.add_argument("--host-footprint", type=cb.parse_size, default=0,
+                    help="pageable host memory the workload holds (mlp_train --host-footprint); "
+                         "adds the eager-host image (GCR_CRIU_LAZY_PAGES=0)")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache restores")
     ap.add_argument("--trace", action="store_true",
                     help="trace the restores with eBPF (gcr restore --trace): the kernel column; "
@@ -257,10 +280,11 @@ def main():
     try:
         for f in footprints:
             mem, disk = cb.meminfo(), shutil.disk_usage(args.dir)
-            if mem["MemAvailable"] < 3 * f + GiB or disk.free < 3 * f + 2 * GiB:
+            need = 3 * (f + args.host_footprint)
+            if mem["MemAvailable"] < need + GiB or disk.free < need + 2 * GiB:
                 print(f"  skipping {cb.fmt_bytes(f)}: not enough memory or disk")
                 continue
-            for mode in ("gcr", "stop-copy"):
+            for mode in ("gcr",) + (("gcr-eager-host",) if args.host_footprint else ()) + ("stop-copy",):
                 print(f"  {cb.fmt_bytes(f)} {mode}:", flush=True)
                 r = measure(f, mode, args, build)
                 results.append(r)
@@ -277,7 +301,8 @@ def main():
            "host": platform.node(), "kernel": f"{platform.system()} {platform.release()}",
            "cpus": os.cpu_count(), "load_average_before": load_before,
            "load_average_after": load_after, "build": build,
-           "footprints_bytes": footprints, "goals": goals,
+           "footprints_bytes": footprints, "host_footprint_bytes": args.host_footprint,
+           "goals": goals,
            "total_s": time.monotonic() - started, "machine": limits, "runs": results}
     print(f"\nload average {load_before:.2f} before, {load_after:.2f} after; "
           f"total {doc['total_s']:.0f} s")

@@ -262,8 +262,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
       if (field_u64(f, "host_pages_from_parent"))
         line +=
             "  host memory: " + format_bytes(field_u64(f, "host_pages_from_process") * kHostPage) +
-            " taken from the process, " +
-            format_bytes(field_u64(f, "host_pages_from_parent") * kHostPage) +
+            " taken from the process" +
+            (field_u64(f, "host_pages_pinned")
+                 ? " (" + format_bytes(field_u64(f, "host_pages_pinned") * kHostPage) +
+                       " of it pinned for DMA, taken every time)"
+                 : "") +
+            ", " + format_bytes(field_u64(f, "host_pages_from_parent") * kHostPage) +
             " unchanged since the last checkpoint\n";
       if (field_u64(f, "cow_copies") || field_u64(f, "cow_waits"))
         line += "  while it was stored, the process copied " + field(f, "cow_copies") +
@@ -474,9 +478,13 @@ Status restore(RestoreOptions o, Context& ctx) {
   };
   say("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
       ") as pid " + field(f, "pid") + where + ": running after " +
-      format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all device memory after " +
-      format_duration(ns(field_u64(f, "time.full_ns"))) + "\n  device memory " +
-      format_bytes(field_u64(f, "region_bytes")) + " loaded " +
+      format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all memory after " +
+      format_duration(ns(field_u64(f, "time.full_ns"))) +
+      (field(f, "host_memory") == "lazy"
+           ? " (host memory loaded lazily, in " +
+                 format_duration(ns(field_u64(f, "time.host_ns"))) + " from CRIU's start)"
+           : "") +
+      "\n  device memory " + format_bytes(field_u64(f, "region_bytes")) + " loaded " +
       (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +
       format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
       " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
@@ -575,8 +583,8 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("MAP")
       ->excludes(device);
   r->add_flag("--eager", ro.eager,
-              "Load all device memory before the process runs (default: the process runs at once "
-              "and waits only for memory it touches before it has arrived)");
+              "Load all device and host memory before the process runs (default: the process "
+              "runs at once and waits only for memory it touches before it has arrived)");
   r->add_flag("--new-pid-namespace", ro.new_pid_namespace,
               "Restore into a PID namespace of its own, where the process keeps its original pid "
               "(chosen by itself when that pid is taken on the host)");

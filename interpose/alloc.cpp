@@ -4,13 +4,16 @@
 // program's own allocation handles are in vmm.cpp.
 #include "alloc.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <vector>
 
 #include "config.h"
+#include "control_ops.h"
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
@@ -271,17 +274,93 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz,
   return CUDA_SUCCESS;
 }
 
+// Note [Host memory tracked between checkpoints]: pinned host ranges by address. Those the driver
+// allocated (`allocated`) are dropped when freed; registered ones stay. Not the launch path: its
+// own lock.
+struct HostDma {
+  std::uint64_t bytes = 0;
+  bool allocated = false;
+};
+std::mutex g_host_dma_mu;
+std::map<std::uint64_t, HostDma> g_host_dma;
+bool g_host_dma_overflow = false;
+
+void note_host_dma(const void* p, std::size_t bytes, bool allocated) {
+  if (!p || bytes == 0) return;
+  std::lock_guard lock(g_host_dma_mu);
+  auto [it, added] =
+      g_host_dma.try_emplace(reinterpret_cast<std::uint64_t>(p), HostDma{bytes, allocated});
+  if (!added) {
+    it->second.bytes = std::max<std::uint64_t>(it->second.bytes, bytes);
+    it->second.allocated = it->second.allocated && allocated;
+  }
+  if (g_host_dma.size() > gcr::control::kMaxHostDmaRanges) {
+    g_host_dma.erase(it);
+    g_host_dma_overflow = true;
+  }
+}
+
+void forget_host_dma(const void* p) {
+  std::lock_guard lock(g_host_dma_mu);
+  auto it = g_host_dma.find(reinterpret_cast<std::uint64_t>(p));
+  if (it != g_host_dma.end() && it->second.allocated) g_host_dma.erase(it);
+}
+
 }  // namespace
+
+gcr::control::HostDmaRanges gcr::interpose::op_host_dma() {
+  gcr::control::HostDmaRanges out;
+  std::lock_guard lock(g_host_dma_mu);
+  out.overflow = g_host_dma_overflow;
+  for (const auto& [address, range] : g_host_dma) out.ranges.push_back({address, range.bytes});
+  return out;
+}
 
 extern "C" {
 
-// Host memory the driver pins for DMA: a device's writes there pass the page tables, so gcrd must
-// not track it by write protection (Note [Host memory tracked between checkpoints]); sticky.
+// Host memory the driver pins for DMA: a device's writes there pass the page tables, so gcrd takes
+// those pages from the process at every checkpoint instead of trusting write protection (Note
+// [Host memory tracked between checkpoints] in restore-server/host_tracking.h). Kept after
+// cuMemHostUnregister (the memory stays mapped with what a device wrote before); dropped after
+// cuMemFreeHost (unmapped: what is mapped there later is new to the tracking, which dumps it).
 CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real->cuMemHostRegister_v2(p, bytes, flags);
-  if (r == CUDA_SUCCESS) g_host_registered.store(true, std::memory_order_relaxed);
+  if (r == CUDA_SUCCESS) {
+    g_host_registered.store(true, std::memory_order_relaxed);  // for a 1.3 gcrd's status
+    note_host_dma(p, bytes, false);
+  }
+  return r;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  return real->cuMemHostUnregister(p);
+}
+
+CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuMemHostAlloc(pp, bytes, flags);
+  if (r == CUDA_SUCCESS && pp) note_host_dma(*pp, bytes, true);
+  return r;
+}
+
+CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuMemAllocHost_v2(pp, bytes);
+  if (r == CUDA_SUCCESS && pp) note_host_dma(*pp, bytes, true);
+  return r;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real->cuMemFreeHost(p);
+  if (r == CUDA_SUCCESS) forget_host_dma(p);
   return r;
 }
 

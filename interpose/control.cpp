@@ -55,6 +55,7 @@ class OpsHandler final : public ctl::Handler {
   std::vector<ctl::RegionRecord> regions() override { return op_regions(); }
   std::vector<std::string> blockers() override { return op_blockers(); }
   std::vector<ctl::ShareRecord> shares() override { return op_shares(); }
+  ctl::HostDmaRanges host_dma() override { return op_host_dma(); }
   ctl::CutCounts cut(ctl::CutOp op, std::uint64_t value) override { return op_cut(op, value); }
 };
 

@@ -61,5 +61,8 @@ std::vector<RegionRecord> op_regions();
 std::vector<std::string> op_blockers();
 // The regions shared with other processes, with their keys (Note [Shared regions]).
 std::vector<ShareRecord> op_shares();
+// Host memory the program pinned through the driver, which a device may write by DMA (protocol
+// 1.4; alloc.cpp).
+control::HostDmaRanges op_host_dma();
 
 }  // namespace gcr::interpose

@@ -21,26 +21,26 @@ namespace gcr::interpose {
   X(cuCtxCreate_v4)                                                                                \
   X(cuCtxDestroy_v2)                                                                               \
   X(cuCtxPushCurrent_v2)                                                                           \
-  X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(               \
-      cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2)                  \
-      X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                                 \
-          cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)                        \
+  X(cuCtxPopCurrent_v2)                                                                            \
+  X(cuCtxSynchronize) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount)  \
+      X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(             \
+          cuMemAllocAsync) XT(cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)    \
           XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(          \
               cuMemFreeAsync_ptsz, cuMemFreeAsync) X(cuMemGetAddressRange_v2)                      \
               X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuStreamIsCapturing) XT(        \
                   cuStreamIsCapturing_ptsz, cuStreamIsCapturing) X(cuEventCreate) X(cuEventRecord) \
-                  XT(cuEventRecord_ptsz, cuEventRecord) X(cuEventQuery) X(cuEventDestroy_v2)       \
-                      X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease)    \
-                          X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                              \
-                              X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)    \
-                                  X(cuMemRetainAllocationHandle) X(cuMemGetAllocationGranularity)  \
-                                      X(cuFuncGetParamInfo) X(cuFuncGetName)                       \
-                                          X(cuThreadExchangeStreamCaptureMode)                     \
-                                              X(cuMemGetAllocationPropertiesFromHandle)            \
-                                                  X(cuStreamGetCtx) X(cuGetErrorName)              \
-                                                      X(cuStreamCreate) X(cuStreamSynchronize)     \
-                                                          X(cuMemcpyDtoDAsync_v2)                  \
-                                                              X(cuMemHostRegister_v2)
+                  XT(cuEventRecord_ptsz, cuEventRecord) X(cuEventQuery) X(cuEventDestroy_v2) X(    \
+                      cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease)      \
+                      X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle)  \
+                          X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle)         \
+                              X(cuMemGetAllocationGranularity) X(cuFuncGetParamInfo)               \
+                                  X(cuFuncGetName) X(cuThreadExchangeStreamCaptureMode)            \
+                                      X(cuMemGetAllocationPropertiesFromHandle) X(cuStreamGetCtx)  \
+                                          X(cuGetErrorName) X(cuStreamCreate)                      \
+                                              X(cuStreamSynchronize) X(cuMemcpyDtoDAsync_v2)       \
+                                                  X(cuMemHostRegister_v2) X(cuMemHostUnregister)   \
+                                                      X(cuMemHostAlloc) X(cuMemAllocHost_v2)       \
+                                                          X(cuMemFreeHost)
 
 struct RealDriver {
 #define GCR_REAL_MEMBER(name) decltype(&::name) name = nullptr;

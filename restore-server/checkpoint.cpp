@@ -29,6 +29,7 @@
 #include "lineage.h"
 #include "pause_point.h"
 #include "phase_clock.h"
+#include "restore.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -306,6 +307,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // cannot restore correctly refused, before the process is touched.
   GCR_TRY_ASSIGN(criu::ProcessTree tree, criu::inspect_tree(req.pid));
   GCR_TRY(check_tree_blockers(tree));
+  GCR_TRY(wait_host_memory_restored(tree.pids, std::chrono::minutes(10), progress));
   // Note [Job checkpoint] (job.h): every process of the tree under gcr is a member. Memory shared
   // with a process outside the tree is the first thing to say (it explains the sockets too).
   std::vector<Member> members;
@@ -345,10 +347,20 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.shared_regions = shared.size();
   // What the members say their last checkpoint was: one answer for the job, or none.
   std::string claimed;
-  pid_t host_registered = 0;  // a member whose pinned host memory a device may write by DMA
+  // Note [Host memory tracked between checkpoints]: host memory pinned for DMA, per member; a
+  // member that cannot say what it pinned (1.3, or too many ranges) but registered some is not
+  // tracked at all.
+  std::map<pid_t, std::vector<control::HostDmaRange>> host_dma;
+  pid_t host_untrackable = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
     GCR_TRY_ASSIGN(control::StatusInfo before, members[i].client.status());
-    if (before.host_registered) host_registered = members[i].pid;
+    if (auto dma = members[i].client.host_dma(); dma && !dma->overflow) {
+      if (!dma->ranges.empty()) host_dma[members[i].pid] = std::move(dma->ranges);
+    } else if (dma || dma.error().code == Errc::unsupported) {
+      if (before.host_registered || (dma && dma->overflow)) host_untrackable = members[i].pid;
+    } else {
+      return std::move(dma).error();
+    }
     if (i == 0)
       claimed = before.last_checkpoint;
     else if (claimed != before.last_checkpoint)
@@ -390,12 +402,12 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // only makes this dump a full one.
   std::optional<TrackedDump> tracking;
   if (!external && req.leave_running && tools.cow_track) {
-    if (host_registered) {
+    if (host_untrackable) {
       HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
       progress("host memory is not tracked between checkpoints: process " +
-               std::to_string(host_registered) +
-               " registered host memory with the driver, which devices write past write "
-               "protection");
+               std::to_string(host_untrackable) +
+               " pinned host memory with the driver (which devices write past write "
+               "protection) and cannot say where");
     } else if (auto t = HostTracking::instance().begin(*key)) {
       tracking.emplace(std::move(t).value());
       dump_options.cow_track_socket = tracking->criu_socket();
@@ -548,7 +560,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
-  if (tracking && !tracking->hand_in()) {  // CRIU sees the socket end: a full dump
+  if (tracking && !tracking->hand_in(host_dma, &rep.host_pages_pinned)) {
+    // CRIU sees the socket end: a full dump
     tracking.reset();
     dump_options.cow_track_socket = -1;  // a CRIU not started yet (GCR_CRIU_EARLY=0) gets none
     dump_options.prev_images.clear();

@@ -352,6 +352,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["host_tracked_tasks"] = std::to_string(rep.host_tracked_tasks);
     out["host_pages_from_process"] = std::to_string(rep.host_pages_from_process);
     out["host_pages_from_parent"] = std::to_string(rep.host_pages_from_parent);
+    out["host_pages_pinned"] = std::to_string(rep.host_pages_pinned);
     out["processes"] = std::to_string(rep.processes);
     out["shared_regions"] = std::to_string(rep.shared_regions);
     out["images_in"] = rep.images_in;
@@ -397,6 +398,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["staged_bytes"] = std::to_string(rep.staged_bytes);
     out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
+    out["host_memory"] = rep.lazy_host ? "lazy" : "eager";
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
     for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
     return out;

@@ -334,7 +334,47 @@ TrackedDump::TrackedDump(TrackedDump&& o) noexcept
       handed_in_(o.handed_in_),
       committed_(o.committed_) {}
 
-Status TrackedDump::hand_in() {
+namespace {
+
+// The task's mappings, [start, end) each, from /proc/PID/maps.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> mappings_of(pid_t pid) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long long start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx", &start, &end) == 2) out.emplace_back(start, end);
+  }
+  return out;
+}
+
+// Lifts the write protection of [start, start + len) where uffd tracks it: one call per mapping
+// it crosses; a mapping the userfaultfd does not track (ENOENT: CRIU dumps it whole) is passed
+// over. Other failures are errors (the dump is then a full one). Counts the pages lifted.
+Status lift_protection(int uffd, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& maps,
+                       std::uint64_t start, std::uint64_t len, std::uint64_t* pages) {
+  static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t end = (start + len + page - 1) & ~(page - 1);
+  start &= ~(page - 1);
+  for (const auto& [vma_start, vma_end] : maps) {
+    std::uint64_t from = std::max(start, vma_start), to = std::min(end, vma_end);
+    if (from >= to) continue;
+    uffdio_writeprotect wp{};
+    wp.range.start = from;
+    wp.range.len = to - from;
+    wp.mode = 0;
+    if (::ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0)
+      *pages += (to - from) / page;
+    else if (errno != ENOENT)
+      return errno_error("lifting the write protection of pinned host memory");
+  }
+  return ok();
+}
+
+}  // namespace
+
+Status TrackedDump::hand_in(const std::map<pid_t, std::vector<control::HostDmaRange>>& dma,
+                            std::uint64_t* lifted_pages) {
   auto& s = *owner_->state_;
   std::lock_guard lock(s.mu);
   auto session = s.sessions.find(session_);
@@ -345,6 +385,14 @@ Status TrackedDump::hand_in() {
   const int sock = session->second.unsent.get();
   // gcrd goes on serving them until CRIU takes them over (receive(): pid -1), so that no write
   // waits unserved while CRIU starts and freezes the process.
+  for (std::uint64_t id : s.uffds_of(key, 0)) {
+    const Watched& w = s.watched.at(id);
+    auto it = dma.find(w.pid);
+    if (it == dma.end() || it->second.empty()) continue;
+    auto maps = mappings_of(w.pid);
+    for (const control::HostDmaRange& r : it->second)
+      GCR_TRY(lift_protection(w.fd.get(), maps, r.address, r.bytes, lifted_pages));
+  }
   for (std::uint64_t id : s.uffds_of(key, 0)) {
     const Watched& w = s.watched.at(id);
     GCR_TRY(send_tracked(sock, w.pid, w.fd.get()));

@@ -27,21 +27,28 @@
 // EFAULT. GCR_CRIU_COW_TRACK=0 turns it off; kernels before 6.13 do not get it (mremap kept the
 // protection of the pages it moved).
 //
-// Not seen: memory written without its page tables, by a device through pages pinned for DMA
-// (cuMemHostRegister'd memory a real GPU copies into, RDMA regions). Such a page keeps its
-// protection and would be taken from the parent. simgpu's copies are CPU writes, which fault;
-// before a real GPU's pinned host memory can be tracked, the interposer must report registered
-// ranges (or hold them as gcr regions, issue 16) so that their VMAs are dumped whole.
+// Memory written without its page tables, by a device through pages pinned for DMA, keeps its
+// protection: it would read as unchanged and be taken from the parent. What the program pinned
+// through the driver (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, and registered ranges
+// unregistered since) the interposer reports (protocol 1.4, host_dma), and hand_in() lifts its
+// protection while the process is parked (its GPU work drained, so no DMA is under way): CRIU
+// takes those pages from the process at every checkpoint. A process whose interposer cannot say
+// (1.3, or more ranges than it keeps) is not tracked if it registered any. Not seen at all: other
+// DMA writers (RDMA regions, io_uring fixed buffers the kernel fills). simgpu's copies are CPU
+// writes, which fault anyway.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "gcr/control.h"
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
 #include "lineage.h"
@@ -74,7 +81,11 @@ class TrackedDump {
   // criu_socket()), which takes them over once it has frozen the process: gcrd serves them until
   // then, so that nothing waits unserved, and stops when CRIU says it takes them (CRIU waits for
   // that before it changes any protection).
-  Status hand_in();
+  // `dma`: per task (pid), host memory a device may have written past the page tables, whose
+  // protection is lifted first (a range partly outside the tracked memory is lifted where it is
+  // tracked); `lifted_pages` counts them.
+  Status hand_in(const std::map<pid_t, std::vector<control::HostDmaRange>>& dma,
+                 std::uint64_t* lifted_pages);
   // After CRIU's dump succeeded: the userfaultfds it handed back (served since) and its images
   // (`images`, which this keeps) are what the next dump starts from. How many tasks are tracked.
   std::size_t commit(WorkDir images);

@@ -13,6 +13,8 @@
 //   draining   checkpoint.cpp: it runs again, nothing stored yet
 //   reply      gcrd.cpp: the request is done (a checkpoint committed), the answer not yet sent
 // and of a restore:
+//   lazy-pages restore.cpp: CRIU's lazy-pages daemon listens (Note [Host memory restored lazily]
+//              in gcr/criu.h; without it, CRIU's restore is about to start)
 //   restored   restore.cpp: CRIU restored the process, it waits for its device memory
 //   load-table restore.cpp: (on demand) the process has the load table, is still parked
 //   loading    restore.cpp: (on demand) it runs, loading goes on

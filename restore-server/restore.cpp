@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -158,7 +159,57 @@ Result<std::vector<control::Client>> give_job_its_memory(
   return clients;
 }
 
+// Note [Host memory restored lazily] (gcr/criu.h): the processes whose host memory is still coming
+// in, with the daemon's userfaultfd registered on it. A checkpoint of one of them waits.
+struct Filling {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::multiset<pid_t> pids;
+};
+Filling& filling() {
+  static Filling f;
+  return f;
+}
+
+// Marks pids as filling for its lifetime.
+class FillingScope {
+ public:
+  explicit FillingScope(std::vector<pid_t> pids) : pids_(std::move(pids)) {
+    std::lock_guard lock(filling().mu);
+    filling().pids.insert(pids_.begin(), pids_.end());
+  }
+  FillingScope(const FillingScope&) = delete;
+  FillingScope& operator=(const FillingScope&) = delete;
+  ~FillingScope() {
+    {
+      std::lock_guard lock(filling().mu);
+      for (pid_t p : pids_) filling().pids.erase(filling().pids.find(p));
+    }
+    filling().changed.notify_all();
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 }  // namespace
+
+Status wait_host_memory_restored(const std::vector<pid_t>& pids, std::chrono::seconds timeout,
+                                 const Progress& progress) {
+  auto busy = [&] {
+    for (pid_t p : pids)
+      if (filling().pids.contains(p)) return true;
+    return false;
+  };
+  std::unique_lock lock(filling().mu);
+  if (!busy()) return ok();
+  progress("waiting for the restore of process " + std::to_string(pids.front()) +
+           " to bring in the rest of its host memory");
+  if (filling().changed.wait_for(lock, timeout, [&] { return !busy(); })) return ok();
+  return Error{Errc::busy, "process " + std::to_string(pids.front()) +
+                               " is still being restored (its host memory is coming in); try "
+                               "again when `gcr restore` has returned"};
+}
 
 Result<std::map<int, int>> parse_device_map(const std::string& text) {
   std::map<int, int> out;
@@ -359,6 +410,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                      "restore, not through a container runtime"};
   auto tm = Clock::now();
   std::optional<WorkDir> work;
+  criu::LazyPages lazy;  // after work: its images are read until the daemon ends
+  std::optional<FillingScope> filling_scope;
+  Clock::time_point th;
   if (!external) {
     GCR_TRY_ASSIGN(WorkDir w, WorkDir::create("restore"));
     work.emplace(std::move(w));
@@ -448,6 +502,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     ro.new_pid_namespace = rep.new_pid_namespace;
     ro.shell_job = m.meta_or("shell_job") == "1";
     ro.tcp_close = m.meta_or("tcp_close") == "1";
+    // --eager: nothing arrives after the process runs, host memory included.
+    if (!eager && criu::lazy_pages_available(tools)) ro.lazy_pages = &lazy;
+    ro.before_criu = [] { pause_point("lazy-pages"); };
     if (rep.new_pid_namespace && keeper && !records.empty())
       ro.on_spawned = [&keeper, ready = work->path() / "restored.ready"](pid_t unshare_pid) {
         if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
@@ -477,6 +534,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     criu_lock.unlock();
     relays.clear();
     record_phase(rep, "criu", tc);
+    th = tc;
+    if (lazy.running()) filling_scope.emplace(job ? criu::tree_pids(pid) : std::vector<pid_t>{pid});
     if (!records.empty())
       if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
   }
@@ -558,6 +617,16 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     record_phase(rep, "resume", t0);
     record_phase(rep, "full", t0);
   }
+  if (lazy.running()) {
+    // Note [Host memory restored lazily] (gcr/criu.h): a daemon that failed left zeros where the
+    // rest of the process's memory should be; it must not run on them.
+    progress("process " + std::to_string(pid) + " runs; bringing in the rest of its host memory");
+    if (Status s = lazy.wait(); !s) return kill_restored(std::move(s).error());
+    record_phase(rep, "host", th);
+    record_phase(rep, "full", t0);
+    rep.lazy_host = true;
+  }
+  filling_scope.reset();
   if (keeper) keeper->done();
   // Note [gcrd owns lineage]: the restored process's next checkpoint may build on this one.
   if (auto key = process_key(pid)) lineage_record(*key, rep.id);

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,14 +61,21 @@ struct RestoreReport {
   std::uint64_t store_read_bytes = 0;  // device memory read from the store
   std::uint64_t shared_bytes = 0;      // device memory taken from a concurrent restore's reads
   std::uint64_t staged_bytes = 0;      // device memory on the GPU already (Note [Staged restore])
-  // allocate, load, materialize, criu, unpark; resume (restore start -> process running),
-  // full (restore start -> all device memory loaded), total
+  bool lazy_host = false;  // host memory came in after the process ran (gcr/criu.h, lazy pages)
+  // allocate, load, materialize, criu, unpark, host (lazy host memory: CRIU's start -> all in);
+  // resume (restore start -> process running), full (restore start -> all device and host memory
+  // in), total
   std::map<std::string, std::uint64_t> times_ns;
   std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
 };
 
 // "0=1,1=0": FROM=TO ordinals; each FROM and each TO once.
 Result<std::map<int, int>> parse_device_map(const std::string& text);
+
+// Waits until none of pids is a restored process whose host memory is still coming in (Note [Host
+// memory restored lazily] in gcr/criu.h); busy after `timeout`.
+Status wait_host_memory_restored(const std::vector<pid_t>& pids, std::chrono::seconds timeout,
+                                 const Progress& progress);
 
 Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools& tools,
                                          const RestoreRequest& request, const Progress& progress);

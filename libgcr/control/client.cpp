@@ -365,6 +365,16 @@ Result<std::vector<ShareRecord>> Client::shares() {
   return shares;
 }
 
+Result<HostDmaRanges> Client::host_dma() {
+  constexpr const char* what = "host_dma";
+  GCR_TRY(ClientExchange::send(*this, MsgType::host_dma, {}, {}, what));
+  GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
+  if (m.type != MsgType::host_dma_reply) return ClientExchange::unexpected(*this, m, what);
+  Result<HostDmaRanges> ranges = decode_host_dma_reply(m.payload);
+  if (!ranges) return ClientExchange::broken(*this, ranges.error(), what, {});
+  return ranges;
+}
+
 Result<CutCounts> Client::cut(CutOp op, std::uint64_t value) {
   constexpr const char* what = "cut";
   auto payload = encode_cut(CutRequest{op, value});

@@ -190,6 +190,10 @@ std::string msg_type_name(MsgType type) {
       return "shares";
     case MsgType::shares_reply:
       return "shares_reply";
+    case MsgType::host_dma:
+      return "host_dma";
+    case MsgType::host_dma_reply:
+      return "host_dma_reply";
     case MsgType::cut:
       return "cut";
     case MsgType::cut_reply:
@@ -602,6 +606,47 @@ Result<std::vector<std::string>> decode_blockers_reply(std::span<const std::uint
   return out;
 }
 
+Result<std::vector<std::uint8_t>> encode_host_dma_reply(const HostDmaRanges& ranges) {
+  if (ranges.ranges.size() > kMaxHostDmaRanges)
+    return make_error(Errc::invalid_argument,
+                      "host_dma_reply: " + std::to_string(ranges.ranges.size()) +
+                          " ranges exceed " + std::to_string(kMaxHostDmaRanges));
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(ranges.ranges.size()));
+  w.u32(ranges.overflow ? 1u : 0u);
+  for (const HostDmaRange& r : ranges.ranges) {
+    w.u64(r.address);
+    w.u64(r.bytes);
+  }
+  return w.take();
+}
+
+Result<HostDmaRanges> decode_host_dma_reply(std::span<const std::uint8_t> payload) {
+  Reader r("host_dma_reply", payload);
+  GCR_TRY_ASSIGN(std::uint32_t count, r.u32("count"));
+  GCR_TRY_ASSIGN(std::uint32_t flags, r.u32("flags"));
+  if (count > kMaxHostDmaRanges)
+    return r.fail("count", 0,
+                  std::to_string(count) + " exceeds " + std::to_string(kMaxHostDmaRanges));
+  if (r.left() != std::size_t{count} * 16)
+    return r.fail("count", 0,
+                  std::to_string(count) + " ranges need " + std::to_string(count * 16ull) +
+                      " bytes, the payload has " + std::to_string(r.left()));
+  HostDmaRanges out;
+  out.overflow = (flags & 1u) != 0;  // other bits: added by a newer minor, ignored
+  out.ranges.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    HostDmaRange range;
+    GCR_TRY_ASSIGN(range.address, r.u64("address"));
+    GCR_TRY_ASSIGN(range.bytes, r.u64("bytes"));
+    if (range.address + range.bytes < range.address)
+      return r.fail("bytes", 8, "the range wraps around the address space");
+    out.ranges.push_back(range);
+  }
+  GCR_TRY(r.done());
+  return out;
+}
+
 Result<std::vector<std::uint8_t>> encode_shares_reply(std::span<const ShareRecord> shares) {
   if (shares.size() > kMaxRegions)
     return make_error(Errc::invalid_argument, "shares_reply: " + std::to_string(shares.size()) +
@@ -748,6 +793,10 @@ Status decode_payload(MsgType type, std::span<const std::uint8_t> payload) {
     case MsgType::cut_reply:
       GCR_TRY(decode_cut_reply(payload));
       return ok();
+    case MsgType::host_dma_reply:
+      GCR_TRY(decode_host_dma_reply(payload));
+      return ok();
+    case MsgType::host_dma:
     case MsgType::shares:
     case MsgType::blockers:
     case MsgType::cow_end:

@@ -22,7 +22,7 @@ namespace gcr::control {
 inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes on the wire
 inline constexpr std::uint16_t kProtocolMajor = 1;
 // 1.1: soft copy-on-write (cow_*); 1.2: blockers; 1.3: shares and cut (jobs)
-inline constexpr std::uint16_t kProtocolMinor = 3;
+inline constexpr std::uint16_t kProtocolMinor = 4;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253
@@ -63,6 +63,8 @@ enum class MsgType : std::uint32_t {
   shares_reply = 37,       // server -> caller (1.3)
   cut = 38,                // -> cut_reply | error (1.3)
   cut_reply = 39,          // server -> caller (1.3)
+  host_dma = 40,           // -> host_dma_reply (1.4)
+  host_dma_reply = 41,     // server -> caller (1.4)
 };
 
 // "status", "parked", ...; "type 99" for a value this side does not know.
@@ -172,8 +174,13 @@ Result<CutRequest> decode_cut(std::span<const std::uint8_t> payload);
 std::vector<std::uint8_t> encode_cut_reply(const CutCounts& counts);
 Result<CutCounts> decode_cut_reply(std::span<const std::uint8_t> payload);
 
+// host_dma_reply: u32 count (<= kMaxHostDmaRanges), u32 flags (bit 0: more ranges than fit), then
+// per range u64 address, u64 bytes.
+Result<std::vector<std::uint8_t>> encode_host_dma_reply(const HostDmaRanges& ranges);
+Result<HostDmaRanges> decode_host_dma_reply(std::span<const std::uint8_t> payload);
+
 // For messages without a payload (status, regions, resume, park, park_done, bye, cow_end,
-// touch_order).
+// touch_order, blockers, shares, host_dma).
 Status decode_empty(MsgType type, std::span<const std::uint8_t> payload);
 
 // Decodes a payload of any known type and drops the result (the fuzzer's entry, and a check that

@@ -149,6 +149,12 @@ class Session {
         if (!payload) return reply_error(payload.error());
         return send_reply(MsgType::shares_reply, *payload);
       }
+      case MsgType::host_dma: {
+        GCR_TRY_OR_REPLY(decode_empty(msg.type, p));
+        auto payload = encode_host_dma_reply(h_.host_dma());
+        if (!payload) return reply_error(payload.error());
+        return send_reply(MsgType::host_dma_reply, *payload);
+      }
       case MsgType::cut: {
         auto request = decode_cut(p);
         if (!request) return reply_error(request.error());
@@ -179,6 +185,7 @@ class Session {
       case MsgType::blockers_reply:
       case MsgType::shares_reply:
       case MsgType::cut_reply:
+      case MsgType::host_dma_reply:
         return reply_error(
             make_error(Errc::protocol, msg_type_name(msg.type) + " is not a request"));
     }

@@ -296,6 +296,7 @@ void privilege_arguments(std::vector<std::string>& argv) {
 void restore_arguments(const RestoreOptions& o, std::vector<std::string>& argv,
                        SpawnExtras& extras) {
   privilege_arguments(argv);
+  if (o.lazy_pages) argv.push_back("--lazy-pages");
   if (o.shell_job) argv.push_back("--shell-job");
   if (o.tcp_close) argv.push_back("--tcp-close");
   for (const auto& in : o.inherit) {
@@ -580,9 +581,95 @@ pid_t find_restored_in_namespace(pid_t unshare_pid, const fs::path& ready_file) 
   return 0;
 }
 
-Status restore(const Tools& tools, const RestoreOptions& o) {
+bool lazy_pages_available(const Tools& tools) {
+  if (const char* v = std::getenv("GCR_CRIU_LAZY_PAGES"); v && std::string_view(v) == "0")
+    return false;
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find(tools.criu.string()); it != known.end()) return it->second;
+  std::vector<std::string> argv = {tools.criu.string(), "check", "--feature", "uffd-noncoop"};
+  privilege_arguments(argv);
+  auto rc = run_and_wait(argv, {}, "/dev/null", {});
+  return known[tools.criu.string()] = rc && *rc == 0;
+}
+
+LazyPages::~LazyPages() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  (void)wait_exit_code(pid_, "criu lazy-pages");
+}
+
+Status LazyPages::wait() {
+  if (pid_ <= 0) return ok();
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid_, "criu lazy-pages"));
+  pid_ = 0;
+  if (rc != 0)
+    return Error{Errc::io_error, "criu lazy-pages failed (" + how_it_ended(rc) +
+                                     ") before the restored memory was all in; from " +
+                                     log_.string() + ":" + log_tail(log_)};
+  return ok();
+}
+
+namespace {
+
+// Note [Host memory restored lazily]: the daemon, listening on lazy-pages.socket in the image
+// directory (where `criu restore --lazy-pages` looks for it) before the restore starts. In a
+// session of its own: it outlives gcrd, as the pages it holds must reach the process.
+Result<pid_t> start_lazy_pages(const Tools& tools, const RestoreOptions& o) {
+  fs::path socket = o.image_dir / "lazy-pages.socket";
+  std::vector<std::string> argv = {
+      tools.criu.string(), "lazy-pages", "-D", o.image_dir.string(), "-o", "lazy-pages.log", "-v2"};
+  privilege_arguments(argv);
+  SpawnExtras extras;
+  extras.new_session = true;
+  GCR_TRY_ASSIGN(pid_t pid, spawn(argv, o.env, o.image_dir / "lazy-pages.out", extras));
+  fs::path log = o.image_dir / "lazy-pages.log";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!fs::exists(socket)) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return Error{Errc::io_error, "criu lazy-pages did not start (" +
+                                       how_it_ended(exit_code_of(status)) + "); from " +
+                                       log.string() + ":" + log_tail(log)};
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      (void)wait_exit_code(pid, "criu lazy-pages");
+      return Error{Errc::timeout,
+                   "criu lazy-pages did not listen within 10 s; see " + log.string()};
+    }
+    usleep(1000);
+  }
+  return pid;
+}
+
+}  // namespace
+
+Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
-  if (o.new_pid_namespace) return restore_in_new_pid_namespace(tools, o);
+  RestoreOptions o = options;
+  LazyPages lazy;  // the daemon until the restore has succeeded, then the caller's
+  if (o.lazy_pages) {
+    if (auto pid = start_lazy_pages(tools, o)) {
+      lazy.pid_ = *pid;
+      lazy.log_ = o.image_dir / "lazy-pages.log";
+    } else {  // the restore goes on, the usual way
+      std::fprintf(stderr, "gcr: %s; restoring host memory before the process runs\n",
+                   pid.error().message.c_str());
+      o.lazy_pages = nullptr;
+    }
+  }
+  if (o.before_criu) o.before_criu();
+  auto hand_over = [&] {
+    if (!o.lazy_pages) return;
+    std::swap(o.lazy_pages->pid_, lazy.pid_);
+    o.lazy_pages->log_ = lazy.log_;
+  };
+  if (o.new_pid_namespace) {
+    GCR_TRY(restore_in_new_pid_namespace(tools, o));
+    hand_over();
+    return ok();
+  }
   fs::path log = o.image_dir / "restore.log";
   fs::path pidfile = o.image_dir / "restored.pid";
   std::error_code ec;
@@ -606,6 +693,7 @@ Status restore(const Tools& tools, const RestoreOptions& o) {
     return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
                                      log.string() + ":" + log_tail(log)};
   if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
+  hand_over();
   return ok();
 }
 

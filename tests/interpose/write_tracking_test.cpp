@@ -268,5 +268,41 @@ TEST_CASE("host memory registered with the driver stays reported in the status",
   (void)client.close();
 }
 
+// Protocol 1.4: where the program pinned host memory, so that gcrd takes those pages from the
+// process at every checkpoint: allocated ranges until freed, registered ones for good.
+TEST_CASE("host memory pinned through the driver is listed by host_dma", "[track]") {
+  require_under_gcr();
+  kernels();
+  control::Client client = connect(getpid());
+  auto listed = [&](const void* p, std::uint64_t bytes) {
+    auto dma = client.host_dma();
+    REQUIRE(dma);
+    CHECK_FALSE(dma->overflow);
+    for (const control::HostDmaRange& r : dma->ranges)
+      if (r.address == reinterpret_cast<std::uint64_t>(p) && r.bytes >= bytes) return true;
+    return false;
+  };
+  constexpr std::size_t kBytes = 256 << 10;
+  void* allocated = nullptr;
+  CU_OK(cuMemHostAlloc(&allocated, kBytes, CU_MEMHOSTALLOC_PORTABLE));
+  void* allocated_host = nullptr;
+  CU_OK(cuMemAllocHost(&allocated_host, kBytes));
+  CHECK(listed(allocated, kBytes));
+  CHECK(listed(allocated_host, kBytes));
+  CU_OK(cuMemFreeHost(allocated));
+  CHECK_FALSE(listed(allocated, kBytes));  // unmapped: what comes there later is new memory
+  CHECK(listed(allocated_host, kBytes));
+  CU_OK(cuMemFreeHost(allocated_host));
+
+  void* own = std::aligned_alloc(4096, kBytes);
+  REQUIRE(own != nullptr);
+  CU_OK(cuMemHostRegister(own, kBytes, 0));
+  CHECK(listed(own, kBytes));
+  CU_OK(cuMemHostUnregister(own));
+  CHECK(listed(own, kBytes));  // still mapped, with what a device may have written before
+  std::free(own);
+  (void)client.close();
+}
+
 }  // namespace
 }  // namespace ipt

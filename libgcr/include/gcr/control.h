@@ -68,6 +68,24 @@ struct ShareRecord {
   friend bool operator==(const ShareRecord&, const ShareRecord&) = default;
 };
 inline constexpr std::uint32_t kMaxShareKeys = 16;  // per record
+
+// Host memory a device may write by DMA, past the page tables (protocol 1.4): what the program
+// pinned through the driver (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister), including ranges
+// it has since unregistered, which a device may have written before. Note [Host memory tracked
+// between checkpoints] in restore-server/host_tracking.h: gcrd takes these pages from the process
+// at every checkpoint. `overflow`: the process pinned more ranges than it keeps (then gcrd does
+// not track its host memory at all).
+struct HostDmaRange {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const HostDmaRange&, const HostDmaRange&) = default;
+};
+struct HostDmaRanges {
+  std::vector<HostDmaRange> ranges;
+  bool overflow = false;
+  friend bool operator==(const HostDmaRanges&, const HostDmaRanges&) = default;
+};
+inline constexpr std::uint32_t kMaxHostDmaRanges = 65536;
 // A file's identity (st_dev, st_ino) as a share key.
 inline constexpr std::uint64_t share_key(std::uint64_t dev, std::uint64_t ino) {
   return (dev * 0x9E3779B97F4A7C15ull) ^ ino;
@@ -180,6 +198,8 @@ class Client {
   Result<std::vector<std::string>> blockers();
   // The regions this process shares with others, with their keys (1.3).
   Result<std::vector<ShareRecord>> shares();
+  // The host memory the program pinned with the driver (1.4; a 1.3 process answers unsupported).
+  Result<HostDmaRanges> host_dma();
   // The counting gate (1.3): begin holds every communication launch past those already let
   // through and reports the count; target lets launches through up to `value` (never lowers it);
   // read reports; end lets everything through. A session that ends ends the cut too.
@@ -232,6 +252,8 @@ class Handler {
   // Protocol 1.3; the defaults are those of a process that shares nothing. cut(end) must be
   // idempotent: the session calls it again when it ends.
   virtual std::vector<ShareRecord> shares() { return {}; }
+  // Protocol 1.4: host memory a device may write by DMA.
+  virtual HostDmaRanges host_dma() { return {}; }
   virtual CutCounts cut(CutOp op, std::uint64_t value);
 };
 

@@ -121,8 +121,44 @@ struct RestoreOptions {
   // With new_pid_namespace: called with unshare's pid as soon as it runs, before CRIU restores
   // anything (a guard that outlives the caller finds the restored task from there).
   std::function<void(pid_t)> on_spawned;
+  // Set: Note [Host memory restored lazily]. The tasks run before their private memory is back;
+  // CRIU's lazy-pages daemon, started first, brings it in on demand and in the background, then
+  // exits. The restore hands the daemon to *lazy_pages (left as it was when the call fails); the
+  // image directory must outlive it.
+  class LazyPages* lazy_pages = nullptr;
+  // Called right before CRIU's restore starts (with lazy_pages, once the daemon listens).
+  std::function<void()> before_criu;
 };
 Status restore(const Tools& tools, const RestoreOptions& options);
+
+// Note [Host memory restored lazily]
+// CRIU restores a process's private anonymous memory eagerly by default: the restored tasks run
+// only after every page is read from the image and faulted in (about 1.4 s for 2 GiB here). With
+// lazy pages (criu restore --lazy-pages, Linux userfaultfd with the non-cooperative events) CRIU
+// registers that memory with a userfaultfd and hands it to `criu lazy-pages`, a daemon reading the
+// same images: the tasks run at once, a page they touch first is copied in when touched, and the
+// daemon copies the rest in the background and exits when all is in. The daemon holds the only
+// copy of those pages until then: should it die early, the kernel fills what is left with zeros,
+// so its end is watched and the restored tasks are killed when it failed (restore.cpp). Used when
+// `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off.
+bool lazy_pages_available(const Tools& tools);
+
+// The daemon of a lazy restore: reaped by wait(), killed and reaped by the destructor otherwise.
+class LazyPages {
+ public:
+  LazyPages() = default;
+  LazyPages(const LazyPages&) = delete;
+  LazyPages& operator=(const LazyPages&) = delete;
+  ~LazyPages();
+  bool running() const { return pid_ > 0; }
+  // Waits until every page is in (the daemon exits 0); an error quoting its log otherwise.
+  Status wait();
+
+ private:
+  friend Status restore(const Tools& tools, const RestoreOptions& options);
+  pid_t pid_ = 0;
+  std::filesystem::path log_;
+};
 
 // For a gcrd that is not root (CRIU runs with --unprivileged): fails, saying what to do, unless the
 // kernel has CAP_CHECKPOINT_RESTORE and `criu` carries it and CAP_SYS_PTRACE as file capabilities.

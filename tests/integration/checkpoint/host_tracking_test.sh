@@ -4,7 +4,8 @@
 # previous dump's images, not from the frozen process. mlp_train with 96 MiB of pageable host
 # memory, of which each step rewrites 64 pages, started from a shell with its output appended to
 # a log, is checkpointed live three times; the second and third must take most pages from their
-# parent, and every restore must end with the uninterrupted run's model and host checksums. Then
+# parent (but all of its pinned host memory from the process), and every restore must end with
+# the uninterrupted run's model and host checksums. Then
 # what ends the tracking and what does not: gcrd's death (the next checkpoint is a full one, and
 # correct), CRIU killed before it took the userfaultfds (tracking goes on) and after (the next is
 # full), the default 2 MiB block, and GCR_CRIU_COW_TRACK=0.
@@ -83,6 +84,11 @@ echo "second: $from_process pages from the process, $from_parent from the first'
   fail "the second checkpoint took only $from_parent pages from its parent (host footprint $HOST_PAGES pages)"
 [[ $from_process -lt $((HOST_PAGES / 2)) ]] ||
   fail "the second checkpoint took $from_process pages from the process: not incremental"
+# mlp_train's batch buffers and its loss array are pinned (cuMemHostAlloc, cuMemAllocHost), and
+# a real GPU writes the losses by DMA, past write protection: taken from the process every time.
+pinned=$(field second host_pages_pinned)
+[[ $pinned -ge 1 && $from_process -ge $pinned ]] ||
+  fail "the second checkpoint took $pinned pinned pages ($from_process from the process): pinned host memory must be taken from the process"
 wait_steps "$log" 70
 live third
 [[ $(field third host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||

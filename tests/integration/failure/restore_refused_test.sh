@@ -5,8 +5,9 @@
 # little memory (gcrd restarted with a smaller SIMGPU_MEMORY). (A restore whose pid is in use goes
 # into a new PID namespace instead: tests/integration/checkpoint/pid_namespace_test.sh.)
 # Each time no process with the checkpoint's command line runs afterwards and its pid is free.
-# A restored process that cannot be given its device memory is killed, not left hanging. The
-# intact image then restores to the checksum of an uninterrupted run.
+# A restored process that cannot be given its device memory is killed, not left hanging; so is one
+# whose host memory's lazy-pages daemon dies before all of it is in. The intact image then
+# restores to the checksum of an uninterrupted run.
 #
 #   restore_refused_test.sh BUILD_DIR CRIU     (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
@@ -121,6 +122,46 @@ else
   wait "$c" || true
 fi
 stop_gcrd
+
+step "a restored process whose host memory cannot all come in does not run on"
+# Note [Host memory restored lazily] (gcr/criu.h): CRIU's lazy-pages daemon holds the pages the
+# process has not got yet; killed, the kernel would fill them with zeros. The daemon is stopped
+# before CRIU restores (pause point lazy-pages) and killed a little later. CRIU's restore itself
+# needs pages from it here (gcr's plugin restores the driver inside the process, which touches its
+# memory), so it is CRIU that fails and kills the tasks; a daemon dying after CRIU is done is
+# gcrd's to notice (LazyPages::wait), and it kills the process. Either way: an error, no process.
+if "$REAL_CRIU" check --feature uffd-noncoop >/dev/null 2>&1; then
+  stop_gcrd
+  rc=0
+  GCR_GCRD_PAUSE_AT=lazy-pages:2 "$GCR" restore r1 >"$T/lazy.out" 2>&1 &
+  c=$!
+  for _ in $(seq 1 500); do
+    grep -q "paused at lazy-pages" "$GCRD_LOG" && break
+    sleep 0.02
+  done
+  daemon=$(pgrep -f "criu lazy-pages -D" | head -n 1 || true)
+  if [[ -n $daemon ]]; then
+    kill -STOP "$daemon"
+    for _ in $(seq 1 250); do  # CRIU has made the process, or is done
+      alive "$P" && break
+      sleep 0.02
+    done
+    sleep 3
+    kill -KILL "$daemon"
+    wait "$c" || rc=$?
+    echo "   exit $rc: $(cat "$T/lazy.out")"
+    [[ $rc != 0 && ( $(cat "$T/lazy.out") == *"killed it"* ||
+      $(cat "$T/lazy.out") == *"criu restore failed"* ) ]] ||
+      bad "a restore whose lazy-pages daemon died: exit $rc, '$(cat "$T/lazy.out")'"
+    wait_gone "$P" 5 || bad "the restored process $P whose host memory did not come in is still there"
+  else
+    bad "no criu lazy-pages daemon while gcrd paused at 'lazy-pages': $(cat "$T/lazy.out")"
+    wait "$c" || true
+  fi
+  stop_gcrd
+else
+  echo "   skipped: this kernel or CRIU has no uffd-noncoop (lazy pages unused)"
+fi
 
 step "the intact image restores"
 "$GCR" image verify >/dev/null || bad "gcr image verify of the intact store"

@@ -102,6 +102,9 @@ std::vector<ShareRecord> op_shares() {
 control::CutCounts op_cut(control::CutOp, std::uint64_t) {
   return {0, 0, ~0ull, 0};
 }
+control::HostDmaRanges op_host_dma() {
+  return {{{0x7f0000400000ull, 3ull << 20}}, false};
+}
 }  // namespace gcr::interpose
 
 namespace {
@@ -185,6 +188,12 @@ TEST_CASE("a caller reaches the region manager's operations through the control 
   REQUIRE(two->size() == 2);
   CHECK((*two)[0] == "device memory at 0x7f0000000000 was exported");
   CHECK((*two)[1].size() == 512);  // cut to the protocol's bound, not refused
+
+  auto dma = c->host_dma();
+  REQUIRE(dma);
+  REQUIRE(dma->ranges.size() == 1);
+  CHECK(dma->ranges[0] == control::HostDmaRange{0x7f0000400000ull, 3ull << 20});
+  CHECK_FALSE(dma->overflow);
 
   auto r = c->regions();
   REQUIRE(r);

@@ -219,6 +219,37 @@ TEST_CASE("status_reply round-trips every field", "[messages]") {
   check_truncations_and_trailing(MsgType::status_reply, b);
 }
 
+TEST_CASE("host_dma_reply round-trips and refuses counts and ranges that cannot be", "[messages]") {
+  HostDmaRanges r;
+  r.ranges = {{0x7f0000000000ull, 4096}, {0x7f0000200000ull, 2ull << 20}};
+  r.overflow = true;
+  auto b = encode_host_dma_reply(r);
+  REQUIRE(b);
+  auto d = decode_host_dma_reply(*b);
+  REQUIRE(d);
+  CHECK(*d == r);
+  check_truncations_and_trailing(MsgType::host_dma_reply, *b);
+
+  HostDmaRanges none;
+  auto e = encode_host_dma_reply(none);
+  REQUIRE(e);
+  auto dn = decode_host_dma_reply(*e);
+  REQUIRE(dn);
+  CHECK(dn->ranges.empty());
+  CHECK_FALSE(dn->overflow);
+
+  Bytes wraps = *b;  // the second range's bytes run past the end of the address space
+  for (std::size_t i = 0; i < 8; ++i) wraps[8 + 16 + 16 - 8 + i] = std::uint8_t{0xff};
+  CHECK_FALSE(decode_host_dma_reply(wraps));
+  Bytes too_many = *b;
+  too_many[3] = 0x7f;  // count far past kMaxHostDmaRanges
+  CHECK_FALSE(decode_host_dma_reply(too_many));
+
+  HostDmaRanges big;
+  big.ranges.resize(kMaxHostDmaRanges + 1);
+  CHECK_FALSE(encode_host_dma_reply(big));
+}
+
 TEST_CASE("regions_reply round-trips and refuses a count that disagrees with the payload",
           "[messages]") {
   auto records = some_records(5);
