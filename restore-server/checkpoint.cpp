@@ -293,6 +293,59 @@ Status finish_external_dump(const CheckpointRequest& req, store::Store& store,
   return ok();
 }
 
+namespace {
+
+// Note [Host memory tracked between checkpoints] (host_tracking.h): what the members pinned for
+// DMA. `untrackable`: a member that cannot say (a 1.3 interposer whose status says it registered
+// host memory, or more ranges than it keeps).
+struct PinnedHostMemory {
+  std::map<pid_t, std::vector<control::HostDmaRange>> ranges;
+  pid_t untrackable = 0;
+};
+Result<PinnedHostMemory> pinned_host_memory(std::vector<Member>& members,
+                                            const std::vector<bool>& registered) {
+  PinnedHostMemory out;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto dma = members[i].client.host_dma();
+    if (!dma && dma.error().code != Errc::unsupported) return std::move(dma).error();
+    if (dma && !dma->overflow) {
+      if (!dma->ranges.empty()) out.ranges[members[i].pid] = std::move(dma->ranges);
+    } else if (registered[i] || dma) {
+      out.untrackable = members[i].pid;
+    }
+  }
+  return out;
+}
+
+// CRIU's --cow-dma file (gcr/criu.h): "PID START END" per range; with no ranges known, all of
+// every member's memory (copied in the freeze, as without --cow-dump).
+Status write_dma_file(int fd, const std::vector<Member>& members,
+                      const std::map<pid_t, std::vector<control::HostDmaRange>>* ranges) {
+  std::string text;
+  char line[64];
+  for (const Member& m : members) {
+    if (!ranges) {
+      std::snprintf(line, sizeof line, "%d 0 100000000000000\n", static_cast<int>(m.pid));
+      text += line;
+      continue;
+    }
+    auto it = ranges->find(m.pid);
+    if (it == ranges->end()) continue;
+    for (const control::HostDmaRange& r : it->second) {
+      std::snprintf(line, sizeof line, "%d %llx %llx\n", static_cast<int>(m.pid),
+                    static_cast<unsigned long long>(r.address),
+                    static_cast<unsigned long long>(r.address + r.bytes));
+      text += line;
+    }
+  }
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    return errno_error("writing the file of pinned host memory for CRIU");
+  return ok();
+}
+
+}  // namespace
+
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& req,
                                             const Progress& progress) {
@@ -347,25 +400,19 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   rep.shared_regions = shared.size();
   // What the members say their last checkpoint was: one answer for the job, or none.
   std::string claimed;
-  // Note [Host memory tracked between checkpoints]: host memory pinned for DMA, per member; a
-  // member that cannot say what it pinned (1.3, or too many ranges) but registered some is not
-  // tracked at all.
-  std::map<pid_t, std::vector<control::HostDmaRange>> host_dma;
-  pid_t host_untrackable = 0;
+  // Note [Host memory tracked between checkpoints]: host memory pinned for DMA, per member, asked
+  // now (a member that cannot say is not tracked at all) and again once the GPU is idle (parked).
+  std::vector<bool> registered(members.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
     GCR_TRY_ASSIGN(control::StatusInfo before, members[i].client.status());
-    if (auto dma = members[i].client.host_dma(); dma && !dma->overflow) {
-      if (!dma->ranges.empty()) host_dma[members[i].pid] = std::move(dma->ranges);
-    } else if (dma || dma.error().code == Errc::unsupported) {
-      if (before.host_registered || (dma && dma->overflow)) host_untrackable = members[i].pid;
-    } else {
-      return std::move(dma).error();
-    }
+    registered[i] = before.host_registered;
     if (i == 0)
       claimed = before.last_checkpoint;
     else if (claimed != before.last_checkpoint)
       claimed.clear();
   }
+
+  GCR_TRY_ASSIGN(PinnedHostMemory host_dma, pinned_host_memory(members, registered));
 
   auto key = process_key(req.pid);
   if (!key) return Error{Errc::not_found, "process " + std::to_string(req.pid) + " has exited"};
@@ -398,14 +445,21 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
                                  req.leave_running, end_after_commit,
                                  driver_env(),      dump_arguments(tree, req)};
   dump_options.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
+  // Ibid.: pinned host memory, written after park, read by CRIU in the freeze.
+  UniqueFd dma_file;
+  if (!external && req.leave_running && tools.cow_dma) {
+    dma_file.reset(::memfd_create("gcr-cow-dma", MFD_CLOEXEC));
+    if (!dma_file) return errno_error("creating the file of pinned host memory for CRIU");
+    dump_options.cow_dma_fd = dma_file.get();
+  }
   // Note [Host memory tracked between checkpoints] (host_tracking.h): a failure to set it up
   // only makes this dump a full one.
   std::optional<TrackedDump> tracking;
   if (!external && req.leave_running && tools.cow_track) {
-    if (host_untrackable) {
+    if (host_dma.untrackable) {
       HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
       progress("host memory is not tracked between checkpoints: process " +
-               std::to_string(host_untrackable) +
+               std::to_string(host_dma.untrackable) +
                " pinned host memory with the driver (which devices write past write "
                "protection) and cannot say where");
     } else if (auto t = HostTracking::instance().begin(*key)) {
@@ -545,6 +599,22 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     }
   }
   pause_point("parked");
+  if (tracking ||
+      dma_file) {  // the ranges as they are with the GPU idle: none change until it runs
+    auto now = pinned_host_memory(members, registered);
+    const bool known = now && !now->untrackable;
+    if (known) host_dma = std::move(now).value();
+    if (tracking && !known) {
+      tracking.reset();
+      HostTracking::instance().forget(*key);
+      dump_options.cow_track_socket = -1;  // CRIU sees the socket end: a full dump
+      dump_options.prev_images.clear();
+    }
+    if (dma_file)
+      if (Status s = write_dma_file(dma_file.get(), members, known ? &host_dma.ranges : nullptr);
+          !s)
+        return unpark_kept_on_error(std::move(s).error());
+  }
   std::string id = writer->id().hex();
   for (Member& m : members) {
     if (Status s = m.client.new_epoch(id); !s) return unpark_kept_on_error(std::move(s).error());
@@ -560,7 +630,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
-  if (tracking && !tracking->hand_in(host_dma, &rep.host_pages_pinned)) {
+  if (tracking && !tracking->hand_in(host_dma.ranges, &rep.host_pages_pinned)) {
     // CRIU sees the socket end: a full dump
     tracking.reset();
     dump_options.cow_track_socket = -1;  // a CRIU not started yet (GCR_CRIU_EARLY=0) gets none
@@ -780,6 +850,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
+  if (dma_file && work) rep.host_pages_dma_frozen = read_host_pages(work->path() / "dump.log").dma;
   if (tracking) {
     // CRIU's images are the next dump's parent, whatever becomes of this checkpoint.
     HostPages pages = read_host_pages(work->path() / "dump.log");

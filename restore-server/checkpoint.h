@@ -76,6 +76,8 @@ struct CheckpointReport {
   std::uint64_t host_pages_from_process = 0, host_pages_from_parent = 0;
   // Pinned for DMA (so taken from the process whatever its protection said), of those tracked.
   std::uint64_t host_pages_pinned = 0;
+  // Pinned for DMA and so copied while frozen, not written after the resume (--cow-dma).
+  std::uint64_t host_pages_dma_frozen = 0;
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
   std::string images_in;      // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])

@@ -353,6 +353,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["host_pages_from_process"] = std::to_string(rep.host_pages_from_process);
     out["host_pages_from_parent"] = std::to_string(rep.host_pages_from_parent);
     out["host_pages_pinned"] = std::to_string(rep.host_pages_pinned);
+    out["host_pages_dma_frozen"] = std::to_string(rep.host_pages_dma_frozen);
     out["processes"] = std::to_string(rep.processes);
     out["shared_regions"] = std::to_string(rep.shared_regions);
     out["images_in"] = rep.images_in;

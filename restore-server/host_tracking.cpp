@@ -119,6 +119,12 @@ HostPages read_host_pages(const std::filesystem::path& dump_log) {
   std::ifstream in(dump_log);
   std::string line;
   while (std::getline(in, line)) {
+    unsigned long long dma = 0;
+    int dma_pid = 0;
+    if (auto d = line.find("cow-dma: pid ");
+        d != std::string::npos &&
+        std::sscanf(line.c_str() + d, "cow-dma: pid %d: %llu pages", &dma_pid, &dma) == 2)
+      pages.dma += dma;
     auto at = line.find("cow-track: pid ");
     if (at == std::string::npos) continue;
     unsigned long long parent = 0, process = 0;

@@ -35,7 +35,9 @@
 // takes those pages from the process at every checkpoint. A process whose interposer cannot say
 // (1.3, or more ranges than it keeps) is not tracked if it registered any. Not seen at all: other
 // DMA writers (RDMA regions, io_uring fixed buffers the kernel fills). simgpu's copies are CPU
-// writes, which fault anyway.
+// writes, which fault anyway. The same DMA would also change a pinned page spliced into CRIU's
+// pipes before --cow-dump writes it after the resume: gcrd hands CRIU the same ranges
+// (--cow-dma, 0007-cow-dma.patch), whose pages it copies in the freeze instead.
 #pragma once
 
 #include <sys/types.h>
@@ -58,10 +60,11 @@ namespace gcr::gcrd {
 
 class HostTracking;
 
-// What CRIU's log (-v4) says a --cow-track dump took: pages spliced from the processes in the
-// freeze, and pages unchanged since the previous dump, copied from its images afterwards.
+// What CRIU's log (-v3) says a --cow-track dump took: pages spliced from the processes in the
+// freeze, and pages unchanged since the previous dump, copied from its images afterwards; and
+// (--cow-dma) pages a device may write, copied in the freeze.
 struct HostPages {
-  std::uint64_t from_process = 0, from_parent = 0;
+  std::uint64_t from_process = 0, from_parent = 0, dma = 0;
 };
 HostPages read_host_pages(const std::filesystem::path& dump_log);
 

@@ -203,8 +203,10 @@ Status wait_host_memory_restored(const std::vector<pid_t>& pids, std::chrono::se
   };
   std::unique_lock lock(filling().mu);
   if (!busy()) return ok();
+  lock.unlock();  // progress() writes to the client, which may be slow to read
   progress("waiting for the restore of process " + std::to_string(pids.front()) +
            " to bring in the rest of its host memory");
+  lock.lock();
   if (filling().changed.wait_for(lock, timeout, [&] { return !busy(); })) return ok();
   return Error{Errc::busy, "process " + std::to_string(pids.front()) +
                                " is still being restored (its host memory is coming in); try "
@@ -535,15 +537,18 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     relays.clear();
     record_phase(rep, "criu", tc);
     th = tc;
-    if (lazy.running()) filling_scope.emplace(job ? criu::tree_pids(pid) : std::vector<pid_t>{pid});
+    if (lazy.running()) filling_scope.emplace(criu::tree_pids(pid));
     if (!records.empty())
       if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
   }
   rep.pid = pid;
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
+  // With lazy host memory every restored task (not only those under gcr) may be missing pages.
+  const bool lazy_host = lazy.running();
+  std::optional<Clock::time_point> host_done;  // when the daemon was seen to have ended well
   auto kill_restored = [&](Error e) -> Error {
-    if (job)
+    if (job || lazy_host)
       for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
     kill(pid, SIGKILL);
     wait_gone(pid);
@@ -558,8 +563,14 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   auto finish_loading = [&](const std::string& who) -> Status {
     progress(who + " resumed; loading the rest of its memory");
     pause_point("loading");
-    while (!loader->wait_for(std::chrono::milliseconds(100)))
+    while (!loader->wait_for(std::chrono::milliseconds(100))) {
       progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
+      // Note [Host memory restored lazily]: a daemon that died must not wait for the device load.
+      if (auto host = lazy.poll()) {
+        if (!*host) return std::move(*host).error();
+        if (!host_done) host_done = Clock::now();
+      }
+    }
     GCR_TRY(loader->wait());
     record_phase(rep, "load", tl);
     record_phase(rep, "full", t0);
@@ -617,13 +628,19 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     record_phase(rep, "resume", t0);
     record_phase(rep, "full", t0);
   }
-  if (lazy.running()) {
+  if (lazy_host) {
     // Note [Host memory restored lazily] (gcr/criu.h): a daemon that failed left zeros where the
     // rest of the process's memory should be; it must not run on them.
     progress("process " + std::to_string(pid) + " runs; bringing in the rest of its host memory");
     if (Status s = lazy.wait(); !s) return kill_restored(std::move(s).error());
+    auto host_ns = [&](Clock::time_point from) {
+      return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            host_done.value_or(Clock::now()) - from)
+                                            .count());
+    };
     record_phase(rep, "host", th);
-    record_phase(rep, "full", t0);
+    rep.times_ns["host"] = host_ns(th);
+    rep.times_ns["full"] = std::max(rep.times_ns["full"], host_ns(t0));
     rep.lazy_host = true;
   }
   filling_scope.reset();

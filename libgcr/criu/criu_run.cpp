@@ -183,6 +183,7 @@ Result<Tools> find_tools(const fs::path& self_dir) {
   // state on mremap()"); --cow-track would take them from the parent.
   t.cow_track = t.cow_dump && !off("GCR_CRIU_COW_TRACK") && kernel_at_least(6, 13) &&
                 knows_option(t.criu, "--cow-track");
+  t.cow_dma = t.cow_dump && knows_option(t.criu, "--cow-dma");
   return t;
 }
 
@@ -325,8 +326,17 @@ int pass_cow_track(const Tools& tools, const DumpOptions& o, SpawnExtras& extras
   return static_cast<int>(2 + extras.fds.size());  // spawn() puts extras.fds at 3, 4, ...
 }
 
-// track_fd: CRIU's fd for --cow-track, -1 for none.
-std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int track_fd) {
+// CRIU's fd for o.cow_dma_fd, the same way; -1 when CRIU does not get it.
+int pass_cow_dma(const Tools& tools, const DumpOptions& o, SpawnExtras& extras) {
+  if (!(o.leave_running && o.cow_dump && tools.cow_dump && tools.cow_dma && o.cow_dma_fd >= 0))
+    return -1;
+  extras.fds.push_back(o.cow_dma_fd);
+  return static_cast<int>(2 + extras.fds.size());
+}
+
+// track_fd, dma_fd: CRIU's fds for --cow-track and --cow-dma, -1 for none.
+std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int track_fd,
+                                   int dma_fd) {
   std::vector<std::string> argv = {
       tools.criu.string(),
       "dump",
@@ -350,6 +360,10 @@ std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int
         argv.push_back("--prev-images-dir");
         argv.push_back(o.prev_images.string());
       }
+    }
+    if (dma_fd >= 0) {  // read through /proc: a new open file, from its start
+      argv.push_back("--cow-dma");
+      argv.push_back("/proc/self/fd/" + std::to_string(dma_fd));
     }
   }
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");
@@ -377,7 +391,8 @@ Status dump(const Tools& tools, const DumpOptions& o) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
   SpawnExtras extras;
   int track_fd = pass_cow_track(tools, o, extras);
-  GCR_TRY_ASSIGN(int rc, run_and_wait(dump_argv(tools, o, track_fd), dump_env(o),
+  int dma_fd = pass_cow_dma(tools, o, extras);
+  GCR_TRY_ASSIGN(int rc, run_and_wait(dump_argv(tools, o, track_fd, dma_fd), dump_env(o),
                                       o.image_dir / "criu.out", extras));
   return dump_result(rc, o);
 }
@@ -394,7 +409,8 @@ Result<StartedDump> StartedDump::start(const Tools& tools, const DumpOptions& o,
   SpawnExtras extras;
   extras.fds = {criu_end.get()};
   int track_fd = pass_cow_track(tools, o, extras);
-  std::vector<std::string> argv = dump_argv(tools, o, track_fd);
+  int dma_fd = pass_cow_dma(tools, o, extras);
+  std::vector<std::string> argv = dump_argv(tools, o, track_fd, dma_fd);
   argv.push_back("--timeout");
   argv.push_back(std::to_string(timeout.count()));
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, env, o.image_dir / "criu.out", extras));
@@ -600,9 +616,7 @@ LazyPages::~LazyPages() {
   (void)wait_exit_code(pid_, "criu lazy-pages");
 }
 
-Status LazyPages::wait() {
-  if (pid_ <= 0) return ok();
-  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid_, "criu lazy-pages"));
+Status LazyPages::ended_with(int rc) {
   pid_ = 0;
   if (rc != 0)
     return Error{Errc::io_error, "criu lazy-pages failed (" + how_it_ended(rc) +
@@ -611,36 +625,50 @@ Status LazyPages::wait() {
   return ok();
 }
 
+Status LazyPages::wait() {
+  if (pid_ <= 0) return ok();
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid_, "criu lazy-pages"));
+  return ended_with(rc);
+}
+
+std::optional<Status> LazyPages::poll() {
+  if (pid_ <= 0) return ok();
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == 0) return std::nullopt;
+  if (r < 0) return errno_error("waiting for criu lazy-pages");
+  return ended_with(exit_code_of(status));
+}
+
 namespace {
 
 // Note [Host memory restored lazily]: the daemon, listening on lazy-pages.socket in the image
-// directory (where `criu restore --lazy-pages` looks for it) before the restore starts. In a
-// session of its own: it outlives gcrd, as the pages it holds must reach the process.
+// directory (where `criu restore --lazy-pages` looks for it) before the restore starts: it says so
+// on --status-fd once it listens. In a session of its own: it outlives gcrd, as the pages it
+// holds must reach the process.
 Result<pid_t> start_lazy_pages(const Tools& tools, const RestoreOptions& o) {
-  fs::path socket = o.image_dir / "lazy-pages.socket";
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("creating a pipe for criu lazy-pages");
+  UniqueFd ready(p[0]), ready_w(p[1]);
   std::vector<std::string> argv = {
-      tools.criu.string(), "lazy-pages", "-D", o.image_dir.string(), "-o", "lazy-pages.log", "-v2"};
+      tools.criu.string(), "lazy-pages", "-D", o.image_dir.string(), "-o", "lazy-pages.log", "-v2",
+      "--status-fd",       "3"};
   privilege_arguments(argv);
   SpawnExtras extras;
+  extras.fds.push_back(ready_w.get());  // fd 3
   extras.new_session = true;
   GCR_TRY_ASSIGN(pid_t pid, spawn(argv, o.env, o.image_dir / "lazy-pages.out", extras));
+  ready_w.reset();
   fs::path log = o.image_dir / "lazy-pages.log";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!fs::exists(socket)) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid)
-      return Error{Errc::io_error, "criu lazy-pages did not start (" +
-                                       how_it_ended(exit_code_of(status)) + "); from " +
-                                       log.string() + ":" + log_tail(log)};
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      (void)wait_exit_code(pid, "criu lazy-pages");
-      return Error{Errc::timeout,
-                   "criu lazy-pages did not listen within 10 s; see " + log.string()};
-    }
-    usleep(1000);
-  }
-  return pid;
+  pollfd pfd{ready.get(), POLLIN, 0};
+  char c = 0;
+  if (::poll(&pfd, 1, 10'000) == 1 && ::read(ready.get(), &c, 1) == 1) return pid;
+  ::kill(pid, SIGKILL);
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid, "criu lazy-pages"));
+  return Error{Errc::io_error,
+               "criu lazy-pages did not start (" +
+                   (rc == 128 + SIGKILL ? std::string("no answer in 10 s") : how_it_ended(rc)) +
+                   "); from " + log.string() + ":" + log_tail(log)};
 }
 
 }  // namespace

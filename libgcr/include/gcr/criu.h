@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct Tools {
   // And --cow-track (0006-cow-track.patch; Note [Host memory tracked between checkpoints] in
   // restore-server/host_tracking.h); GCR_CRIU_COW_TRACK=0 turns it off.
   bool cow_track = false;
+  // And --cow-dma (0007-cow-dma.patch): pinned host memory copied in the freeze.
+  bool cow_dma = false;
 };
 
 // Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
@@ -49,6 +52,11 @@ struct DumpOptions {
   // written since from (--prev-images-dir).
   int cow_track_socket = -1;
   std::filesystem::path prev_images{};
+  // With cow_dump and a CRIU that can (--cow-dma): a file (the caller's, left open; CRIU reads it
+  // in the freeze) of lines "PID START END" (hex addresses), memory a device may write by DMA,
+  // which CRIU then copies in the freeze instead of after the resume (Note [Pages written after
+  // the resume]).
+  int cow_dma_fd = -1;
 };
 Status dump(const Tools& tools, const DumpOptions& options);
 
@@ -73,7 +81,11 @@ Status dump(const Tools& tools, const DumpOptions& options);
 // process its device memory back as soon as CRIU lets it go, not when CRIU exits: it watches the
 // process's tracer (CRIU's ptrace seize, then its release) while CRIU runs, and waits for CRIU's
 // exit before it stores the images. A dump that fails after the release leaves the process running
-// and the checkpoint failed, like any failure after a live checkpoint's resume.
+// and the checkpoint failed, like any failure after a live checkpoint's resume. Write protection
+// does not stop a device's DMA into pinned host memory once the GPU runs again, so the ranges the
+// program pinned (control protocol 1.4, host_dma) go to CRIU in a --cow-dma file
+// (0007-cow-dma.patch), asked for once the process is parked: their pages are copied while the
+// process is frozen, not written after.
 class StartedDump {
  public:
   static Result<StartedDump> start(const Tools& tools, const DumpOptions& options,
@@ -153,9 +165,12 @@ class LazyPages {
   bool running() const { return pid_ > 0; }
   // Waits until every page is in (the daemon exits 0); an error quoting its log otherwise.
   Status wait();
+  // The same without waiting: nothing while the daemon runs.
+  std::optional<Status> poll();
 
  private:
   friend Status restore(const Tools& tools, const RestoreOptions& options);
+  Status ended_with(int exit_code);
   pid_t pid_ = 0;
   std::filesystem::path log_;
 };

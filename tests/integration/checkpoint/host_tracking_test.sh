@@ -73,6 +73,11 @@ wait_steps "$log" 10
 live first
 [[ $(field first host_tracked_tasks) -ge 1 ]] || fail "the first checkpoint tracks no task: $(cat "$T/first.json")"
 [[ $(field first host_pages_from_parent) == 0 ]] || fail "the first checkpoint took pages from a parent"
+# 0007-cow-dma.patch: that pinned memory is copied while frozen, not written after the resume.
+if "$criu_bin" --help 2>&1 | grep -q -- "--cow-dma"; then
+  [[ $(field first host_pages_dma_frozen) -ge 1 ]] ||
+    fail "the first checkpoint copied no pinned page while frozen: $(cat "$T/first.json")"
+fi
 [[ $(field first host_pages_from_process) -ge $HOST_PAGES ]] ||
   fail "the first checkpoint took $(field first host_pages_from_process) pages, fewer than the $HOST_PAGES of the host footprint"
 wait_steps "$log" 40
