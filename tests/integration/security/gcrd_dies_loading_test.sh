@@ -21,11 +21,13 @@ wait_steps "$T/a.log" 40
 "$GCR" checkpoint "$P" --name c >/dev/null || fail "checkpoint"
 wait_gone "$P" 10 || fail "the checkpointed process did not end"
 
-# The host pid of an mlp_train restored into a PID namespace below this shell's, if any.
+# The host pid of this test's mlp_train restored into a PID namespace below this shell's, if any
+# (its environment names $T; other tests run beside this one).
 restored_in_pidns() {
   local p mine
   mine=$(awk '/^NSpid:/ {print NF}' /proc/$$/status)
   for p in $(pgrep -f "^$MLP_BIN" || true); do
+    grep -qaF "$T/" "/proc/$p/environ" 2>/dev/null || continue  # another test's
     (( $(awk '/^NSpid:/ {print NF}' "/proc/$p/status" 2>/dev/null || echo 0) > mine )) && { echo "$p"; return; }
   done
   return 0
