@@ -850,10 +850,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
-  if (dma_file && work) rep.host_pages_dma_frozen = read_host_pages(work->path() / "dump.log").dma;
+  HostPages pages;  // what CRIU's log says of --cow-dma and --cow-track
+  if ((dma_file || tracking) && work) pages = read_host_pages(work->path() / "dump.log");
+  rep.host_pages_dma_frozen = pages.dma;
   if (tracking) {
     // CRIU's images are the next dump's parent, whatever becomes of this checkpoint.
-    HostPages pages = read_host_pages(work->path() / "dump.log");
     rep.host_pages_from_parent = pages.from_parent;
     rep.host_pages_from_process = pages.from_process;
     rep.host_tracked_tasks = tracking->commit(std::move(*work));
