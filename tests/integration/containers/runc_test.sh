@@ -98,7 +98,7 @@ if "${RUNC[@]}" restore -d --image-path "$T/c-img-moved" --work-path "$T/d1-work
 fi
 grep -q "gcrd does not answer" "$T/d1-work/restore.log" || fail "the restore's log does not say gcrd is down"
 [[ $(runc list -q) != *d1* ]] || { runc delete -f d1 > /dev/null 2>&1 || true; fail "a container d1 exists after the failed restore"; }
-pgrep -f "mlp_train --steps 150" > /dev/null && fail "a workload process exists after the failed restore"
+pgrep -f "mlp_train --steps 150 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M" > /dev/null && fail "a workload process exists after the failed restore"
 mkdir -p "$T/no-plugins"
 if CRIU_LIBS_DIR=$T/no-plugins "${RUNC[@]}" restore -d --image-path "$T/c-img-moved" --work-path "$T/d2-work" \
     --bundle "$T/c1" d2 > "$T/d2.log" 2>&1 < /dev/null; then

@@ -48,7 +48,7 @@ if [[ -e $T/criu-paused ]]; then
   # Until the restored task shows up (or CRIU's unshare is gone), then until it is gone.
   for _ in $(seq 1 500); do
     [[ -n $(restored_in_pidns) ]] && break
-    pgrep -f "unshare --pid --fork --kill-child" >/dev/null || break
+    pgrep -f "unshare --pid --fork --kill-child --mount-proc .* -D $GCR_WORK_DIR" >/dev/null || break
     sleep 0.02
   done
   for _ in $(seq 1 500); do

@@ -46,7 +46,7 @@ as_user GCR_CRIU="$T/criu-plain/criu" "$GCR" checkpoint "$P" --name plain >"$T/p
 grep -q "setcap cap_checkpoint_restore,cap_sys_ptrace+eip" "$T/plain.out" ||
   fail "the refusal does not say what to do: $(cat "$T/plain.out")"
 echo "refused (exit $rc): $(head -c 250 "$T/plain.out")"
-pkill -9 -u nobody -f "gcrd --socket" 2>/dev/null || true  # its next gcrd gets the other CRIU
+pkill -9 -u nobody -f "gcrd --socket $T/" 2>/dev/null || true  # its next gcrd gets the other CRIU
 check_run "the process whose checkpoint was refused" "$P" "$T/a.log" 0
 
 step "a stopping checkpoint by nobody's own gcrd, restored"
