@@ -15,7 +15,10 @@ With --host-footprint SIZE the workload also holds that much pageable host memor
 --host-footprint), which gcr's restore brings back lazily (Note [Host memory restored lazily] in
 libgcr/include/gcr/criu.h: CRIU's lazy-pages daemon fills it after the process runs), and a third
 image, gcr with GCR_CRIU_LAZY_PAGES=0 (variant "eager-host"), is restored the way CRIU does by
-default, every page before the process runs: the baseline for the host memory's share.
+default, every page before the process runs: the baseline for the host memory's share. A fourth,
+gcr with GCR_HOST_PAGES_FROM_STORE=0 (variant "lazy-images"), is lazy the way CRIU alone is: its
+daemon reads pages from images materialized first, where gcr's own restore has gcrd serve them
+from the store (Note [Host memory from the store] in restore-server/host_pages.h).
 
 Per restore: time to resume (gcrd's time.resume_ns: restore start -> the process runs; for
 --stop-copy, when CRIU and the driver's restore are done), time to full (time.full_ns: all device
@@ -52,7 +55,7 @@ import ckpt_bench as cb  # noqa: E402  (shared helpers: processes, step logs, fo
 
 GiB = cb.GiB
 VARIANTS = {"gcr": ["on-demand", "eager"], "stop-copy": ["stop-copy"],
-            "gcr-eager-host": ["eager-host"]}
+            "gcr-eager-host": ["eager-host"], "gcr-lazy-images": ["lazy-images"]}
 
 
 def drop_caches():
@@ -78,10 +81,13 @@ def measure(footprint, mode, args, build):
     env.update(GCR_STORE=os.path.join(root, "store"), GCR_GCRD_SOCKET=os.path.join(root, "gcrd.sock"),
                GCR_WORK_DIR=os.path.join(root, "work"), GCR_QUIET="1", SIMGPU_DEVICES="1",
                SIMGPU_MEMORY=cb.size_arg(2 * footprint + GiB))
-    for k in ("GCR_KEEP_WORK", "GCR_LOAD_MIB_PER_S", "GCR_DRAIN_MIB_PER_S", "GCR_CRIU_LAZY_PAGES"):
+    for k in ("GCR_KEEP_WORK", "GCR_LOAD_MIB_PER_S", "GCR_DRAIN_MIB_PER_S", "GCR_CRIU_LAZY_PAGES",
+              "GCR_HOST_PAGES_FROM_STORE"):
         env.pop(k, None)
     if mode == "gcr-eager-host":
         env["GCR_CRIU_LAZY_PAGES"] = "0"
+    if mode == "gcr-lazy-images":
+        env["GCR_HOST_PAGES_FROM_STORE"] = "0"
     host = ["--host-footprint", cb.size_arg(args.host_footprint)] if args.host_footprint else []
     gcr = os.path.join(build, "bin", "gcr")
     mlp = os.path.join(build, "tests", "workloads", "mlp_train")
@@ -201,6 +207,13 @@ def report(results, limits=None):
                          f"{'met' if ratio >= 5 else 'MISSED'}"
                          + ("" if big >= 4 * GiB else " (largest footprint here is smaller)"))
         big = fps[-1] if fps else None
+        a, b = by.get((big, "on-demand", cache)), by.get((big, "lazy-images", cache))
+        if a and b:
+            goals.append(f"host memory served from the store ({cache}) at {cb.fmt_bytes(big)} "
+                         f"device: resume {cb.fmt_ms(a['resume_ms'])} vs "
+                         f"{cb.fmt_ms(b['resume_ms'])} with CRIU's daemon reading images "
+                         f"({b['resume_ms'] / max(a['resume_ms'], 1e-3):.2f}x); all host memory in "
+                         f"{cb.fmt_ms(a.get('host_ms') or 0)} vs {cb.fmt_ms(b.get('host_ms') or 0)}")
         a, b = by.get((big, "on-demand", cache)), by.get((big, "eager-host", cache))
         if a and b:
             goals.append(f"host memory restored lazily ({cache}) at {cb.fmt_bytes(big)} device: "
@@ -284,7 +297,8 @@ def main():
             if mem["MemAvailable"] < need + GiB or disk.free < need + 2 * GiB:
                 print(f"  skipping {cb.fmt_bytes(f)}: not enough memory or disk")
                 continue
-            for mode in ("gcr",) + (("gcr-eager-host",) if args.host_footprint else ()) + ("stop-copy",):
+            host_modes = ("gcr-lazy-images", "gcr-eager-host") if args.host_footprint else ()
+            for mode in ("gcr",) + host_modes + ("stop-copy",):
                 print(f"  {cb.fmt_bytes(f)} {mode}:", flush=True)
                 r = measure(f, mode, args, build)
                 results.append(r)

@@ -481,8 +481,9 @@ Status restore(RestoreOptions o, Context& ctx) {
       format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all memory after " +
       format_duration(ns(field_u64(f, "time.full_ns"))) +
       (field(f, "host_memory") == "lazy"
-           ? " (host memory loaded lazily, in " +
-                 format_duration(ns(field_u64(f, "time.host_ns"))) + " from CRIU's start)"
+           ? " (host memory loaded lazily" +
+                 (field(f, "host_source") == "store" ? std::string(" from the store") : "") +
+                 ", in " + format_duration(ns(field_u64(f, "time.host_ns"))) + " from CRIU's start)"
            : "") +
       "\n  device memory " + format_bytes(field_u64(f, "region_bytes")) + " loaded " +
       (field(f, "mode") == "eager" ? "before the process ran" : "on demand") + " in " +

@@ -400,6 +400,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["new_pid_namespace"] = rep.new_pid_namespace ? "1" : "0";
     out["mode"] = req.eager ? "eager" : "on-demand";
     out["host_memory"] = rep.lazy_host ? "lazy" : "eager";
+    out["host_source"] = rep.host_from_store ? "store" : "images";
+    out["host_served_bytes"] = std::to_string(rep.host_served_bytes);
     for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
     for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
     return out;

@@ -28,9 +28,8 @@ Status write_all(int fd, const std::string& text) {
   return ok();
 }
 
-// Starts gcr-keeper with the parked fds at 3, 4, ... and tells it `text`.
-Result<Keeper> start_keeper(const std::string& text,
-                            const std::vector<control::ParkedRegion>& parked) {
+// Starts gcr-keeper with `fds` at 3, 4, ... and tells it `text`.
+Result<Keeper> start_keeper(const std::string& text, const std::vector<int>& fds) {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   fs::path bin = self.parent_path() / "gcr-keeper";
@@ -42,10 +41,10 @@ Result<Keeper> start_keeper(const std::string& text,
   UniqueFd read_end(p[0]), write_end(p[1]);
   // The parked fds go to 3, 4, ...: first moved above that range, so that no dup2 overwrites a
   // source it has yet to copy.
-  const int n = static_cast<int>(parked.size());
+  const int n = static_cast<int>(fds.size());
   std::vector<UniqueFd> high;
-  for (const auto& r : parked) {
-    int fd = fcntl(r.fd.get(), F_DUPFD_CLOEXEC, 3 + n);
+  for (int from : fds) {
+    int fd = fcntl(from, F_DUPFD_CLOEXEC, 3 + n);
     if (fd < 0) return errno_error("duplicating a parked fd for the keeper");
     high.emplace_back(fd);
   }
@@ -84,14 +83,21 @@ Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>
   for (const auto& r : parked)
     text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
             " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";
-  return start_keeper(text + "go\n", parked);
+  std::vector<int> fds;
+  for (const auto& r : parked) fds.push_back(r.fd.get());
+  return start_keeper(text + "go\n", fds);
 }
 
-Result<Keeper> Keeper::start_restore(const fs::path& pidfile) {
+Result<Keeper> Keeper::start_restore(const fs::path& pidfile, int host_pages_fd) {
   std::string text = "mode restore\n";
   if (!pidfile.empty() && pidfile.string().find('\n') == std::string::npos)
     text += "pidfile " + pidfile.string() + "\n";
-  return start_keeper(text, {});
+  std::vector<int> fds;
+  if (host_pages_fd >= 0) {
+    text += "host\n";
+    fds.push_back(host_pages_fd);
+  }
+  return start_keeper(text, fds);
 }
 
 Status Keeper::restoring_in_namespace(pid_t unshare_pid, const fs::path& ready_file) {

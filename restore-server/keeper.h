@@ -37,7 +37,11 @@ class Keeper {
   // For a restore, started before CRIU runs: once restored(pid) names the process, it is ended if
   // gcrd dies before done(); should gcrd die before that, while CRIU restores, the keeper learns
   // the pid from `pidfile` (CRIU's --pidfile; empty: no such file, nothing it can do).
-  static Result<Keeper> start_restore(const std::filesystem::path& pidfile);
+  // host_pages_fd (optional): gcrd's end of the socket on which it serves the restored tasks'
+  // host memory (Note [Host memory from the store] in host_pages.h). The keeper holds a
+  // duplicate, so that gcrd's death does not hang up on CRIU's daemon, and should gcrd die before
+  // done() it ends the restored tree at once (not only a parked process), then lets go of it.
+  static Result<Keeper> start_restore(const std::filesystem::path& pidfile, int host_pages_fd = -1);
   // A restore into a new PID namespace has no pidfile: should gcrd die while CRIU restores, the
   // keeper finds the restored task under `unshare_pid` once `ready_file` names it.
   Status restoring_in_namespace(pid_t unshare_pid, const std::filesystem::path& ready_file);

@@ -2,8 +2,8 @@
 // if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h); for a restored process not
 // yet given its memory, ends it instead. Started by gcrd only: stdin is gcrd's pipe ("pid N",
 // "start TICKS", optionally "mode restore", "pidfile PATH" or "nsroot PID", "nsroot_start TICKS"
-// and "ready PATH", "region ADDRESS SIZE DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later
-// "done"); stdout/stderr are gcrd's log.
+// and "ready PATH", "host" (fd 3: gcrd's end of its host-memory server), "region ADDRESS SIZE
+// DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later "done"); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
 
@@ -72,9 +72,26 @@ bool alive(pid_t pid, unsigned long long start) {
   return start_time(pid) == start;
 }
 
+// Set by "host": gcrd served the restored tasks' host memory, and fd 3 is a duplicate of its end
+// (Note [Host memory from the store] in host_pages.h).
+bool host_pages = false;
+
 // gcrd died before the restored process got its memory: a parked one is ended (it has nothing to
-// run on); one that has its memory, or the load table, is its own guard (op_cow_end).
+// run on); one that has its memory, or the load table, is its own guard (op_cow_end). With host
+// memory still to come from gcrd, the whole tree is ended at once, whatever its state: CRIU's
+// daemon will find no one to ask for the rest.
 int end_restored(pid_t pid, unsigned long long start) {
+  if (host_pages) {
+    if (alive(pid, start)) {
+      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+      kill(pid, SIGKILL);
+      std::fprintf(stderr,
+                   "gcr-keeper: gcrd died while restored process %d still had host memory to "
+                   "come; ended it (the checkpoint is unchanged: restore it again)\n",
+                   pid);
+    }
+    return 0;
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!alive(pid, start)) return 0;
@@ -173,10 +190,15 @@ int main() {
       in >> r.region.address >> r.region.size >> r.region.device >> r.region.flags;
       r.fd = UniqueFd(3 + static_cast<int>(regions.size()));
       regions.push_back(std::move(r));
+    } else if (word == "host") {
+      host_pages = true;
     } else if (word == "go") {
       go = true;
     }
   }
+  // gcrd died while CRIU restored: CRIU's daemon must hear that no one serves the pages any more,
+  // or CRIU waits for them for good; the restored process is ended once it shows up.
+  if (!go && host_pages) close(3);
   if (!go && restore && !pidfile.empty()) return end_restored_from(pidfile);
   if (!go && restore && nsroot > 0 && !ready.empty())
     return end_restored_in_namespace(nsroot, nsroot_start, ready);

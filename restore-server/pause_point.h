@@ -18,6 +18,9 @@
 //   restored   restore.cpp: CRIU restored the process, it waits for its device memory
 //   load-table restore.cpp: (on demand) the process has the load table, is still parked
 //   loading    restore.cpp: (on demand) it runs, loading goes on
+//   host-pages host_pages.cpp: gcrd's server of the host memory (Note [Host memory from the
+//              store]) got the lazy-pages daemon's first background request (CRIU is done); only
+//              that thread pauses, and no page is served meanwhile
 #pragma once
 
 #include <unistd.h>

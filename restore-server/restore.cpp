@@ -21,6 +21,7 @@
 #include "device.h"
 #include "gcr/control.h"
 #include "gcrd_protocol.h"
+#include "host_pages.h"
 #include "job.h"
 #include "keeper.h"
 #include "lineage.h"
@@ -35,6 +36,13 @@
 namespace gcr::gcrd {
 
 namespace {
+// Note [Host memory from the store] (host_pages.h); GCR_HOST_PAGES_FROM_STORE=0: CRIU's daemon
+// reads the pages from materialized images instead.
+bool host_pages_from_store() {
+  const char* v = std::getenv("GCR_HOST_PAGES_FROM_STORE");
+  return !(v && std::string_view(v) == "0");
+}
+
 // Waits (up to 5 s) until pid is gone or a zombie: a restore that failed returns only once the
 // process it killed no longer runs (and its pid is free again soon after).
 void wait_gone(pid_t pid) {
@@ -413,14 +421,36 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   auto tm = Clock::now();
   std::optional<WorkDir> work;
   criu::LazyPages lazy;  // after work: its images are read until the daemon ends
+  // Note [Host memory from the store] (host_pages.h). On the way out the server hangs up before
+  // the daemon is reaped (killed first, should it still run).
+  std::unique_ptr<HostPages> host_pages;
+  UniqueFd daemon_end;  // the daemon's end of host_pages' socket, until CRIU has started it
   std::optional<FillingScope> filling_scope;
   Clock::time_point th;
+  // --eager: nothing arrives after the process runs, host memory included.
+  const bool lazy_wanted = !external && !eager && criu::lazy_pages_available(tools);
+  if (lazy_wanted && host_pages_from_store()) {
+    if (auto planned = HostPages::plan(*reader)) {
+      host_pages = std::move(planned).value();
+    } else {
+      std::fprintf(stderr, "gcrd: checkpoint %s: its host memory comes from CRIU's images (%s)\n",
+                   rep.id.substr(0, 12).c_str(), planned.error().message.c_str());
+    }
+  }
   if (!external) {
     GCR_TRY_ASSIGN(WorkDir w, WorkDir::create("restore"));
     work.emplace(std::move(w));
-    GCR_TRY(reader->materialize_files(work->path()));
+    GCR_TRY(host_pages ? reader->materialize_files(work->path(), host_pages->left_out())
+                       : reader->materialize_files(work->path()));
   }
   record_phase(rep, "materialize", tm);
+  if (host_pages) {
+    GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id, req.arriving));
+    GCR_TRY_ASSIGN(daemon_end, host_pages->serve(std::move(own_reader)));
+  }
+  // Guarded from CRIU's start (Note [Parked memory outlives gcrd], keeper.h): a process with
+  // device memory to get, or host memory gcrd serves.
+  const bool guarded = !records.empty() || host_pages;
 
   auto env = driver_env();
   if (!req.device_map.empty()) {
@@ -491,9 +521,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     // Note [Parked memory outlives gcrd] in keeper.h: should gcrd die before the process holds its
     // memory (or the table that makes it wait for it), the keeper ends it; from now, as CRIU may
     // finish restoring it after gcrd is gone.
-    if (!records.empty())
-      keeper = Keeper::start_restore(rep.new_pid_namespace ? std::filesystem::path()
-                                                           : work->path() / "restored.pid");
+    if (guarded)
+      keeper = Keeper::start_restore(
+          rep.new_pid_namespace ? std::filesystem::path() : work->path() / "restored.pid",
+          host_pages ? host_pages->server_fd() : -1);
     if (!keeper) return std::move(keeper).error();
     progress("restoring the process with CRIU");
     auto tc = Clock::now();
@@ -504,10 +535,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     ro.new_pid_namespace = rep.new_pid_namespace;
     ro.shell_job = m.meta_or("shell_job") == "1";
     ro.tcp_close = m.meta_or("tcp_close") == "1";
-    // --eager: nothing arrives after the process runs, host memory included.
-    if (!eager && criu::lazy_pages_available(tools)) ro.lazy_pages = &lazy;
+    if (lazy_wanted) ro.lazy_pages = &lazy;
+    if (host_pages) ro.lazy_pages_socket = daemon_end.get();
     ro.before_criu = [] { pause_point("lazy-pages"); };
-    if (rep.new_pid_namespace && keeper && !records.empty())
+    if (rep.new_pid_namespace && keeper && guarded)
       ro.on_spawned = [&keeper, ready = work->path() / "restored.ready"](pid_t unshare_pid) {
         if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
           std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
@@ -535,13 +566,31 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     }
     criu_lock.unlock();
     relays.clear();
+    daemon_end.reset();  // the daemon's now; its exit is the server's end
     record_phase(rep, "criu", tc);
     th = tc;
     if (lazy.running()) filling_scope.emplace(criu::tree_pids(pid));
-    if (!records.empty())
+    if (guarded)
       if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
+    if (host_pages)
+      host_pages->on_failure([pid] {
+        for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+        kill(pid, SIGKILL);
+      });
   }
   rep.pid = pid;
+  // A page gcrd could not serve while CRIU restored (the daemon was told, and gave up): the
+  // process has not run yet (it is parked) and must not.
+  if (host_pages)
+    if (auto e = host_pages->failure()) {
+      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+      kill(pid, SIGKILL);
+      wait_gone(pid);
+      Error err = *e;
+      err.message += "; killed it: restored process " + std::to_string(pid) +
+                     " cannot run without its host memory (the checkpoint itself is unchanged)";
+      return err;
+    }
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   // With lazy host memory every restored task (not only those under gcr) may be missing pages.
@@ -553,8 +602,17 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     kill(pid, SIGKILL);
     wait_gone(pid);
     e.message += "; killed it: restored process " + std::to_string(pid) +
-                 " cannot run without its device memory (the checkpoint itself is unchanged)";
+                 " cannot run without its " + (lazy_host ? "memory" : "device memory") +
+                 " (the checkpoint itself is unchanged)";
     return e;
+  };
+
+  // The daemon's failure, or the reason gcrd's server stopped that made it fail (Note [Host memory
+  // from the store]).
+  auto host_error = [&](Status daemon) -> Error {
+    if (host_pages)
+      if (auto e = host_pages->failure()) return *e;
+    return std::move(daemon).error();
   };
 
   // On demand: the process (every member of a job) runs while the loader goes on. The caller
@@ -567,7 +625,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
       // Note [Host memory restored lazily]: a daemon that died must not wait for the device load.
       if (auto host = lazy.poll()) {
-        if (!*host) return std::move(*host).error();
+        if (!*host) return host_error(std::move(*host));
         if (!host_done) host_done = Clock::now();
       }
     }
@@ -582,7 +640,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (!keeper) return kill_restored(Error(keeper.error()));
     auto clients = give_job_its_memory(pid, rep, plan, allocations);
     if (!clients) return kill_restored(std::move(clients).error());
-    keeper->done();
+    if (!host_pages) keeper->done();  // else once the host memory is in
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
     if (!eager) {
@@ -615,7 +673,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
               .context("giving restored process " + std::to_string(pid) + " its memory")
               .error());
     if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
-    keeper->done();
+    if (!host_pages) keeper->done();  // else once the host memory is in
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
     if (table) {
@@ -632,7 +690,20 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     // Note [Host memory restored lazily] (gcr/criu.h): a daemon that failed left zeros where the
     // rest of the process's memory should be; it must not run on them.
     progress("process " + std::to_string(pid) + " runs; bringing in the rest of its host memory");
-    if (Status s = lazy.wait(); !s) return kill_restored(std::move(s).error());
+    if (Status s = lazy.wait(); !s) return kill_restored(host_error(std::move(s)));
+    if (host_pages) {
+      host_pages->join();
+      rep.host_served_bytes = host_pages->served_bytes();
+      const HostPages::Stats& hs = host_pages->stats();
+      std::fprintf(stderr,
+                   "gcrd: restore %s: served %llu MiB of host memory in %llu requests (%lld ms "
+                   "reading the store, %lld ms sending)\n",
+                   rep.id.substr(0, 12).c_str(),
+                   static_cast<unsigned long long>(rep.host_served_bytes >> 20),
+                   static_cast<unsigned long long>(hs.requests),
+                   static_cast<long long>(hs.read_ns / 1'000'000),
+                   static_cast<long long>(hs.send_ns / 1'000'000));
+    }
     auto host_ns = [&](Clock::time_point from) {
       return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                             host_done.value_or(Clock::now()) - from)
@@ -642,6 +713,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     rep.times_ns["host"] = host_ns(th);
     rep.times_ns["full"] = std::max(rep.times_ns["full"], host_ns(t0));
     rep.lazy_host = true;
+    rep.host_from_store = static_cast<bool>(host_pages);
   }
   filling_scope.reset();
   if (keeper) keeper->done();

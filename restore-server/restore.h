@@ -62,6 +62,9 @@ struct RestoreReport {
   std::uint64_t shared_bytes = 0;      // device memory taken from a concurrent restore's reads
   std::uint64_t staged_bytes = 0;      // device memory on the GPU already (Note [Staged restore])
   bool lazy_host = false;  // host memory came in after the process ran (gcr/criu.h, lazy pages)
+  // ... served by gcrd from the store (host_pages.h), not read by CRIU from the images: how much
+  bool host_from_store = false;
+  std::uint64_t host_served_bytes = 0;
   // allocate, load, materialize, criu, unpark, host (lazy host memory: CRIU's start -> all in);
   // resume (restore start -> process running), full (restore start -> all device and host memory
   // in), total

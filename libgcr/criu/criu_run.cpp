@@ -653,9 +653,13 @@ Result<pid_t> start_lazy_pages(const Tools& tools, const RestoreOptions& o) {
   std::vector<std::string> argv = {
       tools.criu.string(), "lazy-pages", "-D", o.image_dir.string(), "-o", "lazy-pages.log", "-v2",
       "--status-fd",       "3"};
+  if (o.lazy_pages_socket >= 0) {
+    argv.insert(argv.end(), {"--page-server", "--ps-socket", "4"});
+  }
   privilege_arguments(argv);
   SpawnExtras extras;
-  extras.fds.push_back(ready_w.get());  // fd 3
+  extras.fds.push_back(ready_w.get());                                      // fd 3
+  if (o.lazy_pages_socket >= 0) extras.fds.push_back(o.lazy_pages_socket);  // fd 4
   extras.new_session = true;
   GCR_TRY_ASSIGN(pid_t pid, spawn(argv, o.env, o.image_dir / "lazy-pages.out", extras));
   ready_w.reset();
@@ -681,6 +685,9 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
     if (auto pid = start_lazy_pages(tools, o)) {
       lazy.pid_ = *pid;
       lazy.log_ = o.image_dir / "lazy-pages.log";
+    } else if (o.lazy_pages_socket >= 0) {
+      // The images lack the pages the daemon was to bring: no restore without it.
+      return std::move(pid).error();
     } else {  // the restore goes on, the usual way
       std::fprintf(stderr, "gcr: %s; restoring host memory before the process runs\n",
                    pid.error().message.c_str());

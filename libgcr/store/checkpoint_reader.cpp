@@ -53,9 +53,10 @@ class Reader final : public CheckpointReader {
         .context("checkpoint " + manifest_.id.hex() + ": " + object_label(o));
   }
 
-  Status materialize_files(const std::filesystem::path& dir) override {
-    return materialize(dir).context("checkpoint " + manifest_.id.hex() + ": materializing into '" +
-                                    dir.string() + "'");
+  Status materialize_files(const std::filesystem::path& dir, const LeftOut& left_out) override {
+    return materialize(dir, left_out)
+        .context("checkpoint " + manifest_.id.hex() + ": materializing into '" + dir.string() +
+                 "'");
   }
 
  private:
@@ -130,7 +131,7 @@ class Reader final : public CheckpointReader {
     return ok();
   }
 
-  Status materialize(const std::filesystem::path& dir) {
+  Status materialize(const std::filesystem::path& dir, const LeftOut& left_out) {
     GCR_TRY(make_dirs_0700(dir));
     std::vector<const ObjectEntry*> files;
     for (const ObjectEntry& o : manifest_.objects) {
@@ -147,7 +148,7 @@ class Reader final : public CheckpointReader {
     for (std::size_t at = 0; at < files.size(); at += kFilesAtOnce) {
       std::span<const ObjectEntry* const> group(files.data() + at,
                                                 std::min(kFilesAtOnce, files.size() - at));
-      GCR_TRY(materialize_group(dir, group, buffers));
+      GCR_TRY(materialize_group(dir, group, buffers, left_out));
     }
     return ok();
   }
@@ -164,7 +165,8 @@ class Reader final : public CheckpointReader {
 
   Status materialize_group(const std::filesystem::path& dir,
                            std::span<const ObjectEntry* const> group,
-                           std::array<std::unique_ptr<std::byte[]>, 2>& buffers) {
+                           std::array<std::unique_ptr<std::byte[]>, 2>& buffers,
+                           const LeftOut& left_out) {
     struct Out {
       const ObjectEntry* object;
       UniqueFd fd;
@@ -197,10 +199,12 @@ class Reader final : public CheckpointReader {
     std::vector<Piece> pieces;
     for (std::size_t f = 0; f < outs.size(); ++f) {
       const ObjectEntry& o = *outs[f].object;
+      auto skip = left_out.find(o.name);
       std::uint64_t offset = 0;
       for (std::uint64_t k = 0; k < o.chunk_count; ++k) {
         const ChunkRef& c = manifest_.chunks[o.first_chunk + k];
-        if (!c.zero) pieces.push_back(Piece{f, offset, &c});
+        if (!c.zero && !(skip != left_out.end() && within(skip->second, offset, c.raw_bytes)))
+          pieces.push_back(Piece{f, offset, &c});
         offset += c.raw_bytes;
       }
     }
@@ -256,6 +260,17 @@ class Reader final : public CheckpointReader {
       }
     }
     return ok();
+  }
+
+  // Whether [offset, offset + size) lies within one of `ranges` (sorted by offset, not
+  // overlapping).
+  static bool within(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                     std::uint64_t offset, std::uint64_t size) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), offset,
+                               [](std::uint64_t v, const auto& r) { return v < r.first; });
+    if (it == ranges.begin()) return false;
+    --it;
+    return offset + size <= it->first + it->second;
   }
 
   // Where a chunk is: known since open, or (an arriving checkpoint) waited for.

@@ -138,6 +138,10 @@ struct RestoreOptions {
   // exits. The restore hands the daemon to *lazy_pages (left as it was when the call fails); the
   // image directory must outlive it.
   class LazyPages* lazy_pages = nullptr;
+  // With lazy_pages: the daemon asks for the pages on this connected socket (CRIU's page-server
+  // protocol; criu lazy-pages --page-server --ps-socket) instead of reading the images'
+  // (Note [Host memory from the store] in restore-server/host_pages.h). The caller's, left open.
+  int lazy_pages_socket = -1;
   // Called right before CRIU's restore starts (with lazy_pages, once the daemon listens).
   std::function<void()> before_criu;
 };
@@ -152,7 +156,9 @@ Status restore(const Tools& tools, const RestoreOptions& options);
 // daemon copies the rest in the background and exits when all is in. The daemon holds the only
 // copy of those pages until then: should it die early, the kernel fills what is left with zeros,
 // so its end is watched and the restored tasks are killed when it failed (restore.cpp). Used when
-// `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off.
+// `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off. gcrd has the
+// daemon ask it for the pages instead of reading images (RestoreOptions::lazy_pages_socket; Note
+// [Host memory from the store] in restore-server/host_pages.h).
 bool lazy_pages_available(const Tools& tools);
 
 // The daemon of a lazy restore: reaped by wait(), killed and reaped by the destructor otherwise.

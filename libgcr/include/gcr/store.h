@@ -168,7 +168,13 @@ class CheckpointReader {
   virtual Status read(const ObjectEntry& object, std::uint64_t offset,
                       std::span<std::byte> out) = 0;
   // Writes the checkpoint's CRIU image files into dir (created 0700), with their modes.
-  virtual Status materialize_files(const std::filesystem::path& dir) = 0;
+  Status materialize_files(const std::filesystem::path& dir) { return materialize_files(dir, {}); }
+  // The same, leaving out byte ranges (offset, size) of some files (by name): a chunk that lies
+  // wholly within them is not read or written, so the file has a hole there (zeros when read).
+  // For what is served another way (Note [Host memory from the store] in
+  // restore-server/host_pages.h).
+  using LeftOut = std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>>;
+  virtual Status materialize_files(const std::filesystem::path& dir, const LeftOut& left_out) = 0;
 };
 
 }  // namespace gcr::store

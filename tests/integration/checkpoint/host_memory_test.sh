@@ -5,6 +5,8 @@
 # with 64 MiB of pageable host memory (--host-footprint) is checkpointed live twice and once for
 # good each way; every restore must end with the uninterrupted run's model and host checksums,
 # the report must say where the images went, and nothing may be left in the memory directory.
+# Restores bring host memory back from the store through gcrd, and once (GCR_HOST_PAGES_FROM_STORE
+# =0) from images CRIU's daemon reads.
 #
 #   host_memory_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -41,8 +43,23 @@ round_trip() {  # WHERE EXPECTED: a live checkpoint, a stopping one, restores of
     for _ in $(seq 1 3000); do kill -0 "$r" 2>/dev/null || break; sleep 0.02; done
     [[ $(checksum_after "$log" "$len") == "$REF" ]] || fail "restore $name: model checksum '$(checksum_after "$log" "$len")'"
     [[ $(host_after "$log" "$len") == "$HREF" ]] || fail "restore $name: host memory checksum '$(host_after "$log" "$len")', expected $HREF"
-    echo "ok: $name restores bit-identical, host memory included"
+    check_host_source "$name" "${GCR_HOST_PAGES_FROM_STORE:-1}"
+    echo "ok: $name restores bit-identical, host memory included ($(json_field host_memory < "$T/r.json"), from $(json_field host_source < "$T/r.json"))"
   done
+}
+
+# Note [Host memory from the store] (restore-server/host_pages.h): where host memory comes in
+# lazily, gcrd serves it from the store (most of the 64 MiB), unless told not to.
+check_host_source() {  # NAME FROM_STORE(0|1), of $T/r.json
+  [[ $(json_field host_memory < "$T/r.json") == lazy ]] || return 0
+  local source served
+  source=$(json_field host_source < "$T/r.json") served=$(json_field host_served_bytes < "$T/r.json")
+  if [[ $2 == 0 ]]; then
+    [[ $source == images && $served == 0 ]] || fail "restore $1: host memory from $source ($served bytes served), expected CRIU's images"
+  else
+    [[ $source == store ]] || fail "restore $1: host memory from $source, expected the store"
+    (( served > 32 << 20 )) || fail "restore $1: gcrd served only $served bytes of host memory"
+  fi
 }
 
 echo "== images in memory"
@@ -55,6 +72,13 @@ echo "== images on disk (GCR_MEMORY_WORK_DIR=off)"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true  # the next gcrd reads the setting
 export GCR_MEMORY_WORK_DIR=off
 round_trip disk disk
+
+echo "== host memory read by CRIU's daemon from materialized images (GCR_HOST_PAGES_FROM_STORE=0)"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+export GCR_HOST_PAGES_FROM_STORE=0
+round_trip images disk
+unset GCR_HOST_PAGES_FROM_STORE
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
 
 echo "== a memory directory too small for the process: on disk"
 mkdir -p "$T/small"

@@ -14,18 +14,21 @@ source "$(dirname "$0")/lib.sh"
 
 # damage STORE NAME WHAT: flips a byte in the middle of the stored payload of the first chunk
 # (not a zero chunk) of checkpoint NAME's first object WHAT ("region", or a CRIU file's name), or
-# of the last chunk of its last region (WHAT "last-region": the last a restore would load).
+# of the last chunk of its last region (WHAT "last-region": the last a restore would load), or of
+# the middle chunk of a CRIU file (WHAT "NAME@middle").
 damage() {
   "$GCR" --store "$1" image inspect "$2" --json --chunks | python3 -c '
 import glob, json, os, struct, sys
 store, what = sys.argv[1], sys.argv[2]
 m = json.load(sys.stdin)
 last = what == "last-region"
+middle = what.endswith("@middle")
+what = what.removesuffix("@middle")
 objs = [o for o in m["objects"] if o["kind"] == ("region" if last else what) or o.get("name") == what]
 obj = objs[-1] if last else objs[0]
 chunks = [c for c in m["chunks"][obj["first_chunk"]:obj["first_chunk"] + obj["chunk_count"]]
           if not c["zero"]]
-chunk = chunks[-1] if last else chunks[0]
+chunk = chunks[-1] if last else chunks[len(chunks) // 2] if middle else chunks[0]
 want = bytes.fromhex(chunk["id"])
 for idx in glob.glob(store + "/packs/*.idx"):
     data = open(idx, "rb").read()
@@ -174,6 +177,44 @@ if "$REAL_CRIU" check --feature uffd-noncoop >/dev/null 2>&1; then
 else
   echo "   skipped: this kernel or CRIU has no uffd-noncoop (lazy pages unused)"
 fi
+
+step "a byte of host memory: an error, and no process runs on"
+# Note [Host memory from the store] (restore-server/host_pages.h): the pages CRIU may restore
+# lazily are read from the store only when gcrd serves them, after the process runs; a damaged
+# one makes gcrd kill the process before the daemon hears of it. (A damaged page CRIU restores
+# itself is found while materializing, before any process exists.) A run with 32 MiB of host
+# memory (most of its pages image: the damaged middle chunk is one gcrd serves).
+MLP_HOST=("${MLP[@]}" --host-footprint 32M)
+MLP_SAVED=("${MLP[@]}")
+MLP=("${MLP_HOST[@]}")
+start "$T/h.log"
+MLP=("${MLP_SAVED[@]}")
+wait_steps "$T/h.log" 15
+"$GCR" checkpoint "$P" --name h1 >/dev/null || fail "checkpoint h1"
+wait_gone "$P" 10 || fail "the checkpointed process h1 did not end"
+S=$T/store-host
+cp -a "$GCR_STORE" "$S"
+# The task's pages image: the largest (others hold shared memory's few pages).
+pages=$("$GCR" --store "$S" image inspect h1 --json | python3 -c '
+import json, sys
+files = [o for o in json.load(sys.stdin)["objects"] if o.get("name", "").startswith("pages-")]
+print(max(files, key=lambda o: o["size"])["name"])')
+damage "$S" h1 "$pages@middle"
+lines=$(wc -l <"$T/h.log")
+rc=0
+out=$("$GCR" --store "$S" restore h1 2>&1) || rc=$?
+echo "   exit $rc: $out"
+[[ $rc != 0 ]] || bad "a restore from a damaged pages image succeeded: $out"
+[[ $out == *"chunk"* ]] || bad "the error does not name the damaged chunk: $out"
+if "$REAL_CRIU" check --feature uffd-noncoop >/dev/null 2>&1; then
+  [[ $out == *"killed it"* ]] ||
+    bad "the damaged page was not found while gcrd served host memory (or did not end the process): $out"
+fi
+wait_gone "$P" 5 || bad "the restored process $P is still there after its host memory failed"
+left=$(ours)
+[[ -z $left ]] || { bad "a process runs $MLP_BIN after the failed restore: $left"; kill -9 $left || true; }
+tail -n +$((lines + 1)) "$T/h.log" | grep -q "^checksum" &&
+  bad "the restored process ran to its end on a damaged page"
 
 step "the intact image restores"
 "$GCR" image verify >/dev/null || bad "gcr image verify of the intact store"

@@ -6,8 +6,10 @@
 # got the load table (still parked), and while it runs with loading under way. Each time the
 # restored process must either end or finish with the reference checksum: never run on to
 # another checksum, never stay parked. The same while CRIU restores into a new PID namespace
-# (there is no pidfile then: the keeper finds the task under unshare). Then the checkpoint,
-# unchanged, restores to the reference.
+# (there is no pidfile then: the keeper finds the task under unshare). And while its host memory
+# still comes from gcrd (Note [Host memory from the store]: gcrd's server paused at the daemon's
+# first background request, no page served since). Then the checkpoint, unchanged, restores to the
+# reference.
 #
 #   gcrd_dies_loading_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
@@ -66,8 +68,12 @@ else
   bad "CRIU never paused in post-restore (new PID namespace)"
 fi
 
-for point in criu restored load-table loading; do
+for point in criu restored load-table loading host-pages; do
   step "gcrd killed at $point"
+  if [[ $point == host-pages ]] && ! "$REAL_CRIU" check --feature uffd-noncoop >/dev/null 2>&1; then
+    echo "note: no lazy pages on this kernel (criu check --feature uffd-noncoop): host memory is restored before the process runs"
+    continue
+  fi
   stop_gcrd
   : >"$T/a.log"
   sleep 0.2

@@ -190,3 +190,35 @@ TEST_CASE("a region stored piece by piece has the chunks of one stored at once, 
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("gone") != std::string::npos);
 }
+
+TEST_CASE("materialize leaves out the ranges it is told to, as holes", "[reader]") {
+  test::TempDir dir;
+  StoreOptions opts;
+  opts.chunk_bytes = 64 * 1024;
+  auto store = test::open_store(dir.path() / "s", opts);
+  auto pages = test::random_bytes(4 << 20, 7);
+  auto core = test::text_bytes(5000, 8);
+  test::write_file(dir.path() / "pages-1.img", pages);
+  test::write_file(dir.path() / "core-1.img", core);
+  auto w = store->begin_checkpoint({}, std::nullopt);
+  REQUIRE((*w)->add_file("pages-1.img", 0600, dir.path() / "pages-1.img"));
+  REQUIRE((*w)->add_file("core-1.img", 0600, dir.path() / "core-1.img"));
+  auto c = (*w)->commit({});
+  REQUIRE(c);
+  auto r = store->open_checkpoint(c->id);
+  REQUIRE(r);
+  // The middle two MiB, and a range of core-1.img's name that is not a file.
+  CheckpointReader::LeftOut left_out{{"pages-1.img", {{1 << 20, 2 << 20}}},
+                                     {"missing.img", {{0, 4096}}}};
+  REQUIRE((*r)->materialize_files(dir.path() / "out", left_out));
+  auto got = test::slurp(dir.path() / "out" / "pages-1.img");
+  REQUIRE(got.size() == pages.size());
+  CHECK(test::slurp(dir.path() / "out" / "core-1.img") == core);
+  // Chunks wholly inside the range are holes; the bytes outside it are all there (a chunk that
+  // straddles an edge is written whole).
+  CHECK(std::equal(got.begin(), got.begin() + (1 << 20), pages.begin()));
+  CHECK(std::equal(got.begin() + (3 << 20), got.end(), pages.begin() + (3 << 20)));
+  std::size_t zero = 0;
+  for (std::size_t i = 1 << 20; i < (3u << 20); ++i) zero += got[i] == std::byte{0};
+  CHECK(zero > (3u << 19));  // most of the two MiB never written (random data has few zeros)
+}
