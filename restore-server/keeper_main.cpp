@@ -86,8 +86,9 @@ int end_restored(pid_t pid, unsigned long long start) {
       for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
       kill(pid, SIGKILL);
       std::fprintf(stderr,
-                   "gcr-keeper: gcrd died while restored process %d still had host memory to "
-                   "come; ended it (the checkpoint is unchanged: restore it again)\n",
+                   "gcr-keeper: restored process %d still had host memory to come from gcrd, "
+                   "which died or gave the restore up; ended it (the checkpoint is unchanged: "
+                   "restore it again)\n",
                    pid);
     }
     return 0;

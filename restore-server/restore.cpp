@@ -560,8 +560,25 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       }
       ro.inherit.push_back({in.key, fd});
     }
+    // A page gcrd cannot serve while CRIU restores: the tasks, CRIU's so far, are ended with
+    // CRIU (they have not run the program yet) rather than let CRIU go on with what the daemon,
+    // told, leaves as zeros.
+    if (host_pages) {
+      ro.on_started = [&host_pages](pid_t criu_pid) {
+        host_pages->on_failure([criu_pid] {
+          std::vector<pid_t> tree = criu::tree_pids(criu_pid);
+          for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
+        });
+      };
+    }
     if (Status restored = criu::restore(tools, ro); !restored) {
       keeper->done();  // no process to guard
+      if (host_pages)
+        if (auto e = host_pages->failure()) {
+          Error err = *e;
+          err.message += "; the restore was ended (the checkpoint itself is unchanged)";
+          return err;
+        }
       return std::move(restored).error();
     }
     criu_lock.unlock();

@@ -86,7 +86,10 @@ set +e
 out=$("$GCR" restore no-such-checkpoint 2>&1); rc=$?
 set -e
 [[ $rc == 3 ]] || fail "restore of an unknown name: exit $rc, '$out'"
-# Flip one byte in the middle of every pack: the restore must fail before any process exists.
+# Flip one byte in the middle of every pack: the restore must fail, and no process run on. (Found
+# while materializing, before any process exists; or, in host memory gcrd serves after CRIU has
+# made the process, Note [Host memory from the store], when read: the process is killed first.
+# Its zombie may wait a moment for whoever reaps it.)
 for pack in "$GCR_STORE"/packs/*.pack; do
   size=$(stat -c %s "$pack")
   printf '\xff' | dd of="$pack" bs=1 seek=$((size / 2)) conv=notrunc status=none
@@ -95,6 +98,7 @@ set +e
 out=$("$GCR" restore c1 2>&1); rc=$?
 set -e
 [[ $rc != 0 ]] || fail "restore of a corrupt image succeeded"
-kill -0 "$P" 2>/dev/null && fail "a process $P exists after a failed restore"
+[[ $(awk '{print $3}' "/proc/$P/stat" 2>/dev/null || echo gone) =~ ^(gone|Z)$ ]] ||
+  fail "a process $P runs after a failed restore"
 echo "ok: refused with exit codes 3, 3 and $rc ($(echo "$out" | head -n 1))"
 echo "PASS"
