@@ -108,6 +108,12 @@ Status Keeper::restoring_in_namespace(pid_t unshare_pid, const fs::path& ready_f
   return write_all(pipe_.get(), text + "ready " + ready_file.string() + "\n");
 }
 
+Status Keeper::restoring_in(pid_t pid) {
+  if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
+  GCR_TRY_ASSIGN(std::string text, process_lines(pid, "criu", "criu_start"));
+  return write_all(pipe_.get(), text);
+}
+
 Status Keeper::restored(pid_t pid) {
   if (!pipe_) return Error{Errc::internal, "the keeper is not running"};
   GCR_TRY_ASSIGN(std::string text, process_lines(pid));

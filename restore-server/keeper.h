@@ -46,6 +46,10 @@ class Keeper {
   // keeper finds the restored task under `unshare_pid` once `ready_file` names it.
   Status restoring_in_namespace(pid_t unshare_pid, const std::filesystem::path& ready_file);
   Status restored(pid_t pid);
+  // With host_pages_fd: the restore runs in `pid` (criu, or unshare): should gcrd die before
+  // restored(), the keeper ends it with the tasks it is restoring (they have not run the program
+  // yet, and would wait for host memory no one serves).
+  Status restoring_in(pid_t pid);
   Keeper() = default;
   Keeper(Keeper&&) noexcept = default;
   Keeper& operator=(Keeper&&) noexcept = default;

@@ -2,7 +2,8 @@
 // if gcrd dies first (Note [Parked memory outlives gcrd] in keeper.h); for a restored process not
 // yet given its memory, ends it instead. Started by gcrd only: stdin is gcrd's pipe ("pid N",
 // "start TICKS", optionally "mode restore", "pidfile PATH" or "nsroot PID", "nsroot_start TICKS"
-// and "ready PATH", "host" (fd 3: gcrd's end of its host-memory server), "region ADDRESS SIZE
+// and "ready PATH", "host" (fd 3: gcrd's end of its host-memory server), "criu PID" and
+// "criu_start TICKS" (where such a restore runs), "region ADDRESS SIZE
 // DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later "done"); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
@@ -163,6 +164,8 @@ int main() {
   std::string pidfile, ready;
   pid_t nsroot = 0;
   unsigned long long nsroot_start = 0;
+  pid_t criu_pid = 0;  // with "host": where the restore runs
+  unsigned long long criu_start = 0;
   std::vector<control::ParkedRegion> regions;
   std::string line;
   bool go = false;
@@ -193,12 +196,26 @@ int main() {
       regions.push_back(std::move(r));
     } else if (word == "host") {
       host_pages = true;
+    } else if (word == "criu") {
+      in >> criu_pid;
+    } else if (word == "criu_start") {
+      in >> criu_start;
     } else if (word == "go") {
       go = true;
     }
   }
-  // gcrd died while CRIU restored: CRIU's daemon must hear that no one serves the pages any more,
-  // or CRIU waits for them for good; the restored process is ended once it shows up.
+  // gcrd died while CRIU restored, with host memory it was to serve: CRIU and the tasks it is
+  // restoring (they have not run the program yet) are ended, or they would wait for pages no one
+  // serves. Without CRIU's pid: CRIU's daemon must hear that no one serves them (or CRIU waits
+  // for them for good), and the restored process is ended once it shows up.
+  if (!go && host_pages && criu_pid > 0 && alive(criu_pid, criu_start)) {
+    std::vector<pid_t> tree = criu::tree_pids(criu_pid);
+    for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
+    std::fprintf(stderr,
+                 "gcr-keeper: gcrd died while CRIU restored a process whose host memory it was to "
+                 "serve; ended the restore (the checkpoint is unchanged: restore it again)\n");
+    return 0;
+  }
   if (!go && host_pages) close(3);
   if (!go && restore && !pidfile.empty()) return end_restored_from(pidfile);
   if (!go && restore && nsroot > 0 && !ready.empty())

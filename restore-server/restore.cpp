@@ -564,7 +564,11 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     // CRIU (they have not run the program yet) rather than let CRIU go on with what the daemon,
     // told, leaves as zeros.
     if (host_pages) {
-      ro.on_started = [&host_pages](pid_t criu_pid) {
+      ro.on_started = [&host_pages, &keeper](pid_t criu_pid) {
+        if (keeper)
+          if (Status s = keeper->restoring_in(criu_pid); !s)
+            std::fprintf(stderr, "gcrd: the restore's keeper cannot follow CRIU: %s\n",
+                         s.error().message.c_str());
         host_pages->on_failure([criu_pid] {
           std::vector<pid_t> tree = criu::tree_pids(criu_pid);
           for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
@@ -614,6 +618,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   const bool lazy_host = lazy.running();
   std::optional<Clock::time_point> host_done;  // when the daemon was seen to have ended well
   auto kill_restored = [&](Error e) -> Error {
+    // A page gcrd could not serve is the cause of whatever failed after it (a process that died
+    // on what the daemon, told, left as zeros).
+    if (host_pages)
+      if (auto f = host_pages->failure()) e = *f;
     if (job || lazy_host)
       for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
     kill(pid, SIGKILL);
