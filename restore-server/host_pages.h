@@ -17,10 +17,16 @@
 // gcrd now holds the only source of those pages, so its death must not let the process run on: a
 // daemon whose server hangs up gives up, and the kernel then fills what is left with zeros. The
 // restore's keeper (keeper.h) holds a duplicate of gcrd's end: the daemon sees no hang-up while the
-// keeper lives, and the keeper ends the restored tree before it lets go. A page gcrd cannot read
-// (a damaged chunk) makes it end the tree first and hang up after. Where gcrd cannot serve a
-// checkpoint (a pagemap with pages in a parent image, or one it cannot read), the pages are
-// materialized as before and CRIU's daemon reads them itself.
+// keeper lives, and the keeper, told where CRIU runs and then the restored pid, ends CRIU's
+// restore with its tasks, or the restored tree, before it lets go. A page gcrd cannot read (a
+// damaged chunk) makes it end them first (CRIU and its tasks while CRIU restores: they have not
+// run the program yet, and gcr's plugin, which restores the driver inside the process during
+// CRIU's restore, would otherwise run on zeros) and hang up after. The server answers one request
+// at a time, in order, from windows of whole chunks (4 MiB) read ahead on another thread; CRIU's
+// daemon keeps up to four requests in flight with gcr's patch 0008. Where gcrd cannot serve a
+// checkpoint (a pagemap with pages in a parent image, one it cannot read, or none that CRIU may
+// restore lazily) the pages are materialized as before and CRIU's daemon reads them itself
+// (GCR_HOST_PAGES_FROM_STORE=0 asks for that).
 #pragma once
 
 #include <sys/types.h>
