@@ -255,8 +255,7 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     // gcrd went away after the commit: its keeper gave the process its memory back and let it
     // go on, but the destination runs it now. End this copy here (Note [Migration]).
     // (Unless it is gone already, and its pid someone else's.)
-    if (started && criu::process_start_time(o.pid) == started)
-      for (pid_t p : criu::tree_pids(o.pid)) ::kill(p, SIGKILL);
+    if (started && criu::process_start_time(o.pid) == started) criu::kill_tree(o.pid);
   }
   const std::uint64_t resume_ns = field_u64(*restored, "time.resume_ns");
   // The destination's restore returns once all memory is loaded; the process ran from resume_ns.

@@ -899,7 +899,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (end_after_commit) {
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
     // The whole tree CRIU dumped (and left stopped), workers too.
-    for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGKILL);
+    criu::kill_tree(req.pid);
     keepers_done();
   }
   rep.id = info.id.hex();

@@ -228,8 +228,8 @@ Status HostPages::answer(std::uint64_t id, std::uint64_t vaddr, std::uint64_t nr
   reply.dst_id = id;
   GCR_TRY(send_all(server_.get(),
                    std::span(reinterpret_cast<const std::byte*>(&reply), sizeof reply), data));
-  served_.fetch_add(data.size(), std::memory_order_relaxed);
   ++stats_.requests;
+  stats_.bytes += data.size();
   stats_.read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   stats_.send_ns +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t1)

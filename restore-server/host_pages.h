@@ -31,7 +31,6 @@
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -73,12 +72,12 @@ class HostPages {
   void on_failure(std::function<void()> end_tasks);
   // The error that made the server stop, if any.
   std::optional<Error> failure() const;
-  std::uint64_t served_bytes() const { return served_.load(std::memory_order_relaxed); }
   // Waits for the server's thread (after the daemon has gone).
   void join();
-  // After join(): requests answered, and the time spent reading the store and sending.
+  // After join(): requests answered, bytes served, and the time spent reading the store and
+  // sending.
   struct Stats {
-    std::uint64_t requests = 0;
+    std::uint64_t requests = 0, bytes = 0;
     std::int64_t read_ns = 0, send_ns = 0;
   };
   const Stats& stats() const { return stats_; }
@@ -102,7 +101,6 @@ class HostPages {
   std::unique_ptr<store::CheckpointReader> reader_;
   UniqueFd server_;
   std::thread thread_;
-  std::atomic<std::uint64_t> served_{0};
   mutable std::mutex mu_;
   std::function<void()> end_tasks_;
   std::optional<Error> failure_;

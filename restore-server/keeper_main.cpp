@@ -84,8 +84,7 @@ bool host_pages = false;
 int end_restored(pid_t pid, unsigned long long start) {
   if (host_pages) {
     if (alive(pid, start)) {
-      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
-      kill(pid, SIGKILL);
+      criu::kill_tree(pid);
       std::fprintf(stderr,
                    "gcr-keeper: restored process %d still had host memory to come from gcrd, "
                    "which died or gave the restore up; ended it (the checkpoint is unchanged: "
@@ -209,8 +208,7 @@ int main() {
   // serves. Without CRIU's pid: CRIU's daemon must hear that no one serves them (or CRIU waits
   // for them for good), and the restored process is ended once it shows up.
   if (!go && host_pages && criu_pid > 0 && alive(criu_pid, criu_start)) {
-    std::vector<pid_t> tree = criu::tree_pids(criu_pid);
-    for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
+    criu::kill_tree(criu_pid);
     std::fprintf(stderr,
                  "gcr-keeper: gcrd died while CRIU restored a process whose host memory it was to "
                  "serve; ended the restore (the checkpoint is unchanged: restore it again)\n");
@@ -234,8 +232,7 @@ int main() {
                  "gcr-keeper: gcrd died after process %d was handed to a migration's "
                  "destination; ending it here\n",
                  pid);
-    if (alive(pid, start))
-      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
+    if (alive(pid, start)) criu::kill_tree(pid);
     return 0;
   }
 

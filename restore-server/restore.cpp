@@ -538,12 +538,6 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (lazy_wanted) ro.lazy_pages = &lazy;
     if (host_pages) ro.lazy_pages_socket = daemon_end.get();
     ro.before_criu = [] { pause_point("lazy-pages"); };
-    if (rep.new_pid_namespace && keeper && guarded)
-      ro.on_spawned = [&keeper, ready = work->path() / "restored.ready"](pid_t unshare_pid) {
-        if (Status s = keeper->restoring_in_namespace(unshare_pid, ready); !s)
-          std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
-                       s.error().message.c_str());
-      };
     std::vector<UniqueFd> relays;  // gcrd's ends of the relays, closed once CRIU has its own
     for (const auto& in : req.inherit) {
       int fd = in.fd.get();
@@ -560,21 +554,22 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       }
       ro.inherit.push_back({in.key, fd});
     }
-    // A page gcrd cannot serve while CRIU restores: the tasks, CRIU's so far, are ended with
-    // CRIU (they have not run the program yet) rather than let CRIU go on with what the daemon,
-    // told, leaves as zeros.
-    if (host_pages) {
-      ro.on_started = [&host_pages, &keeper](pid_t criu_pid) {
-        if (keeper)
-          if (Status s = keeper->restoring_in(criu_pid); !s)
-            std::fprintf(stderr, "gcrd: the restore's keeper cannot follow CRIU: %s\n",
-                         s.error().message.c_str());
-        host_pages->on_failure([criu_pid] {
-          std::vector<pid_t> tree = criu::tree_pids(criu_pid);
-          for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
-        });
+    // The keeper follows a restore into a new PID namespace (it has no pidfile) and one whose
+    // host memory gcrd serves. A page gcrd cannot serve while CRIU restores: the tasks, CRIU's so
+    // far, are ended with CRIU (they have not run the program yet) rather than let CRIU go on with
+    // what the daemon, told, leaves as zeros.
+    ro.on_spawned = [&, ready = work->path() / "restored.ready"](pid_t spawned) {
+      auto follow = [](Status s) {
+        if (!s)
+          std::fprintf(stderr, "gcrd: the restore's keeper cannot follow it: %s\n",
+                       s.error().message.c_str());
       };
-    }
+      if (rep.new_pid_namespace && keeper && guarded)
+        follow(keeper->restoring_in_namespace(spawned, ready));
+      if (!host_pages) return;
+      if (keeper) follow(keeper->restoring_in(spawned));
+      host_pages->on_failure([spawned] { criu::kill_tree(spawned); });
+    };
     if (Status restored = criu::restore(tools, ro); !restored) {
       keeper->done();  // no process to guard
       if (host_pages)
@@ -593,25 +588,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (lazy.running()) filling_scope.emplace(criu::tree_pids(pid));
     if (guarded)
       if (Status s = keeper->restored(pid); !s) keeper = std::move(s).error();
-    if (host_pages)
-      host_pages->on_failure([pid] {
-        for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
-        kill(pid, SIGKILL);
-      });
+    if (host_pages) host_pages->on_failure([pid] { criu::kill_tree(pid); });
   }
   rep.pid = pid;
-  // A page gcrd could not serve while CRIU restored (the daemon was told, and gave up): the
-  // process has not run yet (it is parked) and must not.
-  if (host_pages)
-    if (auto e = host_pages->failure()) {
-      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
-      kill(pid, SIGKILL);
-      wait_gone(pid);
-      Error err = *e;
-      err.message += "; killed it: restored process " + std::to_string(pid) +
-                     " cannot run without its host memory (the checkpoint itself is unchanged)";
-      return err;
-    }
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   // With lazy host memory every restored task (not only those under gcr) may be missing pages.
@@ -623,8 +602,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (host_pages)
       if (auto f = host_pages->failure()) e = *f;
     if (job || lazy_host)
-      for (pid_t p : criu::tree_pids(pid)) kill(p, SIGKILL);
-    kill(pid, SIGKILL);
+      criu::kill_tree(pid);
+    else
+      kill(pid, SIGKILL);
     wait_gone(pid);
     e.message += "; killed it: restored process " + std::to_string(pid) +
                  " cannot run without its " + (lazy_host ? "memory" : "device memory") +
@@ -632,13 +612,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     return e;
   };
 
-  // The daemon's failure, or the reason gcrd's server stopped that made it fail (Note [Host memory
-  // from the store]).
-  auto host_error = [&](Status daemon) -> Error {
-    if (host_pages)
-      if (auto e = host_pages->failure()) return *e;
-    return std::move(daemon).error();
-  };
+  // A page gcrd could not serve while CRIU restored (the daemon was told, and gave up): the
+  // process has not run yet (it is parked) and must not.
+  if (host_pages)
+    if (auto e = host_pages->failure()) return kill_restored(*e);
 
   // On demand: the process (every member of a job) runs while the loader goes on. The caller
   // ends a failed load's process before anything releases its waiters (cow_end): it never runs on
@@ -650,7 +627,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       progress(bytes_progress("loading", loader->loaded_bytes(), rep.region_bytes));
       // Note [Host memory restored lazily]: a daemon that died must not wait for the device load.
       if (auto host = lazy.poll()) {
-        if (!*host) return host_error(std::move(*host));
+        if (!*host) return std::move(*host).error();
         if (!host_done) host_done = Clock::now();
       }
     }
@@ -715,11 +692,11 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     // Note [Host memory restored lazily] (gcr/criu.h): a daemon that failed left zeros where the
     // rest of the process's memory should be; it must not run on them.
     progress("process " + std::to_string(pid) + " runs; bringing in the rest of its host memory");
-    if (Status s = lazy.wait(); !s) return kill_restored(host_error(std::move(s)));
+    if (Status s = lazy.wait(); !s) return kill_restored(std::move(s).error());
     if (host_pages) {
       host_pages->join();
-      rep.host_served_bytes = host_pages->served_bytes();
       const HostPages::Stats& hs = host_pages->stats();
+      rep.host_served_bytes = hs.bytes;
       std::fprintf(stderr,
                    "gcrd: restore %s: served %llu MiB of host memory in %llu requests (%lld ms "
                    "reading the store, %lld ms sending)\n",

@@ -551,7 +551,6 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
-  if (o.on_started) o.on_started(child);
   if (o.on_spawned) o.on_spawned(child);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   for (;;) {
@@ -725,7 +724,7 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
-  if (o.on_started) o.on_started(child);
+  if (o.on_spawned) o.on_spawned(child);
   GCR_TRY_ASSIGN(int rc, wait_exit_code(child, argv[0]));
   if (rc != 0)
     return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +

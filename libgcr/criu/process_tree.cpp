@@ -7,6 +7,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -354,6 +355,11 @@ FileKind file_kind_from_name(const std::string& name) noexcept {
 
 std::vector<pid_t> tree_pids(pid_t root) {
   return descendants(root);
+}
+
+void kill_tree(pid_t root) {
+  std::vector<pid_t> tree = tree_pids(root);
+  for (auto it = tree.rbegin(); it != tree.rend(); ++it) kill(*it, SIGKILL);
 }
 
 std::vector<pid_t> proc_pids() {

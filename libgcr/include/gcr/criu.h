@@ -130,12 +130,10 @@ struct RestoreOptions {
     int fd = -1;
   };
   std::vector<Inherited> inherit;
-  // With new_pid_namespace: called with unshare's pid as soon as it runs, before CRIU restores
-  // anything (a guard that outlives the caller finds the restored task from there).
+  // Called with the pid of the process the restore runs in (criu; unshare with new_pid_namespace)
+  // as soon as it runs, before CRIU restores anything: the restored tasks are its descendants until
+  // it is done (a guard that outlives the caller finds the restored task from there).
   std::function<void(pid_t)> on_spawned;
-  // Called with the pid of the process the restore runs in (criu, or unshare with
-  // new_pid_namespace) as soon as it runs: the restored tasks are its descendants until it is done.
-  std::function<void(pid_t)> on_started;
   // Set: Note [Host memory restored lazily]. The tasks run before their private memory is back;
   // CRIU's lazy-pages daemon, started first, brings it in on demand and in the background, then
   // exits. The restore hands the daemon to *lazy_pages (left as it was when the call fails); the

@@ -75,6 +75,8 @@ Result<ProcessTree> inspect_tree(pid_t root);
 
 // root and its descendants as they are now (root first); {root} alone when it has none.
 std::vector<pid_t> tree_pids(pid_t root);
+// SIGKILL to root and its descendants as they are now, the youngest first.
+void kill_tree(pid_t root);
 
 // Every pid in /proc (read with readdir; processes that come and go are no error).
 std::vector<pid_t> proc_pids();
