@@ -15,6 +15,7 @@
 #include "config.h"
 #include "control_ops.h"
 #include "gate.h"
+#include "pinned.h"
 #include "real_driver.h"
 #include "regions.h"
 
@@ -312,6 +313,7 @@ gcr::control::HostDmaRanges gcr::interpose::op_host_dma() {
   gcr::control::HostDmaRanges out;
   std::lock_guard lock(g_host_dma_mu);
   out.overflow = g_host_dma_overflow;
+  out.touched = true;  // Note [Device writes to pinned host memory] (pinned.h)
   for (const auto& [address, range] : g_host_dma) out.ranges.push_back({address, range.bytes});
   return out;
 }
@@ -330,6 +332,8 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   if (r == CUDA_SUCCESS) {
     g_host_registered.store(true, std::memory_order_relaxed);  // for a 1.3 gcrd's status
     note_host_dma(p, bytes, false);
+    if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY))  // a device only reads it
+      pinned_add(reinterpret_cast<std::uint64_t>(p), bytes);
   }
   return r;
 }
@@ -337,14 +341,19 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
 CUresult cuMemHostUnregister(void* p) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  return real->cuMemHostUnregister(p);
+  CUresult r = real->cuMemHostUnregister(p);
+  if (r == CUDA_SUCCESS) pinned_remove(reinterpret_cast<std::uint64_t>(p));
+  return r;
 }
 
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real->cuMemHostAlloc(pp, bytes, flags);
-  if (r == CUDA_SUCCESS && pp) note_host_dma(*pp, bytes, true);
+  if (r == CUDA_SUCCESS && pp) {
+    note_host_dma(*pp, bytes, true);
+    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
+  }
   return r;
 }
 
@@ -352,13 +361,18 @@ CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real->cuMemAllocHost_v2(pp, bytes);
-  if (r == CUDA_SUCCESS && pp) note_host_dma(*pp, bytes, true);
+  if (r == CUDA_SUCCESS && pp) {
+    note_host_dma(*pp, bytes, true);
+    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
+  }
   return r;
 }
 
 CUresult cuMemFreeHost(void* p) {
   const RealDriver* real = real_driver();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  // Before the memory goes: a device write racing the free must not find it armed and unmapped.
+  pinned_remove(reinterpret_cast<std::uint64_t>(p));
   CUresult r = real->cuMemFreeHost(p);
   if (r == CUDA_SUCCESS) forget_host_dma(p);
   return r;

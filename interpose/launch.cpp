@@ -189,8 +189,9 @@ inline void for_param_words(const FuncInfo* fi, void** params, void** extra, Fn&
 }
 
 void mark_launch(CUfunction f, void** params, void** extra) {
-  if (config().track == TrackMode::conservative || !g_arena.base) {
-    if (g_arena.base) mark_all_written();
+  if (!g_arena.base && g_pinned_armed.load(std::memory_order_relaxed) == 0) return;
+  if (config().track == TrackMode::conservative) {
+    mark_all_written();
     return;
   }
   const FuncInfo* fi = func_info(f);
@@ -209,11 +210,13 @@ void mark_launch(CUfunction f, void** params, void** extra) {
 }
 
 void mark_2d(const CUDA_MEMCPY2D* p) {
-  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
-    return;
-  if (p->Height == 0) return;
-  mark_range_written(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes,
-                     (p->Height - 1) * p->dstPitch + p->WidthInBytes);
+  if (!p || p->Height == 0) return;
+  const std::uint64_t offset = p->dstY * p->dstPitch + p->dstXInBytes;
+  const std::uint64_t extent = (p->Height - 1) * p->dstPitch + p->WidthInBytes;
+  if (p->dstMemoryType == CU_MEMORYTYPE_HOST)
+    host_written(reinterpret_cast<std::uint64_t>(p->dstHost) + offset, extent);
+  else if (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED)
+    mark_range_written(p->dstDevice + offset, extent);
 }
 
 void touch_2d_source(const CUDA_MEMCPY2D* p) {
@@ -232,10 +235,12 @@ void touch_3d_source(const CUDA_MEMCPY3D* p) {
 }
 
 void mark_3d(const CUDA_MEMCPY3D* p) {
-  if (!p || (p->dstMemoryType != CU_MEMORYTYPE_DEVICE && p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
-    return;
+  if (!p) return;
   std::uint64_t slice = p->dstPitch * (p->dstHeight ? p->dstHeight : p->Height);
-  mark_range_written(p->dstDevice, slice * (p->dstZ + p->Depth));
+  if (p->dstMemoryType == CU_MEMORYTYPE_HOST)
+    host_written(reinterpret_cast<std::uint64_t>(p->dstHost), slice * (p->dstZ + p->Depth));
+  else if (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED)
+    mark_range_written(p->dstDevice, slice * (p->dstZ + p->Depth));
 }
 
 }  // namespace
@@ -372,11 +377,18 @@ GCR_WRAP2(cuMemcpyBatchAsync_v2, _ptsz,
            size_t* ai, size_t na, CUstream st),
           (d, s, n, count, a, ai, na, st), mark_all_written())
 
-// Reads only: they count for the first-touch order, and wait during an on-demand restore.
+// Device memory only read: it counts for the first-touch order, and waits during an on-demand
+// restore. The host memory written may be pinned (Note [Device writes to pinned host memory]).
 GCR_WRAP2(cuMemcpyDtoH_v2, _ptds, (void* d, CUdeviceptr s, size_t n), (d, s, n),
-          touch_range_read(s, n))
+          (touch_range_read(s, n), host_written(reinterpret_cast<std::uint64_t>(d), n)))
 GCR_WRAP2(cuMemcpyDtoHAsync_v2, _ptsz, (void* d, CUdeviceptr s, size_t n, CUstream st),
-          (d, s, n, st), touch_range_read(s, n))
+          (d, s, n, st),
+          (touch_range_read(s, n), host_written(reinterpret_cast<std::uint64_t>(d), n)))
+
+GCR_WRAP2(cuMemcpyAtoH_v2, _ptds, (void* d, CUarray a, size_t o, size_t n), (d, a, o, n),
+          host_written(reinterpret_cast<std::uint64_t>(d), n))
+GCR_WRAP2(cuMemcpyAtoHAsync_v2, _ptsz, (void* d, CUarray a, size_t o, size_t n, CUstream st),
+          (d, a, o, n, st), host_written(reinterpret_cast<std::uint64_t>(d), n))
 
 GCR_WRAP2(cuMemsetD8_v2, _ptds, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n),
           mark_range_written(d, n))

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "control_ops.h"
 #include "gate.h"
+#include "pinned.h"
 #include "real_driver.h"
 #include "regions.h"
 #include "vmm_handles.h"
@@ -303,6 +304,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   drop_held_regions();  // their allocations are held by their handles again
   refresh_kept_exports();
   ipc_reopen_exports();
+  pinned_arm();  // Note [Device writes to pinned host memory]: the cut protected host memory
   g_state = ProcessState::quiesced;
   return ok();
 }

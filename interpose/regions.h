@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "control_ops.h"
+#include "pinned.h"
 
 namespace gcr::interpose {
 
@@ -90,7 +91,7 @@ inline void note_touch(std::uint32_t id) {
 }
 
 // Marks the region holding addr as possibly written in this epoch. Hot path.
-inline void mark_written(std::uint64_t addr) {
+inline void mark_device_written(std::uint64_t addr) {
   std::uint64_t off = addr - g_arena.base;
   if (off >= g_arena.size) return;
   std::uint32_t id = g_arena.granule_region[off / kGranule].load(std::memory_order_relaxed);
@@ -103,13 +104,21 @@ inline void mark_written(std::uint64_t addr) {
   if (d.load(std::memory_order_relaxed) != epoch) d.store(epoch, std::memory_order_relaxed);
 }
 
-// Marks every region touching [addr, addr + bytes).
+// A pointer a device operation may write through, to an extent gcr does not know: the region
+// holding it, or the pinned host memory (Note [Device writes to pinned host memory]).
+inline void mark_written(std::uint64_t addr) {
+  host_written(addr, 0);
+  mark_device_written(addr);
+}
+
+// Marks every region touching [addr, addr + bytes), device memory or pinned host memory.
 inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
   if (bytes == 0) return;
+  host_written(addr, bytes);
   std::uint64_t end = addr + bytes;
-  mark_written(addr);
+  mark_device_written(addr);
   for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule)
-    mark_written(g);
+    mark_device_written(g);
 }
 
 // A read of addr: recorded for the first-touch order, and during an on-demand restore waits
@@ -132,6 +141,8 @@ inline void touch_range_read(std::uint64_t addr, std::uint64_t bytes) {
 }
 
 inline void mark_all_written() {
+  if (g_pinned_armed.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    pinned_before_write_all();
   if (g_cow_active.load(std::memory_order_relaxed)) [[unlikely]]
     cow_before_write_all();
   g_all_dirty.store(true, std::memory_order_relaxed);

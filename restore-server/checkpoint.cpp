@@ -296,19 +296,30 @@ Status finish_external_dump(const CheckpointRequest& req, store::Store& store,
 namespace {
 
 // Note [Host memory tracked between checkpoints] (host_tracking.h): what the members pinned for
-// DMA. `untrackable`: a member that cannot say (a 1.3 interposer whose status says it registered
-// host memory, or more ranges than it keeps).
+// DMA and gcrd must take care of. `untrackable`: a member that cannot say (a 1.3 interposer whose
+// status says it registered host memory, or more ranges than it keeps). A 1.5 interposer writes
+// pinned pages itself before a device may (Note [Device writes to pinned host memory] in
+// interpose/pinned.h): its ranges need nothing (`touched_bytes`), unless GCR_PINNED_FROZEN=1 asks
+// for the care anyway (for a program whose kernels write pinned memory through pointers stored in
+// device memory).
 struct PinnedHostMemory {
   std::map<pid_t, std::vector<control::HostDmaRange>> ranges;
   pid_t untrackable = 0;
+  std::uint64_t touched_bytes = 0;
 };
+bool pinned_frozen_asked() {
+  const char* v = std::getenv("GCR_PINNED_FROZEN");
+  return v && std::string_view(v) == "1";
+}
 Result<PinnedHostMemory> pinned_host_memory(std::vector<Member>& members,
                                             const std::vector<bool>& registered) {
   PinnedHostMemory out;
   for (std::size_t i = 0; i < members.size(); ++i) {
     auto dma = members[i].client.host_dma();
     if (!dma && dma.error().code != Errc::unsupported) return std::move(dma).error();
-    if (dma && !dma->overflow) {
+    if (dma && !dma->overflow && dma->touched && !pinned_frozen_asked()) {
+      for (const control::HostDmaRange& r : dma->ranges) out.touched_bytes += r.bytes;
+    } else if (dma && !dma->overflow) {
       if (!dma->ranges.empty()) out.ranges[members[i].pid] = std::move(dma->ranges);
     } else if (registered[i] || dma) {
       out.untrackable = members[i].pid;
@@ -630,6 +641,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // process runs again has let it go before it ends; it is waited for before its images are stored.
   bool criu_running = false;
   Status dumped = ok();
+  rep.host_pinned_touched_bytes = host_dma.touched_bytes;
   if (tracking && !tracking->hand_in(host_dma.ranges, &rep.host_pages_pinned)) {
     // CRIU sees the socket end: a full dump
     tracking.reset();
@@ -850,9 +862,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (Status s = external ? ok() : store_criu_images(*writer, work->path()); !s)
     return let_stopped_go_on(std::move(s).error());
-  HostPages pages;  // what CRIU's log says of --cow-dma and --cow-track
+  HostPages pages;  // what CRIU's log says of --cow-dump, --cow-dma and --cow-track
   if ((dma_file || tracking) && work) pages = read_host_pages(work->path() / "dump.log");
   rep.host_pages_dma_frozen = pages.dma;
+  rep.host_pages_saved = pages.saved;
   if (tracking) {
     // CRIU's images are the next dump's parent, whatever becomes of this checkpoint.
     rep.host_pages_from_parent = pages.from_parent;

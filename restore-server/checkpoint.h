@@ -78,6 +78,12 @@ struct CheckpointReport {
   std::uint64_t host_pages_pinned = 0;
   // Pinned for DMA and so copied while frozen, not written after the resume (--cow-dma).
   std::uint64_t host_pages_dma_frozen = 0;
+  // Pinned for DMA by processes that write those pages before a device may (Note [Device writes
+  // to pinned host memory] in interpose/pinned.h): tracked and written after the resume like the
+  // rest of host memory.
+  std::uint64_t host_pinned_touched_bytes = 0;
+  // Written by the process while CRIU wrote the images after the resume, each saved first.
+  std::uint64_t host_pages_saved = 0;
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
   std::string images_in;      // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])

@@ -353,6 +353,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["host_pages_from_process"] = std::to_string(rep.host_pages_from_process);
     out["host_pages_from_parent"] = std::to_string(rep.host_pages_from_parent);
     out["host_pages_pinned"] = std::to_string(rep.host_pages_pinned);
+    out["host_pinned_touched_bytes"] = std::to_string(rep.host_pinned_touched_bytes);
+    out["host_pages_saved"] = std::to_string(rep.host_pages_saved);
     out["host_pages_dma_frozen"] = std::to_string(rep.host_pages_dma_frozen);
     out["processes"] = std::to_string(rep.processes);
     out["shared_regions"] = std::to_string(rep.shared_regions);

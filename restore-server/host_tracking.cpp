@@ -125,6 +125,14 @@ HostPages read_host_pages(const std::filesystem::path& dump_log) {
         d != std::string::npos &&
         std::sscanf(line.c_str() + d, "cow-dma: pid %d: %llu pages", &dma_pid, &dma) == 2)
       pages.dma += dma;
+    unsigned long long saved = 0;
+    int saved_pid = 0;
+    if (auto c = line.find("cow-dump: ");
+        c != std::string::npos &&
+        std::sscanf(line.c_str() + c,
+                    "cow-dump: %llu pages of %d were written during the write-out", &saved,
+                    &saved_pid) == 2)
+      pages.saved += saved;
     auto at = line.find("cow-track: pid ");
     if (at == std::string::npos) continue;
     unsigned long long parent = 0, process = 0;

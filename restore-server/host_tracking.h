@@ -28,16 +28,21 @@
 // protection of the pages it moved).
 //
 // Memory written without its page tables, by a device through pages pinned for DMA, keeps its
-// protection: it would read as unchanged and be taken from the parent. What the program pinned
-// through the driver (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, and registered ranges
-// unregistered since) the interposer reports (protocol 1.4, host_dma), and hand_in() lifts its
-// protection while the process is parked (its GPU work drained, so no DMA is under way): CRIU
-// takes those pages from the process at every checkpoint. A process whose interposer cannot say
-// (1.3, or more ranges than it keeps) is not tracked if it registered any. Not seen at all: other
-// DMA writers (RDMA regions, io_uring fixed buffers the kernel fills). simgpu's copies are CPU
-// writes, which fault anyway. The same DMA would also change a pinned page spliced into CRIU's
-// pipes before --cow-dump writes it after the resume: gcrd hands CRIU the same ranges
-// (--cow-dma, 0007-cow-dma.patch), whose pages it copies in the freeze instead.
+// protection: it would read as unchanged and be taken from the parent. A 1.5 interposer writes
+// each such page itself before a device operation may (Note [Device writes to pinned host
+// memory] in interpose/pinned.h), so the fault comes first and pinned memory is tracked like the
+// rest (host_dma_reply's touched flag). Otherwise (a 1.4 interposer, or GCR_PINNED_FROZEN=1 for a
+// program whose kernels write pinned memory through pointers stored in device memory): what the
+// program pinned through the driver (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, and
+// registered ranges unregistered since) the interposer reports (protocol 1.4, host_dma), and
+// hand_in() lifts its protection while the process is parked (its GPU work drained, so no DMA is
+// under way): CRIU takes those pages from the process at every checkpoint. A process whose
+// interposer cannot say (1.3, or more ranges than it keeps) is not tracked if it registered any.
+// Not seen at all: other DMA writers (RDMA regions, io_uring fixed buffers the kernel fills).
+// simgpu's copies are CPU writes, which fault anyway. The same DMA would also change a pinned page
+// spliced into CRIU's pipes before --cow-dump writes it after the resume: without the 1.5 rule
+// gcrd hands CRIU the same ranges (--cow-dma, 0007-cow-dma.patch), whose pages it copies in the
+// freeze instead.
 #pragma once
 
 #include <sys/types.h>
@@ -61,10 +66,11 @@ namespace gcr::gcrd {
 class HostTracking;
 
 // What CRIU's log (-v3) says a --cow-track dump took: pages spliced from the processes in the
-// freeze, and pages unchanged since the previous dump, copied from its images afterwards; and
-// (--cow-dma) pages a device may write, copied in the freeze.
+// freeze, and pages unchanged since the previous dump, copied from its images afterwards;
+// (--cow-dma) pages a device may write, copied in the freeze; and (--cow-dump) pages the
+// processes wrote while CRIU wrote the images, saved before each write.
 struct HostPages {
-  std::uint64_t from_process = 0, from_parent = 0, dma = 0;
+  std::uint64_t from_process = 0, from_parent = 0, dma = 0, saved = 0;
 };
 HostPages read_host_pages(const std::filesystem::path& dump_log);
 

@@ -613,7 +613,7 @@ Result<std::vector<std::uint8_t>> encode_host_dma_reply(const HostDmaRanges& ran
                           " ranges exceed " + std::to_string(kMaxHostDmaRanges));
   Writer w;
   w.u32(static_cast<std::uint32_t>(ranges.ranges.size()));
-  w.u32(ranges.overflow ? 1u : 0u);
+  w.u32((ranges.overflow ? 1u : 0u) | (ranges.touched ? 2u : 0u));
   for (const HostDmaRange& r : ranges.ranges) {
     w.u64(r.address);
     w.u64(r.bytes);
@@ -633,7 +633,8 @@ Result<HostDmaRanges> decode_host_dma_reply(std::span<const std::uint8_t> payloa
                   std::to_string(count) + " ranges need " + std::to_string(count * 16ull) +
                       " bytes, the payload has " + std::to_string(r.left()));
   HostDmaRanges out;
-  out.overflow = (flags & 1u) != 0;  // other bits: added by a newer minor, ignored
+  out.overflow = (flags & 1u) != 0;
+  out.touched = (flags & 2u) != 0;  // other bits: added by a newer minor, ignored
   out.ranges.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     HostDmaRange range;

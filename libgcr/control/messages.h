@@ -21,8 +21,9 @@ namespace gcr::control {
 
 inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes on the wire
 inline constexpr std::uint16_t kProtocolMajor = 1;
-// 1.1: soft copy-on-write (cow_*); 1.2: blockers; 1.3: shares and cut (jobs)
-inline constexpr std::uint16_t kProtocolMinor = 4;
+// 1.1: soft copy-on-write (cow_*); 1.2: blockers; 1.3: shares and cut (jobs); 1.4: host_dma;
+// 1.5: host_dma_reply's flag bit 1 (pinned memory written before device writes)
+inline constexpr std::uint16_t kProtocolMinor = 5;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253
@@ -174,8 +175,9 @@ Result<CutRequest> decode_cut(std::span<const std::uint8_t> payload);
 std::vector<std::uint8_t> encode_cut_reply(const CutCounts& counts);
 Result<CutCounts> decode_cut_reply(std::span<const std::uint8_t> payload);
 
-// host_dma_reply: u32 count (<= kMaxHostDmaRanges), u32 flags (bit 0: more ranges than fit), then
-// per range u64 address, u64 bytes.
+// host_dma_reply: u32 count (<= kMaxHostDmaRanges), u32 flags (bit 0: more ranges than fit; bit 1,
+// 1.5: the process writes these pages itself before a device does), then per range u64 address,
+// u64 bytes.
 Result<std::vector<std::uint8_t>> encode_host_dma_reply(const HostDmaRanges& ranges);
 Result<HostDmaRanges> decode_host_dma_reply(std::span<const std::uint8_t> payload);
 

@@ -83,6 +83,10 @@ struct HostDmaRange {
 struct HostDmaRanges {
   std::vector<HostDmaRange> ranges;
   bool overflow = false;
+  // 1.5: the process writes each page of these ranges itself before a device may write it (Note
+  // [Device writes to pinned host memory] in interpose/pinned.h): write protection sees those
+  // writes, so the pages need no special care.
+  bool touched = false;
   friend bool operator==(const HostDmaRanges&, const HostDmaRanges&) = default;
 };
 inline constexpr std::uint32_t kMaxHostDmaRanges = 65536;

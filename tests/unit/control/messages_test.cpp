@@ -237,6 +237,17 @@ TEST_CASE("host_dma_reply round-trips and refuses counts and ranges that cannot 
   REQUIRE(dn);
   CHECK(dn->ranges.empty());
   CHECK_FALSE(dn->overflow);
+  CHECK_FALSE(dn->touched);
+
+  HostDmaRanges touched;  // 1.5's flag, alone
+  touched.ranges = {{0x7f0000000000ull, 4096}};
+  touched.touched = true;
+  auto t = encode_host_dma_reply(touched);
+  REQUIRE(t);
+  CHECK((*t)[4] == 2);
+  auto dt = decode_host_dma_reply(*t);
+  REQUIRE(dt);
+  CHECK(*dt == touched);
 
   Bytes wraps = *b;  // the second range's bytes run past the end of the address space
   for (std::size_t i = 0; i < 8; ++i) wraps[8 + 16 + 16 - 8 + i] = std::uint8_t{0xff};

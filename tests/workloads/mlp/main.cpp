@@ -42,6 +42,7 @@ class Trainer {
     CU_CHECK(cuMemAllocHost(&losses, o.steps * sizeof(float)));
     host_losses_ = static_cast<float*>(losses);
     CU_CHECK(cuMemAlloc(&device_losses_, o.steps * sizeof(float)));
+    if (o.pinned_footprint) fill_pinned();
     if (o.footprint > 0) {
       std::uint64_t row_bytes = kTableDim * sizeof(float);
       table_rows_ = (o.footprint + row_bytes - 1) / row_bytes;
@@ -57,6 +58,8 @@ class Trainer {
     if (table_) cuMemFree(table_);
     cuMemFree(device_losses_);
     cuMemFreeHost(host_losses_);
+    if (pinned_) cuMemFreeHost(pinned_);
+    if (mailbox_) cuMemFreeHost(mailbox_);
     for (Slot& slot : slots_) {
       cuMemFreeHost(slot.host);
       cuEventDestroy(slot.ready);
@@ -74,6 +77,7 @@ class Trainer {
       if (step + 1 < o_.steps) stage(step + 1);
       train(step);
       touch_host(step);
+      touch_pinned(step);
       if (!o_.quiet || step % 50 == 0 || step == o_.steps - 1) {
         CU_CHECK(cuStreamSynchronize(compute_));
         std::printf("step %d loss %.9g t_ms %.1f\n", step, host_losses_[step],
@@ -88,6 +92,7 @@ class Trainer {
     std::printf("final_loss %.9g\n", host_losses_[o_.steps - 1]);
     std::printf("checksum %016" PRIx64 "\n", model_.checksum());
     if (!host_.empty()) std::printf("host_checksum %016" PRIx64 "\n", host_checksum());
+    if (pinned_) std::printf("pinned_checksum %016" PRIx64 "\n", pinned_checksum());
   }
 
  private:
@@ -120,6 +125,60 @@ class Trainer {
     return h;
   }
   std::vector<std::uint64_t> host_;
+
+  // --pinned-footprint: memory a device writes by DMA on a GPU (Note [Device writes to pinned host
+  // memory] in interpose/pinned.h). Each step a copy of the losses so far changes one page of it
+  // and the CPU another, and a kernel writes one page of a small mapped buffer of its own through
+  // the device pointer (gcr counts a kernel's pointer as reaching its whole allocation).
+  static constexpr std::uint64_t kMailboxPages = 16;
+  void fill_pinned() {
+    void* p = nullptr;
+    CU_CHECK(cuMemHostAlloc(&p, o_.pinned_footprint, CU_MEMHOSTALLOC_DEVICEMAP));
+    pinned_ = static_cast<std::uint64_t*>(p);
+    pinned_pages_ = o_.pinned_footprint / 4096;
+    CU_CHECK(cuMemHostAlloc(&p, kMailboxPages * 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+    mailbox_ = static_cast<std::uint64_t*>(p);
+    CU_CHECK(cuMemHostGetDevicePointer(&mailbox_device_, p, 0));
+    std::uint64_t x = o_.seed * 0xc2b2ae3d27d4eb4full + 3;
+    auto fill = [&](std::uint64_t* w, std::uint64_t n) {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        w[i] = x;
+      }
+    };
+    fill(pinned_, o_.pinned_footprint / sizeof(std::uint64_t));
+    fill(mailbox_, kMailboxPages * 4096 / sizeof(std::uint64_t));
+    // The copies read the losses of steps not taken yet too: the same bytes in every run.
+    CU_CHECK(cuMemsetD8(device_losses_, 0, o_.steps * sizeof(float)));
+  }
+  void touch_pinned(int step) {
+    if (pinned_pages_ < 2) return;
+    const auto s = static_cast<std::uint64_t>(step);
+    const std::uint64_t by_copy = (s * 2 * 7919) % pinned_pages_;
+    const std::uint64_t by_cpu = (s * 2 * 7919 + 1) % pinned_pages_;
+    const std::uint64_t n = 4096 / sizeof(float);
+    CUdeviceptr page = mailbox_device_ + (s % kMailboxPages) * 4096;
+    CU_CHECK(wl::launch(k_.fill_table, wl::cover(n, 256), compute_, page, n,
+                        draw_state(o_.seed, Draw::kTable, s + 1)));
+    const std::size_t bytes = std::min<std::size_t>(o_.steps * sizeof(float), 4096);
+    CU_CHECK(cuMemcpyDtoHAsync(reinterpret_cast<char*>(pinned_) + by_copy * 4096, device_losses_,
+                               bytes, compute_));
+    CU_CHECK(cuStreamSynchronize(compute_));  // the CPU's page may be one the device writes
+    std::uint64_t* words = pinned_ + by_cpu * (4096 / sizeof(std::uint64_t));
+    for (std::size_t i = 0; i < 4096 / sizeof(std::uint64_t); ++i) words[i] = words[i] * 31 + s;
+  }
+  std::uint64_t pinned_checksum() const {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::uint64_t i = 0; i < o_.pinned_footprint / sizeof(std::uint64_t); ++i)
+      h = (h ^ pinned_[i]) * 1099511628211ull;
+    for (std::uint64_t i = 0; i < kMailboxPages * 4096 / sizeof(std::uint64_t); ++i)
+      h = (h ^ mailbox_[i]) * 1099511628211ull;
+    return h;
+  }
+  std::uint64_t* mailbox_ = nullptr;
+  CUdeviceptr mailbox_device_ = 0;
+  std::uint64_t* pinned_ = nullptr;
+  std::uint64_t pinned_pages_ = 0;
 
   // A pinned host buffer for a batch ([x | y]) and its device copy; two of them, so that the
   // next step's batch is generated and copied while this one trains.

@@ -8,7 +8,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
     "                 [--seed S] [--footprint BYTES] [--host-footprint BYTES] [--host-writes N] "
-    "[--step-delay-ms M] "
+    "[--pinned-footprint BYTES] [--step-delay-ms M] "
     "[--quiet] [--vmm]\n"
     "                 [--vmm-share]\n"
     "  --steps N          training steps (default 200)\n"
@@ -23,6 +23,10 @@ constexpr char kUsage[] =
     "  --host-writes N    pages of the host memory each step rewrites, each from its old bytes\n"
     "                     (default 1): a checkpoint that let later writes into its image shows\n"
     "                     in host_checksum\n"
+    "  --pinned-footprint BYTES  pinned host memory (cuMemHostAlloc), distinct in every page;\n"
+    "                     each step a copy from the device rewrites one page of it and the CPU\n"
+    "                     another, and a kernel one page of a 64 KiB mapped buffer through its\n"
+    "                     device pointer; their hash is printed as pinned_checksum\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
     "  --quiet            print every 50th step only\n"
     "  --vmm              keep parameters and Adam state in an expandable segment: 2 MiB pages of\n"
@@ -43,6 +47,7 @@ Options parse_options(int argc, char** argv) {
   o.footprint = flags.bytes("--footprint", o.footprint);
   o.host_footprint = flags.bytes("--host-footprint", o.host_footprint);
   o.host_writes = static_cast<std::uint64_t>(flags.integer("--host-writes", 1, 1, INT64_MAX));
+  o.pinned_footprint = flags.bytes("--pinned-footprint", o.pinned_footprint);
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
   o.quiet = flags.boolean("--quiet");
   o.vmm = flags.boolean("--vmm");

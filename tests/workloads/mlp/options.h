@@ -15,9 +15,10 @@ struct Options {
   int layers = 3;  // linear layers: kInputDim -> hidden -> ... -> hidden -> kOutputDim
   int streams = 3;
   std::uint64_t seed = 1;
-  std::uint64_t footprint = 0;       // bytes of ballast table; 0: none
-  std::uint64_t host_footprint = 0;  // bytes of pageable host ballast; 0: none
-  std::uint64_t host_writes = 1;     // pages of it each step rewrites
+  std::uint64_t footprint = 0;         // bytes of ballast table; 0: none
+  std::uint64_t host_footprint = 0;    // bytes of pageable host ballast; 0: none
+  std::uint64_t host_writes = 1;       // pages of it each step rewrites
+  std::uint64_t pinned_footprint = 0;  // bytes of pinned host memory written by the device
   int step_delay_ms = 0;
   bool quiet = false;
   bool vmm = false;

@@ -1,0 +1,61 @@
+// Note [Device writes to pinned host memory]
+// A device writes host memory the program pinned through the driver (cuMemHostAlloc,
+// cuMemAllocHost, cuMemHostRegister) by DMA, past the page tables. gcr keeps host memory out of
+// the freeze with write protection (Note [Pages written after the resume] in gcr/criu.h; Note
+// [Host memory tracked between checkpoints] in restore-server/host_tracking.h): a page protected
+// at the cut is copied by CRIU before the program's first write to it, and a page still protected
+// at the next cut was not written since. A DMA write sees neither: it could change a page in
+// CRIU's pipe before CRIU wrote it, or leave a written page looking unchanged. Until protocol 1.4
+// gcrd therefore had CRIU copy pinned memory in the freeze and take it from the process at every
+// checkpoint, which costs the freeze what the program pinned.
+//
+// The interposer sees every device write it can reason about (copies and memsets by their
+// destination, kernels by their pointer parameters, everything for what it cannot see into: graph
+// launches, batched memory operations, kernels of unknown layout). Before it enqueues one that
+// may write pinned memory, it writes each page the device may write itself, from the calling
+// thread, with an atomic add of zero: a page still protected faults, and the fault is served
+// (CRIU saves the page, or gcrd marks it written) before the device can get there. So pinned
+// memory is tracked and copied on write like any other host memory, and gcrd no longer copies it
+// in the freeze (host_dma_reply's flag kHostDmaTouched, protocol 1.5).
+//
+// When: every range is armed at unpark (each checkpoint's cut write-protects anew) and when it is
+// pinned (memory registered now may have been protected since the last cut); each page is
+// written once per arming, and a range is disarmed once all of its pages have been. A device
+// operation pays one relaxed load when nothing is armed, two more for an address outside every
+// armed range. A kernel parameter that points into a pinned range counts
+// as writing the whole range (a kernel may index past the pointer). Not seen: a kernel writing
+// through a pointer stored in device memory (the same limit as write tracking of device memory:
+// GCR_TRACK=conservative), and other DMA writers (RDMA, io_uring fixed buffers). Ranges that are
+// not mapped writable at arming (read-only registrations, memory unmapped without an unregister)
+// are not written.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace gcr::interpose {
+
+// How many ranges may still hold protected pages.
+extern std::atomic<std::uint32_t> g_pinned_armed;
+
+// Slow paths: bytes 0 means the whole range holding addr.
+void pinned_before_write(std::uint64_t addr, std::uint64_t bytes) noexcept;
+void pinned_before_write_all() noexcept;
+
+// A device operation may write [addr, addr + bytes) of host memory (bytes 0: as much of the
+// pinned range holding addr as there is). Hot path.
+inline void host_written(std::uint64_t addr, std::uint64_t bytes) {
+  if (g_pinned_armed.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    pinned_before_write(addr, bytes);
+}
+
+// Memory pinned for DMA, from the allocation wrappers; read_only registrations are never written
+// by a device.
+void pinned_add(std::uint64_t address, std::uint64_t bytes);
+void pinned_remove(std::uint64_t address);
+// Every range may hold protected pages again: at unpark, before the gate opens.
+void pinned_arm() noexcept;
+// Pages written before device writes since the process started (for tests and the log).
+std::uint64_t pinned_pages_written() noexcept;
+
+}  // namespace gcr::interpose
