@@ -35,11 +35,13 @@ when a checkpoint or restore failed, 2 on bad usage.
 
   bench/ckpt_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--json FILE]
                       [--no-results] [--keep-work] [--dir /var/tmp]
-                      [--host-footprint SIZE] [--images memory|disk]
+                      [--host-footprint SIZE] [--pinned-footprint SIZE] [--images memory|disk]
 
 With --host-footprint the workload also holds that much pageable host memory, which CRIU copies
 while the process is frozen; --images says where it writes it (Note [Dumping into memory]): run
-once with each to see what the memory-backed image directory saves.
+once with each to see what the memory-backed image directory saves. With --pinned-footprint it
+holds pinned memory that a device writes (on a GPU by DMA); --modes gcr,gcr-pinned-frozen sets
+gcr's handling of it (tracked, written after the resume) against copying it in the freeze.
 
 Python 3 standard library only. Needs root (CRIU). Results: bench/results/ckpt-<time>.json.
 """
@@ -70,7 +72,10 @@ STEP_RE = re.compile(rb"^step (\d+) loss \S+ t_ms ([0-9.]+)\s*$")
 # gcr-untracked: gcr without host memory tracked between checkpoints (GCR_CRIU_COW_TRACK=0, Note
 # [Host memory tracked between checkpoints]): every live checkpoint splices all host memory in the
 # freeze; opt-in (--modes gcr,gcr-untracked).
-MODES = ("gcr", "stop-copy", "gcr-late", "gcr-untracked")
+# gcr-pinned-frozen: gcr with pinned host memory given the care of protocol 1.4 (GCR_PINNED_FROZEN=1,
+# Note [Device writes to pinned host memory]): copied in the freeze and taken from the process at
+# every checkpoint; the baseline for --pinned-footprint (--modes gcr,gcr-pinned-frozen).
+MODES = ("gcr", "stop-copy", "gcr-late", "gcr-untracked", "gcr-pinned-frozen")
 LIVE = {"live": "1st", "live2": "2nd"}  # the live (-R) checkpoints, as the tables name them
 
 
@@ -433,6 +438,9 @@ def measure(footprint, mode, args, build, timeouts):
         env["GCR_CRIU_EARLY"] = "0"
     if mode == "gcr-untracked":
         env["GCR_CRIU_COW_TRACK"] = "0"
+    if mode == "gcr-pinned-frozen":
+        env["GCR_PINNED_FROZEN"] = "1"
+    r["pinned_footprint_bytes"] = args.pinned_footprint
     r["host_writes"] = args.host_writes
     log_path = os.path.join(root, "app.log")
     gcrd_log = os.path.join(root, "gcrd.log")
@@ -451,7 +459,9 @@ def measure(footprint, mode, args, build, timeouts):
                 [gcr, "run", "--", mlp, "--footprint", size_arg(footprint), "--step-delay-ms",
                  str(args.step_delay_ms), "--steps", "1000000"] +
                 (["--host-footprint", size_arg(args.host_footprint)] if args.host_footprint else []) +
-                (["--host-writes", str(args.host_writes)] if args.host_footprint else []),
+                (["--host-writes", str(args.host_writes)] if args.host_footprint else []) +
+                (["--pinned-footprint", size_arg(args.pinned_footprint)]
+                 if args.pinned_footprint else []),
                 env=env, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
                 start_new_session=True)
         pid = app.pid
@@ -613,8 +623,10 @@ def host_copy_report(results, copy, goals):
             pages = (f"{int(doc['host_pages_from_process']) * 4096 >> 20} / "
                      f"{int(doc['host_pages_from_parent']) * 4096 >> 20} MiB"
                      if "host_pages_from_process" in doc else "-")
+            frozen = (f"{int(doc.get('host_pages_dma_frozen', 0)) * 4096 >> 20} MiB"
+                      if "host_pages_dma_frozen" in doc else "-")
             rows.append([fmt_bytes(r["footprint_bytes"]), r["mode"], name, fmt_ms(st),
-                         f"{fresh:.2f}x", f"{warm:.2f}x", pages,
+                         f"{fresh:.2f}x", f"{warm:.2f}x", pages, frozen,
                          f"{fmt_ms(g(r, which, 'normal_gap_median_ms'))} / "
                          f"{fmt_ms(g(r, which, 'window_gap_median_ms'))}"])
             if r["mode"] == "gcr":
@@ -622,10 +634,12 @@ def host_copy_report(results, copy, goals):
                              "met": warm <= 2.0}
     goals["host_freeze_within_2x_copy"] = met
     out.append("  'process / parent': host memory taken from the frozen process and, unchanged "
-               "since the last checkpoint, from its images; 'step before / after': the median "
-               "step before the 1st checkpoint and in the checkpoint's window")
+               "since the last checkpoint, from its images; 'pinned frozen': pinned memory CRIU "
+               "copied in the freeze; 'step before / after': the median step before the 1st "
+               "checkpoint and in the checkpoint's window")
     out.append(table(["footprint", "mode", "ckpt", "stall", "/ fresh copy", "/ warm copy",
-                      "process / parent", "step before / after"], rows, right={3, 4, 5, 6, 7}))
+                      "process / parent", "pinned frozen", "step before / after"], rows,
+                     right={3, 4, 5, 6, 7, 8}))
     # The incremental goal: the 2nd checkpoint's freeze well below the 1st's, tracked or not.
     for r in results:
         if r.get("ok") and r["mode"] in ("gcr", "gcr-untracked"):
@@ -840,6 +854,10 @@ def main():
                     help="pages of the host memory each step rewrites (mlp_train --host-writes; "
                          "default 1): what a checkpoint after the first finds changed, and what "
                          "tracking it costs the program (a fault per page first written)")
+    ap.add_argument("--pinned-footprint", type=parse_size, default=0,
+                    help="pinned host memory the workload holds (mlp_train --pinned-footprint), "
+                         "written each step by a device copy, the CPU and a kernel; compare "
+                         "--modes gcr,gcr-pinned-frozen")
     ap.add_argument("--host-footprint", type=parse_size, default=0,
                     help="pageable host memory the workload holds (mlp_train --host-footprint), "
                          "dumped by CRIU inside the freeze (default 0)")
@@ -888,8 +906,8 @@ def main():
         limits = machine_limits(args.dir)
         print("  " + describe_limits(limits), flush=True)
     host_copy = None
-    if args.host_footprint:
-        host_copy = plain_copy(args.host_footprint)
+    if args.host_footprint or args.pinned_footprint:
+        host_copy = plain_copy(args.host_footprint + args.pinned_footprint)
         if host_copy:
             print(f"  a plain copy of {fmt_bytes(host_copy['bytes'])}: "
                   f"{fmt_ms(host_copy['fresh_s'] * 1e3)} into fresh memory, "
@@ -964,6 +982,7 @@ def main():
         "step_delay_ms": args.step_delay_ms,
         "machine": limits,
         "host_footprint_bytes": args.host_footprint,
+        "pinned_footprint_bytes": args.pinned_footprint,
         "images": args.images,
         "host_plain_copy": host_copy,
         "warm_steps": args.warm_steps,

@@ -2,11 +2,11 @@
 # Note [Device writes to pinned host memory] (interpose/pinned.h): pinned host memory is tracked
 # and written after the resume like the rest of host memory, because the interposer writes each
 # page a device may write before it does. mlp_train with 64 MiB of pinned memory, of which each
-# step a copy from the device rewrites one page and the CPU another, and a kernel one page of a
+# step a copy from the device rewrites one page and the CPU the next, and a kernel one page of a
 # small mapped buffer through its device pointer, started from a shell with its output appended
 # to a log:
 #   - live checkpoints copy none of it in the freeze, and the second takes most of it from the
-#     first's images (incremental), with CRIU's write-out slowed (CRIU_FAULT=139: 2 s with every
+#     first's images and stores little that is new (incremental), with CRIU's write-out slowed (CRIU_FAULT=139: 2 s with every
 #     page still to write) while the run goes on writing pinned pages: each is saved first;
 #   - every restore ends with the uninterrupted run's model and pinned-memory checksums, as does
 #     the run that went on;
@@ -83,6 +83,11 @@ echo "second: $(field second host_pages_from_process) pages from the process," \
   fail "the second checkpoint took only $(field second host_pages_from_parent) pages from its parent (pinned memory $PINNED_PAGES pages): not incremental"
 [[ $(field second host_pages_pinned) == 0 && $(field second host_pages_dma_frozen) == 0 ]] ||
   fail "the second checkpoint gave pinned memory special care: $(cat "$T/second.json")"
+# The store too takes in only what changed: the pages written since the first lie together.
+new_bytes=$(field second stat.new_bytes)
+echo "second: $((new_bytes >> 10)) KiB new to the store"
+(( new_bytes < (PINNED_MIB << 20) / 4 )) ||
+  fail "the second checkpoint stored $new_bytes new bytes, for ~$(((after - before) * 8)) KiB of pinned memory changed"
 [[ $(field second host_pages_saved) -ge 1 ]] ||
   fail "the run wrote no page during a 2 s write-out: the slowed write-out did not apply"
 wait_steps "$log" $((after + 20))
