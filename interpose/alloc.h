@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "gcr/result.h"
+
 namespace gcr::interpose {
 
 // With g_region_mu held.
@@ -18,6 +20,11 @@ bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size
 // Frees the stream-ordered frees whose streams have passed them; all of them when drained.
 void reap_async_frees(bool all);
 std::uint64_t requested_bytes();
+
+// Note [Pinned host memory is gcr's] (host_alloc.cpp): at park the driver lets go of every pinned
+// host range, at unpark it takes them again; each leaves things as they were when it fails.
+Status park_host_memory();
+Status unpark_host_memory();
 
 // True in a forked child that has not exec'd: gcr leaves it alone (every call goes straight
 // to the driver).

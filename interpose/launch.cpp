@@ -189,7 +189,9 @@ inline void for_param_words(const FuncInfo* fi, void** params, void** extra, Fn&
 }
 
 void mark_launch(CUfunction f, void** params, void** extra) {
-  if (!g_arena.base && g_pinned_armed.load(std::memory_order_relaxed) == 0) return;
+  if (!g_arena.base && g_pinned_armed.load(std::memory_order_relaxed) == 0 &&
+      g_pinned_unseen.load(std::memory_order_relaxed))
+    return;
   if (config().track == TrackMode::conservative) {
     mark_all_written();
     return;
@@ -199,6 +201,9 @@ void mark_launch(CUfunction f, void** params, void** extra) {
     mark_all_written();
     return;
   }
+  // Note [Device writes to pinned host memory]: it writes through pointers in device memory.
+  if (fi->comm_name) [[unlikely]]
+    host_written_anywhere();
   // What a kernel only reads counts for the first-touch order, and during an on-demand restore
   // must have arrived too.
   for_param_words(fi, params, extra, [](std::uint64_t word, bool read_only) {
@@ -236,7 +241,7 @@ void touch_3d_source(const CUDA_MEMCPY3D* p) {
 
 void mark_3d(const CUDA_MEMCPY3D* p) {
   if (!p) return;
-  std::uint64_t slice = p->dstPitch * (p->dstHeight ? p->dstHeight : p->Height);
+  std::uint64_t slice = p->dstPitch * (p->dstHeight ? p->dstHeight : p->dstY + p->Height);
   if (p->dstMemoryType == CU_MEMORYTYPE_HOST)
     host_written(reinterpret_cast<std::uint64_t>(p->dstHost), slice * (p->dstZ + p->Depth));
   else if (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED)

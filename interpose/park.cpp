@@ -157,6 +157,7 @@ Result<std::vector<ParkedRegion>> op_park() {
     for (auto& [id, h] : user_handles) real->cuMemRelease(h);
     out.clear();  // closes the exported fds
     drop_held_regions();
+    (void)unpark_host_memory();
   };
   for (std::uint32_t allocation : valloc_unmapped()) {
     const VirtualAllocation* v = valloc_by_id(allocation);
@@ -167,6 +168,10 @@ Result<std::vector<ParkedRegion>> op_park() {
                                             std::to_string(v->size) +
                                             " bytes; set GCR_ARENA_BYTES higher"};
     }
+  }
+  if (Status s = park_host_memory(); !s) {
+    undo();
+    return std::move(s).error();
   }
   std::uint64_t epoch = g_epoch.load();
   // First export everything: a failure here leaves the process exactly as it was.
@@ -245,11 +250,13 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
                      return std::string(b);
                    }() + " is missing or has another size; every parked region must come back"};
   }
+  if (Status s = unpark_host_memory(); !s) return std::move(s).error();
   std::vector<std::uint32_t> mapped;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> handles;
   auto undo = [&] {
     for (std::uint32_t id : mapped) real->cuMemUnmap(g_regions[id].address, g_regions[id].size);
     for (auto& [id, h] : handles) real->cuMemRelease(h);
+    (void)park_host_memory();
   };
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];
@@ -304,7 +311,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   drop_held_regions();  // their allocations are held by their handles again
   refresh_kept_exports();
   ipc_reopen_exports();
-  pinned_arm();  // Note [Device writes to pinned host memory]: the cut protected host memory
+  pinned_check_incarnation();  // Note [Device writes to pinned host memory]
   g_state = ProcessState::quiesced;
   return ok();
 }
@@ -335,6 +342,7 @@ std::vector<std::string> op_blockers() {
 
 Status op_new_epoch(const std::string& checkpoint_id) {
   g_epoch.fetch_add(1);
+  pinned_arm();  // Note [Device writes to pinned host memory]: the cut protects host memory anew
   g_touch_count.store(0);  // Note [First-touch order]: from this cut on
   g_all_dirty.store(false);
   g_last_checkpoint = checkpoint_id;

@@ -2,10 +2,13 @@
 #include "pinned.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -14,6 +17,7 @@
 namespace gcr::interpose {
 
 std::atomic<std::uint32_t> g_pinned_armed{0};
+std::atomic<bool> g_pinned_unseen{false};
 
 namespace {
 
@@ -39,6 +43,27 @@ std::atomic<std::uint64_t> g_pages_written{0};
 // Every armed range lies within [g_armed_lo, g_armed_hi): most addresses are turned away by two
 // loads, without looking at the table.
 std::atomic<std::uint64_t> g_armed_lo{~0ull}, g_armed_hi{0};
+// The process whose memory the last cut protected (its start time, /proc/self/stat): a restored
+// process is another, whose memory CRIU gave back unprotected, though this state came back too.
+std::uint64_t g_cut_incarnation = 0;  // with g_mu
+
+std::uint64_t incarnation() {
+  std::FILE* f = std::fopen("/proc/self/stat", "re");
+  if (!f) return 0;
+  char buf[1024];
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // past the command name, which may hold anything
+  unsigned long long start = 0;
+  // Fields 3..22 after the name; starttime is the 22nd.
+  if (!p || std::sscanf(p + 1,
+                        " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                        "%*d %llu",
+                        &start) != 1)
+    return 0;
+  return start;
+}
 
 std::uint64_t page_bytes() {
   static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -89,6 +114,24 @@ inline void write_in_place(std::uint64_t address) {
   }
 }
 
+// The pages of [start, end) (page-aligned) taken as if written: MADV_POPULATE_WRITE faults each for
+// writing where it is not writable now (a protected page's fault is served like a write's), in one
+// call, and says EFAULT or ENOMEM where nothing is mapped instead of crashing. A kernel without it
+// (before 5.14: EINVAL) gets a write to each page.
+void write_run(std::uint64_t start, std::uint64_t end) {
+  static std::atomic<bool> populate{true};
+  if (populate.load(std::memory_order_relaxed)) {
+    for (;;) {
+      if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) == 0) return;
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno != EINVAL) return;  // unmapped: a device could not write there either
+      populate.store(false, std::memory_order_relaxed);
+      break;
+    }
+  }
+  for (std::uint64_t p = start; p < end; p += page_bytes()) write_in_place(p);
+}
+
 // Writes every page of [from, to) (within r) that may still be protected.
 void write_pages(PinnedRange& r, std::uint64_t from, std::uint64_t to) {
   from = std::max(from, r.start);
@@ -96,18 +139,30 @@ void write_pages(PinnedRange& r, std::uint64_t from, std::uint64_t to) {
   if (from >= to || !r.armed.load(std::memory_order_acquire)) return;
   const std::uint64_t page = page_bytes();
   const std::uint64_t first_page = r.start & ~(page - 1);
-  std::uint64_t written = 0;
+  std::uint64_t written = 0, run = 0, run_end = 0;
+  auto flush = [&] {
+    if (run == run_end) return;
+    write_run(run, run_end);
+    for (std::uint64_t p = run; p < run_end; p += page) {
+      const std::uint64_t i = (p - first_page) / page;
+      const std::uint64_t bit = 1ull << (i % 64);
+      if (!(r.done[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit) &&
+          r.pages_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        disarm(r);
+    }
+    written += (run_end - run) / page;
+    run = run_end = 0;
+  };
   for (std::uint64_t p = from & ~(page - 1); p < to; p += page) {
     const std::uint64_t i = (p - first_page) / page;
-    std::atomic<std::uint64_t>& word = r.done[i / 64];
-    const std::uint64_t bit = 1ull << (i % 64);
-    if (word.load(std::memory_order_acquire) & bit) continue;
-    write_in_place(std::max(p, from));
-    ++written;
-    if (!(word.fetch_or(bit, std::memory_order_acq_rel) & bit) &&
-        r.pages_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      disarm(r);
+    if (r.done[i / 64].load(std::memory_order_acquire) & (1ull << (i % 64))) {
+      flush();
+      continue;
+    }
+    if (run == run_end) run = p;
+    run_end = p + page;
   }
+  flush();
   g_pages_written.fetch_add(written, std::memory_order_relaxed);
 }
 
@@ -189,7 +244,9 @@ void pinned_add(std::uint64_t address, std::uint64_t bytes) {
   r->pages = ((r->end + page - 1) & ~(page - 1)) / page - r->start / page;
   r->done = std::make_unique<std::atomic<std::uint64_t>[]>((r->pages + 63) / 64);
   // Memory registered now may have been host memory at the last cut, so protected since.
-  arm(*r, writable_mappings());
+  if (g_cut_incarnation && g_cut_incarnation == incarnation() &&
+      !g_pinned_unseen.load(std::memory_order_relaxed))
+    arm(*r, writable_mappings());
   g_ranges.push_back(std::move(r));
   publish();
 }
@@ -211,9 +268,27 @@ void pinned_remove(std::uint64_t address) {
 
 void pinned_arm() noexcept {
   std::lock_guard lock(g_mu);
-  if (g_ranges.empty()) return;
+  g_cut_incarnation = incarnation();
+  // Device writes gcr cannot see have run: gcrd gives pinned memory the 1.4 care instead.
+  if (g_ranges.empty() || g_pinned_unseen.load(std::memory_order_relaxed)) return;
   auto maps = writable_mappings();
   for (const auto& r : g_ranges) arm(*r, maps);
+}
+
+void pinned_check_incarnation() noexcept {
+  std::lock_guard lock(g_mu);
+  if (g_cut_incarnation == incarnation()) return;
+  g_cut_incarnation = 0;
+  for (const auto& r : g_ranges) disarm(*r);
+}
+
+void pinned_unseen_write() noexcept {
+  g_pinned_unseen.store(true, std::memory_order_relaxed);
+  if (g_pinned_armed.load(std::memory_order_relaxed) != 0) pinned_before_write_all();
+}
+
+bool pinned_writes_seen() noexcept {
+  return !g_pinned_unseen.load(std::memory_order_relaxed);
 }
 
 std::uint64_t pinned_pages_written() noexcept {

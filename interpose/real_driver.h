@@ -22,7 +22,8 @@ namespace gcr::interpose {
   X(cuCtxDestroy_v2)                                                                               \
   X(cuCtxPushCurrent_v2)                                                                           \
   X(cuCtxPopCurrent_v2)                                                                            \
-  X(cuCtxSynchronize) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount)  \
+  X(cuCtxSynchronize)                                                                              \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount)                      \
       X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(             \
           cuMemAllocAsync) XT(cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)    \
           XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(          \
@@ -40,7 +41,7 @@ namespace gcr::interpose {
                                               X(cuStreamSynchronize) X(cuMemcpyDtoDAsync_v2)       \
                                                   X(cuMemHostRegister_v2) X(cuMemHostUnregister)   \
                                                       X(cuMemHostAlloc) X(cuMemAllocHost_v2)       \
-                                                          X(cuMemFreeHost)
+                                                          X(cuMemFreeHost) X(cuMemHostGetFlags)
 
 struct RealDriver {
 #define GCR_REAL_MEMBER(name) decltype(&::name) name = nullptr;

@@ -107,14 +107,19 @@ inline void mark_device_written(std::uint64_t addr) {
 // A pointer a device operation may write through, to an extent gcr does not know: the region
 // holding it, or the pinned host memory (Note [Device writes to pinned host memory]).
 inline void mark_written(std::uint64_t addr) {
-  host_written(addr, 0);
-  mark_device_written(addr);
+  if (addr - g_arena.base < g_arena.size)
+    mark_device_written(addr);
+  else
+    host_written(addr, 0);
 }
 
 // Marks every region touching [addr, addr + bytes), device memory or pinned host memory.
 inline void mark_range_written(std::uint64_t addr, std::uint64_t bytes) {
   if (bytes == 0) return;
-  host_written(addr, bytes);
+  if (addr - g_arena.base >= g_arena.size) {
+    host_written(addr, bytes);
+    return;
+  }
   std::uint64_t end = addr + bytes;
   mark_device_written(addr);
   for (std::uint64_t g = (addr & ~(kGranule - 1)) + kGranule; g < end; g += kGranule)
@@ -141,8 +146,7 @@ inline void touch_range_read(std::uint64_t addr, std::uint64_t bytes) {
 }
 
 inline void mark_all_written() {
-  if (g_pinned_armed.load(std::memory_order_relaxed) != 0) [[unlikely]]
-    pinned_before_write_all();
+  host_written_anywhere();
   if (g_cow_active.load(std::memory_order_relaxed)) [[unlikely]]
     cow_before_write_all();
   g_all_dirty.store(true, std::memory_order_relaxed);

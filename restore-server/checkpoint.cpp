@@ -317,7 +317,7 @@ Result<PinnedHostMemory> pinned_host_memory(std::vector<Member>& members,
   for (std::size_t i = 0; i < members.size(); ++i) {
     auto dma = members[i].client.host_dma();
     if (!dma && dma.error().code != Errc::unsupported) return std::move(dma).error();
-    if (dma && !dma->overflow && dma->touched && !pinned_frozen_asked()) {
+    if (dma && dma->touched && !pinned_frozen_asked()) {  // its own table has no cap
       for (const control::HostDmaRange& r : dma->ranges) out.touched_bytes += r.bytes;
     } else if (dma && !dma->overflow) {
       if (!dma->ranges.empty()) out.ranges[members[i].pid] = std::move(dma->ranges);

@@ -5,7 +5,9 @@
 // operations wait on a flag the test has not set yet, so every fault seen before the flag is the
 // interposer's. On simgpu the device's own write is a CPU write (it would fault too, but only
 // once the stream runs); on a GPU it is DMA, which no fault announces.
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -18,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "common.h"
@@ -33,11 +36,12 @@ class Protector {
  public:
   Protector(void* base, std::size_t bytes)
       : base_(reinterpret_cast<std::uint64_t>(base)), bytes_(bytes) {
-    fd_ =
-        static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
-    if (fd_ < 0) fd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    // Faults taken in the kernel too (the interposer's MADV_POPULATE_WRITE), as CRIU's
+    // userfaultfd from /dev/userfaultfd serves them.
+    fd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
     if (fd_ < 0) {
-      std::printf("pinned: skipped, no userfaultfd here: %s\n", std::strerror(errno));
+      std::printf("pinned: skipped, no userfaultfd that serves kernel faults here: %s\n",
+                  std::strerror(errno));
       return;
     }
     uffdio_api api{};
@@ -155,12 +159,14 @@ struct Setup {
     __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);
     CU_OK(cuStreamSynchronize(stream));
   }
-  // Park and unpark through the control socket, as a checkpoint does: the cut arms every range.
+  // Park, a new epoch and unpark through the control socket, as a checkpoint does: the epoch
+  // arms every range.
   static void checkpoint_cycle() {
     control::Client client = connect(getpid());
     REQUIRE(client.quiesce(std::chrono::seconds(10)));
     auto parked = client.park();
     REQUIRE(parked);
+    REQUIRE(client.new_epoch("pinned-test"));
     REQUIRE(client.unpark(*parked));
     REQUIRE(client.resume());
     REQUIRE(client.close());
@@ -275,6 +281,103 @@ TEST_CASE("memory registered read-only is never written by gcr", "[pinned]") {
   }
   CU_OK(cuMemHostUnregister(ro));
   munmap(ro, 4 * kPage);
+}
+
+// Note [Pinned host memory is gcr's] (interpose/host_alloc.cpp): gcr allocates pinned memory and
+// registers it with the driver; a park unregisters it, the program's own registrations too, and
+// unpark registers them again. The driver is asked directly (simgpu, past the interposer).
+TEST_CASE("a park leaves the driver no pinned host memory, and unpark gives it back", "[pinned]") {
+  require_under_gcr();
+  Setup s;
+  // The interposer's dlopen hands itself out for the driver: find simgpu among the loaded objects.
+  void* lib = nullptr;
+  struct link_map* map = nullptr;
+  REQUIRE(dlinfo(dlopen(nullptr, RTLD_NOW), RTLD_DI_LINKMAP, &map) == 0);
+  for (; map && !lib; map = map->l_next)
+    if (map->l_name && std::string(map->l_name) == simgpu_path()) lib = map;
+  REQUIRE(lib != nullptr);
+  auto driver_flags =
+      reinterpret_cast<decltype(&cuMemHostGetFlags)>(dlsym(lib, "cuMemHostGetFlags"));
+  REQUIRE(driver_flags != nullptr);
+  void* own = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(own != MAP_FAILED);
+  CU_OK(cuMemHostRegister(own, 4 * kPage, CU_MEMHOSTREGISTER_PORTABLE));
+
+  unsigned flags = 0;
+  CU_OK(cuMemHostGetFlags(&flags, s.pinned));
+  CHECK(flags == CU_MEMHOSTALLOC_DEVICEMAP);  // what the program asked for
+  CHECK(driver_flags(&flags, s.pinned) == CUDA_SUCCESS);
+  CHECK(cuMemHostUnregister(s.pinned) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);  // not its own
+
+  control::Client client = connect(getpid());
+  REQUIRE(client.quiesce(std::chrono::seconds(10)));
+  auto parked = client.park();
+  REQUIRE(parked);
+  CHECK(driver_flags(&flags, s.pinned) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(driver_flags(&flags, s.flag) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(driver_flags(&flags, own) == CUDA_ERROR_INVALID_VALUE);
+  s.pinned[100] = 7;  // the program's threads go on using it meanwhile
+  REQUIRE(client.unpark(*parked));
+  REQUIRE(client.resume());
+  REQUIRE(client.close());
+  CHECK(driver_flags(&flags, s.pinned) == CUDA_SUCCESS);
+  CHECK(driver_flags(&flags, own) == CUDA_SUCCESS);
+  CHECK(flags == CU_MEMHOSTREGISTER_PORTABLE);
+
+  // Devices reach it as before: a copy into it and a kernel through its mapped pointer.
+  CU_OK(cuMemcpyDtoH(s.pinned + kPage, s.device, 64));
+  CHECK(s.pinned[kPage] == 0xc3);
+  CHECK(s.pinned[100] == 7);
+  CUdeviceptr mapped = 0;
+  CU_OK(cuMemHostGetDevicePointer(&mapped, s.pinned, 0));
+  CU_OK(launch(kernels().fill, 4, nullptr, reinterpret_cast<unsigned*>(mapped + 2 * kPage), 5u, 4));
+  CU_OK(cuCtxSynchronize());
+  CHECK(reinterpret_cast<unsigned*>(s.pinned + 2 * kPage)[3] == probe_word(5, 3));
+  CU_OK(cuMemHostUnregister(own));
+  CHECK(driver_flags(&flags, own) == CUDA_ERROR_INVALID_VALUE);
+  munmap(own, 4 * kPage);
+}
+
+// Last: it leaves this process unable to vouch for its pinned memory, for good.
+TEST_CASE(
+    "an operation gcr cannot see into writes every armed page, and the process then asks "
+    "gcrd for the old care",
+    "[pinned]") {
+  require_under_gcr();
+  Setup s;
+  {
+    control::Client client = connect(getpid());
+    auto dma = client.host_dma();
+    REQUIRE(dma);
+    CHECK(dma->touched);
+  }
+  Setup::checkpoint_cycle();
+  Protector uffd(s.pinned, 17 * kPage);
+  if (!uffd.ok()) return;
+  uffd.protect();
+  const pid_t me = static_cast<pid_t>(::gettid());
+  s.hold();
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = reinterpret_cast<CUdeviceptr>(s.flag) + 64;
+  op.writeValue.value = 1;
+  CU_OK(cuStreamBatchMemOp(s.stream, 1, &op, 0));
+  CHECK(uffd.pages_faulted_by(me) == page_span(0, 17));
+  s.release();
+  {
+    control::Client client = connect(getpid());
+    auto dma = client.host_dma();
+    REQUIRE(dma);
+    CHECK_FALSE(dma->touched);
+    CHECK(dma->ranges.size() >= 2);
+  }
+  // gcrd copies it in the freeze from now on: nothing is armed after the next cut.
+  Setup::checkpoint_cycle();
+  uffd.protect();
+  s.hold();
+  CU_OK(cuMemcpyDtoHAsync(s.pinned, s.device, 64, s.stream));
+  CHECK(uffd.pages_faulted_by(me).empty());
+  s.release();
 }
 
 }  // namespace

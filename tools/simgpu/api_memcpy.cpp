@@ -59,6 +59,8 @@ CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait
     src.ptr = staged->data();
   }
   std::uint64_t seq = enqueue(s, [dst, src, rect, staged] {
+    if (dst.pinned)
+      check_device_write_to_host(dst.ptr, (rect.height - 1) * rect.dst_pitch + rect.width);
     for (std::size_t row = 0; row < rect.height; ++row)
       std::memmove(dst.ptr + row * rect.dst_pitch, src.ptr + row * rect.src_pitch, rect.width);
   });
@@ -134,6 +136,7 @@ CUresult memset_2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t widt
   Endpoint d;
   if (CUresult r = endpoint(dst, (height - 1) * pitch + row_bytes, true, Want::any, &d)) return r;
   std::uint64_t seq = enqueue(s, [d, pitch, value, width, height] {
+    if (d.pinned) check_device_write_to_host(d.ptr, (height - 1) * pitch + width * sizeof(T));
     for (std::size_t row = 0; row < height; ++row) {
       auto* p = reinterpret_cast<T*>(d.ptr + row * pitch);
       if constexpr (sizeof(T) == 1)

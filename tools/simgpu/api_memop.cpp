@@ -95,9 +95,11 @@ void run(const MemOp& op) {
       wait_value<std::uint64_t>(op.target, op.value, op.flags & kCondition);
       break;
     case MemOp::Kind::write32:
+      if (is_pinned_host(op.target, 4)) check_device_write_to_host(op.target, 4);
       write_value<std::uint32_t>(op.target, static_cast<std::uint32_t>(op.value), op.flags);
       break;
     case MemOp::Kind::write64:
+      if (is_pinned_host(op.target, 8)) check_device_write_to_host(op.target, 8);
       write_value<std::uint64_t>(op.target, op.value, op.flags);
       break;
     case MemOp::Kind::fence:

@@ -7,6 +7,8 @@
 //   SIMGPU_THREADS   CPU threads a kernel's blocks are spread over (default: 1)
 //   SIMGPU_LOG       1: trace unsupported calls and warnings to stderr (they are logged once
 //   anyway)
+//   SIMGPU_DMA_CHECK 1: a device write to pinned host memory that finds its page write-protected
+//                    (userfaultfd) ends the process (dma_check.cpp)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

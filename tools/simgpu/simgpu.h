@@ -62,6 +62,11 @@ struct Config {
 };
 const Config& config();  // read once from SIMGPU_* environment variables
 
+// SIMGPU_DMA_CHECK=1 (dma_check.cpp): ends the process when a device write (copy, memset, memory
+// operation) to pinned host memory finds its page write-protected by a userfaultfd, which a GPU's
+// DMA would pass unseen. Called where such a write executes.
+void check_device_write_to_host(const void* p, std::size_t n);
+
 // Logging: SIMGPU_LOG=1 traces; warnings always go to stderr once per message key.
 void log_once(const std::string& key, const std::string& message);
 

@@ -20,6 +20,9 @@ if ! "$criu_bin" --help 2>&1 | grep -q -- "--cow-track"; then
   exit 77
 fi
 export GCR_MEMORY_WORK_DIR=off
+# mlp_train's pinned buffers: no device write may find a page still write-protected (a GPU's DMA
+# would pass the protection unseen; docs/simgpu.md), through every way the tracking ends below.
+export SIMGPU_DMA_CHECK=1
 # Page-sized blocks (GCR_HOST_TRACK_BLOCK): this workload writes 64 pages a step all over its
 # host memory, which would touch every 2 MiB block; the default block has its own section.
 export GCR_HOST_TRACK_BLOCK=4096

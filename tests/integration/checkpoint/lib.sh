@@ -36,6 +36,11 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*"; exit 1; }
+stop_gcrd() {  # this test's gcrd, waited for: the next gcr command starts one with today's environment
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+  for _ in $(seq 1 500); do pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" > /dev/null || return 0; sleep 0.02; done
+  fail "this test's gcrd did not exit"
+}
 json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
 checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
 # The checksum a restored run appended: the last one in LOG past its first BYTES bytes.

@@ -1,0 +1,316 @@
+// Host memory pinned for devices (Note [Pinned host memory is gcr's]): cuMemHostAlloc and
+// cuMemAllocHost, the program's own cuMemHostRegister ranges, what is reported of them to gcrd
+// (host_dma) and their park and unpark.
+//
+// Note [Pinned host memory is gcr's]
+// The driver's own pinned allocations are its business: on a GPU they may be mappings of the
+// driver's device files, which CRIU can neither write-protect nor dump, and which the driver's
+// checkpoint must turn into something CRIU can. gcr allocates them itself instead: private
+// anonymous memory (mmap), registered with the driver (cuMemHostRegister, portable and mapped:
+// with unified addressing cuMemHostAlloc memory is both). So pinned memory is host memory like any
+// other to CRIU: write-protected at the cut, written after the resume, tracked between
+// checkpoints (Note [Device writes to pinned host memory] in pinned.h keeps device writes
+// visible), deduplicated in the store. A park unregisters every range, the program's own
+// registrations too, so that the driver's checkpoint holds none of it; unpark registers them again
+// at the same addresses (a restored process's too). WRITECOMBINED is not kept (a registration
+// cannot ask for it; it only changes how fast the CPU reads the memory), and cuMemHostGetFlags
+// answers what the program asked for. GCR_PINNED_OWN=0 leaves allocation to the driver.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "alloc.h"
+#include "config.h"
+#include "control_ops.h"
+#include "gate.h"
+#include "pinned.h"
+#include "real_driver.h"
+#include "regions.h"
+
+namespace gcr::interpose {
+namespace {
+
+// Note [Host memory tracked between checkpoints]: pinned host ranges by address, for gcrd. Those
+// allocated (`allocated`) are dropped when freed; registered ones stay (a device may have written
+// them before cuMemHostUnregister, with a 1.4 gcrd's rule).
+struct HostDma {
+  std::uint64_t bytes = 0;
+  bool allocated = false;
+};
+// The ranges registered with the driver now (or, while parked, to be registered again).
+struct Registration {
+  std::uint64_t bytes = 0;
+  unsigned flags = 0;        // cuMemHostRegister's
+  unsigned alloc_flags = 0;  // cuMemHostAlloc's, for gcr's own allocations
+  bool owned = false;        // allocated here: unregistered and unmapped by cuMemFreeHost
+};
+
+// Not the launch path: a lock of its own.
+std::mutex g_host_mu;
+std::map<std::uint64_t, HostDma> g_host_dma;
+bool g_host_dma_overflow = false;
+std::map<std::uint64_t, Registration> g_registered;
+bool g_host_parked = false;
+
+constexpr unsigned kOwnedRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+
+bool own_allocations() {
+  static const bool own = [] {
+    const char* v = std::getenv("GCR_PINNED_OWN");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return own;
+}
+
+std::uint64_t page_bytes() {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// With g_host_mu held.
+void note_host_dma(std::uint64_t p, std::uint64_t bytes, bool allocated) {
+  if (!p || bytes == 0) return;
+  auto [it, added] = g_host_dma.try_emplace(p, HostDma{bytes, allocated});
+  if (!added) {
+    it->second.bytes = std::max(it->second.bytes, bytes);
+    it->second.allocated = it->second.allocated && allocated;
+  }
+  if (g_host_dma.size() > control::kMaxHostDmaRanges) {
+    g_host_dma.erase(it);
+    g_host_dma_overflow = true;
+  }
+}
+
+void forget_host_dma(std::uint64_t p) {
+  auto it = g_host_dma.find(p);
+  if (it != g_host_dma.end() && it->second.allocated) g_host_dma.erase(it);
+}
+
+// gcr's own allocation holding p, with g_host_mu held.
+const Registration* owned_at(std::uint64_t p) {
+  auto it = g_registered.upper_bound(p);
+  if (it == g_registered.begin()) return nullptr;
+  --it;
+  return it->second.owned && p < it->first + it->second.bytes ? &it->second : nullptr;
+}
+
+CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) {
+    *pp = nullptr;
+    return CUDA_SUCCESS;
+  }
+  const std::uint64_t size = (bytes + page_bytes() - 1) / page_bytes() * page_bytes();
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (CUresult r = real_driver()->cuMemHostRegister_v2(p, size, kOwnedRegisterFlags)) {
+    ::munmap(p, size);
+    return r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ? CUDA_ERROR_OUT_OF_MEMORY : r;
+  }
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  {
+    std::lock_guard lock(g_host_mu);
+    g_registered[a] = Registration{size, kOwnedRegisterFlags, flags, true};
+    note_host_dma(a, size, true);
+  }
+  pinned_add(a, size);
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+control::HostDmaRanges op_host_dma() {
+  control::HostDmaRanges out;
+  std::lock_guard lock(g_host_mu);
+  out.overflow = g_host_dma_overflow;
+  out.touched = pinned_writes_seen();  // Note [Device writes to pinned host memory] (pinned.h)
+  for (const auto& [address, range] : g_host_dma) out.ranges.push_back({address, range.bytes});
+  return out;
+}
+
+Status park_host_memory() {
+  const RealDriver* real = real_driver();
+  std::lock_guard lock(g_host_mu);
+  for (auto it = g_registered.begin(); it != g_registered.end(); ++it) {
+    if (CUresult r = real->cuMemHostUnregister(reinterpret_cast<void*>(it->first))) {
+      for (auto back = g_registered.begin(); back != it; ++back)  // as it was
+        real->cuMemHostRegister_v2(reinterpret_cast<void*>(back->first), back->second.bytes,
+                                   back->second.flags);
+      char b[160];
+      std::snprintf(b, sizeof b, "cuMemHostUnregister of pinned host memory at 0x%llx failed (%d)",
+                    static_cast<unsigned long long>(it->first), static_cast<int>(r));
+      return Error{Errc::internal, b};
+    }
+  }
+  g_host_parked = true;
+  if (config().log && !g_registered.empty())
+    std::fprintf(stderr, "gcr: parked %zu pinned host ranges\n", g_registered.size());
+  return ok();
+}
+
+Status unpark_host_memory() {
+  const RealDriver* real = real_driver();
+  std::lock_guard lock(g_host_mu);
+  if (!g_host_parked) return ok();
+  for (auto it = g_registered.begin(); it != g_registered.end(); ++it) {
+    if (CUresult r = real->cuMemHostRegister_v2(reinterpret_cast<void*>(it->first),
+                                                it->second.bytes, it->second.flags)) {
+      for (auto back = g_registered.begin(); back != it; ++back)  // parked, as it was
+        real->cuMemHostUnregister(reinterpret_cast<void*>(back->first));
+      char b[200];
+      std::snprintf(b, sizeof b,
+                    "registering pinned host memory at 0x%llx (%llu bytes) with the driver again "
+                    "failed (%d)",
+                    static_cast<unsigned long long>(it->first),
+                    static_cast<unsigned long long>(it->second.bytes), static_cast<int>(r));
+      return Error{Errc::internal, b};
+    }
+  }
+  g_host_parked = false;
+  return ok();
+}
+
+}  // namespace gcr::interpose
+
+using namespace gcr::interpose;
+
+extern "C" {
+
+// The program's own pinned ranges: registered with the driver, reported to gcrd, their device
+// writes preceded by the process's (pinned.h); a read-only registration is only read by devices.
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemHostRegister_v2(p, bytes, flags);
+  GateScope gate;
+  CUresult r = real->cuMemHostRegister_v2(p, bytes, flags);
+  if (r != CUDA_SUCCESS) return r;
+  g_host_registered.store(true, std::memory_order_relaxed);  // for a 1.3 gcrd's status
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  {
+    std::lock_guard lock(g_host_mu);
+    g_registered[a] = Registration{bytes, flags, 0, false};
+    note_host_dma(a, bytes, false);
+  }
+  // Read-only: devices only read it. I/O memory: another device's registers, not host memory.
+  if (!(flags & (CU_MEMHOSTREGISTER_READ_ONLY | CU_MEMHOSTREGISTER_IOMEMORY))) pinned_add(a, bytes);
+  return r;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemHostUnregister(p);
+  GateScope gate;
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  {
+    std::lock_guard lock(g_host_mu);
+    if (auto it = g_registered.find(a); it != g_registered.end() && it->second.owned)
+      return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;  // as the driver says of its allocations
+  }
+  CUresult r = real->cuMemHostUnregister(p);
+  if (r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard lock(g_host_mu);
+    g_registered.erase(a);
+  }
+  pinned_remove(a);
+  return r;
+}
+
+CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemHostAlloc(pp, bytes, flags);
+  if (flags &
+      ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+    return CUDA_ERROR_INVALID_VALUE;
+  GateScope gate;
+  if (own_allocations()) return host_alloc(pp, bytes, flags);
+  CUresult r = real->cuMemHostAlloc(pp, bytes, flags);
+  if (r == CUDA_SUCCESS && pp && *pp) {
+    {
+      std::lock_guard lock(g_host_mu);
+      note_host_dma(reinterpret_cast<std::uint64_t>(*pp), bytes, true);
+    }
+    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
+  }
+  return r;
+}
+
+CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemAllocHost_v2(pp, bytes);
+  GateScope gate;
+  if (own_allocations()) return host_alloc(pp, bytes, 0);
+  CUresult r = real->cuMemAllocHost_v2(pp, bytes);
+  if (r == CUDA_SUCCESS && pp && *pp) {
+    {
+      std::lock_guard lock(g_host_mu);
+      note_host_dma(reinterpret_cast<std::uint64_t>(*pp), bytes, true);
+    }
+    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
+  }
+  return r;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemFreeHost(p);
+  GateScope gate;
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  std::uint64_t owned_bytes = 0;
+  {
+    std::lock_guard lock(g_host_mu);
+    if (auto it = g_registered.find(a); it != g_registered.end() && it->second.owned)
+      owned_bytes = it->second.bytes;
+  }
+  if (!owned_bytes) {
+    CUresult r = real->cuMemFreeHost(p);
+    if (r == CUDA_SUCCESS) {
+      pinned_remove(a);
+      std::lock_guard lock(g_host_mu);
+      forget_host_dma(a);
+    }
+    return r;
+  }
+  // Before the memory goes: a device write racing the free must not find it armed and unmapped.
+  pinned_remove(a);
+  // Work still queued may copy into it: the driver's cuMemFreeHost waits for it too.
+  if (CUresult r = real->cuCtxSynchronize(); r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT)
+    return r;
+  real->cuMemHostUnregister(p);
+  ::munmap(p, owned_bytes);
+  std::lock_guard lock(g_host_mu);
+  g_registered.erase(a);
+  forget_host_dma(a);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
+  const RealDriver* real = real_driver();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real->cuMemHostGetFlags(flags, p);
+  GateScope gate;
+  {
+    std::lock_guard lock(g_host_mu);
+    if (const Registration* r = owned_at(reinterpret_cast<std::uint64_t>(p))) {
+      if (!flags) return CUDA_ERROR_INVALID_VALUE;
+      *flags = r->alloc_flags;
+      return CUDA_SUCCESS;
+    }
+  }
+  return real->cuMemHostGetFlags(flags, p);
+}
+
+}  // extern "C"
