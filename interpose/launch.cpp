@@ -430,3 +430,63 @@ GCR_WRAP2(cuStreamWriteValue64_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint64_
 GCR_WRAP2(cuStreamBatchMemOp_v2, _ptsz,
           (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
           mark_all_written())
+
+// Entry points that write where their arguments do not say, and the older ABIs of wrapped calls
+// that the driver still exports under their first names (cuda.h declares only the newest: the
+// memory operations before 11.7, the batched copies of 12.8): everything they may write is marked.
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+
+namespace gcr::interpose::legacy {
+using MemcpyBatch_12_8 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,
+                                      CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);
+using Memcpy3DBatch_12_8 = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,
+                                        unsigned long long, CUstream);
+using LaunchGrid = CUresult (*)(CUfunction, int, int);
+using LaunchGridAsync = CUresult (*)(CUfunction, int, int, CUstream);
+using LaunchMultiDevice = CUresult (*)(CUDA_LAUNCH_PARAMS*, unsigned, unsigned);
+}  // namespace gcr::interpose::legacy
+
+#define GCR_WRAP_TYPED(fn_type, name, params, args, mark) \
+  extern "C" CUresult name params {                       \
+    static const auto real = real_fn<fn_type>(#name);     \
+    if (!g_unmanaged) {                                   \
+      GateScope gate;                                     \
+      mark;                                               \
+      return real args;                                   \
+    }                                                     \
+    return real args;                                     \
+  }
+#define GCR_WRAP_TYPED2(fn_type, name, suffix, params, args, mark) \
+  GCR_WRAP_TYPED(fn_type, name, params, args, mark)                \
+  GCR_WRAP_TYPED(fn_type, name##suffix, params, args, mark)
+
+GCR_WRAP_TYPED2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
+                mark_written(a))
+GCR_WRAP_TYPED2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
+                mark_written(a))
+GCR_WRAP_TYPED2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp, _ptsz,
+                (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
+                mark_all_written())
+GCR_WRAP_TYPED2(legacy::MemcpyBatch_12_8, cuMemcpyBatchAsync, _ptsz,
+                (CUdeviceptr * d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a,
+                 size_t* ai, size_t na, size_t* fail, CUstream st),
+                (d, s, n, count, a, ai, na, fail, st), mark_all_written())
+GCR_WRAP_TYPED2(legacy::Memcpy3DBatch_12_8, cuMemcpy3DBatchAsync, _ptsz,
+                (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail, unsigned long long f,
+                 CUstream st),
+                (n, ops, fail, f, st), mark_all_written())
+GCR_WRAP_TYPED2(decltype(&::cuMemcpy3DBatchAsync_v2), cuMemcpy3DBatchAsync_v2, _ptsz,
+                (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long f, CUstream st),
+                (n, ops, f, st), mark_all_written())
+GCR_WRAP_TYPED(legacy::LaunchGrid, cuLaunchGrid, (CUfunction fn, int w, int h), (fn, w, h),
+               mark_all_written())
+GCR_WRAP_TYPED(legacy::LaunchGridAsync, cuLaunchGridAsync,
+               (CUfunction fn, int w, int h, CUstream st), (fn, w, h, st), mark_all_written())
+GCR_WRAP_TYPED(legacy::LaunchMultiDevice, cuLaunchCooperativeKernelMultiDevice,
+               (CUDA_LAUNCH_PARAMS * p, unsigned n, unsigned f), (p, n, f), mark_all_written())
