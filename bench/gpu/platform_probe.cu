@@ -9,8 +9,20 @@
 // Figures: cuInit and primary-context times; host-to-device and device-to-host bandwidth from
 // pinned (cuMemHostAlloc) and pageable (malloc) memory; device-to-device copy bandwidth. Each
 // bandwidth is the best of --reps copies of --size bytes (default 1 GiB; D2D copies the same size).
+// Pinned memory (Note [Pinned host memory is gcr's] in interpose/host_alloc.cpp): what the driver's
+// own cuMemHostAlloc mapping is (/proc/self/maps) and whether userfaultfd can write-protect it, and
+// how long cuMemHostAlloc, cuMemHostRegister and cuMemHostUnregister of --size bytes take (gcr
+// registers its own pinned memory, and unregisters and registers it again around each park).
 #include <cuda.h>
 
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +76,89 @@ double best_gbps(size_t bytes, int reps, F copy) {
   }
   return static_cast<double>(bytes) / (best_ms * 1e-3) / 1e9;
 }
+// The /proc/self/maps line of the mapping holding p, without its address columns.
+std::string mapping_of(const void* p) {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return "?";
+  char line[512];
+  std::string out = "none";
+  auto a = reinterpret_cast<unsigned long long>(p);
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long lo = 0, hi = 0;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %*s %*s %*s %n", &lo, &hi, perms, &path_at) < 3) continue;
+    if (a < lo || a >= hi) continue;
+    std::string path = path_at ? line + path_at : "";
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    out = std::string(perms) + ":" + (path.empty() ? "anonymous" : path);
+    for (char& c : out)
+      if (c == ' ') c = '_';
+  }
+  std::fclose(f);
+  return out;
+}
+
+std::string errno_word() {
+  return "errno" + std::to_string(errno);
+}
+
+// Whether a userfaultfd can register [p, p + bytes) for write protection: "ok" or the errno.
+std::string uffd_wp(void* p, size_t bytes) {
+  int fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC));
+  if (fd < 0) return std::string("no-userfaultfd:") + errno_word();
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+  std::string out = "ok";
+  uffdio_register reg{};
+  reg.range.start = reinterpret_cast<unsigned long long>(p);
+  reg.range.len = bytes;
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  if (ioctl(fd, UFFDIO_API, &api) != 0)
+    out = std::string("api:") + errno_word();
+  else if (ioctl(fd, UFFDIO_REGISTER, &reg) != 0)
+    out = std::string("register:") + errno_word();
+  close(fd);
+  return out;
+}
+
+void pinned_facts(size_t size) {
+  void* p = nullptr;
+  auto t = Clock::now();
+  CK(cuMemHostAlloc(&p, size, 0));
+  double alloc_ms = ms_since(t);
+  std::string mapping = mapping_of(p), wp = uffd_wp(p, size);
+  CK(cuMemFreeHost(p));
+  void* anon = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (anon == MAP_FAILED) return;
+  std::memset(anon, 3, size);
+  t = Clock::now();
+  CK(cuMemHostRegister(anon, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
+  double register_ms = ms_since(t);
+  t = Clock::now();
+  CK(cuMemHostUnregister(anon));
+  double unregister_ms = ms_since(t);
+  t = Clock::now();
+  CK(cuMemHostRegister(anon, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
+  double reregister_ms = ms_since(t);
+  std::string registered_wp = uffd_wp(anon, size);
+  CK(cuMemHostUnregister(anon));
+  munmap(anon, size);
+  std::printf(
+      "@kit pinned_bytes=%zu host_alloc_ms=%.1f host_alloc_mapping=%s host_alloc_uffd_wp=%s "
+      "host_register_ms=%.1f host_unregister_ms=%.1f host_reregister_ms=%.1f "
+      "registered_uffd_wp=%s\n",
+      size, alloc_ms, mapping.c_str(), wp.c_str(), register_ms, unregister_ms, reregister_ms,
+      registered_wp.c_str());
+  std::printf(
+      "pinned %zu MiB: cuMemHostAlloc %.1f ms (mapping %s, userfaultfd write protection %s); "
+      "anonymous memory registered %.1f ms, unregistered %.1f ms, registered again %.1f ms "
+      "(userfaultfd write protection %s)\n",
+      size >> 20, alloc_ms, mapping.c_str(), wp.c_str(), register_ms, unregister_ms, reregister_ms,
+      registered_wp.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,6 +225,7 @@ int main(int argc, char** argv) {
       name, drv, init_ms, ctx_ms, h2d_pinned, h2d_pageable, d2h_pinned, d2h_pageable, d2d);
   std::free(pageable);
   CK(cuMemFreeHost(pinned));
+  pinned_facts(size);
   CK(cuMemFree(d1));
   CK(cuMemFree(d2));
   CK(cuDevicePrimaryCtxRelease(dev));
