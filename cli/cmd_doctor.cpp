@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
@@ -220,6 +222,38 @@ Check userfaultfd_check() {
           false};
 }
 
+// Write protection (userfaultfd): gcr's CRIU writes host memory after the process runs again and
+// tracks it between checkpoints with it (--cow-dump, --cow-track), pinned memory included (Note
+// [Device writes to pinned host memory] in interpose/pinned.h, which needs MADV_POPULATE_WRITE).
+Check write_protect_check() {
+  Check c{"write protection", State::ok, "", "", false};
+  long fd = ::syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  bool wp = false;
+  if (fd >= 0) {
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+    wp = ::ioctl(static_cast<int>(fd), UFFDIO_API, &api) == 0;
+    ::close(static_cast<int>(fd));
+  }
+  long page = ::sysconf(_SC_PAGESIZE);
+  void* m = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  bool populate = m != MAP_FAILED && ::madvise(m, page, MADV_POPULATE_WRITE) == 0;
+  if (m != MAP_FAILED) ::munmap(m, page);
+  if (wp && populate) {
+    c.detail =
+        "userfaultfd write protection and MADV_POPULATE_WRITE: host memory, pinned memory "
+        "included, is written after the resume and tracked between checkpoints";
+  } else {
+    c.state = State::warn;
+    c.detail = !wp ? "no userfaultfd write protection" : "no MADV_POPULATE_WRITE (Linux < 5.14)";
+    c.fix =
+        "live checkpoints copy host memory while the process is frozen, every time; Linux 6.13 "
+        "or later with userfaultfd lets gcr's CRIU write it after the resume and track it";
+  }
+  return c;
+}
+
 // Soft-dirty bits: CRIU's pre-dump and incremental dumps of host memory track writes with them.
 Check soft_dirty_check() {
   Check c{"soft-dirty", State::ok, "", "", false};
@@ -252,8 +286,8 @@ Check soft_dirty_check() {
     c.detail = cleared ? "writes are not marked (no CONFIG_MEM_SOFT_DIRTY)"
                        : "cannot clear soft-dirty bits (no CONFIG_MEM_SOFT_DIRTY)";
     c.fix =
-        "every checkpoint dumps all host memory while the process is frozen; a kernel with "
-        "CONFIG_MEM_SOFT_DIRTY lets CRIU dump only what changed";
+        "CRIU's own incremental dumps (--track-mem) need it; gcr tracks host memory with "
+        "userfaultfd write protection instead (see 'write protection')";
   }
   return c;
 }
@@ -355,6 +389,7 @@ Status doctor(bool json, Context& ctx) {
   checks.push_back(gcrd_check());
   checks.push_back(io_uring_check());
   checks.push_back(userfaultfd_check());
+  checks.push_back(write_protect_check());
   checks.push_back(soft_dirty_check());
   checks.push_back(bpf_check());
   std::size_t blocking = 0, warnings = 0;
@@ -404,7 +439,8 @@ void register_doctor_command(CLI::App& app, Context& ctx) {
   auto* d = app.add_subcommand(
       "doctor",
       "What this machine supports and what is missing for gcr (CRIU, the GPU driver and its "
-      "checkpoint API, permissions, the store, io_uring, userfaultfd, soft-dirty, eBPF), each "
+      "checkpoint API, permissions, the store, io_uring, userfaultfd, write protection, "
+      "soft-dirty, eBPF), each "
       "with its fix; exit 0 when gcr can checkpoint and restore here, 8 when a required part is "
       "missing");
   d->add_flag("--json", json, "Machine-readable output");

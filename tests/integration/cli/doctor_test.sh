@@ -31,7 +31,7 @@ if [[ $missing == 0 ]]; then
 else
   [[ $rc == 8 && $ready == False ]] || fail "$missing required parts missing, yet exit $rc, ready $ready"
 fi
-for name in kernel CRIU unshare "GPU driver" "image store" gcrd io_uring userfaultfd soft-dirty "eBPF tracing"; do
+for name in kernel CRIU unshare "GPU driver" "image store" gcrd io_uring userfaultfd "write protection" soft-dirty "eBPF tracing"; do
   [[ $(check "$T/all.json" "$name") != absent ]] || fail "no '$name' check"
 done
 "$GCR" doctor > "$T/all.txt" || true
