@@ -125,6 +125,18 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   return CUDA_SUCCESS;
 }
 
+// GCR_PINNED_OWN=0: the driver's own allocation, reported and watched all the same.
+CUresult driver_allocated(CUresult r, void** pp, size_t bytes) {
+  if (r != CUDA_SUCCESS || !pp || !*pp) return r;
+  const auto a = reinterpret_cast<std::uint64_t>(*pp);
+  {
+    std::lock_guard lock(g_host_mu);
+    note_host_dma(a, bytes, true);
+  }
+  pinned_add(a, bytes);
+  return r;
+}
+
 }  // namespace
 
 control::HostDmaRanges op_host_dma() {
@@ -235,15 +247,7 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
     return CUDA_ERROR_INVALID_VALUE;
   GateScope gate;
   if (own_allocations()) return host_alloc(pp, bytes, flags);
-  CUresult r = real->cuMemHostAlloc(pp, bytes, flags);
-  if (r == CUDA_SUCCESS && pp && *pp) {
-    {
-      std::lock_guard lock(g_host_mu);
-      note_host_dma(reinterpret_cast<std::uint64_t>(*pp), bytes, true);
-    }
-    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
-  }
-  return r;
+  return driver_allocated(real->cuMemHostAlloc(pp, bytes, flags), pp, bytes);
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
@@ -252,15 +256,7 @@ CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
   if (g_unmanaged) return real->cuMemAllocHost_v2(pp, bytes);
   GateScope gate;
   if (own_allocations()) return host_alloc(pp, bytes, 0);
-  CUresult r = real->cuMemAllocHost_v2(pp, bytes);
-  if (r == CUDA_SUCCESS && pp && *pp) {
-    {
-      std::lock_guard lock(g_host_mu);
-      note_host_dma(reinterpret_cast<std::uint64_t>(*pp), bytes, true);
-    }
-    pinned_add(reinterpret_cast<std::uint64_t>(*pp), bytes);
-  }
-  return r;
+  return driver_allocated(real->cuMemAllocHost_v2(pp, bytes), pp, bytes);
 }
 
 CUresult cuMemFreeHost(void* p) {
