@@ -10,21 +10,27 @@
 // with unified addressing cuMemHostAlloc memory is both). So pinned memory is host memory like any
 // other to CRIU: write-protected at the cut, written after the resume, tracked between
 // checkpoints (Note [Device writes to pinned host memory] in pinned.h keeps device writes
-// visible), deduplicated in the store. A park unregisters every range, the program's own
-// registrations too, so that the driver's checkpoint holds none of it; unpark registers them again
-// at the same addresses (a restored process's too). WRITECOMBINED is not kept (a registration
-// cannot ask for it; it only changes how fast the CPU reads the memory), and cuMemHostGetFlags
-// answers what the program asked for. GCR_PINNED_OWN=0 leaves allocation to the driver.
+// visible), deduplicated in the store. Like the driver's, it is not inherited by a fork
+// (MADV_DONTFORK). WRITECOMBINED is not kept (a registration cannot ask for it; it only changes
+// how fast the CPU reads the memory), and cuMemHostGetFlags answers what the program asked for.
+// GCR_PINNED_OWN=0 leaves allocation to the driver, as does a device that reaches registered
+// memory at another address than the host's.
+//
+// With GCR_PARK_PINNED=1 a park also unregisters every range, the program's own registrations
+// too, so that the driver's checkpoint holds none of it, and unpark registers them again at the
+// same addresses (a restored process's too). Not the default: see park_pinned().
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "alloc.h"
 #include "config.h"
@@ -44,12 +50,14 @@ struct HostDma {
   std::uint64_t bytes = 0;
   bool allocated = false;
 };
-// The ranges registered with the driver now (or, while parked, to be registered again).
+// The ranges the program has pinned: registered with the driver (`live`), or parked.
 struct Registration {
   std::uint64_t bytes = 0;
   unsigned flags = 0;        // cuMemHostRegister's
   unsigned alloc_flags = 0;  // cuMemHostAlloc's, for gcr's own allocations
   bool owned = false;        // allocated here: unregistered and unmapped by cuMemFreeHost
+  bool live = true;          // registered with the driver now
+  CUcontext ctx = nullptr;   // current at registration (a range not portable is that context's)
 };
 
 // Not the launch path: a lock of its own.
@@ -57,16 +65,59 @@ std::mutex g_host_mu;
 std::map<std::uint64_t, HostDma> g_host_dma;
 bool g_host_dma_overflow = false;
 std::map<std::uint64_t, Registration> g_registered;
-bool g_host_parked = false;
 
 constexpr unsigned kOwnedRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
 
+bool env_is(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v && value == v;
+}
+
+// gcr allocates pinned memory itself unless told not to, or unless the device reaches registered
+// memory at another address than the host's (then the program's pointers into it would be device
+// pointers gcr does not know; the driver's own allocations are reached at the host address).
 bool own_allocations() {
-  static const bool own = [] {
-    const char* v = std::getenv("GCR_PINNED_OWN");
-    return !(v && std::string_view(v) == "0");
-  }();
-  return own;
+  static const bool asked = !env_is("GCR_PINNED_OWN", "0");
+  static std::atomic<int> same_pointer{-1};  // unknown until a context is current
+  if (!asked) return false;
+  if (int known = same_pointer.load(std::memory_order_relaxed); known >= 0) return known == 1;
+  static const auto attribute = real_fn<decltype(&::cuDeviceGetAttribute)>("cuDeviceGetAttribute");
+  CUdevice device;
+  int value = 0;
+  if (real_driver()->cuCtxGetDevice(&device) != CUDA_SUCCESS) return false;
+  if (attribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, device) !=
+      CUDA_SUCCESS)
+    value = 0;
+  same_pointer.store(value == 1 ? 1 : 0, std::memory_order_relaxed);
+  return value == 1;
+}
+
+// GCR_PARK_PINNED=1: a park unregisters every pinned range and unpark registers it again, so that
+// the driver's checkpoint holds none of it. Not the default: registering pins every page for
+// writing, and at unpark after a live checkpoint those pages are write-protected (CRIU's
+// --cow-dump, gcrd's tracking), so each would fault, be copied and count as written, and a driver
+// that cannot wait for the fault fails the registration.
+bool park_pinned() {
+  static const bool park = env_is("GCR_PARK_PINNED", "1");
+  return park;
+}
+
+// Calls fn with r's context current on this thread (the control thread has none of its own).
+template <typename Fn>
+CUresult in_context(const Registration& r, Fn&& fn) {
+  const RealDriver* real = real_driver();
+  CUcontext ctx = r.ctx;
+  if (!ctx) {
+    std::vector<CUcontext> known = known_contexts();
+    if (!known.empty()) ctx = known.front();
+  }
+  if (ctx && real->cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) ctx = nullptr;
+  CUresult result = fn();
+  if (ctx) {
+    CUcontext popped;
+    real->cuCtxPopCurrent_v2(&popped);
+  }
+  return result;
 }
 
 std::uint64_t page_bytes() {
@@ -110,6 +161,9 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   const std::uint64_t size = (bytes + page_bytes() - 1) / page_bytes() * page_bytes();
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  // As the driver's own: a forked child (a data-loader worker) would otherwise copy every page at
+  // once, since pinned pages cannot be shared copy-on-write.
+  ::madvise(p, size, MADV_DONTFORK);
   if (CUresult r = real_driver()->cuMemHostRegister_v2(p, size, kOwnedRegisterFlags)) {
     ::munmap(p, size);
     return r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ? CUDA_ERROR_OUT_OF_MEMORY : r;
@@ -117,7 +171,9 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   const auto a = reinterpret_cast<std::uint64_t>(p);
   {
     std::lock_guard lock(g_host_mu);
-    g_registered[a] = Registration{size, kOwnedRegisterFlags, flags, true};
+    CUcontext ctx = nullptr;
+    real_driver()->cuCtxGetCurrent(&ctx);
+    g_registered[a] = Registration{size, kOwnedRegisterFlags, flags, true, true, ctx};
     note_host_dma(a, size, true);
   }
   pinned_add(a, size);
@@ -148,45 +204,47 @@ control::HostDmaRanges op_host_dma() {
   return out;
 }
 
+// Best effort both ways: a range the driver will not let go of stays registered (the driver's
+// checkpoint then holds it), and one it will not take again is said on stderr and stays parked
+// (its device pointer fails, where a refusal would leave the whole process parked).
 Status park_host_memory() {
+  if (!park_pinned()) return ok();
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_host_mu);
-  for (auto it = g_registered.begin(); it != g_registered.end(); ++it) {
-    if (CUresult r = real->cuMemHostUnregister(reinterpret_cast<void*>(it->first))) {
-      for (auto back = g_registered.begin(); back != it; ++back)  // as it was
-        real->cuMemHostRegister_v2(reinterpret_cast<void*>(back->first), back->second.bytes,
-                                   back->second.flags);
-      char b[160];
-      std::snprintf(b, sizeof b, "cuMemHostUnregister of pinned host memory at 0x%llx failed (%d)",
-                    static_cast<unsigned long long>(it->first), static_cast<int>(r));
-      return Error{Errc::internal, b};
+  std::size_t parked = 0;
+  for (auto& [address, r] : g_registered) {
+    if (!r.live) continue;
+    CUresult result =
+        in_context(r, [&] { return real->cuMemHostUnregister(reinterpret_cast<void*>(address)); });
+    if (result == CUDA_SUCCESS) {
+      r.live = false;
+      ++parked;
+    } else {
+      std::fprintf(stderr, "gcr: park: pinned host memory at 0x%llx stays registered (%d)\n",
+                   static_cast<unsigned long long>(address), static_cast<int>(result));
     }
   }
-  g_host_parked = true;
-  if (config().log && !g_registered.empty())
-    std::fprintf(stderr, "gcr: parked %zu pinned host ranges\n", g_registered.size());
+  if (config().log && parked) std::fprintf(stderr, "gcr: parked %zu pinned host ranges\n", parked);
   return ok();
 }
 
 Status unpark_host_memory() {
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_host_mu);
-  if (!g_host_parked) return ok();
-  for (auto it = g_registered.begin(); it != g_registered.end(); ++it) {
-    if (CUresult r = real->cuMemHostRegister_v2(reinterpret_cast<void*>(it->first),
-                                                it->second.bytes, it->second.flags)) {
-      for (auto back = g_registered.begin(); back != it; ++back)  // parked, as it was
-        real->cuMemHostUnregister(reinterpret_cast<void*>(back->first));
-      char b[200];
-      std::snprintf(b, sizeof b,
-                    "registering pinned host memory at 0x%llx (%llu bytes) with the driver again "
-                    "failed (%d)",
-                    static_cast<unsigned long long>(it->first),
-                    static_cast<unsigned long long>(it->second.bytes), static_cast<int>(r));
-      return Error{Errc::internal, b};
-    }
+  for (auto& [address, r] : g_registered) {
+    if (r.live) continue;
+    CUresult result = in_context(r, [&] {
+      return real->cuMemHostRegister_v2(reinterpret_cast<void*>(address), r.bytes, r.flags);
+    });
+    if (result == CUDA_SUCCESS)
+      r.live = true;
+    else
+      std::fprintf(stderr,
+                   "gcr: unpark: pinned host memory at 0x%llx (%llu bytes) could not be "
+                   "registered with the driver again (%d): devices cannot reach it\n",
+                   static_cast<unsigned long long>(address),
+                   static_cast<unsigned long long>(r.bytes), static_cast<int>(result));
   }
-  g_host_parked = false;
   return ok();
 }
 
@@ -209,7 +267,9 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   const auto a = reinterpret_cast<std::uint64_t>(p);
   {
     std::lock_guard lock(g_host_mu);
-    g_registered[a] = Registration{bytes, flags, 0, false};
+    CUcontext ctx = nullptr;
+    real->cuCtxGetCurrent(&ctx);
+    g_registered[a] = Registration{bytes, flags, 0, false, true, ctx};
     note_host_dma(a, bytes, false);
   }
   // Read-only: devices only read it. I/O memory: another device's registers, not host memory.
@@ -280,11 +340,11 @@ CUresult cuMemFreeHost(void* p) {
     }
     return r;
   }
-  // Before the memory goes: a device write racing the free must not find it armed and unmapped.
-  pinned_remove(a);
   // Work still queued may copy into it: the driver's cuMemFreeHost waits for it too.
   if (CUresult r = real->cuCtxSynchronize(); r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT)
     return r;
+  // Before the memory goes: a device write racing the free must not find it armed and unmapped.
+  pinned_remove(a);
   real->cuMemHostUnregister(p);
   ::munmap(p, owned_bytes);
   std::lock_guard lock(g_host_mu);

@@ -114,22 +114,33 @@ inline void write_in_place(std::uint64_t address) {
   }
 }
 
+// Whether this kernel has MADV_POPULATE_WRITE (Linux 5.14), asked once on a page of our own: its
+// EINVAL means "unknown advice" only here; on a run of pinned memory it means a mapping it cannot
+// populate (I/O memory, read-only since), which is left alone.
+bool can_populate() {
+  static const bool yes = [] {
+    void* m =
+        ::mmap(nullptr, page_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    bool ok = ::madvise(m, page_bytes(), MADV_POPULATE_WRITE) == 0;
+    ::munmap(m, page_bytes());
+    return ok;
+  }();
+  return yes;
+}
+
 // The pages of [start, end) (page-aligned) taken as if written: MADV_POPULATE_WRITE faults each for
 // writing where it is not writable now (a protected page's fault is served like a write's), in one
 // call, and says EFAULT or ENOMEM where nothing is mapped instead of crashing. A kernel without it
-// (before 5.14: EINVAL) gets a write to each page.
+// gets a write to each page.
 void write_run(std::uint64_t start, std::uint64_t end) {
-  static std::atomic<bool> populate{true};
-  if (populate.load(std::memory_order_relaxed)) {
-    for (;;) {
-      if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) == 0) return;
-      if (errno == EINTR || errno == EAGAIN) continue;
-      if (errno != EINVAL) return;  // unmapped: a device could not write there either
-      populate.store(false, std::memory_order_relaxed);
-      break;
-    }
+  if (!can_populate()) {
+    for (std::uint64_t p = start; p < end; p += page_bytes()) write_in_place(p);
+    return;
   }
-  for (std::uint64_t p = start; p < end; p += page_bytes()) write_in_place(p);
+  while (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) != 0 &&
+         (errno == EINTR || errno == EAGAIN)) {
+  }
 }
 
 // Writes every page of [from, to) (within r) that may still be protected.
