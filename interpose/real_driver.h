@@ -23,9 +23,10 @@ namespace gcr::interpose {
   X(cuCtxPushCurrent_v2)                                                                           \
   X(cuCtxPopCurrent_v2)                                                                            \
   X(cuCtxSynchronize)                                                                              \
-  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount)                      \
-      X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(             \
-          cuMemAllocAsync) XT(cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)    \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) \
+      X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                                 \
+          cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)                        \
           XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(          \
               cuMemFreeAsync_ptsz, cuMemFreeAsync) X(cuMemGetAddressRange_v2)                      \
               X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuStreamIsCapturing) XT(        \
