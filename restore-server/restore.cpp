@@ -143,7 +143,8 @@ Result<std::vector<control::Client>> give_job_its_memory(
   };
   std::vector<control::Client> clients;
   for (const MemberPlan& m : plan) {
-    if (m.records.empty()) continue;  // a member whose memory was all freed
+    // A member that held no device memory was parked all the same: it gets an empty park back,
+    // or its CUDA calls would wait at its closed gate for ever.
     pid_t original = owner_pid(m.owner, rep.original_pid);
     pid_t live = m.owner.empty() ? restored_root
                  : original      ? live_member_pid(restored_root, original, rep.new_pid_namespace)
@@ -637,7 +638,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     rep.wanted_regions = loader->wanted_regions();
     return ok();
   };
-  if (job && !records.empty()) {
+  // Note [Job checkpoint]: every member of a gcr checkpoint was parked, with device memory or not.
+  if (job && (!records.empty() || rep.kind == "gcr")) {
     auto tu = Clock::now();
     if (!keeper) return kill_restored(Error(keeper.error()));
     auto clients = give_job_its_memory(pid, rep, plan, allocations);
@@ -645,10 +647,12 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (!host_pages) keeper->done();  // else once the host memory is in
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
-    if (!eager) {
+    if (!eager && !records.empty()) {
       if (Status s = finish_loading("job " + std::to_string(pid)); !s)
         return kill_restored(std::move(s).error());
       for (control::Client& c : *clients) (void)c.cow_end();
+    } else if (records.empty()) {
+      record_phase(rep, "full", t0);
     }
     for (control::Client& c : *clients) (void)c.close();
   } else if (!records.empty()) {
@@ -685,6 +689,19 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     }
     if (Status s = client->close(); !s) return kill_restored(std::move(s).error());
   } else {
+    // A gcr checkpoint of a process that held no device memory: it was parked all the same, and
+    // its CUDA calls wait at its closed gate until it is given its (empty) park back.
+    if (rep.kind == "gcr") {
+      auto client = control::Client::connect(pid, std::chrono::seconds(10));
+      if (!client) return kill_restored(std::move(client).error());
+      if (Status s = client->unpark({}); !s)
+        return kill_restored(
+            std::move(s)
+                .context("letting restored process " + std::to_string(pid) + " run")
+                .error());
+      if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
+      (void)client->close();
+    }
     record_phase(rep, "resume", t0);
     record_phase(rep, "full", t0);
   }
