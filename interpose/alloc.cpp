@@ -15,7 +15,6 @@
 #include "config.h"
 #include "control_ops.h"
 #include "gate.h"
-#include "pinned.h"
 #include "real_driver.h"
 #include "regions.h"
 

@@ -5,8 +5,6 @@
 
 #include <cstdint>
 
-#include "gcr/result.h"
-
 namespace gcr::interpose {
 
 // With g_region_mu held.
@@ -21,10 +19,11 @@ bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size
 void reap_async_frees(bool all);
 std::uint64_t requested_bytes();
 
-// Note [Pinned host memory is gcr's] (host_alloc.cpp): at park the driver lets go of every pinned
-// host range, at unpark it takes them again; each leaves things as they were when it fails.
-Status park_host_memory();
-Status unpark_host_memory();
+// Note [Pinned host memory is gcr's] (host_alloc.cpp): with GCR_PARK_PINNED=1, at park the driver
+// lets go of every pinned host range and at unpark it takes them again; best effort per range
+// (what fails is said on stderr and left as it is).
+void park_host_memory();
+void unpark_host_memory();
 
 // True in a forked child that has not exec'd: gcr leaves it alone (every call goes straight
 // to the driver).

@@ -207,8 +207,8 @@ control::HostDmaRanges op_host_dma() {
 // Best effort both ways: a range the driver will not let go of stays registered (the driver's
 // checkpoint then holds it), and one it will not take again is said on stderr and stays parked
 // (its device pointer fails, where a refusal would leave the whole process parked).
-Status park_host_memory() {
-  if (!park_pinned()) return ok();
+void park_host_memory() {
+  if (!park_pinned()) return;
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_host_mu);
   std::size_t parked = 0;
@@ -225,10 +225,9 @@ Status park_host_memory() {
     }
   }
   if (config().log && parked) std::fprintf(stderr, "gcr: parked %zu pinned host ranges\n", parked);
-  return ok();
 }
 
-Status unpark_host_memory() {
+void unpark_host_memory() {
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_host_mu);
   for (auto& [address, r] : g_registered) {
@@ -245,7 +244,6 @@ Status unpark_host_memory() {
                    static_cast<unsigned long long>(address),
                    static_cast<unsigned long long>(r.bytes), static_cast<int>(result));
   }
-  return ok();
 }
 
 }  // namespace gcr::interpose

@@ -290,17 +290,20 @@ LaunchWrites launch_writes(CUfunction f, void** params, void** extra) {
 using namespace gcr::interpose;
 
 // One wrapper per exported name: mark what the call may write, then call the real function with
-// the same arguments. `real` is resolved once per name.
-#define GCR_WRAP(type_of, name, params, args, mark)                \
-  extern "C" CUresult name params {                                \
-    static const auto real = real_fn<decltype(&::type_of)>(#name); \
-    if (!g_unmanaged) {                                            \
-      GateScope gate;                                              \
-      mark;                                                        \
-      return real args;                                            \
-    }                                                              \
-    return real args;                                              \
+// the same arguments. `real` is resolved once per name, as a fn_type; GCR_WRAP takes the type of
+// the function cuda.h declares as type_of.
+#define GCR_WRAP_TYPED(fn_type, name, params, args, mark) \
+  extern "C" CUresult name params {                       \
+    static const auto real = real_fn<fn_type>(#name);     \
+    if (!g_unmanaged) {                                   \
+      GateScope gate;                                     \
+      mark;                                               \
+      return real args;                                   \
+    }                                                     \
+    return real args;                                     \
   }
+#define GCR_WRAP(type_of, name, params, args, mark) \
+  GCR_WRAP_TYPED(decltype(&::type_of), name, params, args, mark)
 // The legacy name and its per-thread-default-stream twin (same signature).
 #define GCR_WRAP2(name, suffix, params, args, mark) \
   GCR_WRAP(name, name, params, args, mark)          \
@@ -450,16 +453,6 @@ using LaunchGridAsync = CUresult (*)(CUfunction, int, int, CUstream);
 using LaunchMultiDevice = CUresult (*)(CUDA_LAUNCH_PARAMS*, unsigned, unsigned);
 }  // namespace gcr::interpose::legacy
 
-#define GCR_WRAP_TYPED(fn_type, name, params, args, mark) \
-  extern "C" CUresult name params {                       \
-    static const auto real = real_fn<fn_type>(#name);     \
-    if (!g_unmanaged) {                                   \
-      GateScope gate;                                     \
-      mark;                                               \
-      return real args;                                   \
-    }                                                     \
-    return real args;                                     \
-  }
 #define GCR_WRAP_TYPED2(fn_type, name, suffix, params, args, mark) \
   GCR_WRAP_TYPED(fn_type, name, params, args, mark)                \
   GCR_WRAP_TYPED(fn_type, name##suffix, params, args, mark)

@@ -157,7 +157,7 @@ Result<std::vector<ParkedRegion>> op_park() {
     for (auto& [id, h] : user_handles) real->cuMemRelease(h);
     out.clear();  // closes the exported fds
     drop_held_regions();
-    (void)unpark_host_memory();
+    unpark_host_memory();
   };
   for (std::uint32_t allocation : valloc_unmapped()) {
     const VirtualAllocation* v = valloc_by_id(allocation);
@@ -169,10 +169,7 @@ Result<std::vector<ParkedRegion>> op_park() {
                                             " bytes; set GCR_ARENA_BYTES higher"};
     }
   }
-  if (Status s = park_host_memory(); !s) {
-    undo();
-    return std::move(s).error();
-  }
+  park_host_memory();
   std::uint64_t epoch = g_epoch.load();
   // First export everything: a failure here leaves the process exactly as it was.
   for (std::uint32_t id : live_region_ids()) {
@@ -250,13 +247,13 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
                      return std::string(b);
                    }() + " is missing or has another size; every parked region must come back"};
   }
-  if (Status s = unpark_host_memory(); !s) return std::move(s).error();
+  unpark_host_memory();
   std::vector<std::uint32_t> mapped;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> handles;
   auto undo = [&] {
     for (std::uint32_t id : mapped) real->cuMemUnmap(g_regions[id].address, g_regions[id].size);
     for (auto& [id, h] : handles) real->cuMemRelease(h);
-    (void)park_host_memory();
+    park_host_memory();
   };
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];

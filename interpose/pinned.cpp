@@ -39,7 +39,6 @@ std::mutex g_mu;                                     // writers: add, remove, ar
 std::vector<std::unique_ptr<PinnedRange>> g_ranges;  // with g_mu
 std::atomic<PinnedTable*> g_table{nullptr};
 std::atomic<int> g_readers{0};
-std::atomic<std::uint64_t> g_pages_written{0};
 // Every armed range lies within [g_armed_lo, g_armed_hi): most addresses are turned away by two
 // loads, without looking at the table.
 std::atomic<std::uint64_t> g_armed_lo{~0ull}, g_armed_hi{0};
@@ -150,7 +149,7 @@ void write_pages(PinnedRange& r, std::uint64_t from, std::uint64_t to) {
   if (from >= to || !r.armed.load(std::memory_order_acquire)) return;
   const std::uint64_t page = page_bytes();
   const std::uint64_t first_page = r.start & ~(page - 1);
-  std::uint64_t written = 0, run = 0, run_end = 0;
+  std::uint64_t run = 0, run_end = 0;
   auto flush = [&] {
     if (run == run_end) return;
     write_run(run, run_end);
@@ -161,7 +160,6 @@ void write_pages(PinnedRange& r, std::uint64_t from, std::uint64_t to) {
           r.pages_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
         disarm(r);
     }
-    written += (run_end - run) / page;
     run = run_end = 0;
   };
   for (std::uint64_t p = from & ~(page - 1); p < to; p += page) {
@@ -174,7 +172,6 @@ void write_pages(PinnedRange& r, std::uint64_t from, std::uint64_t to) {
     run_end = p + page;
   }
   flush();
-  g_pages_written.fetch_add(written, std::memory_order_relaxed);
 }
 
 // The address ranges of this process's writable mappings, merged, in order.
@@ -300,10 +297,6 @@ void pinned_unseen_write() noexcept {
 
 bool pinned_writes_seen() noexcept {
   return !g_pinned_unseen.load(std::memory_order_relaxed);
-}
-
-std::uint64_t pinned_pages_written() noexcept {
-  return g_pages_written.load(std::memory_order_relaxed);
 }
 
 }  // namespace gcr::interpose

@@ -76,7 +76,5 @@ void pinned_remove(std::uint64_t address);
 void pinned_arm() noexcept;
 // At unpark: a restored process's memory is not protected, whatever state came back with it.
 void pinned_check_incarnation() noexcept;
-// Pages written before device writes since the process started (for tests and the log).
-std::uint64_t pinned_pages_written() noexcept;
 
 }  // namespace gcr::interpose

@@ -24,7 +24,8 @@ namespace gcr::interpose {
   X(cuCtxPopCurrent_v2)                                                                            \
   X(cuCtxSynchronize)                                                                              \
   X(cuCtxGetCurrent)                                                                               \
-  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2) \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetDevice) X(cuDeviceGetCount) X(cuDeviceTotalMem_v2) X(cuMemAlloc_v2)                    \
       X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemAllocAsync) XT(                                 \
           cuMemAllocAsync_ptsz, cuMemAllocAsync) X(cuMemAllocFromPoolAsync)                        \
           XT(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync) X(cuMemFreeAsync) XT(          \
