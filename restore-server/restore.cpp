@@ -655,7 +655,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       record_phase(rep, "full", t0);
     }
     for (control::Client& c : *clients) (void)c.close();
-  } else if (!records.empty()) {
+  } else if (!records.empty() || rep.kind == "gcr") {
+    // A process that held no device memory was parked all the same: its CUDA calls wait at its
+    // closed gate until it is given its (empty) park back.
     auto tu = Clock::now();
     std::vector<control::ParkedRegion> regions;
     for (std::size_t i = 0; i < records.size(); ++i) {
@@ -686,22 +688,11 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       if (Status s = finish_loading("process " + std::to_string(pid)); !s)
         return kill_restored(std::move(s).error());
       (void)client->cow_end();
+    } else if (records.empty()) {
+      record_phase(rep, "full", t0);
     }
     if (Status s = client->close(); !s) return kill_restored(std::move(s).error());
   } else {
-    // A gcr checkpoint of a process that held no device memory: it was parked all the same, and
-    // its CUDA calls wait at its closed gate until it is given its (empty) park back.
-    if (rep.kind == "gcr") {
-      auto client = control::Client::connect(pid, std::chrono::seconds(10));
-      if (!client) return kill_restored(std::move(client).error());
-      if (Status s = client->unpark({}); !s)
-        return kill_restored(
-            std::move(s)
-                .context("letting restored process " + std::to_string(pid) + " run")
-                .error());
-      if (Status s = client->resume(); !s) return kill_restored(std::move(s).error());
-      (void)client->close();
-    }
     record_phase(rep, "resume", t0);
     record_phase(rep, "full", t0);
   }
