@@ -49,8 +49,9 @@ GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
 # ... containers: runc and podman for tests/integration/containers (installed without its Recommends: Debian's
 # criu 3.17 fails on this kernel and would put an old criu-plugin.h in /usr/include)
           runc podman conmon)
-# CRIU's `make criu`: required (criu/Makefile.packages) ...
-CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
+# CRIU's `make criu`: required (criu/Makefile.packages; python3-protobuf and python3-yaml also run
+# CRIU's zdtm tests in tests/integration/criu/zdtm_test.sh) ...
+CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf python3-yaml
            libnl-3-dev libcap-dev uuid-dev libnet1-dev
 # ... optional features it detects (setproctitle, TLS page server, nftables network locking) ...
            libbsd-dev libgnutls28-dev libnftables-dev
