@@ -106,6 +106,45 @@ TEST_CASE(
   CU_OK(cuMemAddressFree(d, size));
 }
 
+// Note [Copies into device memory]: such copies go to the allocation's memfd, not the mapping.
+TEST_CASE("a copy into part of an allocation changes exactly those bytes, pages cut anywhere",
+          "[vmm]") {
+  use_device0();
+  CUmemAllocationProp prop = device_prop(0);
+  CUmemGenericAllocationHandle h;
+  CU_OK(cuMemCreate(&h, kGranularity, &prop, 0));
+  CUdeviceptr d;
+  CU_OK(cuMemAddressReserve(&d, kGranularity, 0, 0, 0));
+  CU_OK(cuMemMap(d, kGranularity, 0, h, 0));
+  CU_OK(set_access(d, kGranularity, CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+  CU_OK(cuMemsetD8(d, 0xab, 64 * 1024));  // the first 16 pages; the rest never touched
+  std::vector<unsigned char> src(9000);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  CU_OK(cuMemcpyHtoD(d + 3001, src.data(), src.size()));           // into written pages
+  CU_OK(cuMemcpyHtoD(d + kGranularity - 4097, src.data(), 4097));  // untouched ones, to the end
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuMemcpyHtoDAsync(d + 20000, src.data(), 100, s));  // staged: the source may change now
+  src[0] ^= 0xff;
+  CU_OK(cuStreamSynchronize(s));
+  src[0] ^= 0xff;
+  CU_OK(cuStreamDestroy(s));
+  std::vector<unsigned char> got(64 * 1024);
+  CU_OK(cuMemcpyDtoH(got.data(), d, got.size()));
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    unsigned char want = 0xab;
+    if (i >= 3001 && i < 3001 + src.size()) want = src[i - 3001];
+    if (i >= 20000 && i < 20100) want = src[i - 20000];
+    if (got[i] != want) FAIL("byte " << i << " is " << int(got[i]) << ", want " << int(want));
+  }
+  std::vector<unsigned char> tail(4097);
+  CU_OK(cuMemcpyDtoH(tail.data(), d + kGranularity - 4097, tail.size()));
+  CHECK(std::equal(tail.begin(), tail.end(), src.begin()));
+  CU_OK(cuMemUnmap(d, kGranularity));
+  CU_OK(cuMemRelease(h));
+  CU_OK(cuMemAddressFree(d, kGranularity));
+}
+
 TEST_CASE("allocations mapped side by side in one reservation form one range for copies", "[vmm]") {
   use_device0();
   CUmemAllocationProp prop = device_prop(0);

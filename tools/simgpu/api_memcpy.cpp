@@ -19,13 +19,17 @@ struct Endpoint {
   std::byte* ptr = nullptr;
   bool device = false;
   bool pinned = false;
+  std::shared_ptr<PhysAlloc> file;  // device memory: its memfd, where one mapping holds the range
+  std::uint64_t file_offset = 0;
 };
 
 enum class Want { any, device, host };
 
 CUresult endpoint(std::uintptr_t p, std::size_t n, bool write, Want want, Endpoint* out) {
   if (n == 0) {
-    *out = {reinterpret_cast<std::byte*>(p), in_device_space(p), false};
+    *out = Endpoint{};
+    out->ptr = reinterpret_cast<std::byte*>(p);
+    out->device = in_device_space(p);
     return CUDA_SUCCESS;
   }
   if (in_device_space(p)) {
@@ -33,14 +37,17 @@ CUresult endpoint(std::uintptr_t p, std::size_t n, bool write, Want want, Endpoi
     DeviceRange r;
     if (!find_device_range(p, n, &r)) return CUDA_ERROR_INVALID_VALUE;
     if (write ? !r.writable : !r.readable) return CUDA_ERROR_INVALID_VALUE;
-    *out = {alias(p), true, false};
+    *out = {
+        .ptr = alias(p), .device = true, .file = std::move(r.file), .file_offset = r.file_offset};
     return CUDA_SUCCESS;
   }
   if (p == 0) return CUDA_ERROR_INVALID_VALUE;
   bool pinned = is_pinned_host(reinterpret_cast<void*>(p), n);
   // With unified addressing, a "device" pointer may name pinned host memory.
   if (want == Want::device && !pinned) return CUDA_ERROR_INVALID_VALUE;
-  *out = {reinterpret_cast<std::byte*>(p), false, pinned};
+  *out = Endpoint{};
+  out->ptr = reinterpret_cast<std::byte*>(p);
+  out->pinned = pinned;
   return CUDA_SUCCESS;
 }
 
@@ -61,6 +68,10 @@ CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait
   std::uint64_t seq = enqueue(s, [dst, src, rect, staged] {
     if (dst.pinned)
       check_device_write_to_host(dst.ptr, (rect.height - 1) * rect.dst_pitch + rect.width);
+    // Note [Copies into device memory]
+    if (dst.file && !src.device && rect.height == 1 &&
+        write_file(dst.file->fd.get(), dst.file_offset, src.ptr, rect.width))
+      return;
     for (std::size_t row = 0; row < rect.height; ++row)
       std::memmove(dst.ptr + row * rect.dst_pitch, src.ptr + row * rect.src_pitch, rect.width);
   });

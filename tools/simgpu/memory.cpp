@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "simgpu.h"
@@ -121,6 +122,17 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
   void* p = mmap(alias(addr), size, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return false;
   madvise(p, size, MADV_DONTFORK);
+  return true;
+}
+
+bool write_file(int fd, std::uint64_t offset, const std::byte* src, std::uint64_t n) {
+  // pwrite moves at most 0x7ffff000 bytes a call.
+  for (std::uint64_t done = 0; done < n;) {
+    ssize_t w = pwrite(fd, src + done, n - done, static_cast<off_t>(offset + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    done += static_cast<std::uint64_t>(w);
+  }
   return true;
 }
 
@@ -259,7 +271,14 @@ bool find_device_range(DevAddr d, std::uint64_t bytes, DeviceRange* out) {
     end = next->first + next->second.size;
   }
   if (d + bytes > end || d + bytes < d) return false;
-  *out = DeviceRange{m.addr, m.size, m.phys->device, readable, writable, nullptr, &m};
+  *out = DeviceRange{};
+  out->start = m.addr, out->size = m.size, out->device = m.phys->device;
+  out->readable = readable, out->writable = writable;
+  out->mapping = &m;
+  if (d + bytes <= m.addr + m.size && m.phys->fd) {
+    out->file = m.phys;
+    out->file_offset = m.offset + (d - m.addr);
+  }
   return !g_checkpointed;
 }
 
@@ -335,8 +354,9 @@ CUresult memory_restore() {
   if (!g_mem.heap_fd ||
       !map_alias(g_va.heap_base, g_va.heap_size, g_mem.heap_fd.get(), 0, PROT_READ | PROT_WRITE))
     return CUDA_ERROR_OUT_OF_MEMORY;
-  for (auto& [addr, c] : g_saved_heap) {
-    std::memcpy(alias(addr), c.data, c.size);
+  for (auto& [addr, c] : g_saved_heap) {  // Note [Copies into device memory]
+    if (!write_file(g_mem.heap_fd.get(), addr - g_va.heap_base, c.data, c.size))
+      std::memcpy(alias(addr), c.data, c.size);
     free_copy(c);
   }
   g_saved_heap.clear();
@@ -344,17 +364,7 @@ CUresult memory_restore() {
   for_each_phys([&](PhysAlloc& p) {
     p.fd = make_memfd(("simgpu-dev" + std::to_string(physical_device(p.device))).c_str(), p.size);
     if (p.fd && !seal_size(p.fd.get())) p.fd.reset();
-    // pwrite moves at most 0x7ffff000 bytes a call: loop, as save_phys's pread does.
-    for (std::uint64_t done = 0; p.fd && done < p.size;) {
-      ssize_t n =
-          pwrite(p.fd.get(), p.saved.data() + done, p.size - done, static_cast<off_t>(done));
-      if (n <= 0) {
-        ok = false;
-        break;
-      }
-      done += static_cast<std::uint64_t>(n);
-    }
-    if (!p.fd) ok = false;
+    if (!p.fd || !write_file(p.fd.get(), 0, p.saved.data(), p.size)) ok = false;
     std::vector<std::byte>().swap(p.saved);
   });
   for (auto& [addr, m] : g_mem.mappings)

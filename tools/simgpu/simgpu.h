@@ -219,6 +219,10 @@ struct DeviceRange {
   bool readable = false, writable = false;
   const HeapAlloc* heap = nullptr;
   const VmmMapping* mapping = nullptr;
+  // The memfd behind [d, d + bytes) and d's offset in it, where one VMM mapping holds all of it
+  // (Note [Copies into device memory]); null otherwise.
+  std::shared_ptr<PhysAlloc> file;
+  std::uint64_t file_offset = 0;
 };
 
 struct MemoryState {
@@ -246,6 +250,17 @@ CUresult init_memory();
 // The VMM area's free ranges: take (first fit, aligned, or exactly at `want`) and give back.
 bool take_va(std::uint64_t size, std::uint64_t align, DevAddr want, DevAddr* out);
 void give_va(DevAddr addr, std::uint64_t size);
+// Note [Copies into device memory]
+// A copy from host memory into device memory that one memfd holds is written to the memfd
+// (pwrite) rather than through the alias mapping. The bytes are the same (the mapping shows the
+// file's pages), but the kernel then allocates each new page of the memfd without clearing it
+// first and without a page fault per 4 KiB: a restore's load of a fresh allocation spent more
+// than half its time in those (clear_page_erms, exc_page_fault), which a GPU, whose memory is
+// allocated by cuMemCreate and written by its copy engine, does not. The driver checkpoint's
+// restore writes its saved bytes the same way. A write that fails falls back to the mapping.
+// Writes n bytes of src at offset of fd (pwrite, as often as it takes); false on an error.
+bool write_file(int fd, std::uint64_t offset, const std::byte* src, std::uint64_t n);
+
 // Maps [addr, addr+size) of the alias to fd at offset with prot; or back to PROT_NONE.
 bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, int prot);
 void unmap_alias(DevAddr addr, std::uint64_t size);
