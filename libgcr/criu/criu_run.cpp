@@ -643,10 +643,15 @@ std::optional<Status> LazyPages::poll() {
 namespace {
 
 // Note [Host memory restored lazily]: the daemon, listening on lazy-pages.socket in the image
-// directory (where `criu restore --lazy-pages` looks for it) before the restore starts: it says so
-// on --status-fd once it listens. In a session of its own: it outlives gcrd, as the pages it
+// directory (where `criu restore --lazy-pages` looks for it) before the restore connects: it says
+// so on --status-fd once it listens. In a session of its own: it outlives gcrd, as the pages it
 // holds must reach the process.
-Result<pid_t> start_lazy_pages(const Tools& tools, const RestoreOptions& o) {
+struct StartingDaemon {
+  pid_t pid = 0;
+  UniqueFd ready;  // --status-fd's reading end
+};
+
+Result<StartingDaemon> spawn_lazy_pages(const Tools& tools, const RestoreOptions& o) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("creating a pipe for criu lazy-pages");
   UniqueFd ready(p[0]), ready_w(p[1]);
@@ -662,17 +667,104 @@ Result<pid_t> start_lazy_pages(const Tools& tools, const RestoreOptions& o) {
   if (o.lazy_pages_socket >= 0) extras.fds.push_back(o.lazy_pages_socket);  // fd 4
   extras.new_session = true;
   GCR_TRY_ASSIGN(pid_t pid, spawn(argv, o.env, o.image_dir / "lazy-pages.out", extras));
-  ready_w.reset();
-  fs::path log = o.image_dir / "lazy-pages.log";
-  pollfd pfd{ready.get(), POLLIN, 0};
+  return StartingDaemon{pid, std::move(ready)};
+}
+
+// Waits (up to 10 s) until the daemon listens; else kills and reaps it and says why.
+Result<pid_t> daemon_listening(StartingDaemon d, const RestoreOptions& o) {
+  pollfd pfd{d.ready.get(), POLLIN, 0};
+  int n;
+  do n = ::poll(&pfd, 1, 10'000);
+  while (n < 0 && errno == EINTR);
   char c = 0;
-  if (::poll(&pfd, 1, 10'000) == 1 && ::read(ready.get(), &c, 1) == 1) return pid;
-  ::kill(pid, SIGKILL);
-  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid, "criu lazy-pages"));
+  if (n == 1 && ::read(d.ready.get(), &c, 1) == 1) return d.pid;
+  ::kill(d.pid, SIGKILL);
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(d.pid, "criu lazy-pages"));
+  fs::path log = o.image_dir / "lazy-pages.log";
   return Error{Errc::io_error,
                "criu lazy-pages did not start (" +
                    (rc == 128 + SIGKILL ? std::string("no answer in 10 s") : how_it_ended(rc)) +
                    "); from " + log.string() + ":" + log_tail(log)};
+}
+
+std::vector<std::string> restore_argv(const Tools& tools, const RestoreOptions& o,
+                                      const fs::path& pidfile) {
+  return {tools.criu.string(),
+          "restore",
+          "-D",
+          o.image_dir.string(),
+          "-L",
+          tools.plugin_dir.string(),
+          "-d",
+          "--pidfile",
+          pidfile.string(),
+          "-o",
+          "restore.log",
+          "-v4"};
+}
+
+Result<int> restore_exit_code(pid_t child, const RestoreOptions& o) {
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(child, "criu"));
+  if (rc != 0) {
+    fs::path log = o.image_dir / "restore.log";
+    return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
+                                     log.string() + ":" + log_tail(log)};
+  }
+  return rc;
+}
+
+// Note [Lazy-pages daemon started beside the restore]
+// The daemon must listen before `criu restore` connects to it, which CRIU does right after gcr's
+// plugin's init (cr_restore_tasks: prepare_lazy_pages_socket follows cr_plugin_init). Started one
+// after the other, the restore's own start (exec, kernel feature detection, its first images)
+// waited for the daemon's (52 ms here, where /run is no tmpfs and CRIU keeps no cache of the
+// kernel's features), all of it before the process runs. So both start at once: the restore
+// inherits a socket as GCR_RESTORE_GO_FD, on which gcr's plugin, at its init, waits for gcrd's
+// go, sent once the daemon listens. A daemon that does not start closes the socket without a go:
+// the plugin fails the restore before CRIU has made any process, and the restore runs again the
+// usual way (host memory in before the process runs), or fails when only the daemon could bring
+// that memory (lazy_pages_socket). Used only with gcr's plugin in plugin_dir, which waits.
+// *daemon: the daemon's pid once it listens (the caller's to reap), else 0.
+Result<pid_t> restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
+                                    const fs::path& pidfile, pid_t* daemon) {
+  *daemon = 0;
+  GCR_TRY_ASSIGN(StartingDaemon starting, spawn_lazy_pages(tools, o));
+  const pid_t daemon_pid = starting.pid;
+  int p[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) {
+    ::kill(daemon_pid, SIGKILL);
+    (void)wait_exit_code(daemon_pid, "criu lazy-pages");
+    return errno_error("creating the socket that starts CRIU's restore");
+  }
+  UniqueFd go(p[0]), criu_end(p[1]);
+  std::vector<std::string> argv = restore_argv(tools, o, pidfile);
+  SpawnExtras extras;
+  extras.fds.push_back(criu_end.get());  // fd 3, before restore_arguments numbers the rest
+  restore_arguments(o, argv, extras);
+  auto env = o.env;
+  env["GCR_RESTORE_GO_FD"] = "3";
+  auto child = spawn(argv, env, o.image_dir / "criu.out", extras);
+  criu_end.reset();
+  if (!child) {
+    ::kill(daemon_pid, SIGKILL);
+    (void)wait_exit_code(daemon_pid, "criu lazy-pages");
+    return std::move(child).error();
+  }
+  if (o.on_spawned) o.on_spawned(*child);
+  Result<pid_t> listening = daemon_listening(std::move(starting), o);
+  if (listening) {
+    *daemon = *listening;
+    if (o.before_criu) o.before_criu();
+    (void)::send(go.get(), "g", 1, MSG_NOSIGNAL);  // CRIU gone: its exit status says why
+  }
+  go.reset();  // without a go, the plugin fails the restore before any process exists
+  auto rc = restore_exit_code(*child, o);
+  if (!listening) {
+    (void)rc;  // it failed for want of the go
+    return std::move(listening).error();
+  }
+  if (!rc) return std::move(rc).error();
+  return *child;
 }
 
 }  // namespace
@@ -681,8 +773,37 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
   RestoreOptions o = options;
   LazyPages lazy;  // the daemon until the restore has succeeded, then the caller's
-  if (o.lazy_pages) {
-    if (auto pid = start_lazy_pages(tools, o)) {
+  auto hand_over = [&] {
+    if (!o.lazy_pages) return;
+    std::swap(o.lazy_pages->pid_, lazy.pid_);
+    o.lazy_pages->log_ = lazy.log_;
+  };
+  fs::path pidfile = o.image_dir / "restored.pid";
+  std::error_code ec;
+  if (o.lazy_pages && !o.new_pid_namespace &&
+      fs::exists(tools.plugin_dir / "gcr_criu_plugin.so", ec)) {
+    fs::remove(pidfile, ec);
+    pid_t daemon = 0;
+    auto beside = restore_beside_daemon(tools, o, pidfile, &daemon);
+    if (daemon) {
+      lazy.pid_ = daemon;
+      lazy.log_ = o.image_dir / "lazy-pages.log";
+    }
+    if (beside) {
+      if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
+      hand_over();
+      return ok();
+    }
+    if (lazy.running() || o.lazy_pages_socket >= 0) return std::move(beside).error();
+    // The daemon did not start; CRIU made nothing: the usual way.
+    std::fprintf(stderr, "gcr: %s; restoring host memory before the process runs\n",
+                 beside.error().message.c_str());
+    o.lazy_pages = nullptr;
+  } else if (o.lazy_pages) {
+    auto daemon = spawn_lazy_pages(tools, o);
+    Result<pid_t> pid = daemon ? daemon_listening(std::move(daemon).value(), o)
+                               : Result<pid_t>(std::move(daemon).error());
+    if (pid) {
       lazy.pid_ = *pid;
       lazy.log_ = o.image_dir / "lazy-pages.log";
     } else if (o.lazy_pages_socket >= 0) {
@@ -695,40 +816,18 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
     }
   }
   if (o.before_criu) o.before_criu();
-  auto hand_over = [&] {
-    if (!o.lazy_pages) return;
-    std::swap(o.lazy_pages->pid_, lazy.pid_);
-    o.lazy_pages->log_ = lazy.log_;
-  };
   if (o.new_pid_namespace) {
     GCR_TRY(restore_in_new_pid_namespace(tools, o));
     hand_over();
     return ok();
   }
-  fs::path log = o.image_dir / "restore.log";
-  fs::path pidfile = o.image_dir / "restored.pid";
-  std::error_code ec;
   fs::remove(pidfile, ec);
-  std::vector<std::string> argv = {tools.criu.string(),
-                                   "restore",
-                                   "-D",
-                                   o.image_dir.string(),
-                                   "-L",
-                                   tools.plugin_dir.string(),
-                                   "-d",
-                                   "--pidfile",
-                                   pidfile.string(),
-                                   "-o",
-                                   "restore.log",
-                                   "-v4"};
+  std::vector<std::string> argv = restore_argv(tools, o, pidfile);
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
   if (o.on_spawned) o.on_spawned(child);
-  GCR_TRY_ASSIGN(int rc, wait_exit_code(child, argv[0]));
-  if (rc != 0)
-    return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
-                                     log.string() + ":" + log_tail(log)};
+  GCR_TRY(restore_exit_code(child, o));
   if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
   hand_over();
   return ok();

@@ -119,6 +119,26 @@ Status wait_for_go() {
   return ok();
 }
 
+// Note [Lazy-pages daemon started beside the restore] (libgcr/criu/criu_run.cpp): gcrd started
+// this restore beside the lazy-pages daemon, which must listen before CRIU connects to it, right
+// after this init. EOF without a go (the daemon did not start, or gcrd died) fails the restore
+// before CRIU has made any process.
+Status wait_for_restore_go() {
+  const char* fd_text = std::getenv("GCR_RESTORE_GO_FD");
+  if (!fd_text) return ok();
+  int fd = std::atoi(fd_text);
+  ::unsetenv("GCR_RESTORE_GO_FD");  // once: the restored tasks do not inherit the fd or the name
+  char go = 0;
+  ssize_t n;
+  do n = ::read(fd, &go, 1);
+  while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n != 1 || go != 'g')
+    return Error{Errc::io_error,
+                 "gcrd stopped the restore before it began (its lazy-pages daemon did not start)"};
+  return ok();
+}
+
 Status enable(int stage) {
   if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
     log_info("disabled for pre-dump: device state is dumped only by a full dump");
@@ -178,6 +198,11 @@ int gcr_plugin_init(int stage) noexcept {
     g_in_inventory = false;
     g_gcrd.reset();
     g_gcrd_asked = false;
+    if (stage == CR_PLUGIN_STAGE__RESTORE)
+      if (gcr::Status go = wait_for_restore_go(); !go) {
+        log_error("%s", go.error().message.c_str());
+        return -1;
+      }
     if (gcr::Status s = enable(stage); !s) {
       log_error("%s", s.error().message.c_str());
       return -1;

@@ -143,7 +143,9 @@ struct RestoreOptions {
   // protocol; criu lazy-pages --page-server --ps-socket) instead of reading the images'
   // (Note [Host memory from the store] in restore-server/host_pages.h). The caller's, left open.
   int lazy_pages_socket = -1;
-  // Called right before CRIU's restore starts (with lazy_pages, once the daemon listens).
+  // Called right before CRIU's restore starts, or goes on (with lazy_pages, once the daemon
+  // listens; started beside it, CRIU then waits at gcr's plugin's init: Note [Lazy-pages daemon
+  // started beside the restore] in criu_run.cpp).
   std::function<void()> before_criu;
 };
 Status restore(const Tools& tools, const RestoreOptions& options);

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -360,4 +361,22 @@ TEST_CASE("restore side: a restore the driver refuses kills the task instead of 
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
   std::remove(tmp_path("refused.out").c_str());
+}
+
+// Note [Lazy-pages daemon started beside the restore]: with GCR_RESTORE_GO_FD, init waits for
+// gcrd's go; the socket closed without one fails the restore before CRIU makes any process.
+TEST_CASE("restore side: init waits for gcrd's go when started beside the lazy-pages daemon") {
+  Env env;
+  for (bool go : {true, false}) {
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    setenv("GCR_RESTORE_GO_FD", std::to_string(sv[1]).c_str(), 1);
+    if (go) REQUIRE(send(sv[0], "g", 1, 0) == 1);
+    close(sv[0]);
+    Plugin p;
+    CHECK((p.desc->init(CR_PLUGIN_STAGE__RESTORE) == 0) == go);
+    CHECK(getenv("GCR_RESTORE_GO_FD") == nullptr);  // taken once, not passed on
+    CHECK(fcntl(sv[1], F_GETFD) == -1);             // closed
+    p.desc->exit(CR_PLUGIN_STAGE__RESTORE, go ? 0 : -1);
+  }
 }
