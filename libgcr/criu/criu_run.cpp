@@ -646,8 +646,27 @@ namespace {
 // directory (where `criu restore --lazy-pages` looks for it) before the restore connects: it says
 // so on --status-fd once it listens. In a session of its own: it outlives gcrd, as the pages it
 // holds must reach the process.
+// A child of ours that is killed and reaped unless released (an error or an exception on the way).
+class OwnedChild {
+ public:
+  OwnedChild(pid_t pid, const char* what) : pid_(pid), what_(what) {}
+  OwnedChild(OwnedChild&& o) noexcept : pid_(std::exchange(o.pid_, 0)), what_(o.what_) {}
+  OwnedChild& operator=(OwnedChild&&) = delete;
+  ~OwnedChild() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    (void)wait_exit_code(pid_, what_);
+  }
+  pid_t get() const { return pid_; }
+  pid_t release() { return std::exchange(pid_, 0); }
+
+ private:
+  pid_t pid_;
+  const char* what_;
+};
+
 struct StartingDaemon {
-  pid_t pid = 0;
+  OwnedChild child;
   UniqueFd ready;  // --status-fd's reading end
 };
 
@@ -667,19 +686,21 @@ Result<StartingDaemon> spawn_lazy_pages(const Tools& tools, const RestoreOptions
   if (o.lazy_pages_socket >= 0) extras.fds.push_back(o.lazy_pages_socket);  // fd 4
   extras.new_session = true;
   GCR_TRY_ASSIGN(pid_t pid, spawn(argv, o.env, o.image_dir / "lazy-pages.out", extras));
-  return StartingDaemon{pid, std::move(ready)};
+  return StartingDaemon{OwnedChild(pid, "criu lazy-pages"), std::move(ready)};
 }
 
-// Waits (up to 10 s) until the daemon listens; else kills and reaps it and says why.
-Result<pid_t> daemon_listening(StartingDaemon d, const RestoreOptions& o) {
+// Waits (up to 10 s) until the daemon listens: its pid, released to the caller. Else kills and
+// reaps it and says why.
+Result<pid_t> daemon_listening(StartingDaemon& d, const RestoreOptions& o) {
   pollfd pfd{d.ready.get(), POLLIN, 0};
   int n;
   do n = ::poll(&pfd, 1, 10'000);
   while (n < 0 && errno == EINTR);
   char c = 0;
-  if (n == 1 && ::read(d.ready.get(), &c, 1) == 1) return d.pid;
-  ::kill(d.pid, SIGKILL);
-  GCR_TRY_ASSIGN(int rc, wait_exit_code(d.pid, "criu lazy-pages"));
+  if (n == 1 && ::read(d.ready.get(), &c, 1) == 1) return d.child.release();
+  pid_t pid = d.child.release();
+  ::kill(pid, SIGKILL);
+  GCR_TRY_ASSIGN(int rc, wait_exit_code(pid, "criu lazy-pages"));
   fs::path log = o.image_dir / "lazy-pages.log";
   return Error{Errc::io_error,
                "criu lazy-pages did not start (" +
@@ -703,14 +724,12 @@ std::vector<std::string> restore_argv(const Tools& tools, const RestoreOptions& 
           "-v4"};
 }
 
-Result<int> restore_exit_code(pid_t child, const RestoreOptions& o) {
+Status restore_exit_code(pid_t child, const RestoreOptions& o) {
   GCR_TRY_ASSIGN(int rc, wait_exit_code(child, "criu"));
-  if (rc != 0) {
-    fs::path log = o.image_dir / "restore.log";
-    return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
-                                     log.string() + ":" + log_tail(log)};
-  }
-  return rc;
+  if (rc == 0) return ok();
+  fs::path log = o.image_dir / "restore.log";
+  return Error{Errc::io_error, "criu restore failed (" + how_it_ended(rc) + "); from " +
+                                   log.string() + ":" + log_tail(log)};
 }
 
 // Note [Lazy-pages daemon started beside the restore]
@@ -719,22 +738,31 @@ Result<int> restore_exit_code(pid_t child, const RestoreOptions& o) {
 // after the other, the restore's own start (exec, kernel feature detection, its first images)
 // waited for the daemon's (52 ms here, where /run is no tmpfs and CRIU keeps no cache of the
 // kernel's features), all of it before the process runs. So both start at once: the restore
-// inherits a socket as GCR_RESTORE_GO_FD, on which gcr's plugin, at its init, waits for gcrd's
-// go, sent once the daemon listens. A daemon that does not start closes the socket without a go:
-// the plugin fails the restore before CRIU has made any process, and the restore runs again the
-// usual way (host memory in before the process runs), or fails when only the daemon could bring
-// that memory (lazy_pages_socket). Used only with gcr's plugin in plugin_dir, which waits.
-// *daemon: the daemon's pid once it listens (the caller's to reap), else 0.
-Result<pid_t> restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
-                                    const fs::path& pidfile, pid_t* daemon) {
-  *daemon = 0;
-  GCR_TRY_ASSIGN(StartingDaemon starting, spawn_lazy_pages(tools, o));
-  const pid_t daemon_pid = starting.pid;
+// inherits a socket as GCR_RESTORE_GO_FD, on which gcr's plugin, at its init, says it waits ('w')
+// and waits for gcrd's go ('g'), sent once the daemon listens. A daemon that does not start closes
+// the socket without a go: the plugin fails the restore before CRIU has made any process, and the
+// restore runs again the usual way (host memory in before the process runs), or fails when only
+// the daemon could bring that memory (lazy_pages_socket). A plugin in plugin_dir that does not
+// wait (another gcr's) lets CRIU connect whenever it gets there: when that restore fails without
+// the plugin having said 'w', it runs once more, the daemon listening by then.
+struct BesideOutcome {
+  Status status = ok();
+  pid_t daemon = 0;            // once it listens: the caller's to own
+  bool plugin_waited = false;  // gcr's plugin said it waits for the go
+};
+
+BesideOutcome restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
+                                    const fs::path& pidfile) {
+  BesideOutcome out;
+  auto starting = spawn_lazy_pages(tools, o);
+  if (!starting) {
+    out.status = std::move(starting).error();
+    return out;
+  }
   int p[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) {
-    ::kill(daemon_pid, SIGKILL);
-    (void)wait_exit_code(daemon_pid, "criu lazy-pages");
-    return errno_error("creating the socket that starts CRIU's restore");
+    out.status = errno_error("creating the socket that starts CRIU's restore");
+    return out;
   }
   UniqueFd go(p[0]), criu_end(p[1]);
   std::vector<std::string> argv = restore_argv(tools, o, pidfile);
@@ -743,28 +771,27 @@ Result<pid_t> restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
   restore_arguments(o, argv, extras);
   auto env = o.env;
   env["GCR_RESTORE_GO_FD"] = "3";
-  auto child = spawn(argv, env, o.image_dir / "criu.out", extras);
+  auto spawned = spawn(argv, env, o.image_dir / "criu.out", extras);
   criu_end.reset();
-  if (!child) {
-    ::kill(daemon_pid, SIGKILL);
-    (void)wait_exit_code(daemon_pid, "criu lazy-pages");
-    return std::move(child).error();
+  if (!spawned) {
+    out.status = std::move(spawned).error();
+    return out;
   }
-  if (o.on_spawned) o.on_spawned(*child);
-  Result<pid_t> listening = daemon_listening(std::move(starting), o);
+  OwnedChild criu(*spawned, "criu");
+  if (o.on_spawned) o.on_spawned(criu.get());
+  Result<pid_t> listening = daemon_listening(*starting, o);
   if (listening) {
-    *daemon = *listening;
+    out.daemon = *listening;
     if (o.before_criu) o.before_criu();
     (void)::send(go.get(), "g", 1, MSG_NOSIGNAL);  // CRIU gone: its exit status says why
+  } else {
+    go.reset();  // no go: the plugin fails the restore before any process exists
   }
-  go.reset();  // without a go, the plugin fails the restore before any process exists
-  auto rc = restore_exit_code(*child, o);
-  if (!listening) {
-    (void)rc;  // it failed for want of the go
-    return std::move(listening).error();
-  }
-  if (!rc) return std::move(rc).error();
-  return *child;
+  Status ended = restore_exit_code(criu.release(), o);
+  char said = 0;
+  out.plugin_waited = go && ::recv(go.get(), &said, 1, MSG_DONTWAIT) == 1 && said == 'w';
+  out.status = listening ? std::move(ended) : Status(std::move(listening).error());
+  return out;
 }
 
 }  // namespace
@@ -783,26 +810,31 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
   if (o.lazy_pages && !o.new_pid_namespace &&
       fs::exists(tools.plugin_dir / "gcr_criu_plugin.so", ec)) {
     fs::remove(pidfile, ec);
-    pid_t daemon = 0;
-    auto beside = restore_beside_daemon(tools, o, pidfile, &daemon);
-    if (daemon) {
-      lazy.pid_ = daemon;
+    BesideOutcome beside = restore_beside_daemon(tools, o, pidfile);
+    if (beside.daemon) {
+      lazy.pid_ = beside.daemon;
       lazy.log_ = o.image_dir / "lazy-pages.log";
     }
-    if (beside) {
+    if (beside.status) {
       if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
       hand_over();
       return ok();
     }
-    if (lazy.running() || o.lazy_pages_socket >= 0) return std::move(beside).error();
-    // The daemon did not start; CRIU made nothing: the usual way.
-    std::fprintf(stderr, "gcr: %s; restoring host memory before the process runs\n",
-                 beside.error().message.c_str());
-    o.lazy_pages = nullptr;
-  } else if (o.lazy_pages) {
+    if (lazy.running() && !beside.plugin_waited) {
+      std::fprintf(stderr, "gcr: %s; restoring again, now that the lazy-pages daemon listens\n",
+                   beside.status.error().message.c_str());
+    } else if (lazy.running() || o.lazy_pages_socket >= 0) {
+      return std::move(beside.status).error();
+    } else {  // the daemon did not start; CRIU made nothing: the usual way
+      std::fprintf(stderr, "gcr: %s; restoring host memory before the process runs\n",
+                   beside.status.error().message.c_str());
+      o.lazy_pages = nullptr;
+    }
+  }
+  if (o.lazy_pages && !lazy.running()) {
     auto daemon = spawn_lazy_pages(tools, o);
-    Result<pid_t> pid = daemon ? daemon_listening(std::move(daemon).value(), o)
-                               : Result<pid_t>(std::move(daemon).error());
+    Result<pid_t> pid =
+        daemon ? daemon_listening(*daemon, o) : Result<pid_t>(std::move(daemon).error());
     if (pid) {
       lazy.pid_ = *pid;
       lazy.log_ = o.image_dir / "lazy-pages.log";
@@ -826,8 +858,9 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
+  OwnedChild criu(child, "criu");
   if (o.on_spawned) o.on_spawned(child);
-  GCR_TRY(restore_exit_code(child, o));
+  GCR_TRY(restore_exit_code(criu.release(), o));
   if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
   hand_over();
   return ok();

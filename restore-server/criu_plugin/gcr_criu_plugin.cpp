@@ -20,6 +20,7 @@
 // process once CRIU is done. A CUDA process not under gcr gets the driver's checkpoint only.
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -127,15 +128,26 @@ Status wait_for_restore_go() {
   const char* fd_text = std::getenv("GCR_RESTORE_GO_FD");
   if (!fd_text) return ok();
   int fd = std::atoi(fd_text);
-  ::unsetenv("GCR_RESTORE_GO_FD");  // once: the restored tasks do not inherit the fd or the name
+  ::unsetenv("GCR_RESTORE_GO_FD");  // once: nothing CRIU starts inherits the name
+  struct stat st {};
+  if (fd < 3 || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return Error{Errc::invalid_argument,
+                 std::string("GCR_RESTORE_GO_FD=") + fd_text + " is no socket gcrd passed"};
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   char go = 0;
-  ssize_t n;
-  do n = ::read(fd, &go, 1);
-  while (n < 0 && errno == EINTR);
+  ssize_t n = -1;
+  if (::send(fd, "w", 1, MSG_NOSIGNAL) == 1) {  // waiting: gcrd knows this plugin waits
+    do n = ::read(fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+  }
   ::close(fd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   if (n != 1 || go != 'g')
     return Error{Errc::io_error,
                  "gcrd stopped the restore before it began (its lazy-pages daemon did not start)"};
+  log_info("gcrd said go after %.1f ms: the lazy-pages daemon listens",
+           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
   return ok();
 }
 

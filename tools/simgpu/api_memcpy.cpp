@@ -69,7 +69,7 @@ CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait
     if (dst.pinned)
       check_device_write_to_host(dst.ptr, (rect.height - 1) * rect.dst_pitch + rect.width);
     // Note [Copies into device memory]
-    if (dst.file && !src.device && rect.height == 1 &&
+    if (dst.file && !src.device && rect.height == 1 && file_writes_unlimited() &&
         write_file(dst.file->fd.get(), dst.file_offset, src.ptr, rect.width))
       return;
     for (std::size_t row = 0; row < rect.height; ++row)

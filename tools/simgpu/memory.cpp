@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +124,11 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
   if (p == MAP_FAILED) return false;
   madvise(p, size, MADV_DONTFORK);
   return true;
+}
+
+bool file_writes_unlimited() {
+  rlimit r{};
+  return getrlimit(RLIMIT_FSIZE, &r) == 0 && r.rlim_cur == RLIM_INFINITY;
 }
 
 bool write_file(int fd, std::uint64_t offset, const std::byte* src, std::uint64_t n) {
@@ -252,7 +258,10 @@ bool find_device_range(DevAddr d, std::uint64_t bytes, DeviceRange* out) {
     if (it == g_mem.heap_allocs.begin()) return false;
     const HeapAlloc& a = (--it)->second;
     if (d + bytes > a.addr + a.size || d + bytes < d) return false;
-    *out = DeviceRange{a.addr, a.size, a.device, true, true, &a, nullptr};
+    *out = DeviceRange{};
+    out->start = a.addr, out->size = a.size, out->device = a.device;
+    out->readable = out->writable = true;
+    out->heap = &a;
     return !g_checkpointed;
   }
   auto it = g_mem.mappings.upper_bound(d);
@@ -355,7 +364,8 @@ CUresult memory_restore() {
       !map_alias(g_va.heap_base, g_va.heap_size, g_mem.heap_fd.get(), 0, PROT_READ | PROT_WRITE))
     return CUDA_ERROR_OUT_OF_MEMORY;
   for (auto& [addr, c] : g_saved_heap) {  // Note [Copies into device memory]
-    if (!write_file(g_mem.heap_fd.get(), addr - g_va.heap_base, c.data, c.size))
+    if (!file_writes_unlimited() ||
+        !write_file(g_mem.heap_fd.get(), addr - g_va.heap_base, c.data, c.size))
       std::memcpy(alias(addr), c.data, c.size);
     free_copy(c);
   }

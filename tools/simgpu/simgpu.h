@@ -257,9 +257,12 @@ void give_va(DevAddr addr, std::uint64_t size);
 // first and without a page fault per 4 KiB: a restore's load of a fresh allocation spent more
 // than half its time in those (clear_page_erms, exc_page_fault), which a GPU, whose memory is
 // allocated by cuMemCreate and written by its copy engine, does not. The driver checkpoint's
-// restore writes its saved bytes the same way. A write that fails falls back to the mapping.
+// restore writes its saved bytes the same way. A write that fails falls back to the mapping, and
+// so does every write while RLIMIT_FSIZE is set (a file write past it raises SIGXFSZ, a store
+// through a mapping does not).
 // Writes n bytes of src at offset of fd (pwrite, as often as it takes); false on an error.
 bool write_file(int fd, std::uint64_t offset, const std::byte* src, std::uint64_t n);
+bool file_writes_unlimited();  // RLIMIT_FSIZE is unlimited
 
 // Maps [addr, addr+size) of the alias to fd at offset with prot; or back to PROT_NONE.
 bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, int prot);

@@ -132,7 +132,9 @@ struct RestoreOptions {
   std::vector<Inherited> inherit;
   // Called with the pid of the process the restore runs in (criu; unshare with new_pid_namespace)
   // as soon as it runs, before CRIU restores anything: the restored tasks are its descendants until
-  // it is done (a guard that outlives the caller finds the restored task from there).
+  // it is done (a guard that outlives the caller finds the restored task from there). Called again
+  // for a second CRIU when the first ended before it restored anything (Note [Lazy-pages daemon
+  // started beside the restore] in criu_run.cpp).
   std::function<void(pid_t)> on_spawned;
   // Set: Note [Host memory restored lazily]. The tasks run before their private memory is back;
   // CRIU's lazy-pages daemon, started first, brings it in on demand and in the background, then

@@ -363,20 +363,34 @@ TEST_CASE("restore side: a restore the driver refuses kills the task instead of 
   std::remove(tmp_path("refused.out").c_str());
 }
 
-// Note [Lazy-pages daemon started beside the restore]: with GCR_RESTORE_GO_FD, init waits for
-// gcrd's go; the socket closed without one fails the restore before CRIU makes any process.
+// Note [Lazy-pages daemon started beside the restore]: with GCR_RESTORE_GO_FD, init says it waits
+// ('w') and waits for gcrd's go; the socket closed without one fails the restore before CRIU
+// makes any process.
 TEST_CASE("restore side: init waits for gcrd's go when started beside the lazy-pages daemon") {
   Env env;
   for (bool go : {true, false}) {
     int sv[2];
     REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     setenv("GCR_RESTORE_GO_FD", std::to_string(sv[1]).c_str(), 1);
-    if (go) REQUIRE(send(sv[0], "g", 1, 0) == 1);
-    close(sv[0]);
+    char said = 0;
+    std::thread gcrd([&] {  // reads the 'w', then answers 200 ms later
+      (void)!read(sv[0], &said, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (go) (void)!send(sv[0], "g", 1, MSG_NOSIGNAL);
+      close(sv[0]);
+    });
     Plugin p;
-    CHECK((p.desc->init(CR_PLUGIN_STAGE__RESTORE) == 0) == go);
+    auto t0 = std::chrono::steady_clock::now();
+    int rc = p.desc->init(CR_PLUGIN_STAGE__RESTORE);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    gcrd.join();
+    CHECK((rc == 0) == go);
+    CHECK(said == 'w');
+    CHECK(waited >= std::chrono::milliseconds(150));
     CHECK(getenv("GCR_RESTORE_GO_FD") == nullptr);  // taken once, not passed on
-    CHECK(fcntl(sv[1], F_GETFD) == -1);             // closed
-    p.desc->exit(CR_PLUGIN_STAGE__RESTORE, go ? 0 : -1);
+    if (rc == 0) p.desc->exit(CR_PLUGIN_STAGE__RESTORE, 0);
   }
+  setenv("GCR_RESTORE_GO_FD", "1", 1);  // not a socket: refused, nothing read from stdout
+  Plugin p;
+  CHECK(p.desc->init(CR_PLUGIN_STAGE__RESTORE) != 0);
 }

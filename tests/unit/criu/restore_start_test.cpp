@@ -1,7 +1,10 @@
 // Note [Lazy-pages daemon started beside the restore] (libgcr/criu/criu_run.cpp), against a
 // stand-in for CRIU: a script that logs how it was run, whose `lazy-pages` says it listens on its
 // status fd (or fails, FAKE_DAEMON=fail) and whose `restore` does what gcr's plugin does at its
-// init: with GCR_RESTORE_GO_FD it waits for the go, and fails without one.
+// init: with GCR_RESTORE_GO_FD it says it waits and waits for the go, failing without one
+// (FAKE_PLUGIN=old: a plugin that does not wait). A restore with --lazy-pages fails while the
+// daemon does not listen yet, as CRIU's connect would. As root only (an unprivileged CRIU needs
+// file capabilities): elsewhere each case passes without checking anything, and says so.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,19 +23,29 @@ using namespace gcr;
 namespace {
 
 constexpr const char* kFakeCriu = R"(#!/bin/bash
+trap "" PIPE  # as the plugin sends with MSG_NOSIGNAL
 echo "$*${GCR_RESTORE_GO_FD:+ go-fd}" >> "$FAKE_LOG"
+# wait_for TEXT: until the log holds TEXT (5 s at most)
+wait_for() { for _ in $(seq 100); do grep -qF -- "$1" "$FAKE_LOG" && return; sleep 0.05; done; }
 case "$1" in
   lazy-pages)
     [[ $FAKE_DAEMON == fail ]] && { echo "cannot listen" > "$3/lazy-pages.log"; exit 1; }
-    sleep 0.2  # its start: the restore must wait for it
+    # its start outlasts the restore's: the restore must be running (or, with another gcr's
+    # plugin, have failed to connect) before the daemon listens
+    if [[ $FAKE_PLUGIN == old ]]; then wait_for "restore: connect failed"; else wait_for "restore -D"; fi
     echo listening >> "$FAKE_LOG"
     printf x >&3
     exec sleep 30 ;;
   restore)
-    if [[ -n $GCR_RESTORE_GO_FD ]]; then
+    if [[ -n $GCR_RESTORE_GO_FD && $FAKE_PLUGIN != old ]]; then
+      printf w >&3 2>/dev/null
       IFS= read -r -n1 go <&3 || true
       [[ $go == g ]] || { echo "restore: no go" >> "$FAKE_LOG"; exit 1; }
       echo "restore: go" >> "$FAKE_LOG"
+    fi
+    if [[ " $* " == *" --lazy-pages "* ]] && ! grep -q listening "$FAKE_LOG"; then
+      echo "restore: connect failed" >> "$FAKE_LOG"
+      exit 1
     fi
     while [[ $# -gt 0 && $1 != --pidfile ]]; do shift; done
     echo 4242 > "$2"
@@ -47,8 +60,8 @@ struct Fixture {
   criu::RestoreOptions ro;
   pid_t restored = 0;
   Fixture(bool with_plugin) {
-    char tmpl[] = "/tmp/gcr-restore-start.XXXXXX";
-    REQUIRE(mkdtemp(tmpl));
+    std::string tmpl = (fs::temp_directory_path() / "gcr-restore-start.XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()));
     dir = tmpl;
     fs::create_directories(dir / "images");
     fs::create_directories(dir / "plugins");
@@ -61,6 +74,7 @@ struct Fixture {
     ro.restored_pid = &restored;
     setenv("FAKE_LOG", (dir / "log").c_str(), 1);
     unsetenv("FAKE_DAEMON");
+    unsetenv("FAKE_PLUGIN");
   }
   ~Fixture() {
     std::error_code ec;
@@ -83,7 +97,10 @@ int count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the daemon listens") {
-  if (geteuid() != 0) return;  // an unprivileged CRIU would need file capabilities
+  if (geteuid() != 0) {
+    WARN("not root: not run");
+    return;
+  }
   Fixture f(true);
   criu::LazyPages lazy;
   f.ro.lazy_pages = &lazy;
@@ -95,6 +112,7 @@ TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the dae
   CHECK(f.restored == 4242);
   CHECK(before);
   CHECK(lazy.running());  // handed over
+  CHECK(count(log, "restore: connect failed") == 0);
   CHECK(count(log, "restore -D") == 1);
   CHECK(log.find("--lazy-pages go-fd") != std::string::npos);
   // Both started before the daemon listened; the restore went only after.
@@ -103,7 +121,10 @@ TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the dae
 }
 
 TEST_CASE("a daemon that does not start: the restore runs again the usual way") {
-  if (geteuid() != 0) return;
+  if (geteuid() != 0) {
+    WARN("not root: not run");
+    return;
+  }
   Fixture f(true);
   setenv("FAKE_DAEMON", "fail", 1);
   criu::LazyPages lazy;
@@ -120,7 +141,10 @@ TEST_CASE("a daemon that does not start: the restore runs again the usual way") 
 }
 
 TEST_CASE("a daemon that does not start, when only it could bring the memory: an error") {
-  if (geteuid() != 0) return;
+  if (geteuid() != 0) {
+    WARN("not root: not run");
+    return;
+  }
   Fixture f(true);
   setenv("FAKE_DAEMON", "fail", 1);
   criu::LazyPages lazy;
@@ -134,7 +158,10 @@ TEST_CASE("a daemon that does not start, when only it could bring the memory: an
 }
 
 TEST_CASE("without gcr's plugin to wait, the daemon is started first, as before") {
-  if (geteuid() != 0) return;
+  if (geteuid() != 0) {
+    WARN("not root: not run");
+    return;
+  }
   Fixture f(false);
   criu::LazyPages lazy;
   f.ro.lazy_pages = &lazy;
@@ -143,4 +170,26 @@ TEST_CASE("without gcr's plugin to wait, the daemon is started first, as before"
   INFO(log);
   CHECK(log.find("listening") < log.find("restore -D"));
   CHECK(count(log, "go-fd") == 0);
+}
+
+TEST_CASE("another gcr's plugin, which does not wait: once the daemon listens, the restore again") {
+  if (geteuid() != 0) {
+    WARN("not root: not run");
+    return;
+  }
+  Fixture f(true);
+  setenv("FAKE_PLUGIN", "old", 1);
+  criu::LazyPages lazy;
+  f.ro.lazy_pages = &lazy;
+  int spawned = 0;
+  f.ro.on_spawned = [&](pid_t) { ++spawned; };
+  REQUIRE(criu::restore(f.tools, f.ro));
+  const std::string log = f.log();
+  INFO(log);
+  CHECK(f.restored == 4242);
+  CHECK(lazy.running());
+  CHECK(spawned == 2);
+  CHECK(count(log, "restore: connect failed") == 1);
+  CHECK(count(log, "restore -D") == 2);
+  CHECK(count(log, "lazy-pages -D") == 1);  // the same daemon, listening by then
 }
