@@ -31,6 +31,7 @@
 
 #include "checkpoint.h"
 #include "device.h"
+#include "gcr/criu.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
 #include "gcr/unique_fd.h"
@@ -579,6 +580,12 @@ UniqueFd socket_from_systemd() {
 int serve_forever(UniqueFd listener, const std::string& where) {
   // Warm the GPU now, off any request's path.
   if (auto gpu = Gpu::get(); !gpu) log("GPU unavailable: " + gpu.error().message);
+  // And ask CRIU whether it can restore host memory lazily (`criu check --feature uffd-noncoop`,
+  // a whole CRIU start: 40-80 ms here), which every restore needs to know before it starts CRIU;
+  // the answer is kept for gcrd's life, so only the first restore would wait for it.
+  std::thread([] {
+    if (auto tools = criu::find_tools(g_self_dir)) (void)criu::lazy_pages_available(*tools);
+  }).detach();
   log("listening on " + where);
   for (;;) {
     int c = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);

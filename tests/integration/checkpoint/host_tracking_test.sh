@@ -128,7 +128,7 @@ criu=""
 for _ in $(seq 1 500); do
   grep -q "paused at parked" "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" 2>/dev/null &&
     [[ $(grep -c "paused at parked" "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log") -ge 2 ]] &&
-    criu=$(pgrep -P "$gcrd" -x criu | head -n 1) && [[ -n $criu ]] && break
+    criu=$(pgrep -P "$gcrd" -f "/criu dump " | head -n 1) && [[ -n $criu ]] && break
   sleep 0.02
 done
 [[ -n $criu ]] || fail "no CRIU waiting at the pause point 'parked'"

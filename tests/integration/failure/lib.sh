@@ -309,7 +309,8 @@ kill_at() {
         gcr) victim_pid=$c ;;
         gcrd) victim_pid=$(gcrd_pid) ;;
         # At a gcrd pause point: the CRIU gcrd started before the cut, waiting for its go.
-        criu) victim_pid=${criu_pid:-$(pgrep -P "$(gcrd_pid)" -x criu | head -n 1 || true)} ;;
+        # (the dump's: not the `criu check` a fresh gcrd runs at its start)
+        criu) victim_pid=${criu_pid:-$(pgrep -P "$(gcrd_pid)" -f "/criu dump " | head -n 1 || true)} ;;
       esac
       [[ -n $victim_pid ]] || fail "$what: no $victim process to kill"
       kill -9 "$victim_pid"
