@@ -799,7 +799,11 @@ BesideOutcome restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
 Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
   RestoreOptions o = options;
-  LazyPages lazy;  // the daemon until the restore has succeeded, then the caller's
+  LazyPages lazy;                   // the daemon until the restore has succeeded, then the caller's
+  auto adopt = [&](pid_t daemon) {  // a listening daemon
+    lazy.pid_ = daemon;
+    lazy.log_ = o.image_dir / "lazy-pages.log";
+  };
   auto hand_over = [&] {
     if (!o.lazy_pages) return;
     std::swap(o.lazy_pages->pid_, lazy.pid_);
@@ -811,10 +815,7 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
       fs::exists(tools.plugin_dir / "gcr_criu_plugin.so", ec)) {
     fs::remove(pidfile, ec);
     BesideOutcome beside = restore_beside_daemon(tools, o, pidfile);
-    if (beside.daemon) {
-      lazy.pid_ = beside.daemon;
-      lazy.log_ = o.image_dir / "lazy-pages.log";
-    }
+    if (beside.daemon) adopt(beside.daemon);
     if (beside.status) {
       if (o.restored_pid) *o.restored_pid = read_pid_file(pidfile);
       hand_over();
@@ -836,8 +837,7 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
     Result<pid_t> pid =
         daemon ? daemon_listening(*daemon, o) : Result<pid_t>(std::move(daemon).error());
     if (pid) {
-      lazy.pid_ = *pid;
-      lazy.log_ = o.image_dir / "lazy-pages.log";
+      adopt(*pid);
     } else if (o.lazy_pages_socket >= 0) {
       // The images lack the pages the daemon was to bring: no restore without it.
       return std::move(pid).error();

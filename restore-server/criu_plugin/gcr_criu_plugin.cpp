@@ -93,6 +93,23 @@ Result<Outcome> guarded(const char* hook, Fn&& fn) noexcept {
   }
 }
 
+// Says `say` on gcrd's socket `fd`, waits for its go ('g') and closes the socket: the time waited,
+// or nothing when the socket ended without a go (gcrd gave up, or died).
+std::optional<double> say_and_wait_for_go(int fd, char say) {
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  char go = 0;
+  ssize_t n = -1;
+  if (::send(fd, &say, 1, MSG_NOSIGNAL) == 1) {
+    do n = ::read(fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+  }
+  ::close(fd);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (n != 1 || go != 'g') return std::nullopt;
+  return (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
 // Note [CRIU started before the cut] (gcr/criu.h): when gcrd started CRIU before it quiesced the
 // process, the first PAUSE_DEVICES says ready and waits for gcrd's go. EOF (gcrd gave up, or
 // died) fails the dump with nothing frozen yet.
@@ -101,22 +118,11 @@ Status wait_for_go() {
   const char* fd_text = std::getenv("GCR_DUMP_GO_FD");
   if (waited || !fd_text) return ok();
   waited = true;
-  int fd = std::atoi(fd_text);
-  timespec t0{}, t1{};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  char go = 0;
-  ssize_t n = -1;
-  if (::send(fd, "r", 1, MSG_NOSIGNAL) == 1) {  // ready
-    do n = ::read(fd, &go, 1);
-    while (n < 0 && errno == EINTR);
-  }
-  ::close(fd);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-  if (n != 1 || go != 'g')
+  std::optional<double> ms = say_and_wait_for_go(std::atoi(fd_text), 'r');  // ready
+  if (!ms)
     return Error{Errc::io_error,
                  "gcrd stopped the checkpoint before CRIU froze the process (it did not say go)"};
-  log_info("gcrd said go after %.1f ms: the process is parked", ms);
+  log_info("gcrd said go after %.1f ms: the process is parked", *ms);
   return ok();
 }
 
@@ -133,21 +139,12 @@ Status wait_for_restore_go() {
   if (fd < 3 || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
     return Error{Errc::invalid_argument,
                  std::string("GCR_RESTORE_GO_FD=") + fd_text + " is no socket gcrd passed"};
-  timespec t0{}, t1{};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  char go = 0;
-  ssize_t n = -1;
-  if (::send(fd, "w", 1, MSG_NOSIGNAL) == 1) {  // waiting: gcrd knows this plugin waits
-    do n = ::read(fd, &go, 1);
-    while (n < 0 && errno == EINTR);
-  }
-  ::close(fd);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  if (n != 1 || go != 'g')
+  // 'w': gcrd then knows this plugin waits.
+  std::optional<double> ms = say_and_wait_for_go(fd, 'w');
+  if (!ms)
     return Error{Errc::io_error,
                  "gcrd stopped the restore before it began (its lazy-pages daemon did not start)"};
-  log_info("gcrd said go after %.1f ms: the lazy-pages daemon listens",
-           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+  log_info("gcrd said go after %.1f ms: the lazy-pages daemon listens", *ms);
   return ok();
 }
 

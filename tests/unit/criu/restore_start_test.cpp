@@ -58,6 +58,7 @@ struct Fixture {
   fs::path dir;
   criu::Tools tools;
   criu::RestoreOptions ro;
+  criu::LazyPages lazy;  // ro.lazy_pages: every case restores lazily
   pid_t restored = 0;
   Fixture(bool with_plugin) {
     std::string tmpl = (fs::temp_directory_path() / "gcr-restore-start.XXXXXX").string();
@@ -72,6 +73,7 @@ struct Fixture {
     tools.plugin_dir = dir / "plugins";
     ro.image_dir = dir / "images";
     ro.restored_pid = &restored;
+    ro.lazy_pages = &lazy;
     setenv("FAKE_LOG", (dir / "log").c_str(), 1);
     unsetenv("FAKE_DAEMON");
     unsetenv("FAKE_PLUGIN");
@@ -94,16 +96,18 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// An unprivileged CRIU would need file capabilities.
+bool as_root() {
+  if (geteuid() == 0) return true;
+  WARN("not root: not run");
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the daemon listens") {
-  if (geteuid() != 0) {
-    WARN("not root: not run");
-    return;
-  }
+  if (!as_root()) return;
   Fixture f(true);
-  criu::LazyPages lazy;
-  f.ro.lazy_pages = &lazy;
   bool before = false;
   f.ro.before_criu = [&] { before = true; };
   REQUIRE(criu::restore(f.tools, f.ro));
@@ -111,7 +115,7 @@ TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the dae
   INFO(log);
   CHECK(f.restored == 4242);
   CHECK(before);
-  CHECK(lazy.running());  // handed over
+  CHECK(f.lazy.running());  // handed over
   CHECK(count(log, "restore: connect failed") == 0);
   CHECK(count(log, "restore -D") == 1);
   CHECK(log.find("--lazy-pages go-fd") != std::string::npos);
@@ -121,19 +125,14 @@ TEST_CASE("the restore starts beside the lazy-pages daemon and goes once the dae
 }
 
 TEST_CASE("a daemon that does not start: the restore runs again the usual way") {
-  if (geteuid() != 0) {
-    WARN("not root: not run");
-    return;
-  }
+  if (!as_root()) return;
   Fixture f(true);
   setenv("FAKE_DAEMON", "fail", 1);
-  criu::LazyPages lazy;
-  f.ro.lazy_pages = &lazy;
   REQUIRE(criu::restore(f.tools, f.ro));
   const std::string log = f.log();
   INFO(log);
   CHECK(f.restored == 4242);
-  CHECK(!lazy.running());
+  CHECK(!f.lazy.running());
   CHECK(count(log, "restore: no go") == 1);  // the first, without its go, made nothing
   CHECK(count(log, "restore -D") == 2);      // and the second ran
   CHECK(count(log, "--lazy-pages") == 1);    // without lazy pages
@@ -141,14 +140,9 @@ TEST_CASE("a daemon that does not start: the restore runs again the usual way") 
 }
 
 TEST_CASE("a daemon that does not start, when only it could bring the memory: an error") {
-  if (geteuid() != 0) {
-    WARN("not root: not run");
-    return;
-  }
+  if (!as_root()) return;
   Fixture f(true);
   setenv("FAKE_DAEMON", "fail", 1);
-  criu::LazyPages lazy;
-  f.ro.lazy_pages = &lazy;
   f.ro.lazy_pages_socket = 2;  // any open fd: the daemon is never asked
   Status s = criu::restore(f.tools, f.ro);
   REQUIRE(!s);
@@ -158,13 +152,8 @@ TEST_CASE("a daemon that does not start, when only it could bring the memory: an
 }
 
 TEST_CASE("without gcr's plugin to wait, the daemon is started first, as before") {
-  if (geteuid() != 0) {
-    WARN("not root: not run");
-    return;
-  }
+  if (!as_root()) return;
   Fixture f(false);
-  criu::LazyPages lazy;
-  f.ro.lazy_pages = &lazy;
   REQUIRE(criu::restore(f.tools, f.ro));
   const std::string log = f.log();
   INFO(log);
@@ -173,21 +162,16 @@ TEST_CASE("without gcr's plugin to wait, the daemon is started first, as before"
 }
 
 TEST_CASE("another gcr's plugin, which does not wait: once the daemon listens, the restore again") {
-  if (geteuid() != 0) {
-    WARN("not root: not run");
-    return;
-  }
+  if (!as_root()) return;
   Fixture f(true);
   setenv("FAKE_PLUGIN", "old", 1);
-  criu::LazyPages lazy;
-  f.ro.lazy_pages = &lazy;
   int spawned = 0;
   f.ro.on_spawned = [&](pid_t) { ++spawned; };
   REQUIRE(criu::restore(f.tools, f.ro));
   const std::string log = f.log();
   INFO(log);
   CHECK(f.restored == 4242);
-  CHECK(lazy.running());
+  CHECK(f.lazy.running());
   CHECK(spawned == 2);
   CHECK(count(log, "restore: connect failed") == 1);
   CHECK(count(log, "restore -D") == 2);
