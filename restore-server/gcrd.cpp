@@ -298,6 +298,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     return out;
   }
   if (verb == "stage") {  // Note [Staged restore]
+    pause_point("stage");
     GCR_TRY_ASSIGN(std::uint64_t loaded,
                    stage_checkpoint(*st, f.count("name") ? f.at("name") : "", progress));
     out["loaded_bytes"] = std::to_string(loaded);

@@ -21,6 +21,9 @@
 //   host-pages host_pages.cpp: gcrd's server of the host memory (Note [Host memory from the
 //              store]) got the lazy-pages daemon's first background request (CRIU is done); only
 //              that thread pauses, and no page is served meanwhile
+// and of a migration's destination:
+//   stage      gcrd.cpp: a pre-copy round's stage request is read, nothing is loaded yet (the
+//              source runs on, waiting for the answer)
 #pragma once
 
 #include <unistd.h>

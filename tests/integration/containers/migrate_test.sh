@@ -223,20 +223,20 @@ if ! { iptables -I INPUT -s 10.77.0.9 -j DROP && iptables -D INPUT -s 10.77.0.9 
   echo "SKIP: steps i and j (iptables cannot add a rule here: it cuts the link with one)"
 else
 step "i. the link cut during the pre-copy"
-dest_gcrd i GCR_NET_TIMEOUT_MS=2000
+# The destination pauses at the first round's stage: the cut falls in the pre-copy, never after
+# the commit (a cut at a random moment could miss a pre-copy of a quarter second).
+dest_gcrd i GCR_NET_TIMEOUT_MS=2000 GCR_GCRD_PAUSE_AT=stage:10
 start_job "$T/i.log"
 migrate > /dev/null 2> "$T/i.err" &
 M=$!
-sleep "0.$((RANDOM % 6 + 2))"
+for _ in $(seq 1 1000); do grep -q "paused at stage" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+grep -q "paused at stage" "$DEST_LOG" || fail "the destination never got a stage request: $(cat "$T/i.err")"
 cut_link
 t_cut=$SECONDS
-if wait "$M"; then
-  echo "(the migration ended before the cut: $(tail -n 1 "$T/i.err"))"
-else
-  (( SECONDS - t_cut <= 20 )) || fail "gcr migrate took $((SECONDS - t_cut)) s to notice the cut"
-  kill -0 "$P" || fail "the source is gone after a cut before the commit: $(cat "$T/i.err")"
-  grep -q "runs on" "$T/i.err" || fail "the failure does not say the process runs on: $(cat "$T/i.err")"
-fi
+if wait "$M"; then fail "gcr migrate succeeded over a link cut before the commit"; fi
+(( SECONDS - t_cut <= 20 )) || fail "gcr migrate took $((SECONDS - t_cut)) s to notice the cut"
+kill -0 "$P" || fail "the source is gone after a cut before the commit: $(cat "$T/i.err")"
+grep -q "runs on" "$T/i.err" || fail "the failure does not say the process runs on: $(cat "$T/i.err")"
 mend_link
 ends_once "$T/i.log"
 echo "ok: $(tail -n 1 "$T/i.err" | cut -c1-150)"
