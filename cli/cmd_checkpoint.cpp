@@ -495,7 +495,7 @@ Status restore(RestoreOptions o, Context& ctx) {
 }
 
 struct DaemonOptions {
-  std::string listen, token_file;
+  std::string listen, token_file, containers, runtime;
 };
 
 Status daemon(const DaemonOptions& o, Context& ctx) {
@@ -515,6 +515,13 @@ Status daemon(const DaemonOptions& o, Context& ctx) {
       return Error{Errc::unsupported, "--listen serves a local store; --store is a bucket"};
     args.insert(args.end(), {"--listen", o.listen, "--token-file", o.token_file, "--store",
                              location.directory.string()});
+  }
+  if (!o.containers.empty()) {
+    if (o.listen.empty())
+      return Error{Errc::invalid_argument,
+                   "--containers is for containers migrated from other hosts: it needs --listen"};
+    args.insert(args.end(), {"--containers", std::filesystem::absolute(o.containers).string()});
+    if (!o.runtime.empty()) args.insert(args.end(), {"--runtime", o.runtime});
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -640,6 +647,13 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "With --listen: the token other hosts must present (a file of 32+ characters, "
                 "mode 0600); it lets them restore processes here as gcrd's user")
       ->type_name("FILE");
+  d->add_option("--containers", dopt.containers,
+                "With --listen: restore containers migrated here (gcr migrate --container), "
+                "container NAME only from the bundle DIR/NAME prepared on this host")
+      ->type_name("DIR");
+  d->add_option("--runtime", dopt.runtime,
+                "With --containers: the runtime that restores them (default: runc in PATH)")
+      ->type_name("RUNC");
   on_run(d, ctx, [&ctx] { return daemon(dopt, ctx); });
 }
 

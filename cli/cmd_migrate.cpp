@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -41,13 +43,17 @@
 
 #include "cmd_checkpoint.h"
 #include "command_trace.h"
+#include "container_runtime.h"
 #include "context.h"
+#include "gcr/criu.h"
 #include "gcr/process_tree.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
+#include "images_archive.h"
 #include "json.h"
 #include "net_store.h"
 #include "output.h"
+#include "paths.h"
 #include "remote.h"
 #include "store/transfer.h"
 
@@ -58,6 +64,7 @@ using Clock = std::chrono::steady_clock;
 
 struct MigrateOptions {
   pid_t pid = 0;
+  std::string container, runtime;  // --container NAME, --runtime RUNC (Note [Container migration])
   std::string to, token_file;
   int rounds = 5;
   std::string converge = "16M";
@@ -132,59 +139,41 @@ Status send_word(int fd, const char* word) {
   return ok();
 }
 
-Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
-  ::signal(SIGPIPE, SIG_IGN);  // a peer gone is an error to handle, never this command's end
-  if (o.rounds < 0 || o.rounds > 100)
-    return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
+using Say = std::function<void(const std::string&)>;
+using Push = std::function<Status(Round&)>;
+
+// Pre-copy (Note [Migration]): live checkpoints of `pid`, each pushed to the destination and
+// staged there, until a round finds at most --converge changed or --rounds are done.
+// `device_only`: rounds of a container's processes, whose CRIU is the runtime's (Note [Container
+// migration]): gcrd stores their device memory and runs no CRIU.
+Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool device_only,
+                                    const std::string& token, const store::StoreLocation& location,
+                                    const Push& push, const Say& say, MigrateTrace& mt) {
   GCR_TRY_ASSIGN(std::uint64_t converge, parse_size(o.converge));
-  GCR_TRY_ASSIGN(std::string token, gcrd::read_token_file(o.token_file, false));
-  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
-  if (location.is_s3())
-    return Error{Errc::unsupported,
-                 "gcr migrate checkpoints into a local store; --store is a bucket"};
-  // The destination first: a wrong token or a host that does not answer fails before the process
-  // is touched.
-  GCR_TRY_ASSIGN(auto dest, gcrd::open_net_backend(o.to, token));
-  GCR_TRY_ASSIGN(auto local, open_location(location, /*create=*/true));
-  auto say = [&](const std::string& line) {
-    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
-  };
-  // What the destination holds, as the rounds left it: the stop's push reads no index there.
-  std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
-  auto push = [&](Round& r) -> Status {
-    auto t = Clock::now();
-    GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
-    store::TransferOptions topt;
-    topt.known_in_destination = &at_destination;
-    GCR_TRY_ASSIGN(store::TransferReport rep, store::copy_checkpoint(*local, *dest, id, topt));
-    r.sent = rep.copied_bytes;
-    r.push_ns = since(t);
-    return ok();
-  };
-  const auto t_begin = Clock::now();
-  const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
   std::vector<Round> rounds;
-  // Pre-copy: live checkpoints, each pushed.
+  const std::string whose =
+      o.container.empty() ? "process " + std::to_string(pid) : "container " + o.container;
   for (int i = 0; i < o.rounds; ++i) {
     GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
-    auto f = gcrd::call(conn.get(), "checkpoint",
-                        {{"pid", std::to_string(o.pid)},
-                         {"leave_running", "1"},
-                         {"store", location.directory.string()}},
-                        nullptr);
+    std::map<std::string, std::string> fields{{"pid", std::to_string(pid)},
+                                              {"leave_running", "1"},
+                                              {"store", location.directory.string()}};
+    if (device_only) fields["device_only"] = "1";
+    auto f = gcrd::call(conn.get(), "checkpoint", fields, nullptr);
     if (!f) return std::move(f).context("pre-copy round " + std::to_string(i + 1)).error();
     if (f->count("kind") && f->at("kind") != "gcr")
       return Error{Errc::unsupported,
-                   "process " + std::to_string(o.pid) +
-                       " is not running under gcr (its checkpoint was the driver's); gcr migrate "
-                       "moves processes started with 'gcr run'"};
+                   whose + " is not running under gcr (" +
+                       (device_only ? std::string("no process of it answered gcr")
+                                    : "its checkpoint was the driver's") +
+                       "); gcr migrate moves processes started with 'gcr run'"};
     mt.add_phases("round " + std::to_string(i + 1), *f);
     Round r;
     r.id = f->at("id");
     r.dirty = field_u64(*f, "dirty_bytes");
     r.stall_ns = field_u64(*f, "time.stall_ns");
     GCR_TRY(push(r).context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to +
-                            " (process " + std::to_string(o.pid) + " runs on)"));
+                            " (" + whose + " runs on)"));
     // Note [Staged restore]: the destination loads it onto its GPU while the process runs here.
     auto t_stage = Clock::now();
     auto staged = gcrd::net_stage(o.to, token, r.id);
@@ -199,6 +188,60 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     rounds.push_back(r);
     if (r.dirty <= converge) break;
   }
+  return rounds;
+}
+
+// Both ends of a migration's data: the local store its rounds checkpoint into, the destination's
+// store they are pushed to.
+struct Endpoints {
+  std::string token;
+  store::StoreLocation location;
+  std::unique_ptr<store::Backend> dest, local;
+  // What the destination holds, as the rounds left it: the stop's push reads no index there.
+  std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
+
+  Status push(Round& r) {
+    auto t = Clock::now();
+    GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
+    store::TransferOptions topt;
+    topt.known_in_destination = &at_destination;
+    GCR_TRY_ASSIGN(store::TransferReport rep, store::copy_checkpoint(*local, *dest, id, topt));
+    r.sent = rep.copied_bytes;
+    r.push_ns = since(t);
+    return ok();
+  }
+};
+
+Result<std::unique_ptr<Endpoints>> open_endpoints(const MigrateOptions& o, Context& ctx) {
+  ::signal(SIGPIPE, SIG_IGN);  // a peer gone is an error to handle, never this command's end
+  if (o.rounds < 0 || o.rounds > 100)
+    return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
+  if (auto converge = parse_size(o.converge); !converge) return std::move(converge).error();
+  auto e = std::make_unique<Endpoints>();
+  GCR_TRY_ASSIGN(e->token, gcrd::read_token_file(o.token_file, false));
+  GCR_TRY_ASSIGN(e->location, ctx.store_location());
+  if (e->location.is_s3())
+    return Error{Errc::unsupported,
+                 "gcr migrate checkpoints into a local store; --store is a bucket"};
+  // The destination first: a wrong token or a host that does not answer fails before the process
+  // is touched.
+  GCR_TRY_ASSIGN(e->dest, gcrd::open_net_backend(o.to, e->token));
+  GCR_TRY_ASSIGN(e->local, open_location(e->location, /*create=*/true));
+  return e;
+}
+
+Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
+  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
+  const std::string& token = ends->token;
+  const store::StoreLocation& location = ends->location;
+  auto say = [&](const std::string& line) {
+    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
+  };
+  auto push = [&](Round& r) { return ends->push(r); };
+  const auto t_begin = Clock::now();
+  const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
+  GCR_TRY_ASSIGN(std::vector<Round> rounds,
+                 pre_copy(o, o.pid, false, token, location, push, say, mt));
   // The stop: gcrd holds the process stopped once the last checkpoint is committed.
   const auto t_stop = Clock::now();
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
@@ -320,6 +363,154 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   return ok();
 }
 
+// Note [Container migration]
+// gcr migrate --container NAME: the same pre-copy, with the runtime doing the stop. The rounds
+// are device-only checkpoints of the container's processes: gcrd stores what their device memory
+// changed (Note [CRIU run by someone else] in restore-server/checkpoint.h, with no CRIU at all) and
+// they run on, each round's stall being that store. The stop is `runc checkpoint` through gcr's
+// plugin: the container ends, the plugin's checkpoint (only what changed since the last round)
+// lands in the local store by reference, and it and CRIU's images (~1 MiB: device memory is not
+// in them) go to the destination, whose gcrd runs `runc restore` from the bundle its operator
+// prepared (Note [Containers restored for a network peer] in restore-server/container_host.h).
+//
+// At most one copy runs. A failure before the destination has the whole request (the link, the
+// destination, the push), a restore it refuses, or a destination whose gcrd is gone, restores
+// the container here from the same images: a longer stop, nothing lost. A destination that got
+// the request and cannot be reached to say how it went may run it: nothing is restored here, and
+// the images stay for `runc restore` here should it not run there. The checkpoints stay in both
+// stores.
+Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
+  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
+  auto say = [&](const std::string& line) {
+    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
+  };
+  GCR_TRY_ASSIGN(std::filesystem::path runtime, gcrd::find_container_runtime(o.runtime));
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
+  const gcrd::ContainerRuntime rt{runtime, tools.criu, tools.plugin_dir,
+                                  gcrd::default_socket_path(), ends->location.directory};
+  GCR_TRY_ASSIGN(gcrd::ContainerState state, gcrd::container_state(rt, o.container));
+  if (state.status != "running" || state.pid <= 0)
+    return Error{Errc::invalid_argument, "container " + o.container + " is " + state.status +
+                                             "; gcr migrate moves a running container"};
+  const auto t_begin = Clock::now();
+  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(
+                                                o, state.pid, true, ends->token, ends->location,
+                                                [&](Round& r) { return ends->push(r); }, say, mt));
+
+  // The stop. The images are the container's memory: a private directory (mkdtemp: 0700).
+  std::string tmpl = "/var/tmp/gcr-migrate-" + o.container + ".XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return errno_error("a directory for the container's images");
+  const std::filesystem::path work = tmpl, images = work / "images";
+  std::error_code ec;
+  std::filesystem::create_directory(images, ec);
+  const auto t_stop = Clock::now();
+  say("stopping container " + o.container + " (" + rt.binary.filename().string() + " checkpoint)");
+  if (Status s = gcrd::checkpoint_container(rt, o.container, images, work); !s) {
+    auto now = gcrd::container_state(rt, o.container);
+    const bool runs = now && now->status == "running";
+    return std::move(s)
+        .context(runs ? "the container runs on here"
+                      : "the container is stopped here; its images are in " + images.string())
+        .error();
+  }
+  // From here the container exists only as its images: any failure restores it (here or there).
+  auto restore_here = [&](Error e) -> Error {
+    auto back = gcrd::restore_container(rt, o.container, state.bundle, images, work);
+    e.message += back ? "; container " + o.container + " restored here and runs on"
+                      : "; restoring it here failed too (" + back.error().message +
+                            "): its images are in " + images.string();
+    if (back) std::filesystem::remove_all(work, ec);
+    return e;
+  };
+  Round last;
+  {
+    std::ifstream ref(images / gcrd::kImagesReferenceName);
+    for (std::string line; std::getline(ref, line);)
+      if (line.rfind("id=", 0) == 0) last.id = line.substr(3);
+  }
+  if (last.id.empty())
+    return restore_here(Error{Errc::unsupported,
+                              "gcr's CRIU plugin stored no device memory for "
+                              "container " +
+                                  o.container + " (see " + (work / "dump.log").string() + ")"});
+  if (Status s = ends->push(last); !s)
+    return restore_here(std::move(s).context("sending the last changes").error());
+  const std::uint64_t stopped_to_sent = since(t_stop);
+
+  auto t_restore = Clock::now();
+  auto rconn = gcrd::net_connect(o.to, ends->token, "request");
+  if (!rconn) return restore_here(std::move(rconn).error());
+  const std::string request = std::string(gcrd::kProtocol) + " restore_container " +
+                              gcrd::encode_fields({{"name", o.container}, {"id", last.id}}) + "\n";
+  bool sent = ::send(rconn->get(), request.data(), request.size(), MSG_NOSIGNAL) ==
+              static_cast<ssize_t>(request.size());
+  auto images_sent = sent ? gcrd::send_images(rconn->get(), images)
+                          : Result<gcrd::ImagesSent>(errno_error("writing to the network"));
+  if (!images_sent)  // the destination cannot restore without every byte
+    return restore_here(std::move(images_sent).context("sending the images to " + o.to).error());
+  bool refused = false;
+  auto restored = gcrd::read_reply(
+      rconn->get(),
+      [&](const std::string& p) {
+        if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
+      },
+      &refused);
+  if (!restored && (refused || destination_gone(o.to, ends->token)))
+    return restore_here(std::move(restored).context("the destination's restore").error());
+  if (!restored)
+    return Error{
+        restored.error().code,
+        "the destination was asked to restore container " + o.container + " and did not answer (" +
+            restored.error().message + "); it is stopped here. If it does not run on " + o.to +
+            ", '" + rt.binary.filename().string() + " restore --image-path " + images.string() +
+            " --bundle " + state.bundle.string() + " " + o.container + "' brings it back here"};
+  std::filesystem::remove_all(work, ec);
+  const std::uint64_t restore_ns = since(t_restore);
+  const std::uint64_t downtime = since(t_stop);
+  const std::uint64_t total = since(t_begin);
+  mt.finish(o.trace);
+  if (o.json) {
+    JsonWriter j;
+    j.begin_object();
+    json_fields(j, mt.fields);
+    j.field("container", o.container)
+        .field("pid", static_cast<std::int64_t>(state.pid))
+        .field("to", o.to)
+        .field("id", last.id)
+        .field("destination_pid", static_cast<std::int64_t>(field_u64(*restored, "pid")))
+        .field("rounds", static_cast<std::uint64_t>(rounds.size()))
+        .field("last_sent_bytes", last.sent)
+        .field("images_bytes", images_sent->bytes)
+        .field("stop_push_ns", last.push_ns)
+        .field("stopped_to_sent_ns", stopped_to_sent)
+        .field("restore_ns", restore_ns)
+        .field("downtime_ns", downtime)
+        .field("total_ns", total);
+    j.key("pre_copy").begin_array();
+    for (const Round& r : rounds)
+      j.begin_object()
+          .field("id", r.id)
+          .field("dirty_bytes", r.dirty)
+          .field("sent_bytes", r.sent)
+          .field("stall_ns", r.stall_ns)
+          .field("push_ns", r.push_ns)
+          .field("stage_ns", r.stage_ns)
+          .end_object();
+    j.end_array().end_object();
+    print(j.take() + "\n");
+  } else {
+    print("migrated container " + o.container + " to " + o.to + " (pid " +
+          std::to_string(field_u64(*restored, "pid")) + " there) as checkpoint " +
+          last.id.substr(0, 12) + ": " + std::to_string(rounds.size()) +
+          " pre-copy round(s), then " + format_bytes(last.sent) + " of device memory and " +
+          format_bytes(images_sent->bytes) + " of CRIU images sent while stopped; downtime " +
+          format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
+          format_duration(std::chrono::nanoseconds(total)) + "\n");
+    if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);
+  }
+  return ok();
+}
+
 }  // namespace
 
 void register_migrate_command(CLI::App& app, Context& ctx) {
@@ -328,7 +519,13 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
       "migrate",
       "Move a running process to another host's gcrd (gcr daemon --listen there): pre-copy "
       "rounds while it runs, then a short stop");
-  m->add_option("pid", o.pid, "The process (and its tree) to move")->required();
+  m->add_option("pid", o.pid, "The process (and its tree) to move");
+  m->add_option("--container", o.container,
+                "Move this container instead (runc; the destination's gcrd restores it from its "
+                "own bundle of that name: gcr daemon --listen ... --containers DIR)")
+      ->type_name("NAME");
+  m->add_option("--runtime", o.runtime, "The container runtime (default: runc in PATH)")
+      ->type_name("RUNC");
   m->add_option("--to", o.to, "The destination gcrd's HOST:PORT")
       ->required()
       ->type_name("HOST:PORT");
@@ -354,9 +551,15 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
       "restored it, or cannot tell whether it did (this command going away included). Both "
       "stores keep the checkpoints: 'gcr restore' brings the process back on either host.");
   on_run(m, ctx, [&ctx] {
+    if ((o.pid > 0) == !o.container.empty())
+      return Status(Error{Errc::invalid_argument,
+                          "gcr migrate takes a PID or --container NAME (one of them)"});
+    if (!o.container.empty() && !o.trace.empty())
+      return Status(Error{Errc::invalid_argument,
+                          "--trace follows a process; a container's migration has no --trace yet"});
     MigrateTrace mt;
     if (!o.trace.empty()) mt.trace = CommandTrace::begin(o.pid);
-    Status s = migrate(o, ctx, mt);
+    Status s = o.container.empty() ? migrate(o, ctx, mt) : migrate_container(o, ctx, mt);
     if (!s && mt.trace) {  // the trace of a failed migration is written too
       mt.finish(o.trace);
       std::fputs(describe_trace(mt.fields).c_str(), stderr);

@@ -380,7 +380,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     GCR_TRY_ASSIGN(members, connect_members(tree, std::chrono::seconds(5)));
     GCR_TRY_ASSIGN(shared, find_shared(members, tree));
   }
-  const bool external = static_cast<bool>(req.external_criu);
+  const bool external = req.external_criu || req.device_only;
   if (external && members.empty()) {
     // Not under gcr: the runtime's CRIU and the plugin's driver steps do it all (the baseline).
     CheckpointReport none;
@@ -817,8 +817,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
 
   // Drain: regions, then CRIU's images, then the manifest.
   progress("storing " + std::to_string(rep.dirty_bytes >> 20) + " MiB of device memory" +
-           (external ? std::string(" before the runtime's CRIU dumps the rest")
-                     : " and the CRIU image"));
+           (req.device_only ? std::string(" (no CRIU: a pre-copy round)")
+            : external      ? std::string(" before the runtime's CRIU dumps the rest")
+                            : " and the CRIU image"));
   Status drained_all = ok();
   for (std::size_t i = 0; i < members.size() && drained_all; ++i) {  // each behind its table
     auto drained = drain_regions(*gpu, *writer, to_store[i], tables[i] ? &*tables[i] : nullptr,
@@ -884,7 +885,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (!committed) return let_stopped_go_on(std::move(committed).error());
   store::CommitInfo info = std::move(committed).value();
   if (external) {
-    GCR_TRY(finish_external_dump(req, store, info.id, rep, give_all_back, keepers_done, progress));
+    if (req.device_only)
+      rep.kept_running = true;  // it has had its memory back since the unpark
+    else
+      GCR_TRY(
+          finish_external_dump(req, store, info.id, rep, give_all_back, keepers_done, progress));
     if (rep.kept_running) lineage_record(*key, info.id.hex());
     rep.id = info.id.hex();
     rep.stats = info.stats;

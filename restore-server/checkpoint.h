@@ -50,6 +50,11 @@ struct CheckpointRequest {
   // run by someone else]): called once the device memory is stored, with the checkpoint's id; it
   // lets that CRIU go on and answers whether its dump succeeded.
   std::function<Result<bool>(const std::string& id)> external_criu;
+  // A pre-copy round of `gcr migrate --container` (Note [Container migration] in
+  // cli/cmd_migrate.cpp): with leave_running, the device memory is stored as for a runtime's CRIU
+  // (criu_images=external) and no CRIU runs at all; the process runs on, as after any
+  // --leave-running checkpoint (soft copy-on-write).
+  bool device_only = false;
   // Set by `gcr migrate` for its last checkpoint (Note [Migration] in cli/cmd_migrate.cpp): once
   // the checkpoint is committed the stopped process waits; true ends it (the destination runs
   // it now), false gives it its memory back and lets it run on.

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "checkpoint.h"
+#include "container_host.h"
 #include "device.h"
 #include "gcr/criu.h"
 #include "gcr/private_dir.h"
@@ -49,6 +50,8 @@ using namespace gcr::gcrd;
 namespace {
 
 fs::path g_self_dir;
+ContainerHost
+    g_containers;  // --containers, --runtime (Note [Containers restored for a network peer])
 std::mutex g_log_mu;
 
 void log(const std::string& line) {
@@ -297,6 +300,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["pid"] = std::to_string(rep.pid);
     return out;
   }
+  if (verb == "restore_container")  // Note [Containers restored for a network peer]
+    return restore_container_here(g_containers, tools, *st, f, client_fd, progress);
   if (verb == "stage") {  // Note [Staged restore]
     pause_point("stage");
     GCR_TRY_ASSIGN(std::uint64_t loaded,
@@ -322,6 +327,11 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
       return Error{Errc::permission_denied,
                    "process " + std::to_string(req.pid) +
                        " is not yours; only root or its owner may checkpoint it"};
+    if (f.count("device_only") && f.at("device_only") == "1") {
+      if (!req.leave_running || req.stop_copy || f.count("hold"))
+        return Error{Errc::invalid_argument, "device_only is for a --leave-running checkpoint"};
+      req.device_only = true;
+    }
     if (f.count("hold") && f.at("hold") == "1") {
       if (req.leave_running || req.stop_copy)
         return Error{Errc::invalid_argument, "hold is for a checkpoint that stops the process"};
@@ -439,9 +449,10 @@ void handle_request(const UniqueFd& fd, uid_t client_uid,
   };
   auto fields = decode_fields(rest);
   if (network_store) {
-    if (verb != "ping" && verb != "restore" && verb != "stage") {
+    if (verb != "ping" && verb != "restore" && verb != "stage" && verb != "restore_container") {
       send_line(cfd, "error " + std::to_string(static_cast<int>(Errc::permission_denied)) + " " +
-                         encode_value("over the network gcrd serves ping, stage and restore only"));
+                         encode_value("over the network gcrd serves ping, stage, restore and "
+                                      "restore_container only"));
       return;
     }
     fields["store"] = network_store->string();
@@ -614,6 +625,10 @@ int main(int argc, char** argv) {
       token_file = argv[++i];
     } else if (a == "--store" && i + 1 < argc) {
       served_store = fs::absolute(argv[++i]);
+    } else if (a == "--containers" && i + 1 < argc) {
+      g_containers.bundles = fs::absolute(argv[++i]);
+    } else if (a == "--runtime" && i + 1 < argc) {
+      g_containers.runtime = argv[++i];
     } else if (a == "--socket" && i + 1 < argc) {
       socket_path = argv[++i];
     } else if (a == "--detach") {
@@ -621,10 +636,13 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: gcrd [--socket PATH] [--detach] [--listen HOST:PORT --token-file FILE [--store "
-          "DIR]]\n  gcr's daemon; normally started by gcr on demand, or by systemd (gcrd.socket, "
-          "which hands it the socket).\n  --listen: also serve other hosts over TCP (the "
-          "destination of gcr migrate), authenticated by the token in FILE (0600), writing into "
-          "and restoring from the store DIR (default: gcrd's default store).\n");
+          "DIR] [--containers DIR [--runtime RUNC]]]\n  gcr's daemon; normally started by gcr on "
+          "demand, or by systemd (gcrd.socket, which hands it the socket).\n  --listen: also "
+          "serve other hosts over TCP (the destination of gcr migrate), authenticated by the "
+          "token in FILE (0600), writing into and restoring from the store DIR (default: gcrd's "
+          "default store).\n  --containers: also restore containers migrated here (gcr migrate "
+          "--container), container NAME only from the bundle DIR/NAME, with RUNC (default: runc "
+          "in PATH).\n");
       return 0;
     } else {
       std::fprintf(stderr, "gcrd: unknown argument '%s' (see --help)\n", a.c_str());
@@ -633,6 +651,7 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   g_self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
+  g_containers.socket = fs::absolute(socket_path);
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
   UniqueFd network;

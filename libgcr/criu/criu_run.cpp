@@ -232,8 +232,9 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
   // in a new PID namespace, outlives the call.
   posix_spawn_file_actions_addclosefrom_np(&actions, static_cast<int>(3 + high.size()));
   if (!log.empty()) {
+    // Not O_CLOEXEC: this open is the child's fd 1 itself, which exec must keep.
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+                                     O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   posix_spawnattr_t attr;

@@ -28,62 +28,13 @@
 set -euo pipefail
 TEST_NAME=migrate-test
 source "$(dirname "$0")/lib.sh"
-command -v ip > /dev/null || skip "ip (iproute2) is missing"
-NS=gcr-mig-$$
-VA=gm$$a
-VB=gm$$b
-DEST=10.77.0.2:7070
-remove_link() {
-  ip netns pids "$NS" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
-  ip netns del "$NS" 2> /dev/null || true
-  ip link del "$VA" 2> /dev/null || true
-}
-cut_link() {  # silent, both ways: nothing arrives, nothing is refused
-  iptables -I INPUT -s 10.77.0.2 -j DROP
-  ip netns exec "$NS" iptables -I INPUT -j DROP
-}
-mend_link() {
-  iptables -D INPUT -s 10.77.0.2 -j DROP 2> /dev/null || true
-  ip netns exec "$NS" iptables -D INPUT -j DROP 2> /dev/null || true
-}
-cleanup_extra() {
-  mend_link
-  remove_link
-}
-ip netns add "$NS" || skip "cannot make a network namespace"
-ip link add "$VA" type veth peer name "$VB" || skip "cannot make a veth pair"
-ip link set "$VB" netns "$NS"
-ip addr add 10.77.0.1/24 dev "$VA"
-ip link set "$VA" up
-ip netns exec "$NS" ip addr add 10.77.0.2/24 dev "$VB"
-ip netns exec "$NS" ip link set "$VB" up
-ip netns exec "$NS" ip link set lo up
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/token"
-chmod 600 "$T/token"
+source "$(dirname "$0")/two_hosts.sh"
 
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint 64M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
 
-# dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store.
-dest_gcrd() {
-  local name=$1
-  shift
-  ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest" 2> /dev/null || true
-  # Until the old one is gone: while it exits it still holds the port (the next bind would fail).
-  for _ in $(seq 1 250); do
-    pgrep -f "gcrd --socket $T/dest" > /dev/null || break
-    sleep 0.02
-  done
-  mkdir -p "$T/$name"
-  ip netns exec "$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
-    SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
-    "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
-    --token-file "$T/token" --store "$T/$name/store" > /dev/null 2>&1 < /dev/null ||
-    fail "the destination gcrd did not start"
-  DEST_LOG=$T/dest-$name/gcrd.log
-}
 # start_job LOG: the workload under gcr as a user starts a background job; sets P.
 start_job() {
   "$GCR" run -- "${MLP[@]}" < /dev/null >> "$1" 2>&1 &

@@ -1,0 +1,90 @@
+// container_host.h: a container restored for gcr migrate --container's source.
+#include "container_host.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "container_runtime.h"
+#include "gcr/store.h"
+#include "images_archive.h"
+#include "work_dir.h"
+
+namespace gcr::gcrd {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// CRIU's images of one container: far less than this with its device memory parked; a process
+// with GBs of host memory sends them all.
+constexpr std::uint64_t kImagesLimit = 256ull << 30;
+
+std::string ns_since(Clock::time_point t) {
+  return std::to_string(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+}  // namespace
+
+Result<std::map<std::string, std::string>> restore_container_here(
+    const ContainerHost& host, const criu::Tools& tools, store::Store& st,
+    const std::map<std::string, std::string>& f, int client_fd, const Progress& progress) {
+  // The images first, whatever follows: a refusal before them would reset the connection under
+  // a peer still sending, and it would never read why.
+  auto t_receive = Clock::now();
+  GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("container"));
+  const fs::path images = work.path() / "images";
+  if (::mkdirat(work.fd(), "images", 0700) != 0) return errno_error("creating " + images.string());
+  UniqueFd images_fd(
+      ::openat(work.fd(), "images", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!images_fd) return errno_error("opening " + images.string());
+  GCR_TRY_ASSIGN(ImagesSent got, receive_images(client_fd, images_fd.get(), kImagesLimit)
+                                     .context("receiving the container's images"));
+  const std::string receive_ns = ns_since(t_receive);
+
+  const std::string name = f.count("name") ? f.at("name") : "";
+  const std::string id = f.count("id") ? f.at("id") : "";
+  if (host.bundles.empty())
+    return Error{Errc::permission_denied,
+                 "this gcrd restores no containers for other hosts; its operator starts it with "
+                 "--containers DIR, DIR/NAME being the bundle of each container it accepts"};
+  if (!valid_container_name(name))
+    return Error{Errc::invalid_argument, "'" + name + "' is not a container name"};
+  const fs::path bundle = host.bundles / name;
+  std::error_code ec;
+  if (!fs::is_regular_file(bundle / "config.json", ec))
+    return Error{Errc::not_found, "no bundle for container '" + name + "' here (" +
+                                      bundle.string() +
+                                      "/config.json): this host's operator prepares it, with the "
+                                      "root file system the container expects"};
+  GCR_TRY_ASSIGN(store::CheckpointId cid,
+                 st.resolve(id).context("the container's device memory in this host's store"));
+  GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));
+  const ContainerRuntime rt{binary, tools.criu, tools.plugin_dir, host.socket, f.at("store")};
+  // The reference names this host's checkpoint and store, whatever the source's said.
+  {
+    std::ofstream ref(images / kImagesReferenceName, std::ios::trunc);
+    ref << "format=1\nid=" << cid.hex() << "\nstore=" << f.at("store") << "\n";
+    if (!ref.flush())
+      return Error{Errc::io_error, "writing " + (images / kImagesReferenceName).string()};
+  }
+  progress("restoring container " + name + " with " + rt.binary.filename().string() + " (" +
+           std::to_string(got.bytes >> 10) + " KiB of CRIU images)");
+  auto t_restore = Clock::now();
+  GCR_TRY(restore_container(rt, name, bundle, images, work.path()));
+  const std::string restore_ns = ns_since(t_restore);
+  std::map<std::string, std::string> out;
+  if (auto s = container_state(rt, name)) out["pid"] = std::to_string(s->pid);
+  out["container"] = name;
+  out["id"] = cid.hex();
+  out["images_bytes"] = std::to_string(got.bytes);
+  out["time.receive_ns"] = receive_ns;
+  out["time.restore_ns"] = restore_ns;
+  return out;
+}
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,62 @@
+# Two "hosts" on one machine, for the migration tests (sourced after lib.sh): a network namespace
+# $NS reached over a veth pair ($NET.1 here <-> $NET.2 there; NET defaults to 10.77.0, and each
+# test that may run beside another takes its own), a token in $T/token, and
+# dest_gcrd, a gcrd of the destination in the namespace with its own store and work directory.
+# cut_link/mend_link drop everything between the two, silently; the namespace and the veth go at
+# the end (cleanup_extra).
+command -v ip > /dev/null || skip "ip (iproute2) is missing"
+NET=${NET:-10.77.0}
+NS=gcr-mig-$$
+VA=gm$$a
+VB=gm$$b
+DEST=$NET.2:7070
+remove_link() {
+  ip netns pids "$NS" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
+  ip netns del "$NS" 2> /dev/null || true
+  ip link del "$VA" 2> /dev/null || true
+}
+cut_link() {  # silent, both ways: nothing arrives, nothing is refused
+  iptables -I INPUT -s "$NET.2" -j DROP
+  ip netns exec "$NS" iptables -I INPUT -j DROP
+}
+mend_link() {
+  iptables -D INPUT -s "$NET.2" -j DROP 2> /dev/null || true
+  ip netns exec "$NS" iptables -D INPUT -j DROP 2> /dev/null || true
+}
+cleanup_extra() {
+  mend_link
+  remove_link
+}
+ip netns add "$NS" || skip "cannot make a network namespace"
+ip link add "$VA" type veth peer name "$VB" || skip "cannot make a veth pair"
+ip link set "$VB" netns "$NS"
+ip addr add "$NET.1/24" dev "$VA"
+ip link set "$VA" up
+ip netns exec "$NS" ip addr add "$NET.2/24" dev "$VB"
+ip netns exec "$NS" ip link set "$VB" up
+ip netns exec "$NS" ip link set lo up
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/token"
+chmod 600 "$T/token"
+
+# dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store,
+# with the arguments in DEST_GCRD_ARGS besides; its log is $DEST_LOG.
+DEST_GCRD_ARGS=()
+dest_gcrd() {
+  local name=$1
+  shift
+  ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest" 2> /dev/null || true
+  # Until the old one is gone: while it exits it still holds the port (the next bind would fail).
+  for _ in $(seq 1 250); do
+    pgrep -f "gcrd --socket $T/dest" > /dev/null || break
+    sleep 0.02
+  done
+  mkdir -p "$T/$name"
+  # nsenter --net, not ip netns exec: that one also remounts /sys, and a runtime the destination
+  # gcrd runs (--containers) would find no cgroup file system.
+  nsenter --net="/run/netns/$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
+    SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
+    "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
+    --token-file "$T/token" --store "$T/$name/store" "${DEST_GCRD_ARGS[@]}" > /dev/null 2>&1 < /dev/null ||
+    fail "the destination gcrd did not start"
+  DEST_LOG=$T/dest-$name/gcrd.log
+}
