@@ -14,6 +14,11 @@ and is moved:
   stop-and-copy   `gcr migrate PID --to DEST --rounds 0`: the process stops, its checkpoint goes
                   over whole, the destination restores it (checkpoint, copy the image, restore)
 
+With --container the program runs in a runc container (under `gcr run` inside it) and moves with
+`gcr migrate --container NAME` (the destination gcrd restores it with runc from its own copy of
+the bundle: --containers); stop-and-copy is the same command with --rounds 0 (runc checkpoint,
+the whole checkpoint over, runc restore there).
+
 Downtime: the last step line the source wrote -> the first step line the destination wrote,
 less one step period (the program's step delay plus its compute); total: the command's wall time.
 Goal printed beside the figures: downtime that does not grow with the footprint, and at the
@@ -21,9 +26,9 @@ largest footprint at least 20x below stop-and-copy's. Nothing is asserted; exit 
 migration failed.
 
   bench/migrate_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--link shaped|unshaped]
-                         [--json FILE]
+                         [--container] [--json FILE]
 
-Root, CRIU, iproute2. Results: bench/results/migrate-<time>.json.
+Root, CRIU, iproute2 (and runc for --container). Results: bench/results/migrate-<time>.json.
 """
 
 import argparse
@@ -31,6 +36,7 @@ import datetime
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -134,6 +140,34 @@ def measure_link(target):
     return {"rtt_ms": round(rtt * 1000, 3), "bulk_gbit_s": round(rate, 2)}
 
 
+def make_bundle(d, log, args, repo, work):
+    """An OCI bundle (runc spec) whose process runs ARGS with stdout and stderr appended to LOG; the
+    host's /usr and /etc, the repository and the bench's directory bound in (as the tests' lib.sh)."""
+    os.makedirs(os.path.join(d, "rootfs"))
+    sh("runc", "spec", cwd=d)
+    spec = json.load(open(os.path.join(d, "config.json")))
+    spec["root"] = {"path": "rootfs", "readonly": False}
+    cmd = "exec " + " ".join(shlex.quote(a) for a in args) + " < /dev/null >> " + shlex.quote(log) + " 2>&1"
+    spec["process"].update(terminal=False, args=["/bin/sh", "-c", cmd],
+                           env=["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GCR_QUIET=1",
+                                "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G"])
+    spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
+
+    def bind(src, ro=True):
+        spec["mounts"].append({"destination": src, "type": "bind", "source": src,
+                               "options": ["rbind", "ro" if ro else "rw"]})
+    for top in ("/usr", "/etc"):
+        bind(top)
+    for link in ("/bin", "/sbin", "/lib", "/lib64"):
+        if os.path.islink(link):
+            os.symlink(os.readlink(link), os.path.join(d, "rootfs", link.lstrip("/")))
+        elif os.path.isdir(link):
+            bind(link)
+    bind(repo)
+    bind(work, ro=False)
+    json.dump(spec, open(os.path.join(d, "config.json"), "w"), indent=1)
+
+
 def teardown_link():
     sh("ip", "netns", "del", NS, check=False, capture_output=True)
     sh("ip", "link", "del", VA, check=False, capture_output=True)
@@ -174,6 +208,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="64M and 256M")
     ap.add_argument("--link", choices=("shaped", "unshaped"), default="shaped",
                     help=f"shaped: tbf {RATE} and {DELAY_US} us each way (default); unshaped: the bare veth")
+    ap.add_argument("--container", action="store_true",
+                    help="the program in a runc container, moved with gcr migrate --container")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -198,6 +234,16 @@ def main():
                GCR_GCRD_SOCKET=os.path.join(work, "src", "gcrd.sock"),
                GCR_WORK_DIR=os.path.join(work, "src-work"), GCR_QUIET="1",
                SIMGPU_DEVICES="1", SIMGPU_MEMORY="12G")
+    if a.container and not shutil.which("runc"):
+        print("migrate_bench: --container needs runc (scripts/setup.sh installs it)", file=sys.stderr)
+        return 2
+    repo = os.path.abspath(os.path.join(build, ".."))
+    runc_b = os.path.join(work, "runc-b.sh")  # the destination's runc keeps its state apart
+    with open(runc_b, "w") as f:
+        f.write(f"#!/bin/sh\nexec runc --root {shlex.quote(os.path.join(work, 'runc-b'))} \"$@\"\n")
+    os.chmod(runc_b, 0o755)
+    bundles_b = os.path.join(work, "bundles-b")
+    os.makedirs(bundles_b)
     relay = setup_link(a.link == "shaped", RELAY_BIN)
     to = RELAYED if relay else DEST
     rows, failed = [], False
@@ -210,27 +256,40 @@ def main():
                 os.makedirs(dest_dir)
                 sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work + "/dest", check=False)
                 time.sleep(0.2)
-                sh("ip", "netns", "exec", NS, "env", "LD_LIBRARY_PATH=" + os.path.join(build, "simgpu"),
+                # nsenter --net, not ip netns exec (which remounts /sys: runc would find no cgroups)
+                sh("nsenter", "--net=/run/netns/" + NS, "env", "LD_LIBRARY_PATH=" + os.path.join(build, "simgpu"),
                    "GCR_WORK_DIR=" + os.path.join(dest_dir, "work"), "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G",
                    gcrd, "--socket", os.path.join(work, "dest", "gcrd.sock"), "--detach", "--listen", DEST,
                    "--token-file", token, "--store", os.path.join(dest_dir, "store"),
+                   *(["--containers", bundles_b, "--runtime", runc_b] if a.container else []),
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 log = os.path.join(work, f"run-{fp}-{mode}.log")
                 watch = LogWatch(log)
-                with open(log, "ab") as out:
-                    proc = subprocess.Popen([gcr, "run", "--", mlp, "--steps", "1000000", "--step-delay-ms",
-                                             str(STEP_DELAY_MS), "--footprint", fp],
-                                            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+                program = [mlp, "--steps", "1000000", "--step-delay-ms", str(STEP_DELAY_MS), "--footprint", fp]
+                name = f"mb-{fp}-{mode}".lower()
+                if a.container:
+                    bundle = os.path.join(work, name)
+                    make_bundle(bundle, log, [gcr, "run", "--"] + program, repo, work)
+                    shutil.copytree(bundle, os.path.join(bundles_b, name), symlinks=True)
+                    sh("runc", "run", "-d", "--bundle", bundle, name, env=env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    proc = None
+                else:
+                    with open(log, "ab") as out:
+                        proc = subprocess.Popen([gcr, "run", "--"] + program,
+                                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
                 while len(watch.times) < 30:
                     time.sleep(0.01)
                 period = (watch.times[-1] - watch.times[10]) / (len(watch.times) - 11)
-                args = [gcr, "migrate", str(proc.pid), "--to", to, "--token-file", token, "--json"]
+                args = [gcr, "migrate"] + (["--container", name] if a.container else [str(proc.pid)])
+                args += ["--to", to, "--token-file", token, "--json"]
                 if mode == "stop-and-copy":
                     args += ["--rounds", "0"]
                 t0 = time.monotonic()
                 r = subprocess.run(args, env=env, capture_output=True, text=True)
                 total = time.monotonic() - t0
-                proc.wait()
+                if proc:
+                    proc.wait()
                 if r.returncode != 0:
                     print(f"{mode} {fp}: gcr migrate failed: {r.stderr.strip()}", file=sys.stderr)
                     failed = True
@@ -247,14 +306,23 @@ def main():
                 downtime = max(gap - period, 0.0)
                 watch.stop = True
                 sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "mlp_train --steps 1000000", check=False)
-                row = {"mode": mode, "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
+                if a.container:
+                    for rt in (["runc"], [runc_b]):
+                        sh(*rt, "delete", "-f", name, check=False, capture_output=True)
+                row = {"mode": mode + (" container" if a.container else ""), "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
                        "total_ms": round(total * 1000, 1), "step_period_ms": round(period * 1000, 1),
                        "rounds": report.get("rounds"), "sent_while_stopped": report.get("last_sent_bytes"),
                        "reported_downtime_ms": round(report.get("downtime_ns", 0) / 1e6, 1)}
                 rows.append(row)
-                print(f"{mode:14s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
+                print(f"{row['mode']:24s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
                       f"rounds {row['rounds']}  sent while stopped {row['sent_while_stopped'] or 0:>11} B", flush=True)
     finally:
+        if a.container:
+            for rt in (["runc"], [runc_b]):
+                listed = sh(*rt, "list", "-q", check=False, capture_output=True, text=True).stdout.split()
+                for c in listed:
+                    if c.startswith("mb-"):
+                        sh(*rt, "delete", "-f", c, check=False, capture_output=True)
         sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work, check=False, capture_output=True)
         sh("pkill", "-f", "gcrd --socket " + work, check=False)
         if relay:
@@ -262,15 +330,16 @@ def main():
         teardown_link()
     print("\nstop-and-copy / gcr migrate downtime (goal: >= 20x at the largest footprint, flat in the footprint)")
     for fp in fps:
-        g = next((r for r in rows if r["footprint"] == fp and r["mode"] == "gcr"), None)
-        s = next((r for r in rows if r["footprint"] == fp and r["mode"] == "stop-and-copy"), None)
+        g = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith("gcr")), None)
+        s = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith("stop-and-copy")), None)
         if g and s and g["downtime_ms"] > 0:
             print(f"  {fp:5s} {s['downtime_ms'] / g['downtime_ms']:.1f}x  ({s['downtime_ms']:.0f} vs {g['downtime_ms']:.0f} ms)")
     result = {"bench": "migrate", "when": datetime.datetime.utcnow().isoformat() + "Z", "cpus": os.cpu_count(),
               "link": dict(link, kind=(f"veth, tc tbf {RATE} both ends, delay_relay {DELAY_US} us each way"
                                        if relay else "veth, unshaped")),
-              "step_delay_ms": STEP_DELAY_MS, "rows": rows}
-    path = a.json or os.path.join(HERE, "results", "migrate-" + datetime.datetime.utcnow().strftime("%Y-%m-%dT%H%M%S") + ".json")
+              "step_delay_ms": STEP_DELAY_MS, "container": a.container, "rows": rows}
+    kind = "migrate-container-" if a.container else "migrate-"
+    path = a.json or os.path.join(HERE, "results", kind + datetime.datetime.utcnow().strftime("%Y-%m-%dT%H%M%S") + ".json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

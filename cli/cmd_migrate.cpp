@@ -415,7 +415,11 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
   }
   // From here the container exists only as its images: any failure restores it (here or there).
   auto restore_here = [&](Error e) -> Error {
-    auto back = gcrd::restore_container(rt, o.container, state.bundle, images, work);
+    // The plugin of that restore reaches gcrd and starts none: a gcrd that died since the stop
+    // is started again first (its store holds the checkpoint).
+    auto started = gcrd_connection();
+    auto back = started ? gcrd::restore_container(rt, o.container, state.bundle, images, work)
+                        : Status(std::move(started).error());
     e.message += back ? "; container " + o.container + " restored here and runs on"
                       : "; restoring it here failed too (" + back.error().message +
                             "): its images are in " + images.string();

@@ -12,6 +12,9 @@
 #   d. the destination gcrd killed while it holds the restore request: gone, so the container is
 #      restored here
 #   e. the link cut during the pre-copy: the container never stopped and runs on here
+#   g. the source gcrd killed after the stop, and the destination refuses (no bundle): the
+#      container is restored here, with a gcrd started again
+#   h. over a shaped link (tc tbf 10 Gbit/s, tests/link/delay_relay 0.5 ms each way): as a
 #   f. a container whose CUDA process is not under gcr: refused before anything stops
 # In each case exactly one copy ends the run, with the checksum of an uninterrupted one.
 #
@@ -20,7 +23,7 @@ set -euo pipefail
 TEST_NAME=migrate-container-test
 source "$(dirname "$0")/lib.sh"
 command -v runc > /dev/null || skip "runc is missing (scripts/setup.sh installs it)"
-NET=10.78.0  # not migrate.two_hosts's
+NET=10.79.0  # neither migrate.two_hosts's nor bench/migrate_bench.py's
 source "$(dirname "$0")/two_hosts.sh"
 
 FOOTPRINT_MIB=64
@@ -126,7 +129,7 @@ refused_and_back cd d
 echo "ok: $(tail -n 1 "$T/d.err" | cut -c1-150)"
 
 export GCR_NET_TIMEOUT_MS=2000
-if ! { iptables -I INPUT -s 10.78.0.9 -j DROP && iptables -D INPUT -s 10.78.0.9 -j DROP; } 2> /dev/null; then
+if ! { iptables -I INPUT -s 10.79.0.9 -j DROP && iptables -D INPUT -s 10.79.0.9 -j DROP; } 2> /dev/null; then
   echo "SKIP: step e (iptables cannot add a rule here: it cuts the link with one)"
 else
 step "e. the link cut during the pre-copy"
@@ -145,6 +148,36 @@ ends_once "$T/e.log"
 echo "ok: $(tail -n 1 "$T/e.err" | cut -c1-150)"
 fi
 unset GCR_NET_TIMEOUT_MS
+
+step "g. the source gcrd killed after the stop, then the destination refuses"
+dest_gcrd g GCR_GCRD_PAUSE_AT=request:3
+run_container cg "$T/g.log"
+rm -rf "$T/bundles-b/cg"
+migrate_container cg > /dev/null 2> "$T/g.err" &
+M=$!
+for _ in $(seq 1 1500); do grep -q "paused at request" "$DEST_LOG" 2> /dev/null && break; sleep 0.02; done
+grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore: $(cat "$T/g.err")"
+pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET" || fail "no source gcrd to kill"
+if wait "$M"; then fail "a container without a bundle there was restored"; fi
+refused_and_back cg g
+echo "ok: with a new gcrd here: $(tail -n 1 "$T/g.err" | cut -c1-120)..."
+
+step "h. over a shaped link (10 Gbit/s, 1 ms round trip) at a random moment"
+TBF=(root tbf rate 10gbit burst 4mb latency 20ms)
+tc qdisc add dev "$VA" "${TBF[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${TBF[@]}" ||
+  echo "(no tc tbf here: the rate is the veth's own)"
+"$BUILD/tests/link/delay_relay" "$NET.1:7072" "$DEST" 500 > "$T/relay.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
+grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+dest_gcrd h
+run_container ch "$T/h.log"
+"$GCR" migrate --container ch --to "$NET.1:7072" --token-file "$T/token" --json > "$T/h.json" 2> "$T/h.err" ||
+  fail "gcr migrate --container over the shaped link: $(cat "$T/h.err")"
+runs_there ch || fail "the destination's runc does not run ch"
+ends_once "$T/h.log"
+echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field downtime_ns < "$T/h.json") / 1000000 )) ms over the shaped link; the destination's container ended with $REF"
+runc --root "$B_ROOT" delete -f ch > /dev/null 2>&1 || true
 
 step "f. a CUDA process not under gcr"
 dest_gcrd f

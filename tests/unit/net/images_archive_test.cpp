@@ -1,9 +1,9 @@
 // A runtime's images directory over a connection (images_archive.h): what is sent arrives byte
 // for byte, and what a hostile peer sends never lands outside the receiving directory.
-#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
