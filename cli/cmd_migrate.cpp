@@ -386,8 +386,10 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
   };
   GCR_TRY_ASSIGN(std::filesystem::path runtime, gcrd::find_container_runtime(o.runtime));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
-  const gcrd::ContainerRuntime rt{runtime, tools.criu, tools.plugin_dir,
-                                  gcrd::default_socket_path(), ends->location.directory};
+  GCR_TRY_ASSIGN(std::filesystem::path driver, real_driver_path());  // the driver gcrd uses
+  const gcrd::ContainerRuntime rt{
+      runtime, tools.criu, tools.plugin_dir, gcrd::default_socket_path(), ends->location.directory,
+      driver};
   GCR_TRY_ASSIGN(gcrd::ContainerState state, gcrd::container_state(rt, o.container));
   if (state.status != "running" || state.pid <= 0)
     return Error{Errc::invalid_argument, "container " + o.container + " is " + state.status +
@@ -423,7 +425,7 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
     e.message += back ? "; container " + o.container + " restored here and runs on"
                       : "; restoring it here failed too (" + back.error().message +
                             "): its images are in " + images.string();
-    if (back) std::filesystem::remove_all(work, ec);
+    if (back) std::filesystem::remove_all(images, ec);  // the runtime's logs stay
     return e;
   };
   Round last;

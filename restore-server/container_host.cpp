@@ -1,11 +1,13 @@
 // container_host.h: a container restored for gcr migrate --container's source.
 #include "container_host.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 
 #include "container_runtime.h"
@@ -26,6 +28,17 @@ constexpr std::uint64_t kImagesLimit = 256ull << 30;
 std::string ns_since(Clock::time_point t) {
   return std::to_string(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+// The driver this gcrd runs on, for the plugin in the runtime's CRIU: GCR_REAL_LIBCUDA when gcr
+// started gcrd, else the library that holds the cuInit gcrd resolved.
+std::string own_driver() {
+  if (const char* d = std::getenv("GCR_REAL_LIBCUDA"); d && *d) return d;
+  Dl_info info{};
+  void* sym = ::dlsym(RTLD_DEFAULT, "cuInit");
+  if (sym && ::dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/')
+    return info.dli_fname;
+  return "";
 }
 
 }  // namespace
@@ -64,7 +77,8 @@ Result<std::map<std::string, std::string>> restore_container_here(
   GCR_TRY_ASSIGN(store::CheckpointId cid,
                  st.resolve(id).context("the container's device memory in this host's store"));
   GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));
-  const ContainerRuntime rt{binary, tools.criu, tools.plugin_dir, host.socket, f.at("store")};
+  const ContainerRuntime rt{binary,      tools.criu,    tools.plugin_dir,
+                            host.socket, f.at("store"), own_driver()};
   // The reference names this host's checkpoint and store, whatever the source's said.
   {
     std::ofstream ref(images / kImagesReferenceName, std::ios::trunc);

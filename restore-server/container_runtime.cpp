@@ -38,6 +38,7 @@ std::map<std::string, std::string> plugin_env(const ContainerRuntime& rt) {
   if (!rt.plugin_dir.empty()) env["CRIU_LIBS_DIR"] = rt.plugin_dir.string();
   if (!rt.gcrd_socket.empty()) env["GCR_GCRD_SOCKET"] = rt.gcrd_socket.string();
   if (!rt.store.empty()) env["GCR_STORE"] = rt.store.string();
+  if (!rt.driver.empty()) env["GCR_REAL_LIBCUDA"] = rt.driver.string();
   env["GCR_CRIU_IMAGES"] = "reference";  // the device memory travels by gcr's own push
   return env;
 }

@@ -20,6 +20,8 @@ struct ContainerRuntime {
   std::filesystem::path plugin_dir;   // CRIU_LIBS_DIR for the runtime's CRIU
   std::filesystem::path gcrd_socket;  // GCR_GCRD_SOCKET for the plugin
   std::filesystem::path store;        // GCR_STORE for the plugin (empty: gcrd's default)
+  std::filesystem::path driver;       // GCR_REAL_LIBCUDA for the plugin: gcrd's driver (empty: its
+                                      // own search)
 };
 
 // NAME, a path, or empty ("runc") -> the runtime's executable, looked up in PATH.

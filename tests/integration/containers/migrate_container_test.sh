@@ -32,6 +32,9 @@ LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
 export GCR_CRIU=$CRIU  # the source's runc gets gcr's CRIU, as the destination gcrd's does
+# What lib.sh hands runc for the runc tests, gcr migrate --container must hand it itself: the
+# plugin's directory and the driver gcrd uses.
+unset CRIU_LIBS_DIR GCR_REAL_LIBCUDA
 
 # The destination's runc: its own state directory, as on another host.
 B_ROOT=$T/runc-b
