@@ -312,7 +312,11 @@ def main():
                 row = {"mode": mode + (" container" if a.container else ""), "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
                        "total_ms": round(total * 1000, 1), "step_period_ms": round(period * 1000, 1),
                        "rounds": report.get("rounds"), "sent_while_stopped": report.get("last_sent_bytes"),
-                       "reported_downtime_ms": round(report.get("downtime_ns", 0) / 1e6, 1)}
+                       "reported_downtime_ms": round(report.get("downtime_ns", 0) / 1e6, 1),
+                       # where the stop went, as gcr migrate --json splits it (ns)
+                       "stop": {k: v for k, v in report.items()
+                                if k.endswith("_ns") and k not in ("downtime_ns", "total_ns")},
+                       "destination_restore": report.get("destination_restore", {})}
                 rows.append(row)
                 print(f"{row['mode']:24s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
                       f"rounds {row['rounds']}  sent while stopped {row['sent_while_stopped'] or 0:>11} B", flush=True)
