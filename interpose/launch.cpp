@@ -201,9 +201,12 @@ void mark_launch(CUfunction f, void** params, void** extra) {
     mark_all_written();
     return;
   }
-  // Note [Device writes to pinned host memory]: it writes through pointers in device memory.
-  if (fi->comm_name) [[unlikely]]
+  // Note [Device writes to pinned host memory]: it writes through pointers in device memory,
+  // and so may write every shared region (Note [Shared memory written job-wide] in regions.h).
+  if (fi->comm_name) [[unlikely]] {
     host_written_anywhere();
+    mark_shared_written();
+  }
   // What a kernel only reads counts for the first-touch order, and during an on-demand restore
   // must have arrived too.
   for_param_words(fi, params, extra, [](std::uint64_t word, bool read_only) {

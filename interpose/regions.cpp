@@ -261,8 +261,23 @@ std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::u
   return allocations;
 }
 
+std::atomic<std::uint32_t> g_shared_ids[kMaxSharedIds];
+std::atomic<std::uint32_t> g_shared_id_count{0};
+
 void mark_region_shared(std::uint32_t id) {
   g_regions[id].shared.store(true, std::memory_order_relaxed);
+  // Every id ever shared, once (ids are recycled): a few per allocation a job shares.
+  const std::uint32_t n = g_shared_id_count.load(std::memory_order_relaxed);
+  bool listed = false;
+  for (std::uint32_t i = 0; i < n && !listed; ++i)
+    listed = g_shared_ids[i].load(std::memory_order_relaxed) == id;
+  if (!listed && n < kMaxSharedIds) {
+    g_shared_ids[n].store(id, std::memory_order_relaxed);
+    g_shared_id_count.store(n + 1, std::memory_order_release);
+  } else if (!listed) {
+    g_all_dirty.store(true,
+                      std::memory_order_relaxed);  // too many to list: every launch writes all
+  }
   g_comm_possible.store(true, std::memory_order_relaxed);
 }
 
@@ -279,6 +294,21 @@ std::vector<std::uint32_t> live_region_ids() {
   for (std::uint32_t id = 1; id < g_next_id; ++id)
     if (g_regions[id].kind != RegionKind::free) ids.push_back(id);
   return ids;
+}
+
+void mark_shared_written() {
+  const bool cow = g_cow_active.load(std::memory_order_relaxed);
+  const std::uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  const std::uint32_t n = g_shared_id_count.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t id = g_shared_ids[i].load(std::memory_order_relaxed);
+    Region& r = g_regions[id];
+    if (!r.shared.load(std::memory_order_relaxed)) continue;
+    if (cow) [[unlikely]]
+      cow_before_write(id);
+    if (r.dirty_epoch.load(std::memory_order_relaxed) != epoch)
+      r.dirty_epoch.store(epoch, std::memory_order_relaxed);
+  }
 }
 
 bool region_dirty(const Region& r, std::uint64_t since_epoch) {

@@ -182,6 +182,15 @@ bool in_arena(std::uint64_t addr);
 std::vector<std::uint32_t> live_region_ids();  // with g_region_mu held
 // Marks a region as shared with other processes (with g_region_mu held).
 void mark_region_shared(std::uint32_t id);
+// Note [Shared memory written job-wide]
+// A checkpoint of a job stores a shared allocation again only when some process may have written
+// it since the last one: each view's dirty epoch, ORed over the job by gcrd. A communication
+// kernel (Note [A consistent cut] in cut.h; NCCL's) writes through pointers stored in device
+// memory, which its parameters do not show: it counts as writing every shared region. The ids
+// ever shared are listed (kMaxSharedIds; past that every region counts as written), so the cost
+// is one pass over them, paid by communication launches only.
+inline constexpr std::uint32_t kMaxSharedIds = 4096;
+void mark_shared_written();
 // The region holding addr, or 0 (with g_region_mu held; any address, in the arena or not).
 std::uint32_t region_id_at(std::uint64_t addr);
 bool region_dirty(const Region& r, std::uint64_t since_epoch);

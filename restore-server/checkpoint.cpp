@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "device.h"
@@ -581,6 +582,36 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   for (std::size_t i = 0; i < members.size(); ++i)
     for (std::size_t j = 0; j < parked[i].size(); ++j)
       parked_at[{i, parked[i][j].region.address}] = j;
+  // Note [Shared memory written job-wide] (interpose/regions.h): a shared allocation no view
+  // wrote since the parent comes from the parent, under the view it was stored as there; the
+  // rest are stored whole. The stored views (member, address) whose allocation must be stored:
+  std::set<std::pair<std::size_t, std::uint64_t>> shared_to_write;
+  {
+    std::set<std::tuple<std::string, std::uint64_t, std::uint32_t, std::uint64_t>> in_parent;
+    if (parent)
+      if (auto pr = store.open_checkpoint(*parent))
+        for (const auto& o : (*pr)->manifest().objects)
+          if (o.kind == store::ObjectKind::device_region)
+            in_parent.insert({o.name, o.address, o.device, o.size});
+    for (const SharedAllocation& a : shared) {
+      bool written = false;
+      for (const View& v : a.views)
+        if (auto at = parked_at.find({v.member, v.address}); at != parked_at.end())
+          written |= (parked[v.member][at->second].region.flags & control::kRegionDirty) != 0;
+        else
+          written = true;
+      const View& stored = a.views[0];
+      auto at = parked_at.find({stored.member, stored.address});
+      if (!written && at != parked_at.end()) {
+        const auto& r = parked[stored.member][at->second].region;
+        written = !in_parent.contains({members[stored.member].owner, r.address, r.device, r.size});
+      }
+      if (written) shared_to_write.insert({stored.member, stored.address});
+    }
+  }
+  auto shared_written = [&](std::size_t m, std::uint64_t address) {
+    return shared_to_write.contains({m, address});
+  };
   std::vector<std::vector<std::optional<MappedAllocation>>> held(members.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
     held[i].resize(parked[i].size());
@@ -605,7 +636,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       held[i][j].emplace(std::move(m).value());
       ++rep.regions;
       rep.region_bytes += p.region.size;
-      if ((p.region.flags & control::kRegionDirty) || !parent || is_shared(i, p.region.address))
+      if (is_shared(i, p.region.address) ? shared_written(i, p.region.address)
+                                         : (p.region.flags & control::kRegionDirty) || !parent)
         rep.dirty_bytes += p.region.size;
     }
   }
@@ -681,8 +713,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   pause_point("dumped");
   if (req.leave_running)
     for (const Member& m : members) GCR_TRY(check_resumed(m.pid, rep, progress));
-  // The regions this checkpoint stores; the rest come from the parent. Shared allocations are
-  // stored whole (what every view wrote is not tracked job-wide yet) and before any member runs.
+  // The regions this checkpoint stores; the rest come from the parent. A shared allocation some
+  // view wrote is stored whole, and before any member runs (or from a device copy: below).
   std::vector<std::vector<DrainRegion>> to_store(members.size());
   std::vector<DrainRegion> shared_to_store;
   std::string views_meta;
@@ -698,9 +730,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       const auto& r = parked[i][j].region;
       if (!held[i][j]) continue;  // a view stored elsewhere
       DrainRegion d{r, &*held[i][j], members[i].owner};
-      if (is_shared(i, r.address))
+      if (is_shared(i, r.address) && shared_written(i, r.address))
         shared_to_store.push_back(std::move(d));
-      else if ((r.flags & control::kRegionDirty) || !parent)
+      else if (!is_shared(i, r.address) && ((r.flags & control::kRegionDirty) || !parent))
         to_store[i].push_back(std::move(d));
       else {
         writer->set_region_owner(members[i].owner);

@@ -110,7 +110,7 @@ checkpoint_json "$T/a2.json" "$P" --name mp-a2 -R
 echo "checkpoint 2: $(json_field dirty_bytes < "$T/a2.json") of $(json_field region_bytes < "$T/a2.json") device bytes changed," \
      "$(json_field stat.new_bytes < "$T/a2.json") new bytes, $(json_field stat.dup_parent_bytes < "$T/a2.json") taken from checkpoint 1"
 # Incremental: what did not change since the first comes from it (its chunks are not stored again;
-# shared memory is stored whole each time, and every rank writes its slab every step).
+# every rank writes its slab and its mailboxes every step, so here all of it is read again).
 [[ $(json_field stat.dup_parent_bytes < "$T/a2.json") -gt 0 ]] ||
   fail "the second checkpoint took nothing from the first: $(cat "$T/a2.json")"
 wait "$P" || fail "the job failed after its checkpoints: $(tail -5 "$T/a.log")"

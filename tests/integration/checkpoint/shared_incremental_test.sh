@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Shared device memory in incremental checkpoints (Note [Shared memory written job-wide] in
+# interpose/regions.h). shared_table runs as two processes (a parent and the child it forked)
+# sharing one 32 MiB cuMemCreate allocation through an fd, each with 4 MiB of its own rewritten
+# every step; started from a shell as a background job writing a log:
+#   a. nobody writes the table between two live checkpoints: the second does not read or store
+#      it (its dirty bytes are the private buffers), and restored, the pair ends bit-identical
+#      (the table from the first checkpoint's chunks)
+#   b. the child writes the table through its own mapping between them: the second stores it
+#      again, and restored, ends bit-identical to an uninterrupted run with that write
+#
+#   shared_incremental_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=shared-incremental
+source "$(dirname "$0")/lib.sh"
+TABLE_MIB=32
+ST=("$BUILD/tests/workloads/shared_table" --steps 150 --step-delay-ms 15 --table-bytes ${TABLE_MIB}M
+    --private-bytes 4M)
+checksums() { grep '^checksum' "$1" | sort | tr '\n' ' '; }  # LOG: both processes' lines
+checksums_after() { tail -c +$(($2 + 1)) "$1" | grep '^checksum' | sort | tr '\n' ' '; }
+
+# run CASE WRITE_AT FIRST SECOND: two live checkpoints at steps FIRST and SECOND; sets J1, J2.
+run() {
+  local c=$1 write_at=$2 first=$3 second=$4
+  LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$write_at" > "$T/$c-ref.log" 2>&1
+  REF=$(checksums "$T/$c-ref.log")
+  [[ $(grep -c '^checksum' "$T/$c-ref.log") == 2 ]] || fail "the reference printed no two checksums: $(tail -3 "$T/$c-ref.log")"
+  "$GCR" run -- "${ST[@]}" --write-at "$write_at" >> "$T/$c.log" 2>&1 &
+  P=$!
+  pids+=("$P")
+  wait_steps "$T/$c.log" "$first"
+  "$GCR" checkpoint "$P" -R --name "$c-1" --json > "$T/$c-1.json" || fail "live checkpoint $c-1"
+  [[ $(json_field processes < "$T/$c-1.json") == 2 ]] || fail "$c-1 took $(json_field processes < "$T/$c-1.json") processes, expected 2"
+  (( $(json_field shared_regions < "$T/$c-1.json") >= 1 )) || fail "$c-1 found no shared memory"
+  wait_steps "$T/$c.log" "$second"
+  "$GCR" checkpoint "$P" -R --name "$c-2" --json > "$T/$c-2.json" || fail "live checkpoint $c-2"
+  wait_exit "$P" "$T/$c.log"
+  [[ $(checksums "$T/$c.log") == "$REF" ]] || fail "the run with two checkpoints ended with $(checksums "$T/$c.log"), expected $REF"
+  DIRTY2=$(json_field dirty_bytes < "$T/$c-2.json")
+  echo "second checkpoint read $((DIRTY2 >> 20)) MiB of $(( $(json_field region_bytes < "$T/$c-2.json") >> 20 )) MiB," \
+       "stall $(( $(json_field time.stall_ns < "$T/$c-2.json") / 1000000 )) ms"
+}
+# restored NAME LOG: the restored pair runs to the end with the reference checksums.
+restored() {
+  local len
+  len=$(stat -c %s "$2")
+  "$GCR" restore "$1" --json > "$T/r.json" || fail "restore $1"
+  local r
+  r=$(json_field pid < "$T/r.json")
+  for _ in $(seq 1 3000); do kill -0 "$r" 2> /dev/null || break; sleep 0.02; done
+  [[ $(checksums_after "$2" "$len") == "$REF" ]] ||
+    fail "restore $1 ended with '$(checksums_after "$2" "$len")', expected $REF"
+  echo "ok: restore $1 ends with $REF"
+}
+
+echo "== a. the table unchanged between two live checkpoints"
+run a 0 $((RANDOM % 20 + 10)) 60
+(( DIRTY2 < TABLE_MIB << 20 )) || fail "the second checkpoint read the unchanged table again ($DIRTY2 dirty bytes)"
+restored a-2 "$T/a.log"
+
+echo "== b. the child writes the table between them"
+run b 60 $((RANDOM % 20 + 10)) 80
+(( DIRTY2 >= TABLE_MIB << 20 )) || fail "the second checkpoint missed the child's write to the table ($DIRTY2 dirty bytes)"
+restored b-2 "$T/b.log"
+restored b-1 "$T/b.log"
