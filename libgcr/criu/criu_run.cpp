@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "gcr/criu.h"
+#include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
 #include "gcr/unique_fd.h"
 
@@ -196,11 +197,31 @@ struct SpawnExtras {
   bool new_session = false;
 };
 
+// Note [CRIU's kernel probe cached]
+// Every CRIU start probes the kernel (kerndat: 40-60 ms on these VMs, the bulk of a restore's
+// CRIU start) unless it finds its cache, which it keeps only when /run is a tmpfs, so that a
+// reboot drops it; where /run is on disk it never does. gcr's CRIU takes CRIU_KDAT_CACHE_DIR
+// (scripts/criu-patches/0010-kdat-cache-dir.patch): a directory private to this user on /dev/shm
+// (a tmpfs: gone at reboot, like the kernel it describes). Private because the cache steers what
+// CRIU does (Note [Private directories]). Where it cannot be had, CRIU probes each time. Every
+// program started here is CRIU or runs it (a container runtime), so each gets the variable.
+const std::string& kdat_cache_dir() {
+  static const std::string dir = [] {
+    fs::path p = "/dev/shm/gcr-criu-" + std::to_string(geteuid());
+    return io::open_private_dir(p, true) ? p.string() : std::string();
+  }();
+  return dir;
+}
+
 // Starts argv (argv[0] a path) with extra environment, stdin /dev/null, stdout and stderr appended
 // to `log` when not empty; returns its pid.
 Result<pid_t> spawn(const std::vector<std::string>& argv,
-                    const std::map<std::string, std::string>& env, const fs::path& log,
+                    const std::map<std::string, std::string>& caller_env, const fs::path& log,
                     const SpawnExtras& extras = {}) {
+  std::map<std::string, std::string> env = caller_env;
+  if (!env.count("CRIU_KDAT_CACHE_DIR") && !std::getenv("CRIU_KDAT_CACHE_DIR") &&
+      !kdat_cache_dir().empty())
+    env["CRIU_KDAT_CACHE_DIR"] = kdat_cache_dir();
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
