@@ -6,10 +6,12 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <linux/magic.h>
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -149,6 +151,21 @@ std::vector<Check> criu_checks() {
     }
     out.push_back(k);
   }
+  // Note [CRIU's kernel probe cached] (libgcr/criu/criu_run.cpp)
+  Check kdat{"CRIU kernel probe", State::ok, "", "", false};
+  struct statfs run_fs {};
+  if (!criu::kdat_cache_dir().empty()) {
+    kdat.detail = "cached in " + criu::kdat_cache_dir() + " (every CRIU start skips it)";
+  } else if (::statfs("/run", &run_fs) == 0 && run_fs.f_type == TMPFS_MAGIC) {
+    kdat.detail = "cached by CRIU in /run (a tmpfs)";
+  } else {
+    kdat.state = State::warn;
+    kdat.detail = "not cached: every CRIU start probes the kernel again (40-60 ms on each restore)";
+    kdat.fix = "/dev/shm/gcr-criu-" + std::to_string(geteuid()) +
+               " must be a directory only this user can write on a mounted /dev/shm (a tmpfs); "
+               "remove one another user made";
+  }
+  out.push_back(kdat);
   Check perm{"permissions", State::ok, "", "", true};
   if (geteuid() == 0) {
     perm.detail = "root: gcrd runs CRIU with every capability";

@@ -188,15 +188,6 @@ Result<Tools> find_tools(const fs::path& self_dir) {
   return t;
 }
 
-namespace {
-
-// What a restore hands CRIU beyond its arguments: files to inherit, placed at fds 3, 4, ... in
-// order, and a session of its own (the restored tasks of a --shell-job restore join CRIU's).
-struct SpawnExtras {
-  std::vector<int> fds;
-  bool new_session = false;
-};
-
 // Note [CRIU's kernel probe cached]
 // Every CRIU start probes the kernel (kerndat: 40-60 ms on these VMs, the bulk of a restore's
 // CRIU start) unless it finds its cache, which it keeps only when /run is a tmpfs, so that a
@@ -212,6 +203,15 @@ const std::string& kdat_cache_dir() {
   }();
   return dir;
 }
+
+namespace {
+
+// What a restore hands CRIU beyond its arguments: files to inherit, placed at fds 3, 4, ... in
+// order, and a session of its own (the restored tasks of a --shell-job restore join CRIU's).
+struct SpawnExtras {
+  std::vector<int> fds;
+  bool new_session = false;
+};
 
 // Starts argv (argv[0] a path) with extra environment, stdin /dev/null, stdout and stderr appended
 // to `log` when not empty; returns its pid.

@@ -196,6 +196,10 @@ Status check_unprivileged_criu(const std::filesystem::path& criu);
 // (the action script writes it). 0 while there is none.
 pid_t find_restored_in_namespace(pid_t unshare_pid, const std::filesystem::path& ready_file);
 
+// Where the CRIU gcr starts keeps its kernel probe (Note [CRIU's kernel probe cached] in
+// criu_run.cpp): a private directory on /dev/shm, made on first use; empty when it cannot be had.
+const std::string& kdat_cache_dir();
+
 // Runs a command (argv[0] a path) with extra environment, waits, and returns its exit status;
 // stdout/stderr go to `log` (appended) when not empty.
 Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,

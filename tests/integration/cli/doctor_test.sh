@@ -2,8 +2,9 @@
 # gcr doctor on this machine, and with parts hidden: every check is reported with a state, the
 # exit code says whether gcr can work here (0) or not (8), and each missing part comes with its
 # fix. Hidden: CRIU (GCR_CRIU pointing nowhere), the rights to load BPF (capsh dropping CAP_BPF,
-# CAP_PERFMON and CAP_SYS_ADMIN), a store nobody may write, and an NVIDIA-less driver without the
-# checkpoint API (GCR_REAL_LIBCUDA pointing at a library without it).
+# CAP_PERFMON and CAP_SYS_ADMIN), a store nobody may write, an NVIDIA-less driver without the
+# checkpoint API (GCR_REAL_LIBCUDA pointing at a library without it), and CRIU's kernel probe
+# cache directory taken by another user.
 #
 #   doctor_test.sh GCR      (some cases need root; they are skipped otherwise)
 set -euo pipefail
@@ -31,7 +32,7 @@ if [[ $missing == 0 ]]; then
 else
   [[ $rc == 8 && $ready == False ]] || fail "$missing required parts missing, yet exit $rc, ready $ready"
 fi
-for name in kernel CRIU unshare "GPU driver" "image store" gcrd io_uring userfaultfd "write protection" soft-dirty "eBPF tracing"; do
+for name in kernel CRIU "CRIU kernel probe" unshare "GPU driver" "image store" gcrd io_uring userfaultfd "write protection" soft-dirty "eBPF tracing"; do
   [[ $(check "$T/all.json" "$name") != absent ]] || fail "no '$name' check"
 done
 "$GCR" doctor > "$T/all.txt" || true
@@ -82,4 +83,21 @@ setpriv --reuid=65534 --regid=65534 --clear-groups env GCR_STORE="$T/locked/stor
 IFS='|' read -r state required fix <<< "$(check "$T/locked.json" "image store")"
 [[ $rc == 8 && $state == missing && $fix == *"--store"* ]] || fail "an unwritable store: exit $rc, '$state|$fix'"
 echo "ok: exit 8, fix: $fix"
+
+echo "== CRIU's kernel probe cache directory made first by another user (root), as uid 65534"
+KDAT=/dev/shm/gcr-criu-65534
+if [[ -d /dev/shm ]]; then
+  saved=""
+  if [[ -e $KDAT ]]; then saved=$T/kdat-saved; mv "$KDAT" "$saved"; fi
+  mkdir "$KDAT"
+  setpriv --reuid=65534 --regid=65534 --clear-groups env GCR_STORE="$T/locked/store" HOME=/nonexistent \
+    "$GCR" doctor --json > "$T/kdat.json" 2> /dev/null || true
+  rmdir "$KDAT"
+  if [[ -n $saved ]]; then mv "$saved" "$KDAT"; fi
+  IFS='|' read -r state required fix <<< "$(check "$T/kdat.json" "CRIU kernel probe")"
+  [[ $state == warn && $required == False && $fix == *"another user"* ]] || fail "a kernel probe cache of another user's: '$state|$required|$fix'"
+  echo "ok: warn, fix: $fix"
+else
+  echo "note: no /dev/shm: not tested"
+fi
 echo "PASS"
