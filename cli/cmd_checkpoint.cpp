@@ -98,17 +98,6 @@ void add_transfer_fields(std::map<std::string, std::string>& f, const std::strin
   f[prefix + "elapsed_ns"] = std::to_string(r.elapsed_ns);
 }
 
-// A progress line from gcrd: a `bytes` one moves the bar (true); before any other, which the
-// caller prints, the bar is cleared.
-bool draw_bytes_progress(ProgressLine& bar, const std::string& line) {
-  if (auto p = gcrd::parse_bytes_progress(line)) {
-    bar.update(p->done, p->total);
-    return true;
-  }
-  bar.clear();
-  return false;
-}
-
 // A checkpoint into a bucket: gcrd committed it in the bucket's cache store; upload it (its new
 // chunks, then its manifest). A failed upload leaves it committed locally, and says how to retry.
 void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend& remote,
@@ -531,6 +520,15 @@ Status daemon(const DaemonOptions& o, Context& ctx) {
 }
 
 }  // namespace
+
+bool draw_bytes_progress(ProgressLine& bar, const std::string& line) {
+  if (auto p = gcrd::parse_bytes_progress(line)) {
+    bar.update(p->done, p->total);
+    return true;
+  }
+  bar.clear();
+  return false;
+}
 
 Result<UniqueFd> gcrd_connection() {
   GCR_TRY_ASSIGN(auto driver, real_driver_path());

@@ -139,16 +139,42 @@ Status send_word(int fd, const char* word) {
   return ok();
 }
 
+// Both ends of a migration's data: the local store its rounds checkpoint into, the destination's
+// store they are pushed to.
+struct Endpoints {
+  std::string token;
+  store::StoreLocation location;
+  std::unique_ptr<store::Backend> dest, local;
+  // What the destination holds, as the rounds left it: the stop's push reads no index there.
+  std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
+  bool bars = false;  // progress lines on a terminal
+
+  Status push(Round& r, const std::string& label) {
+    auto t = Clock::now();
+    GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
+    store::TransferOptions topt;
+    topt.known_in_destination = &at_destination;
+    ProgressLine bar(bars, label);
+    topt.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
+    auto rep = store::copy_checkpoint(*local, *dest, id, topt);
+    bar.clear();
+    if (!rep) return std::move(rep).error();
+    r.sent = rep->copied_bytes;
+    r.push_ns = since(t);
+    return ok();
+  }
+};
+
 using Say = std::function<void(const std::string&)>;
-using Push = std::function<Status(Round&)>;
 
 // Pre-copy (Note [Migration]): live checkpoints of `pid`, each pushed to the destination and
 // staged there, until a round finds at most --converge changed or --rounds are done.
 // `device_only`: rounds of a container's processes, whose CRIU is the runtime's (Note [Container
 // migration]): gcrd stores their device memory and runs no CRIU.
 Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool device_only,
-                                    const std::string& token, const store::StoreLocation& location,
-                                    const Push& push, const Say& say, MigrateTrace& mt) {
+                                    Endpoints& ends, const Say& say, MigrateTrace& mt) {
+  const std::string& token = ends.token;
+  const store::StoreLocation& location = ends.location;
   GCR_TRY_ASSIGN(std::uint64_t converge, parse_size(o.converge));
   std::vector<Round> rounds;
   const std::string whose =
@@ -159,7 +185,11 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
                                               {"leave_running", "1"},
                                               {"store", location.directory.string()}};
     if (device_only) fields["device_only"] = "1";
-    auto f = gcrd::call(conn.get(), "checkpoint", fields, nullptr);
+    const std::string round = "round " + std::to_string(i + 1);
+    ProgressLine storing(ends.bars, round + ": storing");
+    auto f = gcrd::call(conn.get(), "checkpoint", fields,
+                        [&](const std::string& line) { (void)draw_bytes_progress(storing, line); });
+    storing.clear();
     if (!f) return std::move(f).context("pre-copy round " + std::to_string(i + 1)).error();
     if (f->count("kind") && f->at("kind") != "gcr")
       return Error{Errc::unsupported,
@@ -172,8 +202,9 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
     r.id = f->at("id");
     r.dirty = field_u64(*f, "dirty_bytes");
     r.stall_ns = field_u64(*f, "time.stall_ns");
-    GCR_TRY(push(r).context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to +
-                            " (" + whose + " runs on)"));
+    GCR_TRY(ends.push(r, round + ": sending")
+                .context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to + " (" +
+                         whose + " runs on)"));
     // Note [Staged restore]: the destination loads it onto its GPU while the process runs here.
     auto t_stage = Clock::now();
     auto staged = gcrd::net_stage(o.to, token, r.id);
@@ -191,33 +222,13 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
   return rounds;
 }
 
-// Both ends of a migration's data: the local store its rounds checkpoint into, the destination's
-// store they are pushed to.
-struct Endpoints {
-  std::string token;
-  store::StoreLocation location;
-  std::unique_ptr<store::Backend> dest, local;
-  // What the destination holds, as the rounds left it: the stop's push reads no index there.
-  std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
-
-  Status push(Round& r) {
-    auto t = Clock::now();
-    GCR_TRY_ASSIGN(auto id, store::resolve_checkpoint(*local, r.id));
-    store::TransferOptions topt;
-    topt.known_in_destination = &at_destination;
-    GCR_TRY_ASSIGN(store::TransferReport rep, store::copy_checkpoint(*local, *dest, id, topt));
-    r.sent = rep.copied_bytes;
-    r.push_ns = since(t);
-    return ok();
-  }
-};
-
 Result<std::unique_ptr<Endpoints>> open_endpoints(const MigrateOptions& o, Context& ctx) {
   ::signal(SIGPIPE, SIG_IGN);  // a peer gone is an error to handle, never this command's end
   if (o.rounds < 0 || o.rounds > 100)
     return Error{Errc::invalid_argument, "--rounds takes 0 .. 100"};
   if (auto converge = parse_size(o.converge); !converge) return std::move(converge).error();
   auto e = std::make_unique<Endpoints>();
+  e->bars = !o.json && ctx.stderr_tty;
   GCR_TRY_ASSIGN(e->token, gcrd::read_token_file(o.token_file, false));
   GCR_TRY_ASSIGN(e->location, ctx.store_location());
   if (e->location.is_s3())
@@ -237,11 +248,9 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   auto say = [&](const std::string& line) {
     if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
   };
-  auto push = [&](Round& r) { return ends->push(r); };
   const auto t_begin = Clock::now();
   const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
-  GCR_TRY_ASSIGN(std::vector<Round> rounds,
-                 pre_copy(o, o.pid, false, token, location, push, say, mt));
+  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, o.pid, false, *ends, say, mt));
   // The stop: gcrd holds the process stopped once the last checkpoint is committed.
   const auto t_stop = Clock::now();
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
@@ -259,7 +268,7 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
         back ? "; process " + std::to_string(o.pid) + " runs on here" : "; " + back.error().message;
     return e;
   };
-  if (Status s = push(last); !s)
+  if (Status s = ends->push(last, "sending the last changes"); !s)
     return resume(std::move(s).context("sending the last changes").error());
   const std::uint64_t stopped_to_sent = since(t_stop);
   GCR_TRY(send_word(conn.get(), "commit"));
@@ -395,9 +404,7 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
     return Error{Errc::invalid_argument, "container " + o.container + " is " + state.status +
                                              "; gcr migrate moves a running container"};
   const auto t_begin = Clock::now();
-  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(
-                                                o, state.pid, true, ends->token, ends->location,
-                                                [&](Round& r) { return ends->push(r); }, say, mt));
+  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, state.pid, true, *ends, say, mt));
 
   // The stop. The images are the container's memory: a private directory (mkdtemp: 0700).
   std::string tmpl = "/var/tmp/gcr-migrate-" + o.container + ".XXXXXX";
@@ -439,7 +446,7 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
                               "gcr's CRIU plugin stored no device memory for "
                               "container " +
                                   o.container + " (see " + (work / "dump.log").string() + ")"});
-  if (Status s = ends->push(last); !s)
+  if (Status s = ends->push(last, "sending the last changes"); !s)
     return restore_here(std::move(s).context("sending the last changes").error());
   const std::uint64_t stopped_to_sent = since(t_stop);
 
