@@ -45,6 +45,7 @@
 #include "command_trace.h"
 #include "container_runtime.h"
 #include "context.h"
+#include "gcr/control.h"
 #include "gcr/criu.h"
 #include "gcr/process_tree.h"
 #include "gcrd_client.h"
@@ -403,6 +404,19 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
   if (state.status != "running" || state.pid <= 0)
     return Error{Errc::invalid_argument, "container " + o.container + " is " + state.status +
                                              "; gcr migrate moves a running container"};
+  // Before anything stops (a round checks it too, but --rounds 0 has none): some process of the
+  // container runs under gcr.
+  {
+    const auto managed = control::find_managed_processes();
+    bool any = false;
+    for (pid_t p : criu::tree_pids(state.pid))
+      any |= std::find(managed.begin(), managed.end(), p) != managed.end();
+    if (!any)
+      return Error{Errc::unsupported,
+                   "container " + o.container +
+                       " is not running under gcr (none of its processes answers gcr); gcr "
+                       "migrate moves processes started with 'gcr run'"};
+  }
   const auto t_begin = Clock::now();
   GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, state.pid, true, *ends, say, mt));
 

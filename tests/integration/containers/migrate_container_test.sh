@@ -15,7 +15,8 @@
 #   g. the source gcrd killed after the stop, and the destination refuses (no bundle): the
 #      container is restored here, with a gcrd started again
 #   h. over a shaped link (tc tbf 10 Gbit/s, tests/link/delay_relay 0.5 ms each way): as a
-#   f. a container whose CUDA process is not under gcr: refused before anything stops
+#   f. a container whose CUDA process is not under gcr: refused before anything stops (with and
+#      without pre-copy rounds)
 # In each case exactly one copy ends the run, with the checksum of an uninterrupted one.
 #
 #   migrate_container_test.sh BUILD_DIR      (needs root, runc and CRIU; exits 77 to skip)
@@ -187,6 +188,9 @@ dest_gcrd f
 run_container cf "$T/f.log" env "LD_LIBRARY_PATH=$BUILD/simgpu" "${MLP[@]}"
 if migrate_container cf > /dev/null 2> "$T/f.err"; then fail "a container not under gcr was migrated"; fi
 grep -q "not running under gcr" "$T/f.err" || fail "the refusal does not say why: $(cat "$T/f.err")"
+# Without pre-copy rounds too (--rounds 0: the stop at once), before anything stops.
+if migrate_container cf --rounds 0 > /dev/null 2> "$T/f0.err"; then fail "a container not under gcr was migrated with --rounds 0"; fi
+grep -q "not running under gcr" "$T/f0.err" || fail "the --rounds 0 refusal does not say why: $(cat "$T/f0.err")"
 runs_here cf || fail "container cf stopped though it was refused"
 ends_once "$T/f.log"
 echo "ok: refused; it ran on to $REF"
