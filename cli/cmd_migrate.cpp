@@ -168,6 +168,28 @@ struct Endpoints {
 
 using Say = std::function<void(const std::string&)>;
 
+// A line for people on stderr ("gcr migrate: ..."), none with --json.
+Say sayer(const MigrateOptions& o) {
+  return [json = o.json](const std::string& line) {
+    if (!json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
+  };
+}
+
+// --json: the pre-copy rounds, an array "pre_copy".
+void json_rounds(JsonWriter& j, const std::vector<Round>& rounds) {
+  j.key("pre_copy").begin_array();
+  for (const Round& r : rounds)
+    j.begin_object()
+        .field("id", r.id)
+        .field("dirty_bytes", r.dirty)
+        .field("sent_bytes", r.sent)
+        .field("stall_ns", r.stall_ns)
+        .field("push_ns", r.push_ns)
+        .field("stage_ns", r.stage_ns)
+        .end_object();
+  j.end_array();
+}
+
 // Pre-copy (Note [Migration]): live checkpoints of `pid`, each pushed to the destination and
 // staged there, until a round finds at most --converge changed or --rounds are done.
 // `device_only`: rounds of a container's processes, whose CRIU is the runtime's (Note [Container
@@ -246,9 +268,7 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
   const std::string& token = ends->token;
   const store::StoreLocation& location = ends->location;
-  auto say = [&](const std::string& line) {
-    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
-  };
+  const Say say = sayer(o);
   const auto t_begin = Clock::now();
   const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
   GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, o.pid, false, *ends, say, mt));
@@ -343,17 +363,8 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
       if (k.starts_with("time.") || k.starts_with("start."))
         j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
     j.end_object();
-    j.key("pre_copy").begin_array();
-    for (const Round& r : rounds)
-      j.begin_object()
-          .field("id", r.id)
-          .field("dirty_bytes", r.dirty)
-          .field("sent_bytes", r.sent)
-          .field("stall_ns", r.stall_ns)
-          .field("push_ns", r.push_ns)
-          .field("stage_ns", r.stage_ns)
-          .end_object();
-    j.end_array().end_object();
+    json_rounds(j, rounds);
+    j.end_object();
     print(j.take() + "\n");
   } else {
     print("migrated process " + std::to_string(o.pid) + " to " + o.to + " (pid " +
@@ -391,9 +402,7 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
 // stores.
 Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
-  auto say = [&](const std::string& line) {
-    if (!o.json) std::fprintf(stderr, "gcr migrate: %s\n", line.c_str());
-  };
+  const Say say = sayer(o);
   GCR_TRY_ASSIGN(std::filesystem::path runtime, gcrd::find_container_runtime(o.runtime));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
   GCR_TRY_ASSIGN(std::filesystem::path driver, real_driver_path());  // the driver gcrd uses
@@ -449,17 +458,17 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
     if (back) std::filesystem::remove_all(images, ec);  // the runtime's logs stay
     return e;
   };
-  Round last;
-  {
-    std::ifstream ref(images / gcrd::kImagesReferenceName);
-    for (std::string line; std::getline(ref, line);)
-      if (line.rfind("id=", 0) == 0) last.id = line.substr(3);
-  }
-  if (last.id.empty())
+  std::ifstream ref_file(images / gcrd::kImagesReferenceName);
+  if (!ref_file)
     return restore_here(Error{Errc::unsupported,
                               "gcr's CRIU plugin stored no device memory for "
                               "container " +
                                   o.container + " (see " + (work / "dump.log").string() + ")"});
+  auto ref = gcrd::decode_reference(
+      std::string(std::istreambuf_iterator<char>(ref_file), std::istreambuf_iterator<char>()));
+  if (!ref) return restore_here(std::move(ref).error());
+  Round last;
+  last.id = ref->id;
   if (Status s = ends->push(last, "sending the last changes"); !s)
     return restore_here(std::move(s).context("sending the last changes").error());
   const std::uint64_t stopped_to_sent = since(t_stop);
@@ -513,17 +522,8 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
         .field("restore_ns", restore_ns)
         .field("downtime_ns", downtime)
         .field("total_ns", total);
-    j.key("pre_copy").begin_array();
-    for (const Round& r : rounds)
-      j.begin_object()
-          .field("id", r.id)
-          .field("dirty_bytes", r.dirty)
-          .field("sent_bytes", r.sent)
-          .field("stall_ns", r.stall_ns)
-          .field("push_ns", r.push_ns)
-          .field("stage_ns", r.stage_ns)
-          .end_object();
-    j.end_array().end_object();
+    json_rounds(j, rounds);
+    j.end_object();
     print(j.take() + "\n");
   } else {
     print("migrated container " + o.container + " to " + o.to + " (pid " +

@@ -274,9 +274,8 @@ void mark_region_shared(std::uint32_t id) {
   if (!listed && n < kMaxSharedIds) {
     g_shared_ids[n].store(id, std::memory_order_relaxed);
     g_shared_id_count.store(n + 1, std::memory_order_release);
-  } else if (!listed) {
-    g_all_dirty.store(true,
-                      std::memory_order_relaxed);  // too many to list: every launch writes all
+  } else if (!listed) {  // too many to list: every region counts as written
+    g_all_dirty.store(true, std::memory_order_relaxed);
   }
   g_comm_possible.store(true, std::memory_order_relaxed);
 }

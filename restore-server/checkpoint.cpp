@@ -609,8 +609,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       if (written) shared_to_write.insert({stored.member, stored.address});
     }
   }
-  auto shared_written = [&](std::size_t m, std::uint64_t address) {
-    return shared_to_write.contains({m, address});
+  // Whether member m's region r is stored by this checkpoint (else it comes from the parent).
+  auto must_store = [&](std::size_t m, const control::RegionRecord& r) {
+    if (is_shared(m, r.address)) return shared_to_write.contains({m, r.address});
+    return (r.flags & control::kRegionDirty) || !parent;
   };
   std::vector<std::vector<std::optional<MappedAllocation>>> held(members.size());
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -636,9 +638,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       held[i][j].emplace(std::move(m).value());
       ++rep.regions;
       rep.region_bytes += p.region.size;
-      if (is_shared(i, p.region.address) ? shared_written(i, p.region.address)
-                                         : (p.region.flags & control::kRegionDirty) || !parent)
-        rep.dirty_bytes += p.region.size;
+      if (must_store(i, p.region)) rep.dirty_bytes += p.region.size;
     }
   }
   pause_point("parked");
@@ -730,9 +730,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       const auto& r = parked[i][j].region;
       if (!held[i][j]) continue;  // a view stored elsewhere
       DrainRegion d{r, &*held[i][j], members[i].owner};
-      if (is_shared(i, r.address) && shared_written(i, r.address))
+      if (must_store(i, r) && is_shared(i, r.address))
         shared_to_store.push_back(std::move(d));
-      else if (!is_shared(i, r.address) && ((r.flags & control::kRegionDirty) || !parent))
+      else if (must_store(i, r))
         to_store[i].push_back(std::move(d));
       else {
         writer->set_region_owner(members[i].owner);

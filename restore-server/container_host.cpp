@@ -82,7 +82,7 @@ Result<std::map<std::string, std::string>> restore_container_here(
   // The reference names this host's checkpoint and store, whatever the source's said.
   {
     std::ofstream ref(images / kImagesReferenceName, std::ios::trunc);
-    ref << "format=1\nid=" << cid.hex() << "\nstore=" << f.at("store") << "\n";
+    ref << encode_reference({cid.hex(), f.at("store")});
     if (!ref.flush())
       return Error{Errc::io_error, "writing " + (images / kImagesReferenceName).string()};
   }

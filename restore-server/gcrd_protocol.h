@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "gcr/result.h"
+
 namespace gcr::gcrd {
 
 inline constexpr char kProtocol[] = "gcrd/1";
@@ -21,6 +23,17 @@ inline constexpr char kProtocol[] = "gcrd/1";
 // the reference to the checkpoint of the device memory, and, self-contained, the store holding it.
 inline constexpr char kImagesReferenceName[] = "gcr-checkpoint";
 inline constexpr char kImagesStoreName[] = "gcr-store";
+
+// The reference's lines:
+//   format=1
+//   id=<the checkpoint's 32 hex digits>
+//   store=<gcrd's store, absolute path; empty: gcrd's default; "images": self-contained>
+struct ImagesReference {
+  std::string id;
+  std::string store;  // as above
+};
+std::string encode_reference(const ImagesReference& r);
+Result<ImagesReference> decode_reference(const std::string& text);
 
 std::string encode_value(const std::string& v);
 std::string decode_value(const std::string& v);

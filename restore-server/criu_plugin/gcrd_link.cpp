@@ -65,42 +65,6 @@ Status write_file_at(int dir, const char* name, const std::string& text) {
 
 }  // namespace
 
-std::string encode_reference(const ImagesReference& r) {
-  return "format=1\nid=" + r.id + "\nstore=" + r.store + "\n";
-}
-
-Result<ImagesReference> decode_reference(const std::string& text) {
-  ImagesReference r;
-  bool format = false;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    auto nl = text.find('\n', at);
-    std::string line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    at = nl == std::string::npos ? text.size() : nl + 1;
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "format") {
-      if (v != "1")
-        return make_error(Errc::unsupported, std::string(gcrd::kImagesReferenceName) +
-                                                 " has format " + v +
-                                                 ", which this gcr does not read; update gcr");
-      format = true;
-    } else if (k == "id") {
-      r.id = v;
-    } else if (k == "store") {
-      r.store = v;
-    }
-  }
-  bool hex = r.id.size() == 32 && r.id.find_first_not_of("0123456789abcdef") == std::string::npos;
-  if (!format || !hex)
-    return make_error(Errc::corrupt_image,
-                      std::string(gcrd::kImagesReferenceName) +
-                          " in the images directory is damaged (no format line or "
-                          "no checkpoint id)");
-  return r;
-}
-
 Result<std::optional<GcrdLink>> GcrdLink::begin_dump(const Config& config, int pid,
                                                      int images_dir) {
   if (!config.use_gcrd) return std::optional<GcrdLink>();

@@ -3,11 +3,8 @@
 // run by someone else] in restore-server/checkpoint.h; docs/containers.md). The plugin's driver
 // steps still checkpoint and restore the process's control state.
 //
-// What the images directory gets (kImagesReferenceName, "gcr-checkpoint"): lines
-//   format=1
-//   id=<the checkpoint's 32 hex digits>
-//   store=<gcrd's store, absolute path; empty: gcrd's default; "images": self-contained>
-// and, self-contained, the store itself in "gcr-store" (kImagesStoreName).
+// What the images directory gets: the reference to the checkpoint (kImagesReferenceName, its
+// format in gcrd_protocol.h) and, self-contained, the store itself (kImagesStoreName).
 #pragma once
 
 #include <map>
@@ -17,15 +14,13 @@
 #include "config.h"
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
+#include "gcrd_protocol.h"
 
 namespace gcr::criu_plugin {
 
-struct ImagesReference {
-  std::string id;
-  std::string store;  // as above
-};
-std::string encode_reference(const ImagesReference& r);
-Result<ImagesReference> decode_reference(const std::string& text);
+using gcrd::decode_reference;  // the reference's format: gcrd_protocol.h
+using gcrd::encode_reference;
+using gcrd::ImagesReference;
 
 class GcrdLink {
  public:
