@@ -140,34 +140,6 @@ def measure_link(target):
     return {"rtt_ms": round(rtt * 1000, 3), "bulk_gbit_s": round(rate, 2)}
 
 
-def make_bundle(d, log, args, repo, work):
-    """An OCI bundle (runc spec) whose process runs ARGS with stdout and stderr appended to LOG; the
-    host's /usr and /etc, the repository and the bench's directory bound in (as the tests' lib.sh)."""
-    os.makedirs(os.path.join(d, "rootfs"))
-    sh("runc", "spec", cwd=d)
-    spec = json.load(open(os.path.join(d, "config.json")))
-    spec["root"] = {"path": "rootfs", "readonly": False}
-    cmd = "exec " + " ".join(shlex.quote(a) for a in args) + " < /dev/null >> " + shlex.quote(log) + " 2>&1"
-    spec["process"].update(terminal=False, args=["/bin/sh", "-c", cmd],
-                           env=["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GCR_QUIET=1",
-                                "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G"])
-    spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
-
-    def bind(src, ro=True):
-        spec["mounts"].append({"destination": src, "type": "bind", "source": src,
-                               "options": ["rbind", "ro" if ro else "rw"]})
-    for top in ("/usr", "/etc"):
-        bind(top)
-    for link in ("/bin", "/sbin", "/lib", "/lib64"):
-        if os.path.islink(link):
-            os.symlink(os.readlink(link), os.path.join(d, "rootfs", link.lstrip("/")))
-        elif os.path.isdir(link):
-            bind(link)
-    bind(repo)
-    bind(work, ro=False)
-    json.dump(spec, open(os.path.join(d, "config.json"), "w"), indent=1)
-
-
 def teardown_link():
     sh("ip", "netns", "del", NS, check=False, capture_output=True)
     sh("ip", "link", "del", VA, check=False, capture_output=True)
@@ -269,7 +241,10 @@ def main():
                 name = f"mb-{fp}-{mode}".lower()
                 if a.container:
                     bundle = os.path.join(work, name)
-                    make_bundle(bundle, log, [gcr, "run", "--"] + program, repo, work)
+                    # tests/integration/containers/make_bundle.py: the tests' bundle, with this
+                    # run's SIMGPU_* and GCR_QUIET
+                    sh(sys.executable, os.path.join(repo, "tests", "integration", "containers", "make_bundle.py"),
+                       bundle, log, work, repo, gcr, "run", "--", *program, env=env)
                     shutil.copytree(bundle, os.path.join(bundles_b, name), symlinks=True)
                     sh("runc", "run", "-d", "--bundle", bundle, name, env=env, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

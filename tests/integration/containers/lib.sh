@@ -77,35 +77,5 @@ start_gcrd() {
 # appended to LOG (a file under $T, which the container sees at the same path). The container has
 # its own pid, network, ipc, uts and mount namespaces (runc spec's defaults).
 make_bundle() {
-  local dir=$1 log=$2
-  shift 2
-  mkdir -p "$dir/rootfs"
-  (cd "$dir" && runc spec)
-  python3 - "$dir" "$log" "$T" "$ROOT" "$@" << 'PY'
-import json, os, shlex, sys
-d, log, t, root, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-spec = json.load(open(os.path.join(d, "config.json")))
-spec["root"] = {"path": "rootfs", "readonly": False}
-cmd = "exec " + " ".join(shlex.quote(a) for a in args) + " < /dev/null >> " + shlex.quote(log) + " 2>&1"
-p = spec["process"]
-p["terminal"] = False
-p["args"] = ["/bin/sh", "-c", cmd]
-p["env"] = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"] + [
-    f"{k}={os.environ[k]}" for k in ("SIMGPU_DEVICES", "SIMGPU_MEMORY", "GCR_QUIET") if k in os.environ]
-# /tmp first: a bind under /tmp (a checkout there) must come after it, or the tmpfs hides it.
-spec["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
-def bind(src, dst=None, ro=True):
-    spec["mounts"].append({"destination": dst or src, "type": "bind", "source": src,
-                           "options": ["rbind", "ro" if ro else "rw"]})
-for top in ("/usr", "/etc"):
-    bind(top)
-for link in ("/bin", "/sbin", "/lib", "/lib64"):  # usrmerge symlinks on the host
-    if os.path.islink(link):
-        os.symlink(os.readlink(link), os.path.join(d, "rootfs", link.lstrip("/")))
-    elif os.path.isdir(link):
-        bind(link)
-bind(root)
-bind(t, ro=False)
-json.dump(spec, open(os.path.join(d, "config.json"), "w"), indent=1)
-PY
+  python3 "$ROOT/tests/integration/containers/make_bundle.py" "$1" "$2" "$T" "$ROOT" "${@:3}"
 }

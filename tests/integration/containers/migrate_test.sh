@@ -170,7 +170,7 @@ echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field
 # i, j: a network timeout of 2 s for gcr migrate and the destination (Note [A peer that stops
 # answering] in restore-server/net_store.h).
 export GCR_NET_TIMEOUT_MS=2000
-if ! { iptables -I INPUT -s 10.77.0.9 -j DROP && iptables -D INPUT -s 10.77.0.9 -j DROP; } 2> /dev/null; then
+if ! link_cuttable; then
   echo "SKIP: steps i and j (iptables cannot add a rule here: it cuts the link with one)"
 else
 step "i. the link cut during the pre-copy"

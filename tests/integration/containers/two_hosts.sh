@@ -23,6 +23,9 @@ mend_link() {
   iptables -D INPUT -s "$NET.2" -j DROP 2> /dev/null || true
   ip netns exec "$NS" iptables -D INPUT -j DROP 2> /dev/null || true
 }
+link_cuttable() {  # whether iptables may add a rule here (cut_link's way)
+  { iptables -I INPUT -s "$NET.9" -j DROP && iptables -D INPUT -s "$NET.9" -j DROP; } 2> /dev/null
+}
 cleanup_extra() {
   mend_link
   remove_link
