@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 
+#include "background.h"
 #include "pace.h"
 #include "piece_cache.h"
 #include "staging.h"
@@ -18,7 +19,9 @@ namespace {
 // stage reads the next piece from the store. Two staging buffers take turns.
 class Copier {
  public:
-  explicit Copier(Gpu& gpu) : gpu_(gpu), thread_([this] { run(); }) {}
+  // `background`: while set, the copier yields (Note [Loading behind the restore]).
+  Copier(Gpu& gpu, const std::atomic<bool>& background)
+      : gpu_(gpu), background_(background), thread_([this] { run(); }) {}
   ~Copier() { (void)finish(); }
   Copier(const Copier&) = delete;
   Copier& operator=(const Copier&) = delete;
@@ -77,7 +80,20 @@ class Copier {
     cv_.notify_all();
   }
 
+  // Writes a piece, in slices while in the background (the device's copy of a slice is short).
+  Status write(const Piece& p, BackgroundScope& scope) {
+    for (std::uint64_t done = 0; done < p.buf.size();) {
+      scope.set(background_.load(std::memory_order_relaxed));
+      std::uint64_t n = p.buf.size() - done;
+      if (scope.on()) n = std::min(n, Loader::kBehindSliceBytes);
+      GCR_TRY(p.dst->write(p.offset + done, p.buf.subspan(done, n)));
+      done += n;
+    }
+    return ok();
+  }
+
   void run() {
+    BackgroundScope scope;
     for (;;) {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -88,7 +104,7 @@ class Copier {
       lock.unlock();
       if (!failed) {
         Status s = gpu_.use(p.dst->device());
-        if (s) s = p.dst->write(p.offset, p.buf);
+        if (s) s = write(p, scope);
         if (s) {
           p.done();
         } else {
@@ -101,6 +117,7 @@ class Copier {
   }
 
   Gpu& gpu_;
+  const std::atomic<bool>& background_;
   Staging staging_[2];
   std::mutex mu_;
   std::condition_variable cv_;
@@ -115,7 +132,7 @@ class Copier {
 
 Result<std::unique_ptr<Loader>> Loader::start(std::unique_ptr<store::CheckpointReader> reader,
                                               std::vector<Item> items, const CowTable* table,
-                                              std::vector<Watch> watches) {
+                                              std::vector<Watch> watches, bool behind_restore) {
   if (table && table->count() != items.size())
     return Error{Errc::internal, "the load table does not match the regions"};
   for (const Watch& w : watches)
@@ -131,6 +148,7 @@ Result<std::unique_ptr<Loader>> Loader::start(std::unique_ptr<store::CheckpointR
   }
   for (Watch& w : watches) l->watches_.push_back(std::move(w));
   l->items_ = std::move(items);
+  l->behind_.store(behind_restore && can_run_in_background());
   l->thread_ = std::thread([p = l.get()] { p->run(); });
   return l;
 }
@@ -181,7 +199,8 @@ Status Loader::load_all() {
     const std::string& id;
     ~Leave() { c.leave(id); }
   } leave{cache, checkpoint};
-  Copier copier(*gpu);
+  Copier copier(*gpu, background_);
+  BackgroundScope scope;
   const Pace pace("GCR_LOAD_MIB_PER_S");
   const std::size_t n = items_.size();
   std::vector<std::uint64_t> offset(n, 0);  // bytes of each region loaded so far
@@ -204,7 +223,10 @@ Status Loader::load_all() {
     }
     pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
     std::size_t i;
-    if (auto w = wanted_entry()) {
+    auto w = wanted_entry();
+    background_.store(behind_.load() && !w);
+    scope.set(background_.load());
+    if (w) {
       i = *w;
     } else {
       while (done[in_order]) ++in_order;

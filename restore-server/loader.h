@@ -6,6 +6,16 @@
 // the region's entry in the shared table done once all of it has arrived. Between pieces it looks
 // for entries the process waits for (`wanted`) and switches to them: a process that touches a
 // region not yet loaded waits for that region, not for the rest.
+//
+// Note [Loading behind the restore]
+// On demand, the load overlaps CRIU's restore (gCROP's point), but on a machine of few cores the
+// loader's two threads (and, on simgpu, the stream thread that does its copies) take the CPU that
+// the restore's critical path needs: on 2 cores the process resumed 24-34 ms after the restore
+// began with the loader held back, 40-61 ms with it competing. So until the process resumes, and
+// while nothing waits for a region, the loader's threads run at SCHED_IDLE (CPU time nothing else
+// wants) and hand the device its copies in slices of kBehindSliceBytes, so that a copy the device
+// has started never holds the CPU long. Where gcrd could not leave SCHED_IDLE again (no
+// CAP_SYS_NICE), the loader does not yield at all.
 #pragma once
 
 #include <atomic>
@@ -27,6 +37,8 @@ namespace gcr::gcrd {
 class Loader {
  public:
   static constexpr std::uint64_t kPieceBytes = 16ull << 20;
+  static constexpr std::uint64_t kBehindSliceBytes = 2ull
+                                                     << 20;  // Note [Loading behind the restore]
 
   struct Item {
     store::ObjectEntry object;
@@ -42,10 +54,17 @@ class Loader {
 
   // Starts loading at once. `table` (may be null: nothing waits) has one entry per item, in the
   // same order; it, the watches' tables and `reader` must outlive the loader. The reader is the
-  // loader's alone.
+  // loader's alone. `behind_restore`: it yields the CPU until resumed() (Note [Loading behind
+  // the restore]).
   static Result<std::unique_ptr<Loader>> start(std::unique_ptr<store::CheckpointReader> reader,
                                                std::vector<Item> items, const CowTable* table,
-                                               std::vector<Watch> watches = {});
+                                               std::vector<Watch> watches = {},
+                                               bool behind_restore = false);
+  // The process runs (or the restore failed): from now on the loader is the critical path.
+  void resumed() {
+    behind_.store(false);
+    background_.store(false);
+  }
   ~Loader();  // stops (if still running) and joins
 
   // Waits until every region is loaded or loading failed; the first error. Idempotent.
@@ -74,6 +93,8 @@ class Loader {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<bool> behind_{false};      // until resumed()
+  std::atomic<bool> background_{false};  // behind_, and nothing waited for: the threads yield
   std::atomic<std::uint64_t> loaded_{0};
   std::atomic<std::uint64_t> wanted_{0};
   std::atomic<std::uint64_t> read_{0};

@@ -393,8 +393,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       }
     }
     GCR_TRY_ASSIGN(auto own_reader, store.open_checkpoint(id, req.arriving));
+    // Note [Loading behind the restore] (loader.h): on demand, CRIU's restore goes first.
     GCR_TRY_ASSIGN(loader, Loader::start(std::move(own_reader), std::move(items),
-                                         table ? &*table : nullptr, std::move(watches)));
+                                         table ? &*table : nullptr, std::move(watches), !eager));
     progress(std::string(eager ? "loading " : "loading on demand ") +
              std::to_string((rep.region_bytes - rep.staged_bytes) >> 20) + " MiB of device memory" +
              (rep.staged_bytes ? " (" + std::to_string(rep.staged_bytes >> 20) + " MiB staged)"
@@ -622,6 +623,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   // ends a failed load's process before anything releases its waiters (cow_end): it never runs on
   // bytes it did not get.
   auto finish_loading = [&](const std::string& who) -> Status {
+    loader->resumed();
     progress(who + " resumed; loading the rest of its memory");
     pause_point("loading");
     while (!loader->wait_for(std::chrono::milliseconds(100))) {
