@@ -201,6 +201,56 @@ def machine_limits(directory, size=1 << 30):
     return limits
 
 
+_DEVICE_WRITE = r"""
+import ctypes, os, sys, time
+cu = ctypes.CDLL(sys.argv[1])
+size, piece = int(sys.argv[2]), 16 << 20
+def ok(r, what):
+    if r != 0:
+        sys.exit(f"{what} failed ({r})")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+ok(cu.cuInit(0), "cuInit")
+ok(cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+# As gcrd allocates what it loads: cuMemCreate, mapped (CUmemAllocationProp: pinned, POSIX fd,
+# device 0; CUmemAccessDesc: device 0, read-write).
+handle, n = ctypes.c_uint64(), ctypes.c_size_t(size)
+prop = (ctypes.c_int * 8)(1, 1, 1, 0, 0, 0, 0, 0)
+ok(cu.cuMemCreate(ctypes.byref(handle), n, prop, ctypes.c_ulonglong(0)), "cuMemCreate")
+ok(cu.cuMemAddressReserve(ctypes.byref(ptr), n, ctypes.c_size_t(0), ctypes.c_uint64(0),
+                          ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+ok(cu.cuMemMap(ptr, n, ctypes.c_size_t(0), handle, ctypes.c_ulonglong(0)), "cuMemMap")
+ok(cu.cuMemSetAccess(ptr, n, (ctypes.c_int * 3)(1, 0, 3), ctypes.c_size_t(1)), "cuMemSetAccess")
+buf = ctypes.create_string_buffer(os.urandom(piece), piece)
+rates = []
+for _ in range(2):  # device memory never written, then the same again
+    t0 = time.monotonic()
+    for off in range(0, size, piece):
+        ok(cu.cuMemcpyHtoD_v2(ctypes.c_uint64(ptr.value + off), buf, ctypes.c_size_t(piece)),
+           "cuMemcpyHtoD")
+    rates.append(size / (time.monotonic() - t0))
+print(rates[0], rates[1])
+"""
+
+
+def device_write_rate(build, size=1 << 30):
+    """The driver's host-to-device copy in the loader's pieces (16 MiB), measured now in a process
+    of its own: into device memory never written before (what a restore's load writes), then into
+    the same again. On simgpu device memory is host shared memory, and a page written for the
+    first time is allocated and faulted in by the host kernel: that, not memcpy, bounds a load
+    there. Bytes per second, fresh and written; None when it cannot be measured."""
+    lib = os.path.join(build, "simgpu", "libcuda.so.1")
+    env = dict(os.environ, SIMGPU_DEVICES="1", SIMGPU_MEMORY=str(2 * size))
+    try:
+        out = subprocess.run([sys.executable, "-c", _DEVICE_WRITE, lib, str(size)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        fresh, written = (float(x) for x in out.stdout.split())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return {"device_write_fresh_Bps": fresh, "device_write_Bps": written}
+
+
 def plain_copy(size):
     """A plain copy of `size` bytes, measured now: into fresh memory (what a snapshot of host
     memory must do: the pages are new), then again into the same, now faulted-in memory (the best
@@ -228,10 +278,14 @@ def fmt_rate(bps):
 
 
 def describe_limits(limits):
-    return (f"machine: memcpy {fmt_rate(limits['memcpy_Bps'])}, durable write "
+    text = (f"machine: memcpy {fmt_rate(limits['memcpy_Bps'])}, durable write "
             f"{fmt_rate(limits.get('durable_write_Bps'))}, cold read "
             f"{fmt_rate(limits.get('cold_read_Bps'))}, warm read "
             f"{fmt_rate(limits.get('warm_read_Bps'))}")
+    if "device_write_fresh_Bps" in limits:
+        text += (f", device write {fmt_rate(limits['device_write_fresh_Bps'])} into fresh memory "
+                 f"({fmt_rate(limits['device_write_Bps'])} into written)")
+    return text
 
 
 def tail(path, n=15):
