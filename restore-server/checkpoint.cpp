@@ -717,6 +717,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // view wrote is stored whole, and before any member runs (or from a device copy: below).
   std::vector<std::vector<DrainRegion>> to_store(members.size());
   std::vector<DrainRegion> shared_to_store;
+  // Every view (member, address) of each of them, the stored one first.
+  std::vector<std::vector<std::pair<std::size_t, std::uint64_t>>> shared_views_of;
   std::string views_meta;
   {
     std::vector<SharedView> views;
@@ -730,9 +732,13 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       const auto& r = parked[i][j].region;
       if (!held[i][j]) continue;  // a view stored elsewhere
       DrainRegion d{r, &*held[i][j], members[i].owner};
-      if (must_store(i, r) && is_shared(i, r.address))
+      if (must_store(i, r) && is_shared(i, r.address)) {
+        std::vector<std::pair<std::size_t, std::uint64_t>> views{{i, r.address}};
+        for (const auto& [view, stored] : view_of)
+          if (stored == std::pair<std::size_t, std::uint64_t>{i, r.address}) views.push_back(view);
+        shared_views_of.push_back(std::move(views));
         shared_to_store.push_back(std::move(d));
-      else if (must_store(i, r))
+      } else if (must_store(i, r))
         to_store[i].push_back(std::move(d));
       else {
         writer->set_region_owner(members[i].owner);
@@ -765,45 +771,18 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     progress(bytes_progress("storing", done, to_store_bytes));
   };
   auto tstore = Clock::now();
-  // Under --leave-running, shared allocations are copied on the device first (what the spare
-  // device memory allows: snapshot_budget_bytes), so that the job runs again before they are
-  // stored; nothing writes the copies. Otherwise they are stored before any member runs.
-  std::vector<MappedAllocation> snapshots;
-  bool shared_later = false;
-  if (req.leave_running && !shared_to_store.empty()) {
-    auto ts = Clock::now();
-    std::uint64_t need = 0;
-    for (const DrainRegion& d : shared_to_store) need += d.region.size;
-    if (need <= req.snapshot_budget_bytes) {
-      snapshots.reserve(shared_to_store.size());
-      shared_later = true;
-      for (const DrainRegion& d : shared_to_store) {
-        Status used = gpu->use(d.original->device());
-        auto snap = used ? MappedAllocation::create(d.region.size, d.original->device())
-                         : Result<MappedAllocation>(used.error());
-        Status copied = snap ? snap->copy_from(*d.original) : Status(snap.error());
-        if (!copied) {  // no room: store them now instead
-          shared_later = false;
-          snapshots.clear();
-          break;
-        }
-        snapshots.push_back(std::move(snap).value());
-      }
-      if (shared_later)
-        for (std::size_t i = 0; i < shared_to_store.size(); ++i)
-          shared_to_store[i].original = &snapshots[i];
-    }
-    record_phase(rep, "snapshot", ts);
-  }
-  if (!shared_to_store.empty() && !shared_later) {
+  // Note [Shared memory behind every view] (drain.h): under --leave-running the job runs again
+  // before its shared allocations are read; each view is an entry of its member's table, held
+  // `reading` until gcrd has read the allocation. Otherwise they are stored now.
+  std::vector<SharedDrain> shared_drains;
+  for (const DrainRegion& d : shared_to_store) shared_drains.push_back({d, {}});
+  if (!req.leave_running && !shared_to_store.empty()) {
     auto drained = drain_regions(*gpu, *writer, shared_to_store, nullptr, nullptr, stored);
-    if (!drained) {
-      if (req.leave_running) give_all_back();
+    if (!drained)
       return let_stopped_go_on(
           std::move(drained)
               .context("storing the shared device memory of job " + std::to_string(req.pid))
               .error());
-    }
     for (const DrainRegion& d : shared_to_store) stored_before += d.region.size;
   }
   std::vector<std::optional<control::Client>> running(members.size());
@@ -827,10 +806,23 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       }
       GCR_TRY(again.unpark(back).context("giving process " + std::to_string(members[i].pid) +
                                          " its memory back"));
-      if (!to_store[i].empty()) {
-        std::vector<control::RegionRecord> records;
-        for (const DrainRegion& d : to_store[i]) records.push_back(d.region);
+      std::vector<control::RegionRecord> records;
+      for (const DrainRegion& d : to_store[i]) records.push_back(d.region);
+      // Ibid.: this member's views of the shared allocations to store follow its own regions.
+      std::vector<std::pair<std::size_t, std::uint32_t>> views;  // (allocation, entry)
+      for (std::size_t k = 0; k < shared_to_store.size(); ++k)
+        for (const auto& [m, address] : shared_views_of[k])
+          if (m == i) {
+            views.push_back({k, static_cast<std::uint32_t>(records.size())});
+            records.push_back(parked[i][parked_at.at({m, address})].region);
+          }
+      if (!records.empty()) {
         auto t = CowTable::create(records, cow::kCopyOnWrite);
+        if (t)
+          for (const auto& [k, entry] : views) {
+            t->entry(entry).state.store(cow::kReading, std::memory_order_release);
+            shared_drains[k].views.push_back(&t->entry(entry));
+          }
         Status begun = t ? again.cow_begin(t->fd(), t->count()) : Status(t.error());
         if (!begun) {
           (void)again.resume();  // running, but this checkpoint cannot be completed
@@ -853,6 +845,18 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
             : external      ? std::string(" before the runtime's CRIU dumps the rest")
                             : " and the CRIU image"));
   Status drained_all = ok();
+  if (req.leave_running && !shared_drains.empty()) {  // first: members may be waiting for them
+    auto drained = drain_shared(*gpu, *writer, shared_drains, stored);
+    if (drained) {
+      for (const SharedDrain& d : shared_drains) stored_before += d.stored.region.size;
+      rep.cow_waits += drained->wanted;
+    } else {
+      drained_all =
+          std::move(drained)
+              .context("storing the shared device memory of job " + std::to_string(req.pid))
+              .error();
+    }
+  }
   for (std::size_t i = 0; i < members.size() && drained_all; ++i) {  // each behind its table
     auto drained = drain_regions(*gpu, *writer, to_store[i], tables[i] ? &*tables[i] : nullptr,
                                  running[i] ? &*running[i] : nullptr, stored);
@@ -866,15 +870,6 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     for (const DrainRegion& d : to_store[i]) stored_before += d.region.size;
     rep.cow_copies += drained->took_copy;
     rep.cow_waits += drained->wanted;
-  }
-  // The device copies of shared allocations last: no member waits for them.
-  if (shared_later && drained_all) {
-    auto drained = drain_regions(*gpu, *writer, shared_to_store, nullptr, nullptr, stored);
-    if (!drained)
-      drained_all =
-          std::move(drained)
-              .context("storing the shared device memory of job " + std::to_string(req.pid))
-              .error();
   }
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (!running[i]) continue;

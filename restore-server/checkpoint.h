@@ -45,7 +45,6 @@ struct CheckpointRequest {
   bool stop_copy = false;
   bool tcp_close = false;  // dump established TCP connections as closed instead of refusing
   std::chrono::milliseconds quiesce_timeout{10'000};
-  std::uint64_t snapshot_budget_bytes = ~0ull;  // spare device memory for --leave-running copies
   // Set when CRIU is a container runtime's, reaching gcrd through gcr's CRIU plugin (Note [CRIU
   // run by someone else]): called once the device memory is stored, with the checkpoint's id; it
   // lets that CRIU go on and answers whether its dump succeeded.
@@ -73,7 +72,8 @@ struct CheckpointReport {
   std::uint64_t processes = 1;       // the job's processes under gcr (Note [Job checkpoint])
   std::uint64_t shared_regions = 0;  // allocations they share, each stored once
   std::uint64_t cow_copies = 0;  // regions the process copied before writing them (--leave-running)
-  std::uint64_t cow_waits = 0;   // regions the process waited for gcrd to read (no memory to copy)
+  std::uint64_t cow_waits = 0;   // regions a process waited for gcrd to read (no memory to copy,
+                                 // or a shared allocation: Note [Shared memory behind every view])
   // Note [Host memory tracked between checkpoints] (host_tracking.h): the tasks whose writes are
   // tracked from this checkpoint on, and this dump's host pages taken from the process in the
   // freeze and (unchanged since the last checkpoint) from its images.

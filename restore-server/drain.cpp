@@ -27,7 +27,7 @@ Status read_into(Gpu& gpu, const MappedAllocation& src, std::span<std::byte> out
 // that region, cheap for a small one and dear (time, and device memory) for a large one.
 std::optional<std::uint32_t> next_entry(const CowTable& t, const std::vector<bool>& finished) {
   std::optional<std::uint32_t> best;
-  for (std::uint32_t i = 0; i < t.count(); ++i) {
+  for (std::uint32_t i = 0; i < finished.size(); ++i) {  // the table's first entries
     if (finished[i]) continue;
     if (t.entry(i).wanted.load(std::memory_order_acquire) &&
         t.entry(i).state.load(std::memory_order_acquire) == cow::kPending)
@@ -82,7 +82,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     return stats;
   }
 
-  if (table->count() != regions.size())
+  if (table->count() < regions.size())  // after them: shared views (drain_shared's)
     return Error{Errc::internal, "the copy-on-write table does not match the regions"};
   std::vector<bool> finished(regions.size(), false);
   for (;;) {
@@ -141,6 +141,48 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
       ++stats.took_copy;
     }
     finished[i] = true;
+  }
+  return stats;
+}
+
+Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
+                                std::span<const SharedDrain> shared,
+                                const std::function<void(std::uint64_t)>& progress) {
+  DrainStats stats;
+  Staging staging;
+  std::uint64_t done_bytes = 0;
+  for (const SharedDrain& s : shared) {
+    const DrainRegion& d = s.stored;
+    auto release = [&] {
+      bool wanted = false;
+      for (cow::Entry* e : s.views) {
+        wanted |= e->wanted.load(std::memory_order_acquire) != 0;
+        e->state.store(cow::kDone, std::memory_order_release);
+        cow::futex_wake_all(&e->state);
+      }
+      stats.wanted += wanted;
+    };
+    writer.set_region_owner(d.owner);
+    const std::string what = "storing shared region " + hex_address(d.region.address);
+    if (d.region.size <= kStageWholeBytes) {
+      auto buf = staging.get(d.region.size);
+      Status read = buf ? read_into(gpu, *d.original, *buf) : Status(buf.error());
+      GCR_TRY(std::move(read).context(what));
+      release();
+      GCR_TRY(writer.add_region(d.region.address, *buf, d.region.device, true).context(what));
+    } else {
+      GCR_TRY(writer
+                  .add_region_streamed(d.region.address, d.region.size, d.region.device, true,
+                                       [&](std::uint64_t off, std::span<std::byte> out) -> Status {
+                                         GCR_TRY(gpu.use(d.original->device()));
+                                         return d.original->read(off, out);
+                                       })
+                  .context(what));
+      release();
+    }
+    ++stats.read_original;
+    done_bytes += d.region.size;
+    if (progress) progress(done_bytes);
   }
   return stats;
 }

@@ -39,10 +39,34 @@ struct DrainStats {
 // Stores every region (in the store's order of arrival). With a table and the process's control
 // session, the process is running: each entry is claimed before its original is read, or the
 // process's copy is taken; entries the process waits for go first. Without, the process is
-// stopped and the originals are read in order. `progress` gets the bytes done so far.
+// stopped and the originals are read in order. The table's first entries are the regions', in
+// order (more may follow: Note [Shared memory behind every view]). `progress` gets the bytes done
+// so far.
 Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
                                  std::span<const DrainRegion> regions, const CowTable* table,
                                  control::Client* client,
                                  const std::function<void(std::uint64_t)>& progress);
+
+// Note [Shared memory behind every view]
+// A job's shared allocation is mapped by several members (Note [Job checkpoint] in job.h), and
+// once the job runs again any of them may write it: a kernel through its own view, or a
+// communication kernel, which counts as writing every shared region (Note [Shared memory written
+// job-wide] in interpose/regions.h). Under --leave-running each view is an entry of its member's
+// soft copy-on-write table, set `reading` by gcrd before the member has the table: a member about
+// to write the allocation waits until gcrd has read it, and no member copies it (a copy of one
+// view would leave the other views writing the original). gcrd reads these first, each once, then
+// sets every view's entry done. The job is stalled for none of it, and no device memory is spent:
+// the device copy made in the stall before needed the allocation's size spare on the GPU.
+struct SharedDrain {
+  DrainRegion stored;              // the view it is stored under
+  std::vector<cow::Entry*> views;  // every view's entry, in its member's table
+};
+
+// Stores each shared allocation and releases its views; `wanted` counts the allocations a member
+// was waiting for when gcrd released them. On an error the views stay `reading`: the caller's
+// cow_end releases them.
+Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
+                                std::span<const SharedDrain> shared,
+                                const std::function<void(std::uint64_t)>& progress);
 
 }  // namespace gcr::gcrd

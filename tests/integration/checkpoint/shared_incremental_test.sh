@@ -8,6 +8,10 @@
 #      (the table from the first checkpoint's chunks)
 #   b. the child writes the table through its own mapping between them: the second stores it
 #      again, and restored, ends bit-identical to an uninterrupted run with that write
+#   c. the child writes the table just after a live checkpoint's resume, while gcrd (paused at
+#      `draining`) has not read it yet: the child waits for gcrd (Note [Shared memory behind every
+#      view] in restore-server/drain.h: cow_waits counts it), the pair ends bit-identical, and the
+#      checkpoint, restored, too (the table as it was at the cut, not as the child wrote it)
 #
 #   shared_incremental_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -63,3 +67,27 @@ run b 60 $((RANDOM % 20 + 10)) 80
 (( DIRTY2 >= TABLE_MIB << 20 )) || fail "the second checkpoint missed the child's write to the table ($DIRTY2 dirty bytes)"
 restored b-2 "$T/b.log"
 restored b-1 "$T/b.log"
+
+echo "== c. the child writes the table while gcrd, after the resume, has not read it"
+stop_gcrd
+# The child's write comes some 300 ms after the step the checkpoint is asked at (so after the
+# cut), and waits for gcrd until 1 s after the resume: still long before the parent's last step
+# (whose read of the table's first MiB, done before the write, would change its result).
+export GCR_GCRD_PAUSE_AT=draining:1
+CUT=$((RANDOM % 20 + 10))
+W=$((CUT + 20))
+LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$W" > "$T/c-ref.log" 2>&1
+REF=$(checksums "$T/c-ref.log")
+"$GCR" run -- "${ST[@]}" --write-at "$W" >> "$T/c.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/c.log" "$CUT"
+"$GCR" checkpoint "$P" -R --name c-1 --json > "$T/c-1.json" || fail "live checkpoint c-1"
+unset GCR_GCRD_PAUSE_AT
+stop_gcrd
+wait_exit "$P" "$T/c.log"
+[[ $(checksums "$T/c.log") == "$REF" ]] || fail "the run ended with $(checksums "$T/c.log"), expected $REF"
+WAITS=$(json_field cow_waits < "$T/c-1.json")
+echo "the table's write waited for gcrd: cow_waits $WAITS, stall $(( $(json_field time.stall_ns < "$T/c-1.json") / 1000000 )) ms"
+(( WAITS >= 1 )) || fail "the child wrote the table without waiting for gcrd to read it (cow_waits $WAITS)"
+restored c-1 "$T/c.log"
