@@ -149,10 +149,12 @@ void before_write_entry(std::uint32_t index, cow::Entry& e) noexcept {
       if (copied) return;
       continue;
     }
-    // pending (waiting for gcrd to read it), reading, or copying by another thread. Reading: it
-    // is waited for (gcrd counts that of a shared allocation's views, Note [Shared memory behind
-    // every view] in restore-server/drain.h).
-    if (s == cow::kReading && !e.wanted.load(std::memory_order_relaxed))
+    // pending (waiting for gcrd to read it), reading, or copying by another thread. Reading, in
+    // a checkpoint's table: it is waited for (gcrd counts that of a shared allocation's views,
+    // Note [Shared memory behind every view] in restore-server/drain.h). A load's reading entry is
+    // being loaded, at the pace gcrd was given.
+    if (s == cow::kReading && !g_touch_waits.load(std::memory_order_relaxed) &&
+        !e.wanted.load(std::memory_order_relaxed))
       e.wanted.store(1, std::memory_order_release);
     cow::futex_wait(&e.state, s, 100ms);
     if (!g_cow_active.load(std::memory_order_acquire)) return;  // gcrd ended it

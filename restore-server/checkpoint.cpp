@@ -714,7 +714,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (req.leave_running)
     for (const Member& m : members) GCR_TRY(check_resumed(m.pid, rep, progress));
   // The regions this checkpoint stores; the rest come from the parent. A shared allocation some
-  // view wrote is stored whole, and before any member runs (or from a device copy: below).
+  // view wrote is stored whole: before any member runs, or behind every view's entry (below).
   std::vector<std::vector<DrainRegion>> to_store(members.size());
   std::vector<DrainRegion> shared_to_store;
   // Every view (member, address) of each of them, the stored one first.
@@ -811,11 +811,12 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       // Ibid.: this member's views of the shared allocations to store follow its own regions.
       std::vector<std::pair<std::size_t, std::uint32_t>> views;  // (allocation, entry)
       for (std::size_t k = 0; k < shared_to_store.size(); ++k)
-        for (const auto& [m, address] : shared_views_of[k])
-          if (m == i) {
-            views.push_back({k, static_cast<std::uint32_t>(records.size())});
-            records.push_back(parked[i][parked_at.at({m, address})].region);
-          }
+        for (const auto& [m, address] : shared_views_of[k]) {
+          auto at = parked_at.find({m, address});
+          if (m != i || at == parked_at.end()) continue;  // not parked: nothing maps it there
+          views.push_back({k, static_cast<std::uint32_t>(records.size())});
+          records.push_back(parked[i][at->second].region);
+        }
       if (!records.empty()) {
         auto t = CowTable::create(records, cow::kCopyOnWrite);
         if (t)

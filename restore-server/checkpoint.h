@@ -66,7 +66,7 @@ struct CheckpointReport {
   std::string id;
   std::string kind;  // "gcr" or "stop-copy"
   std::map<std::string, std::uint64_t>
-      times_ns;  // quiesce, park, snapshot, dump, unpark, store, total, stall
+      times_ns;  // quiesce, park, dump, unpark, store, total, stall
   std::map<std::string, std::uint64_t> starts_ns;  // when each began, CLOCK_MONOTONIC
   std::uint64_t regions = 0, region_bytes = 0, dirty_bytes = 0;
   std::uint64_t processes = 1;       // the job's processes under gcr (Note [Job checkpoint])

@@ -19,9 +19,10 @@ namespace {
 // stage reads the next piece from the store. Two staging buffers take turns.
 class Copier {
  public:
-  // `background`: while set, the copier yields (Note [Loading behind the restore]).
-  Copier(Gpu& gpu, const std::atomic<bool>& background)
-      : gpu_(gpu), background_(background), thread_([this] { run(); }) {}
+  // While `behind` and `background` are set, the copier yields (Note [Loading behind the
+  // restore]); `behind` only ever goes from set to clear.
+  Copier(Gpu& gpu, const std::atomic<bool>& behind, const std::atomic<bool>& background)
+      : gpu_(gpu), behind_(behind), background_(background), thread_([this] { run(); }) {}
   ~Copier() { (void)finish(); }
   Copier(const Copier&) = delete;
   Copier& operator=(const Copier&) = delete;
@@ -83,7 +84,7 @@ class Copier {
   // Writes a piece, in slices while in the background (the device's copy of a slice is short).
   Status write(const Piece& p, BackgroundScope& scope) {
     for (std::uint64_t done = 0; done < p.buf.size();) {
-      scope.set(background_.load(std::memory_order_relaxed));
+      scope.set(behind_.load() && background_.load());
       std::uint64_t n = p.buf.size() - done;
       if (scope.on()) n = std::min(n, Loader::kBehindSliceBytes);
       GCR_TRY(p.dst->write(p.offset + done, p.buf.subspan(done, n)));
@@ -117,6 +118,7 @@ class Copier {
   }
 
   Gpu& gpu_;
+  const std::atomic<bool>& behind_;
   const std::atomic<bool>& background_;
   Staging staging_[2];
   std::mutex mu_;
@@ -199,7 +201,7 @@ Status Loader::load_all() {
     const std::string& id;
     ~Leave() { c.leave(id); }
   } leave{cache, checkpoint};
-  Copier copier(*gpu, background_);
+  Copier copier(*gpu, behind_, background_);
   BackgroundScope scope;
   const Pace pace("GCR_LOAD_MIB_PER_S");
   const std::size_t n = items_.size();
@@ -224,8 +226,8 @@ Status Loader::load_all() {
     pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
     std::size_t i;
     auto w = wanted_entry();
-    background_.store(behind_.load() && !w);
-    scope.set(background_.load());
+    background_.store(behind_.load() && !w && cache.alone(checkpoint));
+    scope.set(behind_.load() && background_.load());
     if (w) {
       i = *w;
     } else {
@@ -247,6 +249,7 @@ Status Loader::load_all() {
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
     GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
     auto [slot, buf] = slot_buf;
+    scope.set(behind_.load() && background_.load());  // CRIU may have finished meanwhile
     PieceCache::Key key{checkpoint, item.object.name, item.object.address, offset[i]};
     if (cache.get_or_claim(key, buf) == PieceCache::Outcome::copied) {
       shared_.fetch_add(len);

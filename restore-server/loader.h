@@ -11,11 +11,13 @@
 // On demand, the load overlaps CRIU's restore (gCROP's point), but on a machine of few cores the
 // loader's two threads (and, on simgpu, the stream thread that does its copies) take the CPU that
 // the restore's critical path needs: on 2 cores the process resumed 24-34 ms after the restore
-// began with the loader held back, 40-61 ms with it competing. So until the process resumes, and
-// while nothing waits for a region, the loader's threads run at SCHED_IDLE (CPU time nothing else
-// wants) and hand the device its copies in slices of kBehindSliceBytes, so that a copy the device
-// has started never holds the CPU long. Where gcrd could not leave SCHED_IDLE again (no
-// CAP_SYS_NICE), the loader does not yield at all.
+// began with the loader held back, 40-61 ms with it competing. So until CRIU is done, and while
+// nothing waits for a region, the loader's own two threads run at SCHED_IDLE (CPU time nothing
+// else wants; the store's verifying workers do not) and hand the device its copies in slices of
+// kBehindSliceBytes, so that a copy the device has started never holds the CPU long. Not while
+// another restore of the checkpoint shares its pieces (PieceCache): that one may be waiting for a
+// piece this one reads. Where gcrd could not leave SCHED_IDLE again (no CAP_SYS_NICE), the loader
+// does not yield at all.
 #pragma once
 
 #include <atomic>
@@ -60,11 +62,8 @@ class Loader {
                                                std::vector<Item> items, const CowTable* table,
                                                std::vector<Watch> watches = {},
                                                bool behind_restore = false);
-  // The process runs (or the restore failed): from now on the loader is the critical path.
-  void resumed() {
-    behind_.store(false);
-    background_.store(false);
-  }
+  // CRIU is done (or the restore failed): from now on the loader is the critical path.
+  void resumed() { behind_.store(false); }
   ~Loader();  // stops (if still running) and joins
 
   // Waits until every region is loaded or loading failed; the first error. Idempotent.
@@ -72,7 +71,10 @@ class Loader {
   // Waits at most `timeout` for the loader to end; whether it has (then wait() returns at once).
   bool wait_for(std::chrono::milliseconds timeout);
   // Asks the loader to stop after the piece it is on (a failed restore).
-  void stop() { stop_.store(true); }
+  void stop() {
+    resumed();  // what it finishes, it finishes at once
+    stop_.store(true);
+  }
   // Non-blocking: the loader's error, if it has failed already.
   bool failed() const { return failed_.load(); }
   std::uint64_t loaded_bytes() const { return loaded_.load(); }
@@ -94,7 +96,7 @@ class Loader {
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> behind_{false};      // until resumed()
-  std::atomic<bool> background_{false};  // behind_, and nothing waited for: the threads yield
+  std::atomic<bool> background_{false};  // and nothing waited for, loading alone: they yield
   std::atomic<std::uint64_t> loaded_{0};
   std::atomic<std::uint64_t> wanted_{0};
   std::atomic<std::uint64_t> read_{0};

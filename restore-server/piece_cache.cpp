@@ -22,6 +22,12 @@ void PieceCache::join(const std::string& checkpoint) {
   ++loaders_[checkpoint];
 }
 
+bool PieceCache::alone(const std::string& checkpoint) {
+  std::lock_guard lock(mu_);
+  auto l = loaders_.find(checkpoint);
+  return l == loaders_.end() || l->second < 2;
+}
+
 void PieceCache::leave(const std::string& checkpoint) {
   std::lock_guard lock(mu_);
   if (--loaders_[checkpoint] > 0) return;

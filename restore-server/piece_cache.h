@@ -32,6 +32,8 @@ class PieceCache {
 
   // A loader of `checkpoint` starts / ends.
   void join(const std::string& checkpoint);
+  // Whether no other loader of `checkpoint` has joined (nobody waits for this one's pieces).
+  bool alone(const std::string& checkpoint);
   void leave(const std::string& checkpoint);
 
   enum class Outcome { copied, read_it };

@@ -593,6 +593,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     if (host_pages) host_pages->on_failure([pid] { criu::kill_tree(pid); });
   }
   rep.pid = pid;
+  if (loader) loader->resumed();  // Note [Loading behind the restore]: CRIU's part is done
   pause_point("restored");
   // From here, a failure must not leave a process running on device memory it never got.
   // With lazy host memory every restored task (not only those under gcr) may be missing pages.

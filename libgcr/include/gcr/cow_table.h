@@ -16,7 +16,9 @@
 // until the other side is finished. gcrd never reads a region the process may be writing: it
 // reads the original only while it holds it in `reading`, and otherwise the process's copy,
 // which nothing writes. When the process cannot allocate a copy it raises `wanted` and waits:
-// gcrd reads wanted entries first.
+// gcrd reads wanted entries first. gcrd may hand the table over with entries already `reading`: a
+// job's shared allocations, one entry per view (Note [Shared memory behind every view] in
+// restore-server/drain.h); the process waits for those, never copies them.
 //
 // Note [On-demand restore] is the same table with kind kLoad: see TableKind.
 //
