@@ -151,16 +151,28 @@ Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
   DrainStats stats;
   Staging staging;
   std::uint64_t done_bytes = 0;
-  for (const SharedDrain& s : shared) {
+  auto waited_for = [](const SharedDrain& s) {
+    for (const cow::Entry* e : s.views)
+      if (e->wanted.load(std::memory_order_acquire)) return true;
+    return false;
+  };
+  std::vector<bool> finished(shared.size(), false);
+  for (std::size_t left = shared.size(); left > 0; --left) {
+    // One a member waits for first, else the next in order.
+    std::size_t k = shared.size();
+    for (std::size_t i = 0; i < shared.size() && k == shared.size(); ++i)
+      if (!finished[i] && waited_for(shared[i])) k = i;
+    for (std::size_t i = 0; i < shared.size() && k == shared.size(); ++i)
+      if (!finished[i]) k = i;
+    finished[k] = true;
+    const SharedDrain& s = shared[k];
     const DrainRegion& d = s.stored;
     auto release = [&] {
-      bool wanted = false;
+      stats.wanted += waited_for(s);
       for (cow::Entry* e : s.views) {
-        wanted |= e->wanted.load(std::memory_order_acquire) != 0;
         e->state.store(cow::kDone, std::memory_order_release);
         cow::futex_wake_all(&e->state);
       }
-      stats.wanted += wanted;
     };
     writer.set_region_owner(d.owner);
     const std::string what = "storing shared region " + hex_address(d.region.address);

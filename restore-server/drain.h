@@ -54,9 +54,10 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
 // job-wide] in interpose/regions.h). Under --leave-running each view is an entry of its member's
 // soft copy-on-write table, set `reading` by gcrd before the member has the table: a member about
 // to write the allocation waits until gcrd has read it, and no member copies it (a copy of one
-// view would leave the other views writing the original). gcrd reads these first, each once, then
-// sets every view's entry done. The job is stalled for none of it, and no device memory is spent:
-// the device copy made in the stall before needed the allocation's size spare on the GPU.
+// view would leave the other views writing the original). gcrd reads these first (one a member
+// waits for before the rest), each once, then sets every view's entry done. The job is stalled for
+// none of it, and no device memory is spent: the device copy made in the stall before needed the
+// allocation's size spare on the GPU.
 struct SharedDrain {
   DrainRegion stored;              // the view it is stored under
   std::vector<cow::Entry*> views;  // every view's entry, in its member's table
