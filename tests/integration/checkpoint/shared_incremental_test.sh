@@ -12,6 +12,8 @@
 #      `draining`) has not read it yet: the child waits for gcrd (Note [Shared memory behind every
 #      view] in restore-server/drain.h: cow_waits counts it), the pair ends bit-identical, and the
 #      checkpoint, restored, too (the table as it was at the cut, not as the child wrote it)
+#   d. as c, but gcrd is killed while the child waits for it: the child is let go (its control
+#      session ends), the pair ends bit-identical, and the checkpoint fails, committing nothing
 #
 #   shared_incremental_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -91,3 +93,34 @@ WAITS=$(json_field cow_waits < "$T/c-1.json")
 echo "the table's write waited for gcrd: cow_waits $WAITS, stall $(( $(json_field time.stall_ns < "$T/c-1.json") / 1000000 )) ms"
 (( WAITS >= 1 )) || fail "the child wrote the table without waiting for gcrd to read it (cow_waits $WAITS)"
 restored c-1 "$T/c.log"
+
+echo "== d. gcrd killed while the child waits for it to read the table"
+stop_gcrd
+export GCR_GCRD_PAUSE_AT=draining:5
+CUT=$((RANDOM % 10 + 10))
+W=$((CUT + 20))
+LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$W" > "$T/d-ref.log" 2>&1
+REF=$(checksums "$T/d-ref.log")
+"$GCR" run -- "${ST[@]}" --write-at "$W" >> "$T/d.log" 2>&1 &
+P=$!
+pids+=("$P")
+wait_steps "$T/d.log" "$CUT"
+rc=0
+paused=$(grep -c "paused at draining" "$T/gcrd.log" || true)  # case c's gcrd paused there too
+"$GCR" checkpoint "$P" -R --name d-1 --json > "$T/d-1.json" 2> "$T/d-1.err" &
+CK=$!
+for _ in $(seq 1 500); do
+  (( $(grep -c "paused at draining" "$T/gcrd.log" || true) > paused )) && break
+  sleep 0.02
+done
+(( $(grep -c "paused at draining" "$T/gcrd.log" || true) > paused )) || fail "gcrd never paused at draining"
+sleep 0.8  # the child reaches its write and waits (gcrd pauses 5 s)
+pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
+wait "$CK" || rc=$?
+unset GCR_GCRD_PAUSE_AT
+(( rc != 0 )) || fail "the checkpoint whose gcrd was killed succeeded"
+echo "the checkpoint failed (exit $rc): $(tail -c 200 "$T/d-1.err")"
+wait_exit "$P" "$T/d.log"
+[[ $(checksums "$T/d.log") == "$REF" ]] || fail "after gcrd died the run ended with $(checksums "$T/d.log"), expected $REF"
+"$GCR" image ls --json | grep -q '"d-1' && fail "the checkpoint whose gcrd died was committed"
+echo "ok: the pair ran on to $REF"
