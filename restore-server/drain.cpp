@@ -22,6 +22,16 @@ Status read_into(Gpu& gpu, const MappedAllocation& src, std::span<std::byte> out
   return src.read(0, out);
 }
 
+// Stores region r straight from the device, a piece at a time: host memory for one piece only.
+Status store_streamed(Gpu& gpu, store::CheckpointWriter& writer, const control::RegionRecord& r,
+                      const MappedAllocation& src) {
+  return writer.add_region_streamed(r.address, r.size, r.device, true,
+                                    [&](std::uint64_t off, std::span<std::byte> out) -> Status {
+                                      GCR_TRY(gpu.use(src.device()));
+                                      return src.read(off, out);
+                                    });
+}
+
 // The next entry to drain: one the process waits for, else the largest not yet done by gcrd.
 // Largest first: a region the process writes before gcrd gets to it costs the process a copy of
 // that region, cheap for a small one and dear (time, and device memory) for a large one.
@@ -57,14 +67,8 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     if (s) stored(r);
     return std::move(s).context("storing region " + hex_address(r.address));
   };
-  // Straight from the device, a piece at a time: host memory for one piece only.
-  auto store_streamed = [&](const control::RegionRecord& r, const MappedAllocation& src) {
-    Status s =
-        writer.add_region_streamed(r.address, r.size, r.device, true,
-                                   [&](std::uint64_t off, std::span<std::byte> out) -> Status {
-                                     GCR_TRY(gpu.use(src.device()));
-                                     return src.read(off, out);
-                                   });
+  auto stream = [&](const control::RegionRecord& r, const MappedAllocation& src) {
+    Status s = store_streamed(gpu, writer, r, src);
     if (s) stored(r);
     return std::move(s).context("storing region " + hex_address(r.address));
   };
@@ -76,7 +80,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     for (const DrainRegion& d : regions) {
       pace();
       writer.set_region_owner(d.owner);
-      GCR_TRY(store_streamed(d.region, *d.original));
+      GCR_TRY(stream(d.region, *d.original));
       ++stats.read_original;
     }
     return stats;
@@ -110,7 +114,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
         GCR_TRY(store_staged(d.region, *buf));
       } else {
         // Too large to stage: the process waits for this one if it writes it meanwhile.
-        Status st = store_streamed(d.region, *d.original);
+        Status st = stream(d.region, *d.original);
         release();
         GCR_TRY(std::move(st));
       }
@@ -137,7 +141,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
                                          std::to_string(copy.size) + " bytes"};
       GCR_TRY_ASSIGN(MappedAllocation mapped, MappedAllocation::import(copy.fd.get(), copy.size));
       e.state.store(cow::kDone, std::memory_order_release);
-      GCR_TRY(store_streamed(d.region, mapped));  // nothing writes the copy
+      GCR_TRY(stream(d.region, mapped));  // nothing writes the copy
       ++stats.took_copy;
     }
     finished[i] = true;
@@ -183,13 +187,7 @@ Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
       release();
       GCR_TRY(writer.add_region(d.region.address, *buf, d.region.device, true).context(what));
     } else {
-      GCR_TRY(writer
-                  .add_region_streamed(d.region.address, d.region.size, d.region.device, true,
-                                       [&](std::uint64_t off, std::span<std::byte> out) -> Status {
-                                         GCR_TRY(gpu.use(d.original->device()));
-                                         return d.original->read(off, out);
-                                       })
-                  .context(what));
+      GCR_TRY(store_streamed(gpu, writer, d.region, *d.original).context(what));
       release();
     }
     ++stats.read_original;

@@ -70,20 +70,25 @@ run b 60 $((RANDOM % 20 + 10)) 80
 restored b-2 "$T/b.log"
 restored b-1 "$T/b.log"
 
+# paused_pair CASE SECONDS CUT: a new gcrd that pauses SECONDS at `draining`; the reference run,
+# then the pair under gcr, the child writing the table 20 steps (some 300 ms) after CUT, where it
+# is waited for: after the cut. Sets REF and P.
+paused_pair() {
+  local c=$1 w=$(($3 + 20))
+  stop_gcrd
+  export GCR_GCRD_PAUSE_AT=draining:$2
+  LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$w" > "$T/$c-ref.log" 2>&1
+  REF=$(checksums "$T/$c-ref.log")
+  "$GCR" run -- "${ST[@]}" --write-at "$w" >> "$T/$c.log" 2>&1 &
+  P=$!
+  pids+=("$P")
+  wait_steps "$T/$c.log" "$3"
+}
+
 echo "== c. the child writes the table while gcrd, after the resume, has not read it"
-stop_gcrd
-# The child's write comes some 300 ms after the step the checkpoint is asked at (so after the
-# cut), and waits for gcrd until 1 s after the resume: still long before the parent's last step
+# The child waits for gcrd until 1 s after the resume: still long before the parent's last step
 # (whose read of the table's first MiB, done before the write, would change its result).
-export GCR_GCRD_PAUSE_AT=draining:1
-CUT=$((RANDOM % 20 + 10))
-W=$((CUT + 20))
-LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$W" > "$T/c-ref.log" 2>&1
-REF=$(checksums "$T/c-ref.log")
-"$GCR" run -- "${ST[@]}" --write-at "$W" >> "$T/c.log" 2>&1 &
-P=$!
-pids+=("$P")
-wait_steps "$T/c.log" "$CUT"
+paused_pair c 1 $((RANDOM % 20 + 10))
 "$GCR" checkpoint "$P" -R --name c-1 --json > "$T/c-1.json" || fail "live checkpoint c-1"
 unset GCR_GCRD_PAUSE_AT
 stop_gcrd
@@ -95,16 +100,7 @@ echo "the table's write waited for gcrd: cow_waits $WAITS, stall $(( $(json_fiel
 restored c-1 "$T/c.log"
 
 echo "== d. gcrd killed while the child waits for it to read the table"
-stop_gcrd
-export GCR_GCRD_PAUSE_AT=draining:5
-CUT=$((RANDOM % 10 + 10))
-W=$((CUT + 20))
-LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$W" > "$T/d-ref.log" 2>&1
-REF=$(checksums "$T/d-ref.log")
-"$GCR" run -- "${ST[@]}" --write-at "$W" >> "$T/d.log" 2>&1 &
-P=$!
-pids+=("$P")
-wait_steps "$T/d.log" "$CUT"
+paused_pair d 5 $((RANDOM % 10 + 10))
 rc=0
 paused=$(grep -c "paused at draining" "$T/gcrd.log" || true)  # case c's gcrd paused there too
 "$GCR" checkpoint "$P" -R --name d-1 --json > "$T/d-1.json" 2> "$T/d-1.err" &
