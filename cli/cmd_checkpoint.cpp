@@ -11,6 +11,8 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -38,8 +40,10 @@ struct CheckpointOptions {
   bool stop_copy = false;
   bool tcp_close = false;
   bool json = false;
-  std::string trace;      // --trace FILE
-  double timeout_s = 10;  // --timeout: for the cut and the quiesce
+  std::string trace;          // --trace FILE
+  double timeout_s = 10;      // --timeout: for the cut and the quiesce
+  bool job = false;           // --job: the pids' trees are one job
+  std::vector<int> job_pids;  // with --job: every pid after the first (sent as job_pids)
 };
 
 struct RestoreOptions {
@@ -131,6 +135,17 @@ void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
+  if (o.job) {  // Note [A job of several trees] (restore-server/job.h): one checkpoint of them all
+    if (o.pids.size() < 2)
+      return Error{Errc::invalid_argument,
+                   "--job checkpoints several process trees as one job: give the pid of each "
+                   "(a job under one launcher is the launcher's tree: give its pid alone)"};
+    CheckpointOptions one = o;
+    one.job = false;
+    one.pids = {o.pids[0]};
+    one.job_pids.assign(o.pids.begin() + 1, o.pids.end());
+    return checkpoint(one, ctx);
+  }
   if (!o.trace.empty() && o.pids.size() != 1)
     return Error{Errc::invalid_argument,
                  "--trace records one process: give one pid (or one --trace per checkpoint)"};
@@ -167,6 +182,8 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
           {"store", store}};
       if (!o.name.empty())
         fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
+      for (int p : o.job_pids)
+        fields["job_pids"] += (fields["job_pids"].empty() ? "" : ",") + std::to_string(p);
       // A bar for the storing with one pid only: several would draw over each other.
       ProgressLine bar(!o.json && ctx.stderr_tty && o.pids.size() == 1,
                        "pid " + std::to_string(o.pids[i]) + ": storing");
@@ -215,8 +232,12 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
     for (std::size_t i = 0; i < o.pids.size(); ++i) {
       if (!results[i]) continue;
       const auto& f = *results[i];
-      std::string line = "checkpoint " + field(f, "id").substr(0, 12) + " of pid " +
-                         field(f, "pid") + " (" + field(f, "kind") + "): stall " +
+      std::string pids = field(f, "pid");
+      for (std::size_t k = 0; k < o.job_pids.size(); ++k)
+        pids += (k + 1 == o.job_pids.size() ? " and " : ", ") + std::to_string(o.job_pids[k]);
+      std::string line = "checkpoint " + field(f, "id").substr(0, 12) + " of pid" +
+                         (o.job_pids.empty() ? " " : "s ") + pids + " (" + field(f, "kind") +
+                         (o.job_pids.empty() ? "" : ", one job") + "): stall " +
                          format_duration(ns(field_u64(f, "time.stall_ns"))) + ", total " +
                          format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
       bool baseline = field(f, "kind") == "stop-copy" && !o.stop_copy;
@@ -309,8 +330,11 @@ Result<StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx, bool arr
     o.streams.detach_log = o.log.empty() ? "gcr-" + id.hex().substr(0, 12) + ".log" : o.log;
   o.streams.owner_uid = static_cast<uid_t>(std::atoll(m.meta_or("owner_uid", "0").c_str()));
   o.streams.owner_gid = static_cast<gid_t>(std::atoll(m.meta_or("owner_gid", "0").c_str()));
-  return plan_streams(files, static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str())),
-                      o.streams);
+  std::set<pid_t> roots{static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()))};
+  std::istringstream trees(m.meta_or("job_trees"));  // "PID [shell_job]" per line
+  for (std::string line; std::getline(trees, line);)
+    if (pid_t p = static_cast<pid_t>(std::atoll(line.c_str())); p > 0) roots.insert(p);
+  return plan_streams(files, roots, o.streams);
 }
 
 Status restore(RestoreOptions o, Context& ctx) {
@@ -458,6 +482,8 @@ Status restore(RestoreOptions o, Context& ctx) {
   std::string where = field(f, "new_pid_namespace") == "1"
                           ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
                           : "";
+  if (!field(f, "job_pids").empty())  // Note [A job of several trees] (restore-server/job.h)
+    where += " with the job's other trees as pids " + field(f, "job_pids");
   // The process writes to our stdout now: the summary goes to stderr, out of its way.
   auto say = [shares_stdout](const std::string& text) {
     if (shares_stdout)
@@ -566,6 +592,10 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("SECONDS")
       ->default_val(10)
       ->check(CLI::Range(0.1, 3600.0));
+  c->add_flag("--job", co.job,
+              "The pids are the roots of process trees started apart (by hand, by a scheduler) "
+              "that make one job: checkpoint them as one, with one consistent cut (one CRIU dump "
+              "per tree; unix sockets between the trees are connected again on restore)");
   c->add_flag("--json", co.json, "Machine-readable output");
   c->footer(
       "Without --leave-running the process is gone once the checkpoint is committed.\n\n"
@@ -574,7 +604,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       "cuMemImportFromShareableHandle, cuIpcGetMemHandle / cuIpcOpenMemHandle) is stored once "
       "and shared again after a restore. Kernels that pass a pointer to shared memory are cut "
       "consistently: each one is issued on every process, or on none. Memory shared with a "
-      "process outside the tree is refused before anything stops: checkpoint the job's launcher.");
+      "process outside the tree is refused before anything stops: checkpoint the job's launcher, "
+      "or "
+      "name every tree of the job with --job.");
   on_run(c, ctx, [&ctx] { return checkpoint(co, ctx); });
 
   static RestoreOptions ro;

@@ -86,7 +86,7 @@ class OpenAs {
 
 }  // namespace
 
-Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, pid_t root,
+Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, const std::set<pid_t>& roots,
                                 const StreamOptions& o) {
   std::vector<std::string> order;
   std::map<std::string, Connection> conns;
@@ -97,7 +97,7 @@ Result<StreamPlan> plan_streams(const std::vector<OpenFile>& files, pid_t root,
       it->second.first = f;
       order.push_back(f.key);
     }
-    if (f.pid == root && f.fd >= 0 && f.fd <= 2) it->second.stdio.insert(f.fd);
+    if (roots.contains(f.pid) && f.fd >= 0 && f.fd <= 2) it->second.stdio.insert(f.fd);
     if ((f.flags & O_ACCMODE) != O_RDONLY) it->second.writable = true;
     if (f.flags & O_APPEND) it->second.append = true;
   }

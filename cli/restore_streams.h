@@ -52,8 +52,13 @@ struct StreamPlan {
   std::vector<std::string> warnings;
 };
 
-// `files` is the checkpoint's META files, `root` its META pid.
-Result<StreamPlan> plan_streams(const std::vector<criu::OpenFile>& files, pid_t root,
-                                const StreamOptions& options);
+// `files` is the checkpoint's META files, `roots` its META pid (and with META job_trees, the root
+// of each of the job's trees: each root's stdio is the restoring caller's).
+Result<StreamPlan> plan_streams(const std::vector<criu::OpenFile>& files,
+                                const std::set<pid_t>& roots, const StreamOptions& options);
+inline Result<StreamPlan> plan_streams(const std::vector<criu::OpenFile>& files, pid_t root,
+                                       const StreamOptions& options) {
+  return plan_streams(files, std::set<pid_t>{root}, options);
+}
 
 }  // namespace gcr::cli

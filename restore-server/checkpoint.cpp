@@ -356,21 +356,74 @@ Status write_dma_file(int fd, const std::vector<Member>& members,
   return ok();
 }
 
+// Note [A job of several trees] (job.h): one CRIU dump per tree, each leaving its tasks stopped;
+// then, with all of them stopped, nothing may be in flight between them. A failure lets every tree
+// dumped so far go on (stopped tasks would not answer gcrd giving their memory back).
+Status dump_trees(const criu::Tools& tools, const criu::DumpOptions& common, const JobTrees& job,
+                  const CheckpointRequest& req) {
+  auto let_go = [&](std::size_t dumped) {
+    for (std::size_t k = 0; k < dumped; ++k)
+      for (pid_t p : criu::tree_pids(job.trees[k].root)) kill(p, SIGCONT);
+  };
+  for (std::size_t k = 0; k < job.trees.size(); ++k) {
+    criu::DumpOptions o = common;
+    o.pid = job.trees[k].root;
+    o.leave_running = false;
+    o.leave_stopped = true;
+    o.cow_dump = false;
+    o.extra_args = dump_arguments(job.trees[k], req);
+    for (std::string& a : cross_socket_arguments(job, k)) o.extra_args.push_back(std::move(a));
+    if (k > 0) {
+      o.image_dir = common.image_dir / tree_images_dir(innermost_pid(o.pid));
+      std::error_code ec;
+      if (!fs::create_directories(o.image_dir, ec) && ec) {
+        let_go(k);
+        return Error{Errc::io_error, "creating " + o.image_dir.string() + ": " + ec.message()};
+      }
+    }
+    if (Status s = criu::dump(tools, o); !s) {
+      let_go(k);
+      return std::move(s).context("dumping the tree of process " + std::to_string(o.pid));
+    }
+  }
+  if (Status s = check_nothing_in_flight(job); !s) {
+    let_go(job.trees.size());
+    return s;
+  }
+  return ok();
+}
+
 }  // namespace
 
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& req,
                                             const Progress& progress) {
-  if (req.pid <= 0 || kill(req.pid, 0) != 0) {
-    if (errno == EPERM)
-      return Error{Errc::permission_denied,
-                   "process " + std::to_string(req.pid) +
-                       " belongs to another user; only root or its owner may checkpoint it"};
-    return Error{Errc::not_found, "no process " + std::to_string(req.pid)};
-  }
+  std::vector<pid_t> roots{req.pid};
+  roots.insert(roots.end(), req.job_pids.begin(), req.job_pids.end());
+  for (pid_t root : roots)
+    if (root <= 0 || kill(root, 0) != 0) {
+      if (errno == EPERM)
+        return Error{Errc::permission_denied,
+                     "process " + std::to_string(root) +
+                         " belongs to another user; only root or its owner may checkpoint it"};
+      return Error{Errc::not_found, "no process " + std::to_string(root)};
+    }
   // Note [Refused up front] (docs/processes.md): what the tree holds is read, and anything gcr
   // cannot restore correctly refused, before the process is touched.
-  GCR_TRY_ASSIGN(criu::ProcessTree tree, criu::inspect_tree(req.pid));
+  // Note [A job of several trees] (job.h): with --job, every root's tree; else pid's alone.
+  GCR_TRY_ASSIGN(JobTrees job_trees, inspect_job_trees(roots));
+  const criu::ProcessTree& tree = job_trees.all;
+  const bool several_trees = job_trees.trees.size() > 1;
+  std::string job_scope;
+  if (several_trees) {
+    if (req.stop_copy || req.external_criu || req.device_only || req.hold)
+      return Error{Errc::unsupported,
+                   "a job of several process trees (--job) is checkpointed by gcr alone: not with "
+                   "--stop-copy, in a container or by gcr migrate"};
+    job_scope = "the job's trees (processes";
+    for (pid_t root : roots) job_scope += " " + std::to_string(root);
+    job_scope += ")";
+  }
   GCR_TRY(check_tree_blockers(tree));
   GCR_TRY(wait_host_memory_restored(tree.pids, std::chrono::minutes(10), progress));
   // Note [Job checkpoint] (job.h): every process of the tree under gcr is a member. Memory shared
@@ -379,7 +432,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   std::vector<SharedAllocation> shared;
   if (!req.stop_copy) {
     GCR_TRY_ASSIGN(members, connect_members(tree, std::chrono::seconds(5)));
-    GCR_TRY_ASSIGN(shared, find_shared(members, tree));
+    GCR_TRY_ASSIGN(shared, find_shared(members, tree, job_scope));
   }
   const bool external = req.external_criu || req.device_only;
   if (external && members.empty()) {
@@ -390,21 +443,25 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     return none;
   }
   if (!external)  // else the runtime chose CRIU's options (external mounts, its own stdio)
-    GCR_TRY(criu::check_supported(tree, {req.tcp_close})
-                .context("cannot checkpoint process " + std::to_string(req.pid)));
+    for (const criu::ProcessTree& t : job_trees.trees)
+      GCR_TRY(criu::check_supported(t, {req.tcp_close})
+                  .context("cannot checkpoint process " + std::to_string(t.root)));
   if (req.stop_copy) return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
   if (members.empty() && req.hold)
     return Error{Errc::unsupported,
                  "process " + std::to_string(req.pid) +
                      " is not running under gcr, and only gcr's own checkpoint can wait for a "
                      "migration to finish; start it with 'gcr run'"};
+  if (members.empty() && several_trees)
+    return Error{Errc::unsupported, "none of the processes of " + job_scope +
+                                        " runs under gcr: start them with 'gcr run'"};
   if (members.empty()) {
     // Not under gcr: the driver's own checkpoint is all there is (DESIGN §4's baseline).
     progress("process " + std::to_string(req.pid) +
              " is not running under gcr: using the driver's checkpoint");
     return checkpoint_stop_copy(store, tools, req, tree, progress, "stop-copy");
   }
-  const bool job = members.size() > 1 || members[0].pid != tree.root;
+  const bool job = members.size() > 1 || members[0].pid != tree.root || several_trees;
   CheckpointReport rep;
   rep.pid = req.pid;
   rep.kind = "gcr";
@@ -436,6 +493,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     for (const Member& m : members) owners.push_back(m.owner);
     meta["job_members"] = encode_job_members(owners);
   }
+  if (several_trees) {
+    meta["job_trees"] = encode_job_trees(job_trees);
+    if (!job_trees.sockets.empty()) meta["job_sockets"] = encode_job_sockets(job_trees);
+  }
   // Before the cut, so that waiting for the store (a long `gcr image gc` holds gc.lock) never
   // stalls the process: it runs on until everything the checkpoint needs is in hand.
   GCR_TRY_ASSIGN(auto writer, store.begin_checkpoint(meta, parent));
@@ -459,7 +520,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   dump_options.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
   // Ibid.: pinned host memory, written after park, read by CRIU in the freeze.
   UniqueFd dma_file;
-  if (!external && req.leave_running && tools.cow_dma) {
+  if (!external && req.leave_running && tools.cow_dma && !several_trees) {
     dma_file.reset(::memfd_create("gcr-cow-dma", MFD_CLOEXEC));
     if (!dma_file) return errno_error("creating the file of pinned host memory for CRIU");
     dump_options.cow_dma_fd = dma_file.get();
@@ -467,7 +528,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Note [Host memory tracked between checkpoints] (host_tracking.h): a failure to set it up
   // only makes this dump a full one.
   std::optional<TrackedDump> tracking;
-  if (!external && req.leave_running && tools.cow_track) {
+  if (!external && req.leave_running && tools.cow_track && !several_trees) {
     if (host_dma.untrackable) {
       HostTracking::instance().forget(*key);  // its userfaultfds close: the protection ends
       progress("host memory is not tracked between checkpoints: process " +
@@ -485,7 +546,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   std::optional<criu::StartedDump> early;
   const auto t_begin = Clock::now();  // the total includes CRIU's start; the stall does not
   if (const char* e = std::getenv("GCR_CRIU_EARLY");
-      !external && (!e || std::string_view(e) != "0")) {
+      !external && !several_trees && (!e || std::string_view(e) != "0")) {
     auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
                       std::chrono::seconds(30);
     GCR_TRY_ASSIGN(criu::StartedDump started,
@@ -682,6 +743,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (early && req.leave_running && tools.cow_dump)
     criu_running = early->go_until_released(&dumped);
+  else if (several_trees)
+    dumped = dump_trees(tools, dump_options, job_trees, req);
   else if (!external)
     dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);
@@ -711,8 +774,14 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     return std::move(dumped).error();
   }
   pause_point("dumped");
-  if (req.leave_running)
+  if (req.leave_running && several_trees) {
+    // Every tree was left stopped by its dump: on with all of them, as one.
+    for (pid_t root : roots)
+      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
+    for (const Member& m : members) GCR_TRY(ensure_cuda_running(m.pid));
+  } else if (req.leave_running) {
     for (const Member& m : members) GCR_TRY(check_resumed(m.pid, rep, progress));
+  }
   // The regions this checkpoint stores; the rest come from the parent. A shared allocation some
   // view wrote is stored whole: before any member runs, or behind every view's entry (below).
   std::vector<std::vector<DrainRegion>> to_store(members.size());
@@ -753,7 +822,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       return e;
     }
     if (!end_after_commit) return e;
-    for (pid_t p : criu::tree_pids(req.pid)) kill(p, SIGCONT);  // CRIU stopped the whole tree
+    for (pid_t root : roots)  // CRIU stopped the whole tree (every tree of a job)
+      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
     if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
     return e;
   };
@@ -944,8 +1014,8 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   }
   if (end_after_commit) {
     // The checkpoint is safe: end the process, as `criu dump` without -R would have.
-    // The whole tree CRIU dumped (and left stopped), workers too.
-    criu::kill_tree(req.pid);
+    // The whole tree CRIU dumped (and left stopped), workers too; every tree of a job.
+    for (pid_t root : roots) criu::kill_tree(root);
     keepers_done();
   }
   rep.id = info.id.hex();

@@ -40,6 +40,9 @@ namespace gcr::gcrd {
 
 struct CheckpointRequest {
   pid_t pid = 0;
+  // --job: the roots of the job's other process trees, checkpointed with pid's as one job (Note
+  // [A job of several trees] in job.h).
+  std::vector<pid_t> job_pids;
   std::optional<std::string> tag;
   bool leave_running = false;
   bool stop_copy = false;

@@ -323,6 +323,23 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
                      "timeout_ms " + f.at("timeout_ms") + " is outside 100 .. 3600000"};
       req.quiesce_timeout = std::chrono::milliseconds(ms);
     }
+    if (f.count("job_pids")) {  // Note [A job of several trees] (job.h)
+      std::istringstream list(f.at("job_pids"));
+      for (std::string p; std::getline(list, p, ',');) {
+        pid_t pid = std::atoi(p.c_str());
+        if (pid <= 0 || std::to_string(pid) != p)
+          return Error{Errc::invalid_argument, "job_pids: '" + p + "' is not a pid"};
+        if (pid == req.pid ||
+            std::find(req.job_pids.begin(), req.job_pids.end(), pid) != req.job_pids.end())
+          return Error{Errc::invalid_argument, "process " + p + " is named twice"};
+        req.job_pids.push_back(pid);
+      }
+    }
+    for (pid_t pid : req.job_pids)
+      if (client_uid != 0 && owner_of(pid) != client_uid)
+        return Error{Errc::permission_denied,
+                     "process " + std::to_string(pid) +
+                         " is not yours; only root or its owner may checkpoint it"};
     if (client_uid != 0 && owner_of(req.pid) != client_uid)
       return Error{Errc::permission_denied,
                    "process " + std::to_string(req.pid) +
@@ -408,6 +425,8 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["region_bytes"] = std::to_string(rep.region_bytes);
     out["wanted_regions"] = std::to_string(rep.wanted_regions);
     out["original_pid"] = std::to_string(rep.original_pid);
+    for (pid_t p : rep.tree_pids)  // Note [A job of several trees] (job.h)
+      out["job_pids"] += (out["job_pids"].empty() ? "" : ",") + std::to_string(p);
     out["store_read_bytes"] = std::to_string(rep.store_read_bytes);
     out["shared_bytes"] = std::to_string(rep.shared_bytes);
     out["staged_bytes"] = std::to_string(rep.staged_bytes);

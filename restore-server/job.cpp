@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "checkpoint.h"
 #include "device.h"
@@ -85,7 +87,10 @@ Result<std::vector<Member>> connect_members(const criu::ProcessTree& tree,
 }
 
 Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
-                                                  const criu::ProcessTree& tree) {
+                                                  const criu::ProcessTree& tree,
+                                                  const std::string& scope) {
+  const std::string within =
+      scope.empty() ? "the tree of process " + std::to_string(tree.root) : scope;
   struct Node {
     std::size_t member;
     control::ShareRecord share;
@@ -136,10 +141,11 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
           return Error{Errc::unsupported,
                        describe(members[mine.member].pid) + " shares device memory (region " +
                            hex_address(mine.share.address) + ") with " + describe(other) +
-                           ", which is not in the tree of process " + std::to_string(tree.root) +
+                           ", which is not in " + within +
                            ": checkpoint a process whose tree holds both (their common parent, "
-                           "the job's launcher), or both sides would come back with a private "
-                           "copy"};
+                           "the job's launcher) or name every process of the job (gcr "
+                           "checkpoint --job PID PID...), or both sides would come back with a "
+                           "private copy"};
         }
     }
   }
@@ -161,8 +167,8 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
         return Error{Errc::unsupported,
                      describe(members[mine.member].pid) + " shares device memory (region " +
                          hex_address(mine.share.address) + ") with " + describe(other) +
-                         " (its fd " + e.path().filename().string() +
-                         "), which is not in the tree of process " + std::to_string(tree.root) +
+                         " (its fd " + e.path().filename().string() + "), which is not in " +
+                         within +
                          ": checkpoint a tree that holds both, or both sides would come back "
                          "with a private copy"};
       }
@@ -319,6 +325,160 @@ Result<std::vector<SharedView>> decode_shared_views(const std::string& text) {
     out.push_back(std::move(v));
   }
   return out;
+}
+
+Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
+  JobTrees job;
+  for (pid_t root : roots) {
+    GCR_TRY_ASSIGN(criu::ProcessTree t, criu::inspect_tree(root));
+    job.trees.push_back(std::move(t));
+  }
+  for (std::size_t a = 0; a < job.trees.size(); ++a)
+    for (std::size_t b = 0; b < job.trees.size(); ++b) {
+      const auto& pids = job.trees[b].pids;
+      if (a == b || std::find(pids.begin(), pids.end(), job.trees[a].root) == pids.end()) continue;
+      return Error{Errc::invalid_argument,
+                   describe(job.trees[a].root) + " is in the tree of process " +
+                       std::to_string(job.trees[b].root) +
+                       ", which is checkpointed with all its descendants: leave it out"};
+    }
+  // Which tree holds each socket; then the external sockets whose peer another tree holds.
+  std::map<std::string, std::size_t> tree_of_socket;
+  for (std::size_t k = 0; k < job.trees.size(); ++k)
+    for (const criu::OpenFile& f : job.trees[k].files)
+      if (f.kind == criu::FileKind::unix_socket) tree_of_socket[f.path] = k;
+  std::set<std::uint64_t> paired;
+  for (std::size_t k = 0; k < job.trees.size(); ++k)
+    for (criu::OpenFile& f : job.trees[k].files) {
+      if (f.kind != criu::FileKind::unix_socket || !f.external) continue;
+      auto peer = tree_of_socket.find(f.detail);
+      if (peer == tree_of_socket.end() || peer->second == k) continue;
+      f.external = false;  // within the job: dumped as external, connected again on restore
+      auto inode = [](const std::string& link) {  // "socket:[123]"
+        return static_cast<std::uint64_t>(std::strtoull(link.c_str() + 8, nullptr, 10));
+      };
+      std::uint64_t ino = inode(f.path), peer_ino = inode(f.detail);
+      if (paired.contains(ino)) continue;  // the same socket in another fd, or task
+      paired.insert(ino);
+      paired.insert(peer_ino);
+      job.sockets.push_back({ino, peer_ino, k, peer->second});
+    }
+  std::set<std::uint64_t> inodes;
+  for (const CrossSocket& s : job.sockets) inodes.insert(s.ino);
+  auto states = criu::unix_socket_states(inodes);
+  for (CrossSocket& s : job.sockets) {
+    auto st = states.find(s.ino);
+    s.type = st == states.end() ? 0 : st->second.type;
+    if (s.type != SOCK_STREAM && s.type != SOCK_DGRAM && s.type != SOCK_SEQPACKET)
+      return Error{Errc::unsupported, "the unix socket " + std::to_string(s.ino) +
+                                          " between the trees of processes " +
+                                          std::to_string(job.trees[s.tree].root) + " and " +
+                                          std::to_string(job.trees[s.peer_tree].root) +
+                                          " is gone or of a kind gcr cannot connect again"};
+  }
+  job.all = job.trees[0];
+  for (std::size_t k = 1; k < job.trees.size(); ++k) {
+    job.all.pids.insert(job.all.pids.end(), job.trees[k].pids.begin(), job.trees[k].pids.end());
+    job.all.files.insert(job.all.files.end(), job.trees[k].files.begin(), job.trees[k].files.end());
+  }
+  return job;
+}
+
+std::vector<std::string> cross_socket_arguments(const JobTrees& job, std::size_t k) {
+  std::vector<std::string> args;
+  for (const CrossSocket& s : job.sockets) {
+    if (s.tree == k) {
+      args.push_back("--external");
+      args.push_back("unix[" + std::to_string(s.ino) + "]");
+    }
+    if (s.peer_tree == k) {
+      args.push_back("--external");
+      args.push_back("unix[" + std::to_string(s.peer_ino) + "]");
+    }
+  }
+  return args;
+}
+
+Status check_nothing_in_flight(const JobTrees& job) {
+  std::set<std::uint64_t> inodes;
+  for (const CrossSocket& s : job.sockets) inodes.insert({s.ino, s.peer_ino});
+  auto states = criu::unix_socket_states(inodes);
+  for (const CrossSocket& s : job.sockets)
+    for (auto [ino, k, other] :
+         {std::tuple{s.ino, s.tree, s.peer_tree}, std::tuple{s.peer_ino, s.peer_tree, s.tree}}) {
+      auto q = states.find(ino);
+      if (q == states.end() || q->second.queued == 0) continue;
+      return Error{Errc::busy,
+                   std::to_string(q->second.queued) +
+                       " bytes were in flight to the tree of process " +
+                       std::to_string(job.trees[k].root) + " from the tree of process " +
+                       std::to_string(job.trees[other].root) +
+                       " on a unix socket when the job was stopped, and gcr cannot carry them "
+                       "between trees dumped apart; every process runs on: checkpoint again"};
+    }
+  return ok();
+}
+
+std::string encode_job_trees(const JobTrees& job) {
+  std::string out;
+  for (const criu::ProcessTree& t : job.trees)
+    out += std::to_string(innermost_pid(t.root)) + (t.shell_job() ? " shell_job" : "") + "\n";
+  return out;
+}
+
+Result<std::vector<JobTree>> decode_job_trees(const std::string& text) {
+  std::vector<JobTree> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    JobTree t;
+    std::string flag;
+    if (!(f >> t.pid) || t.pid <= 0 || ((f >> flag) && flag != "shell_job"))
+      return Error{Errc::corrupt_image, "manifest META job_trees: a line reads '" +
+                                            line.substr(0, 60) + "', not 'PID [shell_job]'"};
+    t.shell_job = flag == "shell_job";
+    out.push_back(t);
+  }
+  return out;
+}
+
+namespace {
+constexpr std::pair<int, const char*> kSocketTypes[] = {
+    {SOCK_STREAM, "stream"}, {SOCK_DGRAM, "dgram"}, {SOCK_SEQPACKET, "seqpacket"}};
+}  // namespace
+
+std::string encode_job_sockets(const JobTrees& job) {
+  std::string out;
+  for (const CrossSocket& s : job.sockets)
+    for (auto [type, name] : kSocketTypes)
+      if (type == s.type)
+        out += std::to_string(s.ino) + " " + std::to_string(s.peer_ino) + " " + name + "\n";
+  return out;
+}
+
+Result<std::vector<JobSocket>> decode_job_sockets(const std::string& text) {
+  std::vector<JobSocket> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    JobSocket s;
+    std::string type, rest;
+    f >> s.ino >> s.peer_ino >> type;
+    for (auto [t, name] : kSocketTypes)
+      if (type == name) s.type = t;
+    if (!f || s.ino == 0 || s.peer_ino == 0 || s.type == 0 || (f >> rest))
+      return Error{Errc::corrupt_image, "manifest META job_sockets: a line reads '" +
+                                            line.substr(0, 60) +
+                                            "', not 'INODE PEER_INODE stream|dgram|seqpacket'"};
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string tree_images_dir(pid_t tree_pid) {
+  return "trees/" + std::to_string(tree_pid);
 }
 
 }  // namespace gcr::gcrd

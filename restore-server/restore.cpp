@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -201,6 +202,53 @@ class FillingScope {
   std::vector<pid_t> pids_;
 };
 
+// Note [A job of several trees] (job.h): the trees after the first, each restored by a CRIU of its
+// own with what the first was given (its files, the sockets between the trees), each guarded by a
+// keeper of its own from its CRIU's start. A failure ends the trees restored so far.
+Status restore_other_trees(const criu::Tools& tools, const criu::RestoreOptions& first,
+                           const std::filesystem::path& images, const std::vector<JobTree>& trees,
+                           bool guarded, RestoreReport& rep, std::vector<Keeper>& keepers) {
+  auto end_restored = [&] {
+    for (pid_t p : rep.tree_pids) {
+      criu::kill_tree(p);
+      wait_gone(p);
+    }
+    for (Keeper& k : keepers) k.done();
+    keepers.clear();
+    rep.tree_pids.clear();
+  };
+  for (std::size_t k = 1; k < trees.size(); ++k) {
+    criu::RestoreOptions o;
+    o.image_dir = images / tree_images_dir(trees[k].pid);
+    o.env = first.env;
+    o.shell_job = trees[k].shell_job;
+    o.tcp_close = first.tcp_close;
+    o.inherit = first.inherit;
+    pid_t restored = 0;
+    o.restored_pid = &restored;
+    Result<Keeper> keeper =
+        guarded ? Keeper::start_restore(o.image_dir / "restored.pid") : Result<Keeper>(Keeper());
+    if (!keeper) {
+      end_restored();
+      return Error(keeper.error());
+    }
+    if (Status s = criu::restore(tools, o); !s) {
+      keeper->done();
+      end_restored();
+      return std::move(s).context("restoring the tree of process " + std::to_string(trees[k].pid));
+    }
+    rep.tree_pids.push_back(restored);
+    if (guarded)
+      if (Status s = keeper->restored(restored); !s) {
+        keeper->done();
+        end_restored();
+        return s;
+      }
+    keepers.push_back(std::move(keeper).value());
+  }
+  return ok();
+}
+
 }  // namespace
 
 Status wait_host_memory_restored(const std::vector<pid_t>& pids, std::chrono::seconds timeout,
@@ -328,6 +376,29 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   // member waits in a table of its own; a shared allocation is loaded once for all its views.
   const std::string job_members = m.meta_or("job_members");
   const bool job = !job_members.empty();
+  // Note [A job of several trees] (job.h): the trees after the first, each restored by a CRIU of
+  // its own with its original pids, and the sockets between them connected again.
+  GCR_TRY_ASSIGN(std::vector<JobTree> job_trees, decode_job_trees(m.meta_or("job_trees")));
+  GCR_TRY_ASSIGN(std::vector<JobSocket> job_sockets, decode_job_sockets(m.meta_or("job_sockets")));
+  const bool several_trees = job_trees.size() > 1;
+  if (several_trees) {
+    if (req.external_criu)
+      return Error{Errc::invalid_argument, "checkpoint " + rep.id.substr(0, 12) +
+                                               " is a job of several process trees: restore it "
+                                               "with gcr restore"};
+    if (req.new_pid_namespace)
+      return Error{Errc::unsupported,
+                   "checkpoint " + rep.id.substr(0, 12) +
+                       " is a job of several process trees, which gcr restores with their "
+                       "original pids only (a PID namespace holds one tree): leave out "
+                       "--new-pid-namespace"};
+    for (const JobTree& t : job_trees)
+      if (kill(t.pid, 0) == 0 || errno == EPERM)
+        return Error{Errc::busy, "pid " + std::to_string(t.pid) + " of checkpoint " +
+                                     rep.id.substr(0, 12) +
+                                     "'s job is in use, and a job of several process trees is "
+                                     "restored with its original pids: end what holds it"};
+  }
   GCR_TRY_ASSIGN(std::vector<SharedView> shared_views,
                  decode_shared_views(m.meta_or("shared_views")));
   const bool eager = req.eager;
@@ -430,7 +501,8 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   std::optional<FillingScope> filling_scope;
   Clock::time_point th;
   // --eager: nothing arrives after the process runs, host memory included.
-  const bool lazy_wanted = !external && !eager && criu::lazy_pages_available(tools);
+  const bool lazy_wanted =
+      !external && !eager && !several_trees && criu::lazy_pages_available(tools);
   if (lazy_wanted && host_pages_from_store()) {
     if (auto planned = HostPages::plan(*reader)) {
       host_pages = std::move(planned).value();
@@ -479,6 +551,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   if (loader && loader->failed()) return loader->wait().error();  // before any process exists
   pid_t pid = 0;
   Result<Keeper> keeper = Keeper();
+  std::vector<Keeper> tree_keepers;  // the other trees' (Note [A job of several trees])
+  auto trees_done = [&] {
+    for (Keeper& k : tree_keepers) k.done();
+  };
   if (external) {
     // Note [Parked memory outlives gcrd] (keeper.h): from the moment the tasks exist, a gcrd that
     // dies before they have their memory takes them with it.
@@ -556,6 +632,20 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       }
       ro.inherit.push_back({in.key, fd});
     }
+    // Note [A job of several trees] (job.h): gcrd's ends of the sockets between the trees, until
+    // every CRIU has its own.
+    std::vector<UniqueFd> socket_ends;
+    for (const JobSocket& js : job_sockets) {
+      int sv[2];
+      if (::socketpair(AF_UNIX, js.type | SOCK_CLOEXEC, 0, sv) != 0) {
+        keeper->done();  // no process to guard
+        return errno_error("connecting the job's trees again (socketpair)");
+      }
+      socket_ends.emplace_back(sv[0]);
+      socket_ends.emplace_back(sv[1]);
+      ro.inherit.push_back({"socket:[" + std::to_string(js.ino) + "]", sv[0]});
+      ro.inherit.push_back({"socket:[" + std::to_string(js.peer_ino) + "]", sv[1]});
+    }
     // The keeper follows a restore into a new PID namespace (it has no pidfile) and one whose
     // host memory gcrd serves. A page gcrd cannot serve while CRIU restores: the tasks, CRIU's so
     // far, are ended with CRIU (they have not run the program yet) rather than let CRIU go on with
@@ -582,8 +672,18 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
         }
       return std::move(restored).error();
     }
+    if (several_trees)
+      if (Status s =
+              restore_other_trees(tools, ro, work->path(), job_trees, guarded, rep, tree_keepers);
+          !s) {
+        criu::kill_tree(pid);
+        wait_gone(pid);
+        keeper->done();
+        return std::move(s).context("the checkpoint's other process trees").error();
+      }
     criu_lock.unlock();
     relays.clear();
+    socket_ends.clear();
     daemon_end.reset();  // the daemon's now; its exit is the server's end
     record_phase(rep, "criu", tc);
     th = tc;
@@ -608,6 +708,10 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       criu::kill_tree(pid);
     else
       kill(pid, SIGKILL);
+    for (pid_t other : rep.tree_pids) {
+      criu::kill_tree(other);
+      wait_gone(other);
+    }
     wait_gone(pid);
     e.message += "; killed it: restored process " + std::to_string(pid) +
                  " cannot run without its " + (lazy_host ? "memory" : "device memory") +
@@ -648,6 +752,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     auto clients = give_job_its_memory(pid, rep, plan, allocations);
     if (!clients) return kill_restored(std::move(clients).error());
     if (!host_pages) keeper->done();  // else once the host memory is in
+    trees_done();
     record_phase(rep, "unpark", tu);
     record_phase(rep, "resume", t0);
     if (!eager && !records.empty()) {
@@ -730,6 +835,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
   }
   filling_scope.reset();
   if (keeper) keeper->done();
+  trees_done();
   // Note [gcrd owns lineage]: the restored process's next checkpoint may build on this one.
   if (auto key = process_key(pid)) lineage_record(*key, rep.id);
   if (loader) {

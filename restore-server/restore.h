@@ -51,8 +51,9 @@ struct RestoreRequest {
 };
 
 struct RestoreReport {
-  pid_t pid = 0;           // as gcrd sees it
-  pid_t original_pid = 0;  // the checkpoint's: the process's pid inside its namespace
+  pid_t pid = 0;                 // as gcrd sees it
+  pid_t original_pid = 0;        // the checkpoint's: the process's pid inside its namespace
+  std::vector<pid_t> tree_pids;  // a job of several trees: the roots of the others (job.h)
   bool new_pid_namespace = false;
   std::string id;
   std::string kind;

@@ -202,11 +202,16 @@ void read_inet(pid_t pid, const char* table, FileKind kind,
   }
 }
 
-// Unix sockets of gcr's network namespace: inode -> peer inode (0: none), via sock_diag.
-std::map<std::uint64_t, std::uint64_t> unix_peers() {
-  std::map<std::uint64_t, std::uint64_t> peers;
+// Unix sockets of gcr's network namespace, via sock_diag: inode -> what UNIX_DIAG says of it.
+struct UnixSocket {
+  std::uint64_t peer = 0;  // 0: none
+  int type = 0;            // SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET
+  std::uint32_t queued = 0;
+};
+std::map<std::uint64_t, UnixSocket> unix_sockets() {
+  std::map<std::uint64_t, UnixSocket> out;
   UniqueFd nl(socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
-  if (!nl) return peers;
+  if (!nl) return out;
   struct {
     nlmsghdr nlh;
     unix_diag_req req;
@@ -216,24 +221,40 @@ std::map<std::uint64_t, std::uint64_t> unix_peers() {
   msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   msg.req.sdiag_family = AF_UNIX;
   msg.req.udiag_states = ~0u;
-  msg.req.udiag_show = UDIAG_SHOW_PEER;
-  if (send(nl.get(), &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) return peers;
+  msg.req.udiag_show = UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN;
+  if (send(nl.get(), &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) return out;
   alignas(nlmsghdr) char buf[32768];
   for (;;) {
     ssize_t n = recv(nl.get(), buf, sizeof buf, 0);
-    if (n <= 0) return peers;
+    if (n <= 0) return out;
     for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, static_cast<unsigned>(n));
          h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return peers;
+      if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) return out;
       auto* d = static_cast<unix_diag_msg*>(NLMSG_DATA(h));
-      std::uint64_t peer = 0;
+      UnixSocket sk;
+      sk.type = d->udiag_type;
       int len = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof *d));
-      for (auto* a = reinterpret_cast<rtattr*>(d + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
-        if (a->rta_type == UNIX_DIAG_PEER) peer = *static_cast<std::uint32_t*>(RTA_DATA(a));
-      peers[d->udiag_ino] = peer;
+      for (auto* a = reinterpret_cast<rtattr*>(d + 1); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type == UNIX_DIAG_PEER) sk.peer = *static_cast<std::uint32_t*>(RTA_DATA(a));
+        // A listening socket's "queue" is its connections not yet accepted: not bytes.
+        if (a->rta_type == UNIX_DIAG_RQLEN && d->udiag_state != 10 /* TCP_LISTEN */)
+          sk.queued = static_cast<unix_diag_rqlen*>(RTA_DATA(a))->udiag_rqueue;
+      }
+      out[d->udiag_ino] = sk;
     }
   }
 }
+
+}  // namespace
+
+std::map<std::uint64_t, UnixSocketState> unix_socket_states(const std::set<std::uint64_t>& inodes) {
+  std::map<std::uint64_t, UnixSocketState> out;
+  for (const auto& [ino, sk] : unix_sockets())
+    if (inodes.contains(ino)) out[ino] = {sk.type, sk.queued};
+  return out;
+}
+
+namespace {
 
 struct SocketHolder {
   pid_t pid = 0;
@@ -399,7 +420,7 @@ Result<ProcessTree> inspect_tree(pid_t root) {
   t.root_is_session_leader = sid == root;
   t.pids = descendants(root);
   std::map<std::uint64_t, InetSocket> inet;
-  std::map<std::uint64_t, std::uint64_t> peers;
+  std::map<std::uint64_t, UnixSocket> peers;
   bool peers_read = false, inet_read = false;
   for (pid_t pid : t.pids) {
     const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
@@ -436,12 +457,12 @@ Result<ProcessTree> inspect_tree(pid_t root) {
           f.external = f.kind == FileKind::tcp_socket && st != 10 && st != 7;
         } else {
           if (!peers_read) {
-            peers = unix_peers();
+            peers = unix_sockets();
             peers_read = true;
           }
           if (auto u = peers.find(ino); u != peers.end()) {
             f.kind = FileKind::unix_socket;
-            if (u->second) f.detail = "socket:[" + std::to_string(u->second) + "]";
+            if (u->second.peer) f.detail = "socket:[" + std::to_string(u->second.peer) + "]";
           }
         }
       }

@@ -10,7 +10,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +79,14 @@ Result<ProcessTree> inspect_tree(pid_t root);
 std::vector<pid_t> tree_pids(pid_t root);
 // SIGKILL to root and its descendants as they are now, the youngest first.
 void kill_tree(pid_t root);
+
+// Each of these unix sockets (by inode; sock_diag, in gcr's network namespace) as it is now; a
+// socket not found (closed) is left out.
+struct UnixSocketState {
+  int type = 0;              // SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET
+  std::uint32_t queued = 0;  // bytes waiting in its receive queue
+};
+std::map<std::uint64_t, UnixSocketState> unix_socket_states(const std::set<std::uint64_t>& inodes);
 
 // Every pid in /proc (read with readdir; processes that come and go are no error).
 std::vector<pid_t> proc_pids();

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A job of process trees started apart (issue 13, Note [A job of several trees] in
+# restore-server/job.h): mp_train's ranks started by hand from this script's shell, each under its
+# own `gcr run` with no launcher above them, sharing device memory (every transport) and talking
+# over unix sockets between the trees.
+#   a: one rank alone is refused before anything stops, naming its peer and --job; two
+#      --leave-running checkpoints of `--job R0 R1` at random moments (the second incremental);
+#      both ranks finish bit-identical to the single-process reference; each checkpoint restored
+#      (both trees, their sockets connected again, memory on demand) finishes so too;
+#   b: a --job checkpoint that ends both trees, restored: bit-identical;
+#   c: bad input: --job with one pid, a pid named twice and a pid inside another's tree are
+#      refused, and the job runs on (a restore while the job's pids are in use is refused in a).
+#
+#   mp_trees_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=mp-trees
+source "$(dirname "$0")/lib.sh"
+MP=("$BUILD/tests/workloads/mp_train" --steps 150 --step-delay-ms 10)
+
+LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/ref.log" 2>&1 || fail "reference: $(tail -3 "$T/ref.log")"
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "the reference printed no checksum"
+matches() { grep -cE "^(rank [0-9]+ )?checksum $REF\$" "$1" || true; }
+ended() { grep -cE "^(rank [0-9]+ )?checksum " "$1" || true; }
+
+# Starts rank 0 and rank 1 of job TAG apart, each `gcr run mp_train --rank R` from this shell into
+# $T/TAG.R.log; sets R0 and R1.
+start_ranks() {  # TAG
+  launch "$T/$1.0.log" "${MP[@]}" --ranks 2 --rank 0 --job "$1-$$"
+  R0=$P
+  launch "$T/$1.1.log" "${MP[@]}" --ranks 2 --rank 1 --job "$1-$$"
+  R1=$P
+}
+both_match() {  # TAG BEFORE WHAT: each rank's log gained one checksum line, the reference's
+  local r
+  for r in 0 1; do
+    [[ $(ended "$T/$1.$r.log") == $(($2 + 1)) && $(matches "$T/$1.$r.log") == $(($2 + 1)) ]] ||
+      fail "$3: rank $r's log: $(grep -E checksum "$T/$1.$r.log" | tr '\n' ' ') (reference $REF); tail: $(tail -n 3 "$T/$1.$r.log")"
+  done
+  echo "ok: $3: both ranks match $REF"
+}
+# Restores ID (both trees), waits until both are gone, and checks their logs.
+restore_trees() {  # ID TAG BEFORE
+  local rp others p
+  "$GCR" restore "$1" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
+    fail "gcr restore $1: $(cat "$T/restore-$1.err" "$T/restore-$1.json" | head -n 20)"
+  rp=$(json_field pid < "$T/restore-$1.json")
+  others=$(json_field job_pids < "$T/restore-$1.json")
+  [[ -n $rp && -n $others ]] || fail "the restore of $1 names pid '$rp' and other trees '$others'"
+  pids+=("$rp" ${others//,/ })
+  for p in "$rp" ${others//,/ }; do wait_gone "$p"; done
+  both_match "$2" "$3" "the restore of $1 (pids $rp and $others)"
+}
+
+echo "== a: two ranks started apart, checkpointed as one job"
+start_ranks a
+wait_steps "$T/a.0.log" 3
+rc=0
+"$GCR" checkpoint "$R0" -R > "$T/alone.out" 2> "$T/alone.err" || rc=$?
+[[ $rc == 8 ]] || fail "checkpoint of rank 0 alone: exit $rc, expected 8: $(cat "$T/alone.err")"
+grep -q "process $R1" "$T/alone.err" && grep -q -- "--job" "$T/alone.err" ||
+  fail "the refusal does not name the peer (process $R1) and --job: $(cat "$T/alone.err")"
+echo "refused (rank 0 alone): $(head -c 300 "$T/alone.err")"
+first=$((RANDOM % 30 + 5))
+wait_steps "$T/a.0.log" "$first"
+checkpoint_json "$T/a1.json" --job "$R0" "$R1" --name trees-a1 -R
+[[ $(json_field processes < "$T/a1.json") == 2 ]] || fail "the job checkpoint took $(json_field processes < "$T/a1.json") processes, expected 2"
+[[ $(json_field shared_regions < "$T/a1.json") -gt 0 ]] || fail "the job checkpoint found no shared memory"
+echo "checkpoint 1 at step ~$first: $(json_field shared_regions < "$T/a1.json") shared regions, stall $(json_field time.stall_ns < "$T/a1.json") ns"
+rc=0
+"$GCR" restore trees-a1 > "$T/busy.out" 2> "$T/busy.err" || rc=$?
+[[ $rc == 9 ]] || fail "a restore while the job's pids are in use: exit $rc, expected 9: $(cat "$T/busy.err")"
+echo "refused, a restore while the job runs (exit $rc): $(head -c 200 "$T/busy.err")"
+wait_steps "$T/a.0.log" $((first + 15))
+checkpoint_json "$T/a2.json" --job "$R0" "$R1" --name trees-a2 -R
+[[ $(json_field stat.dup_parent_bytes < "$T/a2.json") -gt 0 ]] ||
+  fail "the second checkpoint took nothing from the first: $(cat "$T/a2.json")"
+echo "checkpoint 2: $(json_field stat.new_bytes < "$T/a2.json") new bytes, $(json_field stat.dup_parent_bytes < "$T/a2.json") from checkpoint 1"
+wait "$R0" || fail "rank 0 failed after the checkpoints: $(tail -5 "$T/a.0.log")"
+wait "$R1" || fail "rank 1 failed after the checkpoints: $(tail -5 "$T/a.1.log")"
+both_match a 0 "the job checkpointed twice"
+restore_trees "$(json_field id < "$T/a1.json")" a 1
+restore_trees "$(json_field id < "$T/a2.json")" a 2
+
+echo "== b: a --job checkpoint that ends both trees, then its restore"
+start_ranks b
+wait_steps "$T/b.0.log" $((RANDOM % 40 + 5))
+checkpoint_json "$T/b1.json" --job "$R1" "$R0" --name trees-b1
+wait_gone "$R0"
+wait_gone "$R1"
+[[ $(ended "$T/b.0.log") == 0 && $(ended "$T/b.1.log") == 0 ]] || fail "job b finished before its checkpoint ended it"
+restore_trees "$(json_field id < "$T/b1.json")" b 0
+
+echo "== c: bad input"
+start_ranks c
+wait_steps "$T/c.0.log" 3
+refused() {  # EXIT WHAT ARGS...: gcr ARGS fails with EXIT
+  local want=$1 what=$2 rc=0
+  shift 2
+  "$GCR" "$@" > "$T/c.out" 2> "$T/c.err" || rc=$?
+  [[ $rc == "$want" ]] || fail "$what: exit $rc, expected $want: $(cat "$T/c.err" "$T/c.out")"
+  echo "refused, $what (exit $rc): $(head -c 200 "$T/c.err")"
+}
+refused 2 "--job with one pid" checkpoint --job "$R0" -R
+refused 2 "a pid named twice" checkpoint --job "$R0" "$R0" -R
+sh -c 'sleep 30' &
+SLEEPER=$!
+pids+=("$SLEEPER")
+refused 2 "a pid inside another's tree" checkpoint --job $$ "$SLEEPER" -R
+kill "$SLEEPER" 2>/dev/null || true
+wait "$R0" || fail "rank 0 failed after the refusals: $(tail -5 "$T/c.0.log")"
+wait "$R1" || fail "rank 1 failed after the refusals: $(tail -5 "$T/c.1.log")"
+both_match c 0 "the job after the refusals"
+echo "PASS"
