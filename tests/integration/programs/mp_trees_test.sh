@@ -9,7 +9,11 @@
 #      (both trees, their sockets connected again, memory on demand) finishes so too;
 #   b: a --job checkpoint that ends both trees, restored: bit-identical;
 #   c: bad input: --job with one pid, a pid named twice and a pid inside another's tree are
-#      refused, and the job runs on (a restore while the job's pids are in use is refused in a).
+#      refused, and the job runs on (a restore while the job's pids are in use is refused in a);
+#   d: bytes in flight between the trees: a CUDA process under gcr that has not read what a
+#      process of another tree sent it; the --job checkpoint fails (exit 9) after both trees were
+#      dumped and stopped, both run on, the bytes are still there to read, and once read the same
+#      checkpoint succeeds.
 #
 #   mp_trees_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -111,4 +115,65 @@ kill "$SLEEPER" 2>/dev/null || true
 wait "$R0" || fail "rank 0 failed after the refusals: $(tail -5 "$T/c.0.log")"
 wait "$R1" || fail "rank 1 failed after the refusals: $(tail -5 "$T/c.1.log")"
 both_match c 0 "the job after the refusals"
+
+echo "== d: bytes in flight between the trees"
+cat > "$T/holder.py" <<'PY'
+import ctypes, os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0" + sys.argv[1])
+s.listen(1)
+c, _ = s.accept()
+c.sendall(b"hello")  # never read until the flag file appears
+print("sent", flush=True)
+while not os.path.exists(sys.argv[2] + ".end"):
+    time.sleep(0.02)
+print("holder ends", flush=True)
+PY
+cat > "$T/reader.py" <<'PY'
+import ctypes, os, socket, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+ctx, dev, mem = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_uint64()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(mem), 1 << 20) == 0
+assert cuda.cuMemsetD8_v2(mem, 7, 1 << 20) == 0 and cuda.cuCtxSynchronize() == 0
+for _ in range(500):
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\0" + sys.argv[1])
+        break
+    except OSError:
+        time.sleep(0.02)
+print("connected", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+print("read", s.recv(16).decode(), flush=True)
+while not os.path.exists(sys.argv[2] + ".end"):
+    time.sleep(0.02)
+out = (ctypes.c_ubyte * 16)()
+assert cuda.cuMemcpyDtoH_v2(out, mem, 16) == 0
+print("device", bytes(out).hex(), flush=True)
+PY
+python3 "$T/holder.py" "gcr-inflight-$$" "$T/flag" > "$T/holder.log" 2>&1 &
+HOLDER=$!
+pids+=("$HOLDER")
+launch "$T/reader.log" python3 "$T/reader.py" "gcr-inflight-$$" "$T/flag"
+READER=$P
+for _ in $(seq 1 500); do grep -q sent "$T/holder.log" && grep -q connected "$T/reader.log" && break; sleep 0.02; done
+grep -q connected "$T/reader.log" || fail "the reader did not connect: $(cat "$T/reader.log")"
+refused 9 "bytes in flight between the trees" checkpoint --job "$READER" "$HOLDER" -R
+grep -q "bytes were in flight" "$T/c.err" || fail "the error does not say what was in flight: $(cat "$T/c.err")"
+kill -0 "$READER" && kill -0 "$HOLDER" || fail "a process of the job did not run on after the failed checkpoint"
+ps -o stat= -p "$READER" "$HOLDER" | grep -q T && fail "a process of the job was left stopped: $(ps -o pid,stat,args -p "$READER" "$HOLDER")"
+touch "$T/flag"
+for _ in $(seq 1 500); do grep -q "^read" "$T/reader.log" && break; sleep 0.02; done
+grep -q "^read hello" "$T/reader.log" || fail "the bytes in flight were lost: $(cat "$T/reader.log")"
+echo "ok: the failed checkpoint lost nothing: $(grep '^read' "$T/reader.log")"
+checkpoint_json "$T/d1.json" --job "$READER" "$HOLDER" -R
+echo "ok: with nothing in flight, the --job checkpoint of a CUDA process and a plain one: $(json_field id < "$T/d1.json" | head -c 12)"
+touch "$T/flag.end"
+wait "$READER" || fail "the reader failed: $(cat "$T/reader.log")"
+grep -q "^device 07070707" "$T/reader.log" || fail "the reader's device memory after the checkpoints: $(cat "$T/reader.log")"
+wait "$HOLDER" || true
 echo "PASS"
