@@ -6,8 +6,14 @@
 // issued on all sides or on none:
 // - A communication launch is a kernel launch with a parameter word pointing into a shared region
 //   (Region::shared), or one of a kernel named as communication (NCCL's `ncclDevKernel_*`, and the
-//   names in GCR_COMM_KERNELS, comma-separated substrings). Each process counts them: `admitted`
+//   names in GCR_COMM_KERNELS, comma-separated substrings); and a stream memory operation (write,
+//   wait, or a batch of them) on shared memory: a peer's stream may wait on the write, or the
+//   wait on a peer's write, with no kernel between them. Each process counts them: `admitted`
 //   when let through the count, `issued` once the driver has them.
+// - The counts are compared across the job, so the ranks must count the same launches from their
+//   start: memory is shared (exported and imported) before any launch communicates through it, as
+//   NCCL's init and PyTorch's handle exchange do. A launch on memory its owner has not exported
+//   yet is not counted there, while its peer counts the same launch.
 // - cut(begin) holds every launch past those already admitted (before the API gate's scope, so
 //   that synchronisation and helper threads run on, and quiesce can still close the gate) and
 //   reports the count; gcrd takes T, the largest count of the job, and sets every process's

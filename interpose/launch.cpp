@@ -253,6 +253,15 @@ void mark_3d(const CUDA_MEMCPY3D* p) {
 
 }  // namespace
 
+// Whether `address` is in memory shared with another process.
+bool in_shared_memory(std::uint64_t address) {
+  if (!g_arena.base || !in_arena(address)) return false;
+  std::uint32_t id =
+      g_arena.granule_region[(address - g_arena.base) / kGranule].load(std::memory_order_relaxed);
+  if (!id || !g_regions[id].shared.load(std::memory_order_relaxed)) return false;
+  return g_regions[id].kind != RegionKind::slab || in_shared_range(address);
+}
+
 // Whether a kernel launch is a communication launch (Note [A consistent cut] in cut.h).
 bool comm_launch(CUfunction f, void** params, void** extra) {
   if (!g_arena.base) return false;
@@ -261,14 +270,29 @@ bool comm_launch(CUfunction f, void** params, void** extra) {
   // A kernel of unknown layout is not counted: the ranks must count the same launches, and
   // what cannot be seen cannot be counted alike.
   bool comm = false;
-  for_param_words(fi, params, extra, [&](std::uint64_t word, bool) {
-    if (comm || !in_arena(word)) return;
-    std::uint32_t id =
-        g_arena.granule_region[(word - g_arena.base) / kGranule].load(std::memory_order_relaxed);
-    if (!id || !g_regions[id].shared.load(std::memory_order_relaxed)) return;
-    comm = g_regions[id].kind != RegionKind::slab || in_shared_range(word);
-  });
+  for_param_words(fi, params, extra,
+                  [&](std::uint64_t word, bool) { comm = comm || in_shared_memory(word); });
   return comm;
+}
+
+// Whether a batch of stream memory operations is a communication launch: one of them waits on
+// or writes shared memory (ibid.).
+bool comm_memops(unsigned count, const CUstreamBatchMemOpParams* ops) {
+  for (unsigned i = 0; i < count; ++i) {
+    switch (ops[i].operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        if (in_shared_memory(ops[i].waitValue.address)) return true;
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        if (in_shared_memory(ops[i].writeValue.address)) return true;
+        break;
+      default:
+        break;
+    }
+  }
+  return false;
 }
 
 LaunchWrites launch_writes(CUfunction f, void** params, void** extra) {
@@ -429,19 +453,55 @@ GCR_WRAP2(cuMemsetD2D32Async, _ptsz,
           (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),
           (d, p, v, w, h, st), mark_range_written(d, h ? (h - 1) * p + 4 * w : 0))
 
-GCR_WRAP2(cuStreamWriteValue32_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f),
-          (st, a, v, f), mark_written(a))
-GCR_WRAP2(cuStreamWriteValue64_v2, _ptsz, (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f),
-          (st, a, v, f), mark_written(a))
-GCR_WRAP2(cuStreamBatchMemOp_v2, _ptsz,
-          (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
-          mark_all_written())
+// A stream memory operation on shared memory is a communication launch (Note [A consistent cut]
+// in cut.h): a peer's stream may wait on this write, or this wait on a peer's write. Counted and
+// held like a kernel's, before the gate's scope.
+#define GCR_WRAP_MEMOP(fn_type, name, params, args, comm_test, mark)                    \
+  extern "C" CUresult name params {                                                     \
+    static const auto real = real_fn<fn_type>(#name);                                   \
+    if (!g_unmanaged) {                                                                 \
+      const bool comm = g_comm_possible.load(std::memory_order_relaxed) && (comm_test); \
+      if (comm) [[unlikely]]                                                            \
+        cut_admit();                                                                    \
+      CUresult issued;                                                                  \
+      {                                                                                 \
+        GateScope gate;                                                                 \
+        mark;                                                                           \
+        issued = real args;                                                             \
+      }                                                                                 \
+      if (comm) [[unlikely]]                                                            \
+        cut_issued();                                                                   \
+      return issued;                                                                    \
+    }                                                                                   \
+    return real args;                                                                   \
+  }
+#define GCR_WRAP_MEMOP2(fn_type, name, suffix, params, args, comm_test, mark) \
+  GCR_WRAP_MEMOP(fn_type, name, params, args, comm_test, mark)                \
+  GCR_WRAP_MEMOP(fn_type, name##suffix, params, args, comm_test, mark)
+
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32_v2, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), mark_written(a))
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64_v2, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), mark_written(a))
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue32_v2), cuStreamWaitValue32_v2, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), (void)0)
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue64_v2), cuStreamWaitValue64_v2, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), (void)0)
+GCR_WRAP_MEMOP2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp_v2, _ptsz,
+                (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
+                comm_memops(n, p), mark_all_written())
 
 // Entry points that write where their arguments do not say, and the older ABIs of wrapped calls
 // that the driver still exports under their first names (cuda.h declares only the newest: the
 // memory operations before 11.7, the batched copies of 12.8): everything they may write is marked.
 #undef cuStreamWriteValue32
 #undef cuStreamWriteValue64
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
 #undef cuStreamBatchMemOp
 #undef cuMemcpyBatchAsync
 #undef cuMemcpy3DBatchAsync
@@ -460,15 +520,21 @@ using LaunchMultiDevice = CUresult (*)(CUDA_LAUNCH_PARAMS*, unsigned, unsigned);
   GCR_WRAP_TYPED(fn_type, name, params, args, mark)                \
   GCR_WRAP_TYPED(fn_type, name##suffix, params, args, mark)
 
-GCR_WRAP_TYPED2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32, _ptsz,
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-                mark_written(a))
-GCR_WRAP_TYPED2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64, _ptsz,
+                in_shared_memory(a), mark_written(a))
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-                mark_written(a))
-GCR_WRAP_TYPED2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp, _ptsz,
+                in_shared_memory(a), mark_written(a))
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue32_v2), cuStreamWaitValue32, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), (void)0)
+GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue64_v2), cuStreamWaitValue64, _ptsz,
+                (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
+                in_shared_memory(a), (void)0)
+GCR_WRAP_MEMOP2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp, _ptsz,
                 (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
-                mark_all_written())
+                comm_memops(n, p), mark_all_written())
 GCR_WRAP_TYPED2(legacy::MemcpyBatch_12_8, cuMemcpyBatchAsync, _ptsz,
                 (CUdeviceptr * d, CUdeviceptr* s, size_t* n, size_t count, CUmemcpyAttributes* a,
                  size_t* ai, size_t na, size_t* fail, CUstream st),

@@ -19,7 +19,11 @@
 #      (cuStreamWriteValue64 to the peer's flag, cuStreamWaitValue64 on their own, then a host
 #      wait), rank 1 lagging 200 ms before its write while rank 0's stream and host wait on it:
 #      two -R checkpoints at random moments each reach a cut (the laggard's write issued before
-#      anything drains), bit-identical, and restored so.
+#      anything drains), bit-identical, and restored so;
+#   g: a cut while rank 0's stream waits on a barrier write rank 1 has not issued, and rank 0 has
+#      issued no kernel since (--barrier-gap-ms: it sleeps after its barrier, rank 1 lags before
+#      its own): stream memory operations on shared memory count as communication, so rank 1 runs
+#      on to its write before anything drains; bit-identical, and restored so.
 #
 #   mp_train_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -193,4 +197,18 @@ done
 wait "$P" || fail "the job failed after its checkpoints: $(tail -5 "$T/f.log")"
 every_rank_matches "$T/f.log" 2 "the memory-operation barrier job checkpointed twice"
 restore_job "$(json_field id < "$T/f2.json")" "$T/f.log" 2
+
+echo "== g: a stream waiting on a barrier write not issued yet, no kernel after it"
+G=(--ranks 2 --memop-barrier --lag-rank 1 --lag-ms 1500 --barrier-gap-ms 1500)
+LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --steps 8 --ranks 1 --quiet > "$T/ref8.log" 2>&1 || fail "reference: $(tail -3 "$T/ref8.log")"
+REF=$(checksum_of "$T/ref8.log")
+launch "$T/g.log" "$BUILD/tests/workloads/mp_train" --steps 8 "${G[@]}"
+wait_ranks "$P" 2
+wait_steps "$T/g.log" 5  # steps 0-4 done: step 5 is one rank 1 lags in
+sleep 0.4                # rank 0 now sleeps after its barrier; rank 1 before its write
+checkpoint_json "$T/g1.json" "$P" --name mp-g1 -R --timeout 8
+echo "checkpoint during the barrier: cut in $(json_field time.cut_ns < "$T/g1.json") ns"
+wait "$P" || fail "the job failed after its checkpoint: $(tail -5 "$T/g.log")"
+every_rank_matches "$T/g.log" 2 "the job cut inside its barrier"
+restore_job "$(json_field id < "$T/g1.json")" "$T/g.log" 2
 echo "PASS"

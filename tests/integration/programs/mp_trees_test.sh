@@ -19,7 +19,7 @@
 set -euo pipefail
 TEST_NAME=mp-trees
 source "$(dirname "$0")/lib.sh"
-MP=("$BUILD/tests/workloads/mp_train" --steps 150 --step-delay-ms 10)
+MP=("$BUILD/tests/workloads/mp_train" --steps 150 --step-delay-ms 25)
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/ref.log" 2>&1 || fail "reference: $(tail -3 "$T/ref.log")"
 REF=$(checksum_of "$T/ref.log")

@@ -83,8 +83,12 @@ PartReply OwnedMailbox::describe(int part) const {
   return reply;
 }
 
-void OwnedMailbox::serve(const UniqueFd& peer) const {
+void OwnedMailbox::serve(const UniqueFd& peer, const std::function<void()>& handed) const {
   Request request;
+  int parts_handed = 0;
+  auto one_handed = [&] {
+    if (++parts_handed == kMailboxParts) handed();
+  };
   while (receive_message(peer, &request, sizeof(request))) {
     PartReply reply{};
     switch (request.kind) {
@@ -98,6 +102,7 @@ void OwnedMailbox::serve(const UniqueFd& peer) const {
         if (info_[request.part].transport == Transport::kScm)
           fd = info_[request.part].vmm->export_fd();
         send_message(peer, &reply, sizeof(reply), fd.get());
+        if (info_[request.part].transport != Transport::kProxy) one_handed();
         break;
       }
       case RequestKind::kProxyExport: {
@@ -115,6 +120,7 @@ void OwnedMailbox::serve(const UniqueFd& peer) const {
         reply.size = found->size();
         UniqueFd fd = found->export_fd();
         send_message(peer, &reply, sizeof(reply), fd.get());
+        one_handed();
         break;
       }
       case RequestKind::kBye:

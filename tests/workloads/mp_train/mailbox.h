@@ -5,6 +5,8 @@
 // PeerMailbox: the sending rank obtains each part from the owner over a socket and maps it.
 #pragma once
 
+#include <functional>
+
 #include <array>
 #include <memory>
 
@@ -22,8 +24,9 @@ class OwnedMailbox {
  public:
   OwnedMailbox(TransportChoice choice, int link, std::size_t slot_bytes);
   MailboxView view() const { return view_of(parts_); }
-  // Answers one peer's requests on `peer` until it says goodbye or hangs up.
-  void serve(const UniqueFd& peer) const;
+  // Answers one peer's requests on `peer` until it says goodbye or hangs up; `handed` is called
+  // once the peer has every part (each exported to it by then).
+  void serve(const UniqueFd& peer, const std::function<void()>& handed) const;
 
  private:
   struct Part {

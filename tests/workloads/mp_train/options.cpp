@@ -9,7 +9,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: mp_train [--ranks N] [--steps N] [--batch B] [--hidden H] [--seed S]\n"
     "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M] [--spread]\n"
-    "                [--memop-barrier]\n"
+    "                [--memop-barrier [--barrier-gap-ms M]]\n"
     "                [--transport rotate|scm|pidfd|proxy|ipc]\n"
     "  --ranks N          processes training data-parallel, 1..4 (default 2); 1 is the\n"
     "                     single-process reference\n"
@@ -24,8 +24,11 @@ constexpr char kUsage[] =
     "  --lag-ms M         step s with s % 4 == 1, while its peers' kernels already spin\n"
     "  --memop-barrier    before each all-reduce, a ring barrier of stream memory operations\n"
     "                     (cuStreamWriteValue64 to the next rank's flag, cuStreamWaitValue64 on\n"
-    "                     this rank's, then a host wait); --lag-rank then lags before its\n"
-    "                     barrier write, while its peers wait on it\n"
+    "                     this rank's); --lag-rank then lags before its barrier write, while\n"
+    "                     its peers' streams wait on it\n"
+    "  --barrier-gap-ms M every rank sleeps M ms between its barrier and its all-reduce on the\n"
+    "                     steps --lag-rank lags: its stream waits on the laggard's write with\n"
+    "                     no kernel of its own issued after it\n"
     "  --transport T      how mailbox parts reach the peer (default rotate: every transport on\n"
     "                     every link)\n"
     "internal: --rank R --job ID (set by the launcher for each rank)";
@@ -47,6 +50,7 @@ Options parse_options(int argc, char** argv) {
   o.lag_rank = static_cast<int>(flags.integer("--lag-rank", -1, 0, 3));
   o.lag_ms = static_cast<int>(flags.integer("--lag-ms", 0, 0, 60'000));
   o.memop_barrier = flags.boolean("--memop-barrier");
+  o.barrier_gap_ms = static_cast<int>(flags.integer("--barrier-gap-ms", 0, 0, 60'000));
   std::string transport = flags.text("--transport", "rotate");
   flags.finish();
   if (!parse_transport_choice(transport, &o.transport)) {
@@ -55,6 +59,7 @@ Options parse_options(int argc, char** argv) {
   if (o.rank >= o.ranks) flags.error("--rank must be below --ranks");
   if (o.rank >= 0 && o.job.empty()) flags.error("--rank needs --job");
   if (o.lag_rank >= o.ranks) flags.error("--lag-rank must be below --ranks");
+  if (o.barrier_gap_ms && !o.memop_barrier) flags.error("--barrier-gap-ms needs --memop-barrier");
   return o;
 }
 

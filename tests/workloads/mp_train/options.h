@@ -23,6 +23,7 @@ struct Options {
   int lag_rank = -1;
   int lag_ms = 0;
   bool memop_barrier = false;  // a ring barrier of stream memory operations before each all-reduce
+  int barrier_gap_ms = 0;      // every rank, on --lag-rank's steps: a sleep after the barrier
   TransportChoice transport = TransportChoice::kRotate;
 };
 

@@ -3,7 +3,10 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <future>
 
 #include "socket.h"
 #include "workload_util.h"
@@ -38,15 +41,23 @@ Ring::Ring(const Options& o, CUfunction allreduce_kernel, std::size_t words)
   CU_CHECK(cuCtxGetCurrent(&context));
   // The helper thread: serves the previous rank (hands out the mailbox, exports handles for it
   // as NCCL's proxy thread does) until it says goodbye.
+  std::future<void> handed = handed_.get_future();
   helper_ = std::thread([this, context] {
     CU_CHECK(cuCtxSetCurrent(context));
     UniqueFd peer = accept_one(listener_);
     allow_peer_to_take_fds(peer);
-    mine_->serve(peer);
+    mine_->serve(peer, [this] { handed_.set_value(); });
   });
   next_socket_ =
       connect_abstract(ring_socket_name(o.job, (o.rank + 1) % o.ranks), kConnectTimeoutMs);
   next_ = std::make_unique<PeerMailbox>(next_socket_);
+  // Set up as NCCL's init is: every buffer of the ring is shared (exported and imported) before
+  // any rank communicates through it, so every rank sees the same launches as communication.
+  if (handed.wait_for(std::chrono::milliseconds(kConnectTimeoutMs)) != std::future_status::ready) {
+    std::fprintf(stderr, "mp_train: rank %d: the previous rank did not take this rank's mailbox\n",
+                 o.rank);
+    std::exit(2);
+  }
 }
 
 Ring::~Ring() {

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,7 @@ class Ring {
   std::unique_ptr<OwnedMailbox> mine_;
   UniqueFd listener_;
   std::thread helper_;
+  std::promise<void> handed_;  // set by the helper once the previous rank has the whole mailbox
   UniqueFd next_socket_;
   std::unique_ptr<PeerMailbox> next_;
 };

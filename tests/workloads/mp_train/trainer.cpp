@@ -183,12 +183,15 @@ void Trainer::step(int s) {
     }
   }
   if (ring_) {
-    const bool lag = o_.rank == o_.lag_rank && s % kLagPeriod == 1;
+    const bool lag_step = o_.lag_rank >= 0 && s % kLagPeriod == 1;
+    const bool lag = o_.rank == o_.lag_rank && lag_step;
     // Without the barrier the peers' all-reduce kernels are already spinning on this rank's
     // flags; with it, the peers' streams (and hosts) wait on this rank's barrier write, with
     // only memory operations, no kernel, between the ranks.
     if (lag) std::this_thread::sleep_for(std::chrono::milliseconds(o_.lag_ms));
     if (o_.memop_barrier) ring_->barrier(stream_);
+    if (lag_step && o_.barrier_gap_ms)
+      std::this_thread::sleep_for(std::chrono::milliseconds(o_.barrier_gap_ms));
     ring_->allreduce(stream_, fixed_);
   }
   int words = static_cast<int>(words_);
