@@ -6,7 +6,9 @@ step through device memory they share (Note [Job checkpoint] in restore-server/j
 `gcr run`, with --step-delay-ms 10. For each N (default 1, 2 and 4; 1 is the same program without
 sharing) and each mode (gcr, then --stop-copy of the same job), the launcher gets two live
 checkpoints (`gcr checkpoint LAUNCHER -R --json`), the second --post-steps + 10 steps after the
-first. The stall is measured as bench/ckpt_bench.py measures it: the longest gap between rank 0's
+first. Mode `apart` starts the N ranks as separate process trees (`gcr run -- mp_train --rank R
+--job ID` each, no launcher) and checkpoints them with `gcr checkpoint --job PID... -R` (Note [A job
+of several trees] in restore-server/job.h: one CRIU dump per tree). The stall is measured as bench/ckpt_bench.py measures it: the longest gap between rank 0's
 consecutive step lines (by the program's t_ms) around the checkpoint, minus the median gap before
 it. Also recorded: the cut's time (gcr), the command's time.stall_ns and total_ns, the bytes
 stored. --stop-copy is the baseline of cuda-checkpoint + CRIU: the driver copies device memory into
@@ -14,7 +16,7 @@ the process and CRIU dumps it; drivers before 610 (and simgpu, which follows the
 process whose device memory another process maps, so for N > 1 the baseline's row says it failed
 and why.
 
-  bench/job_bench.py [--build DIR] [--ranks 1,2,4] [--hidden 512] [--modes gcr,stop-copy]
+  bench/job_bench.py [--build DIR] [--ranks 1,2,4] [--hidden 512] [--modes gcr,apart,stop-copy]
                      [--json FILE] [--no-results] [--dir /var/tmp]
 
 Prints and records; asserts nothing about time (exit 1 only when a gcr checkpoint failed, 2 on bad
@@ -66,23 +68,34 @@ def measure(ranks, mode, args):
     extra = ["--stop-copy"] if mode == "stop-copy" else []
     log_path = os.path.join(root, "app.log")
     gcrd = app = slog = None
+    others = []  # mode apart: ranks 1.. (app is rank 0)
     try:
         gcrd = cb.start_gcrd(gcr, env, os.path.join(root, "gcrd.log"))
         open(log_path, "ab").close()
         slog = cb.StepLog(log_path)
-        with open(log_path, "ab") as lf:
-            app = subprocess.Popen([gcr, "run", "--", mp, "--ranks", str(ranks), "--hidden",
-                                    str(args.hidden), "--steps", "1000000", "--step-delay-ms",
-                                    str(args.step_delay_ms)],
-                                   env=env, stdin=subprocess.DEVNULL, stdout=lf,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        alive = lambda: app.poll() is None
+        command = [gcr, "run", "--", mp, "--ranks", str(ranks), "--hidden", str(args.hidden),
+                   "--steps", "1000000", "--step-delay-ms", str(args.step_delay_ms)]
+        apart = mode == "apart" and ranks > 1
+        for rank in range(ranks if apart else 1):
+            path = log_path if rank == 0 else os.path.join(root, f"app.{rank}.log")
+            with open(path, "ab") as lf:
+                rank_args = ["--rank", str(rank), "--job", f"bench-{os.getpid()}"] if apart else []
+                p = subprocess.Popen(command + rank_args, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+            if rank == 0:
+                app = p
+            else:
+                others.append(p)
+        alive = lambda: app.poll() is None and all(o.poll() is None for o in others)
+        targets = [str(app.pid)] + [str(o.pid) for o in others]
+        if others:
+            targets = ["--job"] + targets
         slog.wait_step(args.warm_steps, 120, alive)
         normal = None
         for name in ("live", "live2"):
             k0 = slog.last()[0]
             try:
-                wall, doc, _, _ = cb.run_gcr([gcr, "checkpoint", str(app.pid), "--name", name,
+                wall, doc, _, _ = cb.run_gcr([gcr, "checkpoint"] + targets + ["--name", name,
                                               "-R", "--json"] + extra, env, 300)
             except cb.Failure as e:
                 r[name] = {"error": str(e)}
@@ -114,6 +127,8 @@ def measure(ranks, mode, args):
         r["error"] = str(e)
     finally:
         kill_group(app)
+        for o in others:
+            kill_group(o)
         if gcrd is not None:
             gcrd.send_signal(signal.SIGTERM)
             try:
@@ -136,7 +151,7 @@ def main():
     ap.add_argument("--build", default=os.environ.get("GCR_BUILD_DIR", os.path.join(cb.REPO, "build")))
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--hidden", type=int, default=512, help="mp_train --hidden (the model's width)")
-    ap.add_argument("--modes", default="gcr,stop-copy")
+    ap.add_argument("--modes", default="gcr,apart,stop-copy")
     ap.add_argument("--step-delay-ms", type=int, default=10)
     ap.add_argument("--warm-steps", type=int, default=40)
     ap.add_argument("--post-steps", type=int, default=20)
@@ -147,9 +162,11 @@ def main():
     try:
         ranks = [int(x) for x in args.ranks.split(",")]
         modes = args.modes.split(",")
-        assert all(1 <= n <= 4 for n in ranks) and all(m in ("gcr", "stop-copy") for m in modes)
+        assert all(1 <= n <= 4 for n in ranks)
+        assert all(m in ("gcr", "apart", "stop-copy") for m in modes)
     except (ValueError, AssertionError):
-        print("job_bench: --ranks takes 1..4, --modes gcr and/or stop-copy", file=sys.stderr)
+        print("job_bench: --ranks takes 1..4, --modes gcr, apart and/or stop-copy",
+              file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("job_bench: needs root (CRIU)", file=sys.stderr)
@@ -158,6 +175,8 @@ def main():
     results = []
     for n in ranks:
         for m in modes:
+            if m == "apart" and n == 1:
+                continue  # one rank is one tree: the gcr row
             print(f"[job_bench] {n} rank(s), {m} ...", flush=True)
             results.append(measure(n, m, args))
 
@@ -176,7 +195,7 @@ def main():
                 rows.append([str(x["ranks"]), x["mode"], label, "failed", "-", "-", "-", "-", "-"])
                 notes.append(f"{x['ranks']} ranks, {x['mode']}: the checkpoint failed: {why}")
                 continue
-            base = gcr_stall.get((x["ranks"], k)) if x["mode"] == "stop-copy" else None
+            base = gcr_stall.get((x["ranks"], k)) if x["mode"] != "gcr" else None
             rows.append([str(x["ranks"]), x["mode"], label, cb.fmt_ms(c["stall_ms"]),
                          cb.fmt_ms(c["cut_ms"]) if c["cut_ms"] is not None else "-",
                          cb.fmt_ms(c["cmd_stall_ms"]), cb.fmt_ms(c["total_ms"]),

@@ -42,6 +42,7 @@ struct CheckpointOptions {
   bool json = false;
   std::string trace;          // --trace FILE
   double timeout_s = 10;      // --timeout: for the cut and the quiesce
+  bool tree = false;          // --tree: PID's tree (always taken; the flag only says so)
   bool job = false;           // --job: the pids' trees are one job
   std::vector<int> job_pids;  // with --job: every pid after the first (sent as job_pids)
 };
@@ -592,6 +593,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("SECONDS")
       ->default_val(10)
       ->check(CLI::Range(0.1, 3600.0));
+  c->add_flag("--tree", co.tree,
+              "Checkpoint PID with all its descendants, as one job (what gcr always does: the "
+              "flag says so in scripts)");
   c->add_flag("--job", co.job,
               "The pids are the roots of process trees started apart (by hand, by a scheduler) "
               "that make one job: checkpoint them as one, with one consistent cut (one CRIU dump "
