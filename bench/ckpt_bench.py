@@ -47,6 +47,7 @@ Python 3 standard library only. Needs root (CRIU). Results: bench/results/ckpt-<
 """
 
 import argparse
+import atexit
 import datetime
 import json
 import mmap
@@ -147,6 +148,48 @@ def meminfo():
             k, v = line.split(":", 1)
             info[k] = int(v.split()[0]) * KiB
     return info
+
+
+SHMEM_THP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+HUGE_PAGES = {"advise": "2 MiB where mapped and written", "within_size": "2 MiB",
+              "always": "2 MiB", "force": "2 MiB"}
+
+
+def shmem_thp():
+    """The host's transparent-huge-page setting for shared memory (the bracketed word), or None."""
+    try:
+        with open(SHMEM_THP) as f:
+            m = re.search(r"\[([\w-]+)\]", f.read())
+        return m.group(1) if m else None
+    except OSError:
+        return None
+
+
+def set_device_pages(choice):
+    """--device-pages: 'host' leaves the host as it is; 'huge' lets simgpu map its device memory
+    in 2 MiB pages, as a GPU does (Note [Device pages] in tools/simgpu/memory.cpp), by setting the
+    host's shmem THP to 'within_size' for this run (root: every page of a memfd within its size,
+    written through a mapping or by pwrite, is huge) and putting the old value back at exit.
+    Returns the setting the run has."""
+    before = shmem_thp()
+    if choice != "huge" or before in (None, "always", "within_size", "force"):
+        return before
+
+    def put_back():
+        with open(SHMEM_THP, "w") as f:
+            f.write(before)
+    with open(SHMEM_THP, "w") as f:
+        f.write("within_size")
+    atexit.register(put_back)
+    return shmem_thp()
+
+
+def device_pages_argument(ap):
+    ap.add_argument("--device-pages", choices=("host", "huge"), default="host",
+                    help="huge: simgpu's device memory in 2 MiB pages as on a GPU (sets the host's "
+                         "transparent_hugepage/shmem_enabled to within_size for the run, then "
+                         "back); "
+                         "host (default): as the host has it")
 
 
 def machine_limits(directory, size=1 << 30):
@@ -924,6 +967,7 @@ def main():
                          "compare modes without it")
     ap.add_argument("--no-limits", action="store_true",
                     help="skip measuring this machine's memcpy, durable write and read rates")
+    device_pages_argument(ap)
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-results", action="store_true", help="do not write bench/results/")
     ap.add_argument("--keep-work", action="store_true",
@@ -953,6 +997,9 @@ def main():
     signal.signal(signal.SIGHUP, on_signal)
 
     cpus = os.cpu_count() or 1
+    thp = set_device_pages(args.device_pages)
+    print(f"bench_ckpt: shared memory transparent huge pages: {thp} "
+          f"(simgpu's device pages: {HUGE_PAGES.get(thp, '4 KiB')})")
     limits = None
     if not args.no_limits:
         print("bench_ckpt: measuring this machine's limits (memcpy, durable write, reads)...",
@@ -1035,6 +1082,7 @@ def main():
         "dir": args.dir,
         "step_delay_ms": args.step_delay_ms,
         "machine": limits,
+        "shmem_thp": thp,
         "host_footprint_bytes": args.host_footprint,
         "pinned_footprint_bytes": args.pinned_footprint,
         "images": args.images,

@@ -268,6 +268,7 @@ def main():
                          "tracing gcrd slows the restores (5-10%% for gcr's, up to 1.4x for "
                          "--stop-copy's here), so time them without it")
     ap.add_argument("--dir", default="/var/tmp")
+    cb.device_pages_argument(ap)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-results", action="store_true")
     ap.add_argument("--no-limits", action="store_true",
@@ -288,6 +289,9 @@ def main():
     print(f"bench_restore: mlp_train on simgpu; footprints "
           f"{', '.join(cb.fmt_bytes(f) for f in footprints)}; {os.cpu_count()} CPUs, "
           f"load average {load_before:.2f}", flush=True)
+    thp = cb.set_device_pages(args.device_pages)
+    print(f"  shared memory transparent huge pages: {thp} "
+          f"(simgpu's device pages: {cb.HUGE_PAGES.get(thp, '4 KiB')})")
     limits = None
     if not args.no_limits:
         print("  measuring this machine's limits (memcpy, durable write, reads, device write)...",
@@ -323,7 +327,8 @@ def main():
            "load_average_after": load_after, "build": build,
            "footprints_bytes": footprints, "host_footprint_bytes": args.host_footprint,
            "goals": goals,
-           "total_s": time.monotonic() - started, "machine": limits, "runs": results}
+           "total_s": time.monotonic() - started, "machine": limits, "shmem_thp": thp,
+           "runs": results}
     print(f"\nload average {load_before:.2f} before, {load_after:.2f} after; "
           f"total {doc['total_s']:.0f} s")
     paths = [args.json] if args.json else []

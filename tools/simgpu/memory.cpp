@@ -123,6 +123,13 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
   void* p = mmap(alias(addr), size, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return false;
   madvise(p, size, MADV_DONTFORK);
+  // Note [Device pages]
+  // A GPU maps its memory in 2 MiB pages: unmapping gigabytes (a park) or filling fresh memory
+  // is little work per byte. simgpu's memory is shared memory, in 2 MiB pages only where the
+  // host allows transparent huge pages for it (transparent_hugepage/shmem_enabled: within_size,
+  // always or force; advise: where mappings marked so fault, as here). With 4 KiB pages the host
+  // kernel's per-page work would be in gcr's numbers as if it were a GPU's (docs/simgpu.md).
+  madvise(p, size, MADV_HUGEPAGE);
   return true;
 }
 

@@ -59,6 +59,21 @@ GCR_REAL_LIBCUDA=$LIBZ "$GCR" doctor --json > "$T/nodrv.json" || rc=$?
 IFS='|' read -r state required fix <<< "$(check "$T/nodrv.json" "GPU driver")"
 [[ $rc == 8 && $state == missing && $fix == *570* ]] || fail "a driver without cuCheckpoint*: exit $rc, '$state|$fix'"
 echo "ok: exit 8, fix: $fix"
+[[ $(check "$T/nodrv.json" "simgpu device pages") == absent ]] ||
+  fail "a driver that is not simgpu gets simgpu's device-pages check"
+
+echo "== simgpu's device pages (the host's transparent huge pages for shared memory)"
+if grep -q '"simgpu' "$T/all.json"; then
+  thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null || true)
+  IFS='|' read -r state required fix <<< "$(check "$T/all.json" "simgpu device pages")"
+  case $thp in
+    within_size | always | force) [[ $state == ok && $required == False ]] || fail "shmem THP $thp: '$state|$required'" ;;
+    *) [[ $state == warn && $required == False && $fix == *within_size* ]] || fail "shmem THP '$thp': '$state|$required|$fix'" ;;
+  esac
+  echo "ok: shmem THP '$thp': $state${fix:+, fix: $fix}"
+else
+  echo "note: not on simgpu: no device-pages check expected"
+fi
 
 if [[ $(id -u) != 0 ]]; then
   echo "SKIP (the rest needs root)"
