@@ -151,8 +151,7 @@ def meminfo():
 
 
 SHMEM_THP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
-HUGE_PAGES = {"advise": "2 MiB where mapped and written", "within_size": "2 MiB",
-              "always": "2 MiB", "force": "2 MiB"}
+HUGE_PAGES = {"within_size": "2 MiB", "always": "2 MiB", "force": "2 MiB"}
 
 
 def shmem_thp():

@@ -231,9 +231,8 @@ std::optional<Check> device_pages_check() {
     c.detail = "2 MiB, as on a GPU (" + std::string(path) + ": " + setting + ")";
   } else {
     c.state = State::warn;
-    c.detail = (setting == "advise" ? "2 MiB where kernels write, 4 KiB where copies write ("
-                                    : "4 KiB (") +
-               std::string(path) + ": " + (setting.empty() ? "unreadable" : setting) + ")";
+    c.detail =
+        "4 KiB (" + std::string(path) + ": " + (setting.empty() ? "unreadable" : setting) + ")";
     c.fix = "echo within_size > " + std::string(path) +
             " (root): with 4 KiB pages a live checkpoint's park grows with the footprint "
             "(15-20 ms per GiB here), where a GPU's 2 MiB pages make it flat";

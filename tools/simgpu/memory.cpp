@@ -110,6 +110,15 @@ void give_range(std::map<DevAddr, std::uint64_t>& free, DevAddr addr, std::uint6
 
 }  // namespace
 
+// Note [Device pages]
+// A GPU maps its memory in 2 MiB pages: unmapping gigabytes (a park) or filling fresh memory is
+// little work per byte. simgpu's memory is shared memory, in 2 MiB pages where the host allows
+// transparent huge pages for it (transparent_hugepage/shmem_enabled within_size, always or
+// force), else in 4 KiB pages, whose per-page work in the host kernel would show in gcr's numbers
+// as if it were a GPU's (docs/simgpu.md). The mappings are not MADV_HUGEPAGE: that would let a
+// fault compact memory for a huge page (transparent_hugepage/defrag "madvise", the default), a
+// stall of the host's that a GPU does not have; unmarked, a huge page is taken when one is free.
+//
 // Every mapping of the alias is MADV_DONTFORK (Note [Shared device memory]); a new mapping made
 // over part of the alias is a new VMA, which does not inherit that, so each one is marked.
 // Returns [addr, addr + size) of the alias to PROT_NONE, dropping whatever was mapped there.
@@ -123,13 +132,6 @@ bool map_alias(DevAddr addr, std::uint64_t size, int fd, std::uint64_t offset, i
   void* p = mmap(alias(addr), size, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return false;
   madvise(p, size, MADV_DONTFORK);
-  // Note [Device pages]
-  // A GPU maps its memory in 2 MiB pages: unmapping gigabytes (a park) or filling fresh memory
-  // is little work per byte. simgpu's memory is shared memory, in 2 MiB pages only where the
-  // host allows transparent huge pages for it (transparent_hugepage/shmem_enabled: within_size,
-  // always or force; advise: where mappings marked so fault, as here). With 4 KiB pages the host
-  // kernel's per-page work would be in gcr's numbers as if it were a GPU's (docs/simgpu.md).
-  madvise(p, size, MADV_HUGEPAGE);
   return true;
 }
 
