@@ -278,6 +278,7 @@ bool comm_launch(CUfunction f, void** params, void** extra) {
 // Whether a batch of stream memory operations is a communication launch: one of them waits on
 // or writes shared memory (ibid.).
 bool comm_memops(unsigned count, const CUstreamBatchMemOpParams* ops) {
+  if (!ops) return false;  // the driver refuses it
   for (unsigned i = 0; i < count; ++i) {
     switch (ops[i].operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:

@@ -120,7 +120,7 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
     std::string rel = fs::relative(entry.path(), dir).string();
-    if (rel == "criu.out") continue;  // gcr's own capture of CRIU's output
+    if (entry.path().filename() == "criu.out") continue;  // gcr's capture of CRIU's output
     auto perms = static_cast<std::uint32_t>(entry.status().permissions()) & 0777;
     GCR_TRY(w.add_file(rel, perms, entry.path()).context("storing CRIU image file " + rel));
   }
@@ -494,6 +494,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     meta["job_members"] = encode_job_members(owners);
   }
   if (several_trees) {
+    // The union says what the first tree's dump does not (another tree's outside terminal).
+    if (job_trees.trees[0].shell_job())
+      meta["shell_job"] = "1";
+    else
+      meta.erase("shell_job");
     meta["job_trees"] = encode_job_trees(job_trees);
     if (!job_trees.sockets.empty()) meta["job_sockets"] = encode_job_sockets(job_trees);
   }
@@ -609,8 +614,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   };
   // Note [Parked memory outlives gcrd]: from here until each member has its memory back.
   std::vector<Keeper> keepers;
+  // Note [A job of several trees]: every tree's dump leaves it stopped; any keeper continues them.
+  const std::vector<pid_t> stopped_roots = several_trees ? roots : std::vector<pid_t>{};
   for (std::size_t i = 0; i < members.size(); ++i) {
-    auto keeper = Keeper::start(members[i].pid, parked[i]);
+    auto keeper = Keeper::start(members[i].pid, parked[i], stopped_roots);
     if (!keeper)
       return unpark_on_error(with_context(std::move(keeper).error(),
                                           "protecting the parked memory against gcrd's death"));
@@ -796,6 +803,18 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
           {members[view.first].owner, view.second, members[stored.first].owner, stored.second});
     views_meta = encode_shared_views(views);
   }
+  // Gives a stopped process back its memory and lets it run: its checkpoint failed.
+  auto let_stopped_go_on = [&](Error e) -> Error {
+    if (external) {
+      give_all_back();  // nothing is frozen yet
+      return e;
+    }
+    if (!end_after_commit) return e;
+    for (pid_t root : roots)  // CRIU stopped the whole tree (every tree of a job)
+      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
+    if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
+    return e;
+  };
   for (std::size_t i = 0; i < members.size(); ++i) {
     for (std::size_t j = 0; j < parked[i].size(); ++j) {
       const auto& r = parked[i][j].region;
@@ -811,22 +830,11 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
         to_store[i].push_back(std::move(d));
       else {
         writer->set_region_owner(members[i].owner);
-        GCR_TRY(writer->add_region_from_parent(r.address, r.size, r.device));
+        if (Status s = writer->add_region_from_parent(r.address, r.size, r.device); !s)
+          return let_stopped_go_on(std::move(s).error());
       }
     }
   }
-  // Gives a stopped process back its memory and lets it run: its checkpoint failed.
-  auto let_stopped_go_on = [&](Error e) -> Error {
-    if (external) {
-      give_all_back();  // nothing is frozen yet
-      return e;
-    }
-    if (!end_after_commit) return e;
-    for (pid_t root : roots)  // CRIU stopped the whole tree (every tree of a job)
-      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
-    if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
-    return e;
-  };
   std::uint64_t to_store_bytes = 0;
   for (const auto& list : to_store)
     for (const DrainRegion& d : list) to_store_bytes += d.region.size;

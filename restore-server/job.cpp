@@ -1,6 +1,7 @@
 // Note [Job checkpoint] (job.h): members, shared allocations, the cut.
 #include "job.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -342,6 +344,42 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
                        std::to_string(job.trees[b].root) +
                        ", which is checkpointed with all its descendants: leave it out"};
     }
+  // gcrd's pid namespace only: image directories and META job_trees name the roots by the pids
+  // CRIU records, which must be the ones gcrd sees.
+  for (const criu::ProcessTree& t : job.trees)
+    if (innermost_pid(t.root) != t.root)
+      return Error{Errc::unsupported, describe(t.root) +
+                                          " runs in a PID namespace of its own: a job of several "
+                                          "trees is checkpointed from the namespace its processes "
+                                          "run in"};
+  // One owner: the checkpoint has one (META owner_uid), whose rights its restore has.
+  for (const criu::ProcessTree& t : job.trees)
+    if (process_owner(t.root) != process_owner(job.trees[0].root))
+      return Error{Errc::permission_denied,
+                   describe(t.root) + " and " + describe(job.trees[0].root) +
+                       " belong to different users: a job's trees must have one owner"};
+  // A pipe from one tree into another would come back as two (each tree's end reconnected on its
+  // own). Trees that only share one end of a pipe (their stdout into the same `| tee`) are fine.
+  struct PipeEnd {
+    std::size_t tree;
+    const criu::OpenFile* file;
+  };
+  std::map<std::string, std::pair<std::optional<PipeEnd>, std::optional<PipeEnd>>> pipe_ends;
+  for (std::size_t k = 0; k < job.trees.size(); ++k)
+    for (const criu::OpenFile& f : job.trees[k].files) {
+      if (f.kind != criu::FileKind::pipe) continue;
+      auto& [read_end, write_end] = pipe_ends[f.key];
+      auto& mine = (f.flags & O_ACCMODE) == O_RDONLY ? read_end : write_end;
+      auto& other = &mine == &read_end ? write_end : read_end;
+      if (!mine) mine = PipeEnd{k, &f};
+      if (!other || other->tree == k) continue;
+      return Error{Errc::unsupported,
+                   "fd " + std::to_string(f.fd) + " of pid " + std::to_string(f.pid) + " is " +
+                       f.key + ", a pipe to or from the tree of process " +
+                       std::to_string(job.trees[other->tree].root) +
+                       ": gcr connects unix sockets between a job's trees, not pipes; close it, "
+                       "or checkpoint a tree that holds both ends"};
+    }
   // Which tree holds each socket; then the external sockets whose peer another tree holds.
   std::map<std::string, std::size_t> tree_of_socket;
   for (std::size_t k = 0; k < job.trees.size(); ++k)
@@ -358,7 +396,14 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
         return static_cast<std::uint64_t>(std::strtoull(link.c_str() + 8, nullptr, 10));
       };
       std::uint64_t ino = inode(f.path), peer_ino = inode(f.detail);
-      if (paired.contains(ino)) continue;  // the same socket in another fd, or task
+      if (paired.contains(ino)) continue;       // the same socket in another fd, or task
+      for (const CrossSocket& s : job.sockets)  // a peer several sockets are connected to
+        if (s.ino == peer_ino || s.peer_ino == peer_ino)
+          return Error{Errc::unsupported,
+                       "unix socket " + std::to_string(peer_ino) + " in the tree of process " +
+                           std::to_string(job.trees[peer->second].root) +
+                           " is the peer of several sockets of other trees: gcr connects one "
+                           "socket to one between a job's trees"};
       paired.insert(ino);
       paired.insert(peer_ino);
       job.sockets.push_back({ino, peer_ino, k, peer->second});
@@ -369,12 +414,14 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
   for (CrossSocket& s : job.sockets) {
     auto st = states.find(s.ino);
     s.type = st == states.end() ? 0 : st->second.type;
-    if (s.type != SOCK_STREAM && s.type != SOCK_DGRAM && s.type != SOCK_SEQPACKET)
-      return Error{Errc::unsupported, "the unix socket " + std::to_string(s.ino) +
-                                          " between the trees of processes " +
-                                          std::to_string(job.trees[s.tree].root) + " and " +
-                                          std::to_string(job.trees[s.peer_tree].root) +
-                                          " is gone or of a kind gcr cannot connect again"};
+    // A datagram socket's peer may hear from others too; a socketpair would hear from one.
+    if (s.type != SOCK_STREAM && s.type != SOCK_SEQPACKET)
+      return Error{Errc::unsupported,
+                   "the unix socket " + std::to_string(s.ino) + " between the trees of processes " +
+                       std::to_string(job.trees[s.tree].root) + " and " +
+                       std::to_string(job.trees[s.peer_tree].root) +
+                       (s.type == SOCK_DGRAM ? " is a datagram socket" : " is gone") +
+                       ": gcr connects stream and seqpacket sockets between a job's trees"};
   }
   job.all = job.trees[0];
   for (std::size_t k = 1; k < job.trees.size(); ++k) {
@@ -407,7 +454,13 @@ Status check_nothing_in_flight(const JobTrees& job) {
     for (auto [ino, k, other] :
          {std::tuple{s.ino, s.tree, s.peer_tree}, std::tuple{s.peer_ino, s.peer_tree, s.tree}}) {
       auto q = states.find(ino);
-      if (q == states.end() || q->second.queued == 0) continue;
+      // The trees are stopped: a socket of theirs cannot have gone; missing, the query failed.
+      if (q == states.end())
+        return Error{Errc::io_error, "cannot tell whether bytes were in flight on unix socket " +
+                                         std::to_string(ino) +
+                                         " between the job's trees (sock_diag did not list it); "
+                                         "every process runs on: checkpoint again"};
+      if (q->second.queued == 0) continue;
       return Error{Errc::busy,
                    std::to_string(q->second.queued) +
                        " bytes were in flight to the tree of process " +

@@ -78,8 +78,10 @@ Result<std::string> process_lines(pid_t pid, const char* pid_word = "pid",
 }
 }  // namespace
 
-Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked) {
+Result<Keeper> Keeper::start(pid_t pid, const std::vector<control::ParkedRegion>& parked,
+                             const std::vector<pid_t>& stopped_roots) {
   GCR_TRY_ASSIGN(std::string text, process_lines(pid));
+  for (pid_t root : stopped_roots) text += "stopped_root " + std::to_string(root) + "\n";
   for (const auto& r : parked)
     text += "region " + std::to_string(r.region.address) + " " + std::to_string(r.region.size) +
             " " + std::to_string(r.region.device) + " " + std::to_string(r.region.flags) + "\n";

@@ -33,7 +33,10 @@ namespace gcr::gcrd {
 class Keeper {
  public:
   // Starts gcr-keeper (next to gcrd's binary) with duplicates of the parked fds.
-  static Result<Keeper> start(pid_t pid, const std::vector<control::ParkedRegion>& parked);
+  // `stopped_roots`: other trees a dump may leave stopped with it (Note [A job of several trees]
+  // in job.h), which it continues too should gcrd die.
+  static Result<Keeper> start(pid_t pid, const std::vector<control::ParkedRegion>& parked,
+                              const std::vector<pid_t>& stopped_roots = {});
   // For a restore, started before CRIU runs: once restored(pid) names the process, it is ended if
   // gcrd dies before done(); should gcrd die before that, while CRIU restores, the keeper learns
   // the pid from `pidfile` (CRIU's --pidfile; empty: no such file, nothing it can do).

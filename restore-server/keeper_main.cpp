@@ -3,7 +3,8 @@
 // yet given its memory, ends it instead. Started by gcrd only: stdin is gcrd's pipe ("pid N",
 // "start TICKS", optionally "mode restore", "pidfile PATH" or "nsroot PID", "nsroot_start TICKS"
 // and "ready PATH", "host" (fd 3: gcrd's end of its host-memory server), "criu PID" and
-// "criu_start TICKS" (where such a restore runs), "region ADDRESS SIZE
+// "criu_start TICKS" (where such a restore runs), "stopped_root PID" per other tree a dump may
+// leave stopped with it, "region ADDRESS SIZE
 // DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later "done"); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
@@ -166,6 +167,7 @@ int main() {
   pid_t criu_pid = 0;  // with "host": where the restore runs
   unsigned long long criu_start = 0;
   std::vector<control::ParkedRegion> regions;
+  std::vector<pid_t> stopped_roots;
   std::string line;
   bool go = false;
   while (!go && read_line(line)) {
@@ -199,6 +201,9 @@ int main() {
       in >> criu_pid;
     } else if (word == "criu_start") {
       in >> criu_start;
+    } else if (word == "stopped_root") {
+      pid_t root = 0;
+      if (in >> root && root > 1) stopped_roots.push_back(root);
     } else if (word == "go") {
       go = true;
     }
@@ -249,6 +254,9 @@ int main() {
     // it: that one lets it go itself.)
     for (pid_t p : criu::tree_pids(pid))
       if (stopped_untraced(p)) kill(p, SIGCONT);
+    for (pid_t root : stopped_roots)  // the job's other trees (Note [A job of several trees])
+      for (pid_t p : criu::tree_pids(root))
+        if (stopped_untraced(p)) kill(p, SIGCONT);
     // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
     auto client = control::Client::connect(pid, std::chrono::seconds(2));
     if (!client) {

@@ -237,6 +237,12 @@ Status restore_other_trees(const criu::Tools& tools, const criu::RestoreOptions&
       end_restored();
       return std::move(s).context("restoring the tree of process " + std::to_string(trees[k].pid));
     }
+    if (restored <= 1) {
+      keeper->done();
+      end_restored();
+      return Error{Errc::internal, "CRIU restored the tree of process " +
+                                       std::to_string(trees[k].pid) + " but named no pid for it"};
+    }
     rep.tree_pids.push_back(restored);
     if (guarded)
       if (Status s = keeper->restored(restored); !s) {
@@ -582,6 +588,13 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     std::unique_lock criu_lock(criu_mu);
     rep.original_pid = static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()));
     rep.new_pid_namespace = req.new_pid_namespace;
+    if (several_trees)  // Note [A job of several trees]: the pids must be free; asked again here
+      for (const JobTree& t : job_trees)
+        if (kill(t.pid, 0) == 0 || errno == EPERM)
+          return Error{Errc::busy, "pid " + std::to_string(t.pid) + " of checkpoint " +
+                                       rep.id.substr(0, 12) +
+                                       "'s job was taken while the restore prepared: end what "
+                                       "holds it"};
     if (!rep.new_pid_namespace && rep.original_pid > 0 &&
         (kill(rep.original_pid, 0) == 0 || errno == EPERM)) {
       rep.new_pid_namespace = true;
@@ -638,8 +651,9 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     for (const JobSocket& js : job_sockets) {
       int sv[2];
       if (::socketpair(AF_UNIX, js.type | SOCK_CLOEXEC, 0, sv) != 0) {
+        Error e = errno_error("connecting the job's trees again (socketpair)");
         keeper->done();  // no process to guard
-        return errno_error("connecting the job's trees again (socketpair)");
+        return e;
       }
       socket_ends.emplace_back(sv[0]);
       socket_ends.emplace_back(sv[1]);
@@ -671,6 +685,11 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
           return err;
         }
       return std::move(restored).error();
+    }
+    if (pid <= 1) {
+      keeper->done();
+      return Error{Errc::internal, "CRIU restored checkpoint " + rep.id.substr(0, 12) +
+                                       " but named no pid for it (see restore.log)"};
     }
     if (several_trees)
       if (Status s =
@@ -706,7 +725,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
       if (auto f = host_pages->failure()) e = *f;
     if (job || lazy_host)
       criu::kill_tree(pid);
-    else
+    else if (pid > 1)
       kill(pid, SIGKILL);
     for (pid_t other : rep.tree_pids) {
       criu::kill_tree(other);

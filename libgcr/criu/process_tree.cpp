@@ -236,9 +236,13 @@ std::map<std::uint64_t, UnixSocket> unix_sockets() {
       int len = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof *d));
       for (auto* a = reinterpret_cast<rtattr*>(d + 1); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
         if (a->rta_type == UNIX_DIAG_PEER) sk.peer = *static_cast<std::uint32_t*>(RTA_DATA(a));
-        // A listening socket's "queue" is its connections not yet accepted: not bytes.
-        if (a->rta_type == UNIX_DIAG_RQLEN && d->udiag_state != 10 /* TCP_LISTEN */)
-          sk.queued = static_cast<unix_diag_rqlen*>(RTA_DATA(a))->udiag_rqueue;
+        // A listening socket's "queue" is its connections not yet accepted: not bytes. Else
+        // what waits to be read, and what this socket sent that its peer holds unread (for a
+        // datagram socket the receive queue counts only the first datagram).
+        if (a->rta_type == UNIX_DIAG_RQLEN && d->udiag_state != 10 /* TCP_LISTEN */) {
+          const auto* q = static_cast<unix_diag_rqlen*>(RTA_DATA(a));
+          sk.queued = q->udiag_rqueue + q->udiag_wqueue;
+        }
       }
       out[d->udiag_ino] = sk;
     }
@@ -375,6 +379,7 @@ FileKind file_kind_from_name(const std::string& name) noexcept {
 }
 
 std::vector<pid_t> tree_pids(pid_t root) {
+  if (root <= 1) return {};  // no tree: 0 or init would be every process
   return descendants(root);
 }
 

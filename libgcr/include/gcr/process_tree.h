@@ -75,7 +75,8 @@ struct ProcessTree {
 // Reads the tree rooted at `root` from /proc. Fails when root does not exist or cannot be read.
 Result<ProcessTree> inspect_tree(pid_t root);
 
-// root and its descendants as they are now (root first); {root} alone when it has none.
+// root and its descendants as they are now (root first); {root} alone when it has none; none for
+// a root of 0 or 1 (every process).
 std::vector<pid_t> tree_pids(pid_t root);
 // SIGKILL to root and its descendants as they are now, the youngest first.
 void kill_tree(pid_t root);
@@ -84,7 +85,7 @@ void kill_tree(pid_t root);
 // socket not found (closed) is left out.
 struct UnixSocketState {
   int type = 0;              // SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET
-  std::uint32_t queued = 0;  // bytes waiting in its receive queue
+  std::uint32_t queued = 0;  // bytes waiting in its receive queue, or sent and unread by its peer
 };
 std::map<std::uint64_t, UnixSocketState> unix_socket_states(const std::set<std::uint64_t>& inodes);
 

@@ -8,12 +8,16 @@
 #      both ranks finish bit-identical to the single-process reference; each checkpoint restored
 #      (both trees, their sockets connected again, memory on demand) finishes so too;
 #   b: a --job checkpoint that ends both trees, restored: bit-identical;
-#   c: bad input: --job with one pid, a pid named twice and a pid inside another's tree are
-#      refused, and the job runs on (a restore while the job's pids are in use is refused in a);
+#   c: bad input: --job with one pid, a pid named twice, a pid inside another's tree and two
+#      trees joined by a pipe are refused, and the job runs on (a restore while the job's pids are
+#      in use is refused in a);
 #   d: bytes in flight between the trees: a CUDA process under gcr that has not read what a
 #      process of another tree sent it; the --job checkpoint fails (exit 9) after both trees were
 #      dumped and stopped, both run on, the bytes are still there to read, and once read the same
-#      checkpoint succeeds.
+#      checkpoint succeeds;
+#   e: gcrd killed (-9) once both trees are dumped and stopped (a checkpoint without -R): the
+#      ranks' keepers continue every tree of the job and give each rank its memory back; both
+#      finish bit-identical.
 #
 #   mp_trees_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -112,6 +116,14 @@ SLEEPER=$!
 pids+=("$SLEEPER")
 refused 2 "a pid inside another's tree" checkpoint --job $$ "$SLEEPER" -R
 kill "$SLEEPER" 2>/dev/null || true
+sleep 30 | sleep 31 &  # two trees (siblings under this shell) joined by a pipe
+READS=$!
+WRITES=$(pgrep -x -P $$ -f "sleep 30" || true)
+pids+=("$READS" $WRITES)
+[[ -n $WRITES ]] || fail "no 'sleep 30' writing into the pipe"
+refused 8 "two trees joined by a pipe" checkpoint --job "$WRITES" "$READS" -R
+grep -q "a pipe to or from the tree of process" "$T/c.err" || fail "the refusal does not name the pipe: $(cat "$T/c.err")"
+kill "$READS" $WRITES 2>/dev/null || true
 wait "$R0" || fail "rank 0 failed after the refusals: $(tail -5 "$T/c.0.log")"
 wait "$R1" || fail "rank 1 failed after the refusals: $(tail -5 "$T/c.1.log")"
 both_match c 0 "the job after the refusals"
@@ -176,4 +188,22 @@ touch "$T/flag.end"
 wait "$READER" || fail "the reader failed: $(cat "$T/reader.log")"
 grep -q "^device 07070707" "$T/reader.log" || fail "the reader's device memory after the checkpoints: $(cat "$T/reader.log")"
 wait "$HOLDER" || true
+
+echo "== e: gcrd killed while both trees are dumped and stopped"
+stop_gcrd  # the next command starts one with GCR_GCRD_PAUSE_AT
+start_ranks e
+wait_steps "$T/e.0.log" $((RANDOM % 30 + 5))
+rc=0
+GCR_GCRD_PAUSE_AT=dumped:60 "$GCR" checkpoint --job "$R0" "$R1" > "$T/e.out" 2> "$T/e.err" &
+CK=$!
+for _ in $(seq 1 1500); do grep -q "paused at dumped" "$T/gcrd.log" 2>/dev/null && break; sleep 0.02; done
+grep -q "paused at dumped" "$T/gcrd.log" || fail "gcrd did not reach the dump's end: $(tail -5 "$T/gcrd.log")"
+ps -o stat= -p "$R0" "$R1" | grep -q T || fail "the trees were not left stopped by their dumps: $(ps -o pid,stat -p "$R0" "$R1")"
+pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
+wait "$CK" || rc=$?
+[[ $rc != 0 ]] || fail "the checkpoint succeeded although gcrd was killed"
+echo "gcr said (exit $rc): $(head -c 200 "$T/e.err")"
+wait "$R0" || fail "rank 0 failed after gcrd died: $(tail -5 "$T/e.0.log")"
+wait "$R1" || fail "rank 1 failed after gcrd died: $(tail -5 "$T/e.1.log")"
+both_match e 0 "the job whose gcrd died with both trees stopped"
 echo "PASS"
