@@ -410,7 +410,8 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
     }
   std::set<std::uint64_t> inodes;
   for (const CrossSocket& s : job.sockets) inodes.insert(s.ino);
-  auto states = criu::unix_socket_states(inodes);
+  auto states = inodes.empty() ? decltype(criu::unix_socket_states(inodes)){}
+                               : criu::unix_socket_states(inodes);
   for (CrossSocket& s : job.sockets) {
     auto st = states.find(s.ino);
     s.type = st == states.end() ? 0 : st->second.type;

@@ -398,13 +398,19 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
                        " is a job of several process trees, which gcr restores with their "
                        "original pids only (a PID namespace holds one tree): leave out "
                        "--new-pid-namespace"};
+  }
+  // The pids the trees' roots must get back; checked before anything is loaded, and again when
+  // CRIU is about to run.
+  auto job_pid_in_use = [&]() -> Status {
     for (const JobTree& t : job_trees)
-      if (kill(t.pid, 0) == 0 || errno == EPERM)
+      if (several_trees && (kill(t.pid, 0) == 0 || errno == EPERM))
         return Error{Errc::busy, "pid " + std::to_string(t.pid) + " of checkpoint " +
                                      rep.id.substr(0, 12) +
                                      "'s job is in use, and a job of several process trees is "
                                      "restored with its original pids: end what holds it"};
-  }
+    return ok();
+  };
+  GCR_TRY(job_pid_in_use());
   GCR_TRY_ASSIGN(std::vector<SharedView> shared_views,
                  decode_shared_views(m.meta_or("shared_views")));
   const bool eager = req.eager;
@@ -588,13 +594,7 @@ Result<RestoreReport> restore_checkpoint(store::Store& store, const criu::Tools&
     std::unique_lock criu_lock(criu_mu);
     rep.original_pid = static_cast<pid_t>(std::atoll(m.meta_or("pid", "0").c_str()));
     rep.new_pid_namespace = req.new_pid_namespace;
-    if (several_trees)  // Note [A job of several trees]: the pids must be free; asked again here
-      for (const JobTree& t : job_trees)
-        if (kill(t.pid, 0) == 0 || errno == EPERM)
-          return Error{Errc::busy, "pid " + std::to_string(t.pid) + " of checkpoint " +
-                                       rep.id.substr(0, 12) +
-                                       "'s job was taken while the restore prepared: end what "
-                                       "holds it"};
+    GCR_TRY(job_pid_in_use());  // Note [A job of several trees]: taken meanwhile?
     if (!rep.new_pid_namespace && rep.original_pid > 0 &&
         (kill(rep.original_pid, 0) == 0 || errno == EPERM)) {
       rep.new_pid_namespace = true;
