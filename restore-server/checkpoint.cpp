@@ -356,36 +356,52 @@ Status write_dma_file(int fd, const std::vector<Member>& members,
   return ok();
 }
 
-// Note [A job of several trees] (job.h): one CRIU dump per tree, each leaving its tasks stopped;
-// then, with all of them stopped, nothing may be in flight between them. A failure lets every tree
-// dumped so far go on (stopped tasks would not answer gcrd giving their memory back).
+// Note [A job of several trees] (job.h): tree k's dump, which leaves its tasks stopped.
+Result<criu::DumpOptions> tree_dump_options(const criu::DumpOptions& common, const JobTrees& job,
+                                            const CheckpointRequest& req, std::size_t k) {
+  criu::DumpOptions o = common;
+  o.pid = job.trees[k].root;
+  o.leave_running = false;
+  o.leave_stopped = true;
+  o.cow_dump = false;
+  o.extra_args = dump_arguments(job.trees[k], req);
+  for (std::string& a : cross_socket_arguments(job, k)) o.extra_args.push_back(std::move(a));
+  if (k > 0) {
+    o.image_dir = common.image_dir / tree_images_dir(innermost_pid(o.pid));
+    std::error_code ec;
+    if (!fs::create_directories(o.image_dir, ec) && ec)
+      return Error{Errc::io_error, "creating " + o.image_dir.string() + ": " + ec.message()};
+  }
+  return o;
+}
+
+// Ibid.: one CRIU dump per tree (`started`: each CRIU started before the cut, else started
+// here), each leaving its tasks stopped; then, with all of them stopped, nothing may be in flight
+// between them. A failure lets every tree dumped so far go on (stopped tasks would not answer gcrd
+// giving their memory back); the CRIUs not let go end with nothing frozen.
 Status dump_trees(const criu::Tools& tools, const criu::DumpOptions& common, const JobTrees& job,
-                  const CheckpointRequest& req) {
+                  const CheckpointRequest& req, std::vector<criu::StartedDump>& started) {
   auto let_go = [&](std::size_t dumped) {
     for (std::size_t k = 0; k < dumped; ++k)
       for (pid_t p : criu::tree_pids(job.trees[k].root)) kill(p, SIGCONT);
   };
   for (std::size_t k = 0; k < job.trees.size(); ++k) {
-    criu::DumpOptions o = common;
-    o.pid = job.trees[k].root;
-    o.leave_running = false;
-    o.leave_stopped = true;
-    o.cow_dump = false;
-    o.extra_args = dump_arguments(job.trees[k], req);
-    for (std::string& a : cross_socket_arguments(job, k)) o.extra_args.push_back(std::move(a));
-    if (k > 0) {
-      o.image_dir = common.image_dir / tree_images_dir(innermost_pid(o.pid));
-      std::error_code ec;
-      if (!fs::create_directories(o.image_dir, ec) && ec) {
-        let_go(k);
-        return Error{Errc::io_error, "creating " + o.image_dir.string() + ": " + ec.message()};
-      }
+    Status s = ok();
+    if (k < started.size()) {
+      s = started[k].go_and_wait();
+    } else if (auto o = tree_dump_options(common, job, req, k)) {
+      s = criu::dump(tools, *o);
+    } else {
+      s = std::move(o).error();
     }
-    if (Status s = criu::dump(tools, o); !s) {
+    if (!s) {
       let_go(k);
-      return std::move(s).context("dumping the tree of process " + std::to_string(o.pid));
+      started.clear();
+      return std::move(s).context("dumping the tree of process " +
+                                  std::to_string(job.trees[k].root));
     }
   }
+  started.clear();
   if (Status s = check_nothing_in_flight(job); !s) {
     let_go(job.trees.size());
     return s;
@@ -549,9 +565,24 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   // Note [CRIU started before the cut] (gcr/criu.h); GCR_CRIU_EARLY=0 starts it after the park,
   // as gcr did before (bench/ckpt_bench.py compares the two).
   std::optional<criu::StartedDump> early;
+  std::vector<criu::StartedDump> early_trees;  // Note [A job of several trees]: one per tree
   const auto t_begin = Clock::now();  // the total includes CRIU's start; the stall does not
-  if (const char* e = std::getenv("GCR_CRIU_EARLY");
-      !external && !several_trees && (!e || std::string_view(e) != "0")) {
+  const char* early_env = std::getenv("GCR_CRIU_EARLY");
+  const bool start_early = !external && (!early_env || std::string_view(early_env) != "0");
+  if (start_early && several_trees) {
+    auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
+                      std::chrono::seconds(30);
+    for (std::size_t k = 0; k < job_trees.trees.size(); ++k) {
+      GCR_TRY_ASSIGN(criu::DumpOptions o, tree_dump_options(dump_options, job_trees, req, k));
+      GCR_TRY_ASSIGN(criu::StartedDump started, criu::StartedDump::start(tools, o, wait_limit));
+      early_trees.push_back(std::move(started));
+    }
+    progress("starting CRIU for each of the job's " + std::to_string(job_trees.trees.size()) +
+             " trees");
+    for (criu::StartedDump& d : early_trees) GCR_TRY(d.wait_ready(std::chrono::seconds(30)));
+    record_phase(rep, "criu_start", t_begin);
+  }
+  if (start_early && !several_trees) {
     auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
                       std::chrono::seconds(30);
     GCR_TRY_ASSIGN(criu::StartedDump started,
@@ -751,7 +782,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (early && req.leave_running && tools.cow_dump)
     criu_running = early->go_until_released(&dumped);
   else if (several_trees)
-    dumped = dump_trees(tools, dump_options, job_trees, req);
+    dumped = dump_trees(tools, dump_options, job_trees, req, early_trees);
   else if (!external)
     dumped = early ? early->go_and_wait() : criu::dump(tools, dump_options);
   record_phase(rep, "dump", td);

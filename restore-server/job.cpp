@@ -344,42 +344,45 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
                        std::to_string(job.trees[b].root) +
                        ", which is checkpointed with all its descendants: leave it out"};
     }
-  // gcrd's pid namespace only: image directories and META job_trees name the roots by the pids
-  // CRIU records, which must be the ones gcrd sees.
-  for (const criu::ProcessTree& t : job.trees)
-    if (innermost_pid(t.root) != t.root)
-      return Error{Errc::unsupported, describe(t.root) +
-                                          " runs in a PID namespace of its own: a job of several "
-                                          "trees is checkpointed from the namespace its processes "
-                                          "run in"};
-  // One owner: the checkpoint has one (META owner_uid), whose rights its restore has.
-  for (const criu::ProcessTree& t : job.trees)
-    if (process_owner(t.root) != process_owner(job.trees[0].root))
-      return Error{Errc::permission_denied,
-                   describe(t.root) + " and " + describe(job.trees[0].root) +
-                       " belong to different users: a job's trees must have one owner"};
-  // A pipe from one tree into another would come back as two (each tree's end reconnected on its
-  // own). Trees that only share one end of a pipe (their stdout into the same `| tee`) are fine.
-  struct PipeEnd {
-    std::size_t tree;
-    const criu::OpenFile* file;
-  };
-  std::map<std::string, std::pair<std::optional<PipeEnd>, std::optional<PipeEnd>>> pipe_ends;
-  for (std::size_t k = 0; k < job.trees.size(); ++k)
-    for (const criu::OpenFile& f : job.trees[k].files) {
-      if (f.kind != criu::FileKind::pipe) continue;
-      auto& [read_end, write_end] = pipe_ends[f.key];
-      auto& mine = (f.flags & O_ACCMODE) == O_RDONLY ? read_end : write_end;
-      auto& other = &mine == &read_end ? write_end : read_end;
-      if (!mine) mine = PipeEnd{k, &f};
-      if (!other || other->tree == k) continue;
-      return Error{Errc::unsupported,
-                   "fd " + std::to_string(f.fd) + " of pid " + std::to_string(f.pid) + " is " +
-                       f.key + ", a pipe to or from the tree of process " +
-                       std::to_string(job.trees[other->tree].root) +
-                       ": gcr connects unix sockets between a job's trees, not pipes; close it, "
-                       "or checkpoint a tree that holds both ends"};
-    }
+  if (job.trees.size() > 1) {  // Note [A job of several trees]
+    // gcrd's pid namespace only: image directories and META job_trees name the roots by the pids
+    // CRIU records, which must be the ones gcrd sees.
+    for (const criu::ProcessTree& t : job.trees)
+      if (innermost_pid(t.root) != t.root)
+        return Error{Errc::unsupported,
+                     describe(t.root) +
+                         " runs in a PID namespace of its own: a job of several "
+                         "trees is checkpointed from the namespace its processes "
+                         "run in"};
+    // One owner: the checkpoint has one (META owner_uid), whose rights its restore has.
+    for (const criu::ProcessTree& t : job.trees)
+      if (process_owner(t.root) != process_owner(job.trees[0].root))
+        return Error{Errc::permission_denied,
+                     describe(t.root) + " and " + describe(job.trees[0].root) +
+                         " belong to different users: a job's trees must have one owner"};
+    // A pipe from one tree into another would come back as two (each tree's end reconnected on its
+    // own). Trees that only share one end of a pipe (their stdout into the same `| tee`) are fine.
+    struct PipeEnd {
+      std::size_t tree;
+      const criu::OpenFile* file;
+    };
+    std::map<std::string, std::pair<std::optional<PipeEnd>, std::optional<PipeEnd>>> pipe_ends;
+    for (std::size_t k = 0; k < job.trees.size(); ++k)
+      for (const criu::OpenFile& f : job.trees[k].files) {
+        if (f.kind != criu::FileKind::pipe) continue;
+        auto& [read_end, write_end] = pipe_ends[f.key];
+        auto& mine = (f.flags & O_ACCMODE) == O_RDONLY ? read_end : write_end;
+        auto& other = &mine == &read_end ? write_end : read_end;
+        if (!mine) mine = PipeEnd{k, &f};
+        if (!other || other->tree == k) continue;
+        return Error{Errc::unsupported,
+                     "fd " + std::to_string(f.fd) + " of pid " + std::to_string(f.pid) + " is " +
+                         f.key + ", a pipe to or from the tree of process " +
+                         std::to_string(job.trees[other->tree].root) +
+                         ": gcr connects unix sockets between a job's trees, not pipes; close it, "
+                         "or checkpoint a tree that holds both ends"};
+      }
+  }
   // Which tree holds each socket; then the external sockets whose peer another tree holds.
   std::map<std::string, std::size_t> tree_of_socket;
   for (std::size_t k = 0; k < job.trees.size(); ++k)

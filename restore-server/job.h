@@ -19,7 +19,9 @@
 // one job. Its members are those of every PID's tree, cut, quiesced and parked together as above.
 // - CRIU dumps one tree at a time: each PID's tree gets its own dump, into the checkpoint's
 //   images (the first) or images under trees/PID (the others), each leaving its tasks stopped
-//   until every tree is dumped. META job_trees lists the trees.
+//   until every tree is dumped. Each tree's CRIU is started before the cut (Note [CRIU started
+//   before the cut] in gcr/criu.h) and let go, one after the other, once the job is parked.
+//   META job_trees lists the trees.
 // - A unix socket that connects two of the trees is external to each dump (--external
 //   unix[INODE] on both sides); META job_sockets pairs them, and the restore connects each pair
 //   again with a socketpair handed to both CRIUs (--inherit-fd). Bytes in flight on such a socket
