@@ -66,7 +66,9 @@ done
 echo "== memory exported, its fd kept open, no process has imported it: checkpointed and restored"
 # Nothing shares it yet, so it is the process's own memory; the fd it keeps is made to name the
 # memory again after the unpark and after the restore (Note [Kept exports] in interpose/park.cpp).
-"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" >> "$T/c.log" 2>&1 &
+# Slower steps (the checksum does not depend on them): under CI's load a 3 s run was over before
+# the checkpoint reached it.
+"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" --step-delay-ms 45 >> "$T/c.log" 2>&1 &
 P=$!
 pids+=("$P")
 wait_steps "$T/c.log" $((RANDOM % 10 + 5))
