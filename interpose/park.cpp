@@ -6,10 +6,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "alloc.h"
 #include "config.h"
@@ -102,9 +109,9 @@ std::vector<std::string> blockers_locked() {
   return out;
 }
 
-Status drain_all() {
+Status synchronize_contexts(const std::vector<CUcontext>& contexts) {
   const RealDriver* real = real_driver();
-  for (CUcontext ctx : known_contexts()) {
+  for (CUcontext ctx : contexts) {
     if (CUresult r = real->cuCtxPushCurrent_v2(ctx)) return call_error("cuCtxPushCurrent", r);
     CUresult r = real->cuCtxSynchronize();
     CUcontext popped;
@@ -114,16 +121,58 @@ Status drain_all() {
   return ok();
 }
 
+// Drains every context within `timeout_ms` (0: however long it takes). A stream may wait on what
+// no issued launch will do (a value only a stopped peer, or a later host call, writes): then the
+// synchronize goes on on a thread of its own, and the quiesce fails in time, the gate opens, and
+// the process runs on (and the drain's thread ends when the stream does).
+Status drain_all(unsigned timeout_ms) {
+  std::vector<CUcontext> contexts = known_contexts();
+  if (timeout_ms == 0) return synchronize_contexts(contexts);
+  struct Drain {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status result = ok();
+  };
+  auto drain = std::make_shared<Drain>();
+  try {
+    std::thread([drain, contexts = std::move(contexts)] {
+      Status s = synchronize_contexts(contexts);
+      std::lock_guard lock(drain->mu);
+      drain->result = std::move(s);
+      drain->done = true;
+      drain->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error&) {
+    return Error{Errc::internal, "cannot start a thread to drain the process's streams"};
+  }
+  std::unique_lock lock(drain->mu);
+  if (!drain->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return drain->done; }))
+    return Error{Errc::timeout, "the GPU work of the process did not finish within " +
+                                    std::to_string(timeout_ms) +
+                                    " ms (a stream may wait on a value no issued launch writes); "
+                                    "retry with a longer timeout"};
+  return drain->result;
+}
+
 }  // namespace
 
 Status op_quiesce(unsigned timeout_ms) {
   if (g_state != ProcessState::running) return ok();  // already quiet
   if (!real_driver()) return Error{Errc::driver, gcr::interpose::driver_error()};
+  const auto start = std::chrono::steady_clock::now();
   if (!gate_close(timeout_ms))
     return Error{Errc::timeout, "CUDA calls of the process did not finish within " +
                                     std::to_string(timeout_ms) +
                                     " ms; retry with a longer timeout"};
-  if (Status s = drain_all(); !s) {
+  unsigned left = 0;  // what the drain may take of the timeout (0: no limit)
+  if (timeout_ms) {
+    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+    left = static_cast<unsigned>(std::max<long long>(1, timeout_ms - spent));
+  }
+  if (Status s = drain_all(left); !s) {
     gate_open();
     return s;
   }
