@@ -356,6 +356,11 @@ Status write_dma_file(int fd, const std::vector<Member>& members,
   return ok();
 }
 
+// Lets a tree CRIU left stopped (--leave-stopped) run again, every task of it.
+void continue_tree(pid_t root) {
+  for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
+}
+
 // Note [A job of several trees] (job.h): tree k's dump, which leaves its tasks stopped.
 Result<criu::DumpOptions> tree_dump_options(const criu::DumpOptions& common, const JobTrees& job,
                                             const CheckpointRequest& req, std::size_t k) {
@@ -382,8 +387,7 @@ Result<criu::DumpOptions> tree_dump_options(const criu::DumpOptions& common, con
 Status dump_trees(const criu::Tools& tools, const criu::DumpOptions& common, const JobTrees& job,
                   const CheckpointRequest& req, std::vector<criu::StartedDump>& started) {
   auto let_go = [&](std::size_t dumped) {
-    for (std::size_t k = 0; k < dumped; ++k)
-      for (pid_t p : criu::tree_pids(job.trees[k].root)) kill(p, SIGCONT);
+    for (std::size_t k = 0; k < dumped; ++k) continue_tree(job.trees[k].root);
   };
   for (std::size_t k = 0; k < job.trees.size(); ++k) {
     Status s = ok();
@@ -569,9 +573,9 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   const auto t_begin = Clock::now();  // the total includes CRIU's start; the stall does not
   const char* early_env = std::getenv("GCR_CRIU_EARLY");
   const bool start_early = !external && (!early_env || std::string_view(early_env) != "0");
+  const auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
+                          std::chrono::seconds(30);  // CRIU's --timeout: the cut and park too
   if (start_early && several_trees) {
-    auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
-                      std::chrono::seconds(30);
     for (std::size_t k = 0; k < job_trees.trees.size(); ++k) {
       GCR_TRY_ASSIGN(criu::DumpOptions o, tree_dump_options(dump_options, job_trees, req, k));
       GCR_TRY_ASSIGN(criu::StartedDump started, criu::StartedDump::start(tools, o, wait_limit));
@@ -583,8 +587,6 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
     record_phase(rep, "criu_start", t_begin);
   }
   if (start_early && !several_trees) {
-    auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req.quiesce_timeout) +
-                      std::chrono::seconds(30);
     GCR_TRY_ASSIGN(criu::StartedDump started,
                    criu::StartedDump::start(tools, dump_options, wait_limit));
     early.emplace(std::move(started));
@@ -814,8 +816,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   pause_point("dumped");
   if (req.leave_running && several_trees) {
     // Every tree was left stopped by its dump: on with all of them, as one.
-    for (pid_t root : roots)
-      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
+    for (pid_t root : roots) continue_tree(root);
     for (const Member& m : members) GCR_TRY(ensure_cuda_running(m.pid));
   } else if (req.leave_running) {
     for (const Member& m : members) GCR_TRY(check_resumed(m.pid, rep, progress));
@@ -841,8 +842,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
       return e;
     }
     if (!end_after_commit) return e;
-    for (pid_t root : roots)  // CRIU stopped the whole tree (every tree of a job)
-      for (pid_t p : criu::tree_pids(root)) kill(p, SIGCONT);
+    for (pid_t root : roots) continue_tree(root);  // CRIU stopped them (every tree of a job)
     if (give_all_back()) e.message += "; process " + std::to_string(req.pid) + " runs on";
     return e;
   };
