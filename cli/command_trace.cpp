@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <span>
 
 #include "gcr/unique_fd.h"
@@ -104,9 +105,18 @@ Result<std::map<std::string, std::string>> CommandTrace::finish(
   }
   if (gcrd_fields) input_.spans = gcrd_spans(*gcrd_fields);
   // Processes the traced one started (a restore's CRIU and restored tasks): named while they run.
-  for (const trace::SchedEvent& e : input_.events)
+  // Their threads, and the traced process's threads started since (gcrd's loader), likewise.
+  std::set<std::uint32_t> named;
+  for (const trace::ThreadName& t : input_.threads) named.insert(t.tid);
+  for (const trace::SchedEvent& e : input_.events) {
     if (!input_.process_names.count(e.tgid))
       input_.process_names[e.tgid] = read_comm("/proc/" + std::to_string(e.tgid) + "/comm");
+    if (e.tid != e.tgid && named.insert(e.tid).second) {
+      std::string name =
+          read_comm("/proc/" + std::to_string(e.tgid) + "/task/" + std::to_string(e.tid) + "/comm");
+      if (!name.empty()) input_.threads.push_back({e.tid, std::move(name)});
+    }
+  }
   const auto subject = static_cast<std::uint32_t>(restored ? restored : input_.pid);
   if (restored) input_.pid = restored;
   if (tracer_ && !restored &&

@@ -1,6 +1,7 @@
 // HostPages: see host_pages.h, Note [Host memory from the store].
 #include "host_pages.h"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -131,6 +132,7 @@ Result<UniqueFd> HostPages::serve(std::unique_ptr<store::CheckpointReader> reade
   UniqueFd daemon(sv[1]);
   reader_ = std::move(reader);
   thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "gcrd-hostpages");
   return daemon;
 }
 

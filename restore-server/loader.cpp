@@ -1,6 +1,8 @@
 // The loader (loader.h).
 #include "loader.h"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -11,6 +13,7 @@
 #include "pace.h"
 #include "piece_cache.h"
 #include "staging.h"
+#include "store/workers.h"
 
 namespace gcr::gcrd {
 namespace {
@@ -22,7 +25,9 @@ class Copier {
   // While `behind` and `background` are set, the copier yields (Note [Loading behind the
   // restore]); `behind` only ever goes from set to clear.
   Copier(Gpu& gpu, const std::atomic<bool>& behind, const std::atomic<bool>& background)
-      : gpu_(gpu), behind_(behind), background_(background), thread_([this] { run(); }) {}
+      : gpu_(gpu), behind_(behind), background_(background), thread_([this] { run(); }) {
+    pthread_setname_np(thread_.native_handle(), "gcrd-copy");  // in traces (gcr restore --trace)
+  }
   ~Copier() { (void)finish(); }
   Copier(const Copier&) = delete;
   Copier& operator=(const Copier&) = delete;
@@ -151,7 +156,9 @@ Result<std::unique_ptr<Loader>> Loader::start(std::unique_ptr<store::CheckpointR
   for (Watch& w : watches) l->watches_.push_back(std::move(w));
   l->items_ = std::move(items);
   l->behind_.store(behind_restore && can_run_in_background());
+  l->hold_ = behind_restore && store::usable_cpus() < kCpusToLoadBehind;
   l->thread_ = std::thread([p = l.get()] { p->run(); });
+  pthread_setname_np(l->thread_.native_handle(), "gcrd-load");
   return l;
 }
 
@@ -224,6 +231,11 @@ Status Loader::load_all() {
       return Error{Errc::internal, "loading stopped: the restore failed"};
     }
     pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
+    if (hold_) {  // Note [Loading behind the restore]: polls what waits, woken by resumed()
+      std::unique_lock lock(held_mu_);
+      while (behind_.load() && !stop_.load() && cache.alone(checkpoint) && !wanted_entry())
+        held_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
     std::size_t i;
     auto w = wanted_entry();
     background_.store(behind_.load() && !w && cache.alone(checkpoint));

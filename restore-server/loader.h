@@ -18,6 +18,14 @@
 // another restore of the checkpoint shares its pieces (PieceCache): that one may be waiting for a
 // piece this one reads. Where gcrd could not leave SCHED_IDLE again (no CAP_SYS_NICE), the loader
 // does not yield at all.
+//
+// Below kCpusToLoadBehind usable CPUs even that costs the restore: SCHED_IDLE reaches the loader's
+// threads, the store's workers (store/workers.h) and simgpu's copies (Note [A copy engine takes no
+// CPU]), but not the kernel's io_uring workers that read the pieces, and a restore keeps CRIU, its
+// lazy-pages daemon and gcrd's page server busy at once. On 2 cores (256 MiB, 8 restores each) the
+// process resumed 30-39 ms after the restore began with the loader behind at SCHED_IDLE, 19-25 ms
+// with it held, and was fully loaded 10-15 ms later. So there, until resumed(), the loader holds
+// (loads only what something waits for, and only alone: see PieceCache above).
 #pragma once
 
 #include <atomic>
@@ -39,8 +47,9 @@ namespace gcr::gcrd {
 class Loader {
  public:
   static constexpr std::uint64_t kPieceBytes = 16ull << 20;
-  static constexpr std::uint64_t kBehindSliceBytes = 2ull
-                                                     << 20;  // Note [Loading behind the restore]
+  // Note [Loading behind the restore]
+  static constexpr std::uint64_t kBehindSliceBytes = 2ull << 20;
+  static constexpr unsigned kCpusToLoadBehind = 4;
 
   struct Item {
     store::ObjectEntry object;
@@ -56,14 +65,18 @@ class Loader {
 
   // Starts loading at once. `table` (may be null: nothing waits) has one entry per item, in the
   // same order; it, the watches' tables and `reader` must outlive the loader. The reader is the
-  // loader's alone. `behind_restore`: it yields the CPU until resumed() (Note [Loading behind
-  // the restore]).
+  // loader's alone. `behind_restore`: it yields the CPU, or holds, until resumed() (Note [Loading
+  // behind the restore]).
   static Result<std::unique_ptr<Loader>> start(std::unique_ptr<store::CheckpointReader> reader,
                                                std::vector<Item> items, const CowTable* table,
                                                std::vector<Watch> watches = {},
                                                bool behind_restore = false);
   // CRIU is done (or the restore failed): from now on the loader is the critical path.
-  void resumed() { behind_.store(false); }
+  void resumed() {
+    std::lock_guard lock(held_mu_);
+    behind_.store(false);
+    held_cv_.notify_all();
+  }
   ~Loader();  // stops (if still running) and joins
 
   // Waits until every region is loaded or loading failed; the first error. Idempotent.
@@ -97,6 +110,9 @@ class Loader {
   std::atomic<bool> failed_{false};
   std::atomic<bool> behind_{false};      // until resumed()
   std::atomic<bool> background_{false};  // and nothing waited for, loading alone: they yield
+  bool hold_ = false;                    // until resumed(), too few CPUs to load behind
+  std::mutex held_mu_;
+  std::condition_variable held_cv_;
   std::atomic<std::uint64_t> loaded_{0};
   std::atomic<std::uint64_t> wanted_{0};
   std::atomic<std::uint64_t> read_{0};

@@ -266,7 +266,7 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
     add("{\"ph\":\"X\",\"cat\":\"stall\",\"name\":\"app-visible stall (kernel)\",\"pid\":" +
         std::to_string(kGcrdTrack) + ",\"tid\":2,\"ts\":" + rel(summary.start_ns) + ",\"dur\":" +
         micros(summary.stall_ns) + ",\"args\":{\"tid\":" + std::to_string(summary.tid) + "}}");
-  out += "\n],\"otherData\":{\"producer\":\"gcr checkpoint --trace\"},\"gcr\":{\"pid\":" + pid +
+  out += "\n],\"otherData\":{\"producer\":\"gcr --trace\"},\"gcr\":{\"pid\":" + pid +
          ",\"stall_ns\":" + std::to_string(summary.stall_ns) +
          ",\"stall_start_ns\":" + std::to_string(summary.start_ns) +
          ",\"stall_tid\":" + std::to_string(summary.tid) +

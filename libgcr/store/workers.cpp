@@ -1,6 +1,7 @@
 // WorkerPool: see workers.h.
 #include "store/workers.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 namespace gcr::store {
@@ -18,7 +19,10 @@ unsigned usable_cpus() {
 
 WorkerPool::WorkerPool(unsigned parallelism) {
   if (parallelism == 0) parallelism = usable_cpus();
-  for (unsigned i = 1; i < parallelism; ++i) threads_.emplace_back([this] { worker(); });
+  for (unsigned i = 1; i < parallelism; ++i) {
+    threads_.emplace_back([this] { worker(); });
+    pthread_setname_np(threads_.back().native_handle(), "gcr-store");
+  }
 }
 
 WorkerPool::~WorkerPool() {
@@ -42,6 +46,28 @@ void WorkerPool::run(Job& job) {
   }
 }
 
+namespace {
+
+// A worker's class for the length of a job (workers.h): SCHED_IDLE for a background job.
+class JobClass {
+ public:
+  explicit JobClass(bool background) {
+    sched_param p{};
+    if (background) switched_ = sched_setscheduler(0, SCHED_IDLE, &p) == 0;
+  }
+  ~JobClass() {
+    sched_param p{};
+    if (switched_) (void)sched_setscheduler(0, SCHED_OTHER, &p);
+  }
+  JobClass(const JobClass&) = delete;
+  JobClass& operator=(const JobClass&) = delete;
+
+ private:
+  bool switched_ = false;
+};
+
+}  // namespace
+
 void WorkerPool::worker() {
   for (;;) {
     std::shared_ptr<Job> job;
@@ -56,6 +82,7 @@ void WorkerPool::worker() {
         continue;
       }
     }
+    JobClass in_class(job->background);
     run(*job);
   }
 }
@@ -69,6 +96,7 @@ void WorkerPool::parallel_for(std::size_t n, const std::function<void(std::size_
   auto job = std::make_shared<Job>();
   job->fn = &fn;
   job->n = n;
+  job->background = sched_getscheduler(0) == SCHED_IDLE;
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(job);

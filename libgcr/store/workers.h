@@ -1,6 +1,9 @@
 // WorkerPool: hashing, compression and verification spread over threads. The caller's thread
 // works too, so a pool of N runs N-1 threads and never oversubscribes the N cores it was sized for.
-// Several threads may call parallel_for at once; their jobs share the workers.
+// Several threads may call parallel_for at once; their jobs share the workers. A job runs in its
+// caller's scheduling class: one called from a thread at SCHED_IDLE (gcrd loading behind a
+// restore, restore-server/loader.h) runs at SCHED_IDLE on the workers too, so that it takes only
+// CPU time nothing else wants.
 #pragma once
 
 #include <atomic>
@@ -34,6 +37,7 @@ class WorkerPool {
     std::size_t n;
     std::atomic<std::size_t> next{0};
     std::atomic<std::size_t> done{0};
+    bool background = false;  // its caller runs at SCHED_IDLE
   };
   void run(Job& job);
   void worker();

@@ -65,7 +65,8 @@ CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait
     staged = std::make_shared<std::vector<std::byte>>(src.ptr, src.ptr + span);
     src.ptr = staged->data();
   }
-  std::uint64_t seq = enqueue(s, [dst, src, rect, staged] {
+  std::uint64_t seq = enqueue(s, [dst, src, rect, staged, idle = caller_in_background()] {
+    CopyEngineClass engine(idle);  // Note [A copy engine takes no CPU]
     if (dst.pinned)
       check_device_write_to_host(dst.ptr, (rect.height - 1) * rect.dst_pitch + rect.width);
     // Note [Copies into device memory]

@@ -397,6 +397,19 @@ class Stream {
 CUresult resolve_stream(CUstream h, bool per_thread_default, Stream** out);
 // Queues op on s with the legacy-stream dependencies of Note [Legacy stream].
 std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::Dep> extra = {});
+// Note [A copy engine takes no CPU] (stream.cpp): whether the calling thread runs at SCHED_IDLE;
+// for the length of a copy, the stream thread runs as its caller did.
+bool caller_in_background();
+class CopyEngineClass {
+ public:
+  explicit CopyEngineClass(bool background);
+  ~CopyEngineClass();
+  CopyEngineClass(const CopyEngineClass&) = delete;
+  CopyEngineClass& operator=(const CopyEngineClass&) = delete;
+
+ private:
+  bool switched_ = false;
+};
 // Drains every stream of every context (checkpoint, cuCtxSynchronize of all).
 void drain_all_streams();
 bool drain_all_streams_until(std::chrono::steady_clock::time_point deadline);  // false: too late

@@ -1,6 +1,7 @@
 // Streams: one worker thread each, running operations in submission order, each after the
 // dependencies it was queued with (events, the legacy stream's barriers).
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <map>
@@ -132,6 +133,31 @@ std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::D
   }
   std::erase_if(deps, [](const Stream::Dep& d) { return d.seq == 0 || d.stream->reached(d.seq); });
   return s->submit(std::move(op), std::move(deps));
+}
+
+// Note [A copy engine takes no CPU]
+// A GPU's copy engines move bytes by DMA, beside the CPUs; simgpu's stream threads move them with
+// the host's CPU. A copy queued by a thread that runs at SCHED_IDLE (gcrd loading behind a restore,
+// Note [Loading behind the restore] in restore-server/loader.h) meant to take only CPU time nothing
+// else wants, so its stream thread runs it at SCHED_IDLE too. Otherwise simgpu would take from
+// CRIU's restore the CPU a GPU never takes: on 2 cores, 0.7 ms of every 1.5 ms while CRIU waited.
+// Other copies and kernels run as the stream thread does.
+bool caller_in_background() {
+  return sched_getscheduler(0) == SCHED_IDLE;
+}
+
+CopyEngineClass::CopyEngineClass(bool background) {
+  if (!background || sched_getscheduler(0) == SCHED_IDLE) return;
+  sched_param p{};
+  switched_ = sched_setscheduler(0, SCHED_IDLE, &p) == 0;
+}
+
+CopyEngineClass::~CopyEngineClass() {
+  if (!switched_) return;
+  sched_param p{};
+  // Leaving SCHED_IDLE needs what the caller had to get there and back (CAP_SYS_NICE or
+  // RLIMIT_NICE): where it fails, the stream thread runs on at SCHED_IDLE, as its caller did.
+  (void)sched_setscheduler(0, SCHED_OTHER, &p);
 }
 
 void drain_context(CUctx_st* ctx) {
