@@ -8,6 +8,8 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <set>
+#include <utility>
 
 #include "background.h"
 #include "pace.h"
@@ -225,6 +227,22 @@ Status Loader::load_all() {
           return i;
     return std::nullopt;
   };
+  // Note [Reading ahead]: the pieces that follow (item, offset) in the given order.
+  using Piece = std::pair<std::size_t, std::uint64_t>;
+  std::set<Piece> asked;
+  auto read_ahead = [&](Piece at) {
+    for (int k = 0; k < kPiecesAhead; ++k) {
+      at.second += kPieceBytes;
+      if (at.second >= items_[at.first].object.size) {
+        std::size_t j = std::max(at.first + 1, in_order);
+        while (j < n && (done[j] || offset[j] != 0)) ++j;
+        if (j >= n) return;
+        at = {j, 0};
+      }
+      if (asked.insert(at).second)
+        reader_->prefetch(items_[at.first].object, at.second, kPieceBytes);
+    }
+  };
   while (remaining > 0) {
     if (stop_.load()) {
       (void)copier.finish();
@@ -259,6 +277,7 @@ Status Loader::load_all() {
       if (wanted) wanted_.fetch_add(1);
     }
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
+    read_ahead({i, offset[i]});
     GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
     auto [slot, buf] = slot_buf;
     scope.set(behind_.load() && background_.load());  // CRIU may have finished meanwhile

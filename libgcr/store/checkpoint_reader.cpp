@@ -28,6 +28,8 @@ namespace {
 constexpr std::uint64_t kMaterializeWindow = 64ull << 20;
 // Files open at once while materializing.
 constexpr std::size_t kFilesAtOnce = 128;
+// prefetch: records of one pack at most this far apart are read ahead as one range.
+constexpr std::uint64_t kPrefetchGap = 1ull << 20;
 
 class Reader final : public CheckpointReader {
  public:
@@ -51,6 +53,43 @@ class Reader final : public CheckpointReader {
   Status read(const ObjectEntry& o, std::uint64_t offset, std::span<std::byte> out) override {
     return read_impl(o, offset, out)
         .context("checkpoint " + manifest_.id.hex() + ": " + object_label(o));
+  }
+
+  void prefetch(const ObjectEntry& o, std::uint64_t offset, std::uint64_t size) override {
+    if (Status s = check_object(o); !s || offset >= o.size) return;
+    size = std::min(size, o.size - offset);
+    const std::uint64_t base = prefix_[o.first_chunk];
+    auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);
+    auto end = begin + static_cast<std::ptrdiff_t>(o.chunk_count);
+    std::size_t i =
+        static_cast<std::size_t>(std::upper_bound(begin, end, base + offset) - prefix_.begin()) - 1;
+    // Neighbouring records of one pack are asked for as one range.
+    int fd = -1;
+    std::uint64_t from = 0, to = 0;
+    auto ask = [&] {
+      if (fd >= 0 && to > from)
+        (void)posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
+                            POSIX_FADV_WILLNEED);
+    };
+    for (; i < o.first_chunk + o.chunk_count && prefix_[i] - base < offset + size; ++i) {
+      const ChunkRef& c = manifest_.chunks[i];
+      if (c.zero) continue;
+      auto at = where_.find(c.id);
+      if (at == where_.end()) continue;
+      auto pack = packs_.find(at->second.pack);
+      if (pack == packs_.end()) continue;
+      const IndexEntry& e = at->second.entry;
+      std::uint64_t a = e.offset, b = e.offset + e.record_bytes();
+      if (pack->second->fd() == fd && a >= from && a <= to + kPrefetchGap) {
+        to = std::max(to, b);
+        continue;
+      }
+      ask();
+      fd = pack->second->fd();
+      from = a;
+      to = b;
+    }
+    ask();
   }
 
   Status materialize_files(const std::filesystem::path& dir, const LeftOut& left_out) override {

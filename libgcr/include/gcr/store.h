@@ -167,6 +167,12 @@ class CheckpointReader {
   // Reads [offset, offset + out.size()) of an object, verifying every chunk it touches.
   virtual Status read(const ObjectEntry& object, std::uint64_t offset,
                       std::span<std::byte> out) = 0;
+  // A hint that [offset, offset + size) of an object is read next: a local store asks the kernel
+  // to start reading those bytes of its packs into the page cache, and returns without waiting
+  // (posix_fadvise WILLNEED). Out-of-range parts, and chunks not yet arrived, are left alone.
+  virtual void prefetch(const ObjectEntry& object, std::uint64_t offset, std::uint64_t size) {
+    (void)object, (void)offset, (void)size;
+  }
   // Writes the checkpoint's CRIU image files into dir (created 0700), with their modes.
   Status materialize_files(const std::filesystem::path& dir) { return materialize_files(dir, {}); }
   // The same, leaving out byte ranges (offset, size) of some files (by name): a chunk that lies

@@ -1,9 +1,13 @@
 // Round trips: regions, files and blobs come back bit-exact, whole or in part, and
-// materialize_files recreates a CRIU image directory.
+// materialize_files recreates a CRIU image directory; prefetch reads ahead what it is asked.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "gcr/unique_fd.h"
 #include "test_util.h"
 
 using namespace gcr;
@@ -221,4 +225,70 @@ TEST_CASE("materialize leaves out the ranges it is told to, as holes", "[reader]
   std::size_t zero = 0;
   for (std::size_t i = 1 << 20; i < (3u << 20); ++i) zero += got[i] == std::byte{0};
   CHECK(zero > (3u << 19));  // most of the two MiB never written (random data has few zeros)
+}
+
+namespace {
+
+// Bytes of `path` in the page cache (mincore), and its size.
+std::pair<std::uint64_t, std::uint64_t> resident_bytes(const std::filesystem::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(fd);
+  struct stat st {};
+  REQUIRE(::fstat(fd.get(), &st) == 0);
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  REQUIRE(p != MAP_FAILED);
+  std::vector<unsigned char> in((size + page - 1) / page);
+  REQUIRE(::mincore(p, size, in.data()) == 0);
+  ::munmap(p, size);
+  std::uint64_t n = 0;
+  for (unsigned char v : in) n += (v & 1) ? page : 0;
+  return {n, size};
+}
+
+}  // namespace
+
+TEST_CASE("prefetch reads what is asked into the page cache, and reads stay bit-exact",
+          "[reader]") {
+  test::TempDir dir;
+  StoreOptions opts;
+  opts.chunk_bytes = 64 * 1024;
+  auto store = test::open_store(dir.path() / "s", opts);
+  auto big = test::random_bytes(8 << 20, 11);
+  auto w = store->begin_checkpoint({{"kind", "test"}}, std::nullopt);
+  REQUIRE(w);
+  REQUIRE((*w)->add_region(0x7f0000000000, big, 0, true));
+  auto c = (*w)->commit("pf");
+  REQUIRE(c);
+  std::vector<std::filesystem::path> packs;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "s"))
+    if (e.path().extension() == ".pack") packs.push_back(e.path());
+  REQUIRE(packs.size() == 1);
+  // Out of the page cache (its bytes are on disk: the commit synced them).
+  {
+    UniqueFd fd(::open(packs[0].c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(fd);
+    REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
+  }
+  auto [before, size] = resident_bytes(packs[0]);
+  if (before > size / 2) {
+    WARN("this filesystem keeps " << packs[0] << " in memory (tmpfs?): nothing to prefetch");
+    return;
+  }
+  auto r = store->open_checkpoint(c->id);
+  REQUIRE(r);
+  const ObjectEntry& o = find((*r)->manifest(), ObjectKind::device_region, "", 0x7f0000000000);
+
+  (*r)->prefetch(o, o.size, 1 << 20);  // past the end: nothing
+  (*r)->prefetch(o, 0, 0);             // nothing
+  (*r)->prefetch(o, 2 << 20, 3 << 20);
+  std::uint64_t now = 0;
+  for (int i = 0; i < 500 && now < before + (3 << 20); ++i) {
+    now = resident_bytes(packs[0]).first;
+    if (now < before + (3 << 20)) ::usleep(10'000);
+  }
+  CHECK(now >= before + (3 << 20));  // the 3 MiB asked for (and their records' headers)
+  CHECK(now < size - (2 << 20));     // not the whole pack
+  CHECK(test::read_object(**r, o) == big);
 }
