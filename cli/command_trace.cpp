@@ -114,7 +114,7 @@ Result<std::map<std::string, std::string>> CommandTrace::finish(
     if (e.tid != e.tgid && named.insert(e.tid).second) {
       std::string name =
           read_comm("/proc/" + std::to_string(e.tgid) + "/task/" + std::to_string(e.tid) + "/comm");
-      if (!name.empty()) input_.threads.push_back({e.tid, std::move(name)});
+      if (!name.empty()) input_.threads.push_back({e.tid, std::move(name), e.tgid});
     }
   }
   const auto subject = static_cast<std::uint32_t>(restored ? restored : input_.pid);

@@ -11,7 +11,7 @@
 #include <set>
 #include <utility>
 
-#include "background.h"
+#include "gcr/background.h"
 #include "pace.h"
 #include "piece_cache.h"
 #include "staging.h"
@@ -158,7 +158,7 @@ Result<std::unique_ptr<Loader>> Loader::start(std::unique_ptr<store::CheckpointR
   for (Watch& w : watches) l->watches_.push_back(std::move(w));
   l->items_ = std::move(items);
   l->behind_.store(behind_restore && can_run_in_background());
-  l->hold_ = behind_restore && store::usable_cpus() < kCpusToLoadBehind;
+  l->holding_.store(behind_restore && store::usable_cpus() < kCpusToLoadBehind);
   l->thread_ = std::thread([p = l.get()] { p->run(); });
   pthread_setname_np(l->thread_.native_handle(), "gcrd-load");
   return l;
@@ -227,17 +227,19 @@ Status Loader::load_all() {
           return i;
     return std::nullopt;
   };
-  // Note [Reading ahead]: the pieces that follow (item, offset) in the given order.
+  // Note [Reading ahead]: the pieces that follow (item, offset), the one read now, in the order
+  // the loader takes them when nothing is wanted: the rest of its region, then the given order.
   using Piece = std::pair<std::size_t, std::uint64_t>;
   std::set<Piece> asked;
-  auto read_ahead = [&](Piece at) {
+  auto read_ahead = [&](const Piece now) {
+    Piece at = now;
     for (int k = 0; k < kPiecesAhead; ++k) {
       at.second += kPieceBytes;
       if (at.second >= items_[at.first].object.size) {
-        std::size_t j = std::max(at.first + 1, in_order);
-        while (j < n && (done[j] || offset[j] != 0)) ++j;
+        std::size_t j = in_order;
+        while (j < n && (done[j] || j == now.first || j == at.first)) ++j;
         if (j >= n) return;
-        at = {j, 0};
+        at = {j, offset[j]};
       }
       if (asked.insert(at).second)
         reader_->prefetch(items_[at.first].object, at.second, kPieceBytes);
@@ -249,10 +251,13 @@ Status Loader::load_all() {
       return Error{Errc::internal, "loading stopped: the restore failed"};
     }
     pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
-    if (hold_) {  // Note [Loading behind the restore]: polls what waits, woken by resumed()
+    if (holding_.load()) {
+      // Note [Loading behind the restore]: it polls what waits, in the background; resumed()
+      // wakes it.
+      scope.set(true);
       std::unique_lock lock(held_mu_);
-      while (behind_.load() && !stop_.load() && cache.alone(checkpoint) && !wanted_entry())
-        held_cv_.wait_for(lock, std::chrono::milliseconds(1));
+      while (holding_.load() && !stop_.load() && cache.alone(checkpoint) && !wanted_entry())
+        held_cv_.wait_for(lock, std::chrono::milliseconds(2));
     }
     std::size_t i;
     auto w = wanted_entry();
@@ -277,7 +282,7 @@ Status Loader::load_all() {
       if (wanted) wanted_.fetch_add(1);
     }
     std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
-    read_ahead({i, offset[i]});
+    if (!holding_.load()) read_ahead({i, offset[i]});  // Note [Reading ahead]
     GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
     auto [slot, buf] = slot_buf;
     scope.set(behind_.load() && background_.load());  // CRIU may have finished meanwhile

@@ -13,19 +13,19 @@
 // the restore's critical path needs: on 2 cores the process resumed 24-34 ms after the restore
 // began with the loader held back, 40-61 ms with it competing. So until CRIU is done, and while
 // nothing waits for a region, the loader's own two threads run at SCHED_IDLE (CPU time nothing
-// else wants; the store's verifying workers do not) and hand the device its copies in slices of
-// kBehindSliceBytes, so that a copy the device has started never holds the CPU long. Not while
-// another restore of the checkpoint shares its pieces (PieceCache): that one may be waiting for a
-// piece this one reads. Where gcrd could not leave SCHED_IDLE again (no CAP_SYS_NICE), the loader
-// does not yield at all.
+// else wants; so do the store's workers for its reads, store/workers.h, and simgpu's copies, Note
+// [A copy engine takes no CPU]) and hand the device its copies in slices of kBehindSliceBytes, so
+// that a copy the device has started never holds the CPU long. Not while another restore of the
+// checkpoint shares its pieces (PieceCache): that one may be waiting for a piece this one reads.
+// Where gcrd could not leave SCHED_IDLE again (no CAP_SYS_NICE), the loader does not yield.
 //
-// Below kCpusToLoadBehind usable CPUs even that costs the restore: SCHED_IDLE reaches the loader's
-// threads, the store's workers (store/workers.h) and simgpu's copies (Note [A copy engine takes no
-// CPU]), but not the kernel's io_uring workers that read the pieces, and a restore keeps CRIU, its
-// lazy-pages daemon and gcrd's page server busy at once. On 2 cores (256 MiB, 8 restores each) the
-// process resumed 30-39 ms after the restore began with the loader behind at SCHED_IDLE, 19-25 ms
-// with it held, and was fully loaded 10-15 ms later. So there, until resumed(), the loader holds
-// (loads only what something waits for, and only alone: see PieceCache above).
+// Below kCpusToLoadBehind usable CPUs even that costs the restore: SCHED_IDLE does not reach the
+// kernel's io_uring workers that read the pieces, and a restore keeps CRIU, its lazy-pages daemon
+// and gcrd's page server busy at once. On 2 cores (256 MiB, 8 restores each) the process resumed
+// 30-39 ms after the restore began with the loader behind at SCHED_IDLE, 19-25 ms with it held,
+// and was fully loaded 10-15 ms later. So there, until resumed(), the loader holds (loads only
+// what something waits for, and only alone: see PieceCache above), with or without the right to
+// yield.
 //
 // Note [Reading ahead]
 // A piece is read from the store, checked, then copied; while it is checked and copied the disk
@@ -86,6 +86,7 @@ class Loader {
   void resumed() {
     std::lock_guard lock(held_mu_);
     behind_.store(false);
+    holding_.store(false);
     held_cv_.notify_all();
   }
   ~Loader();  // stops (if still running) and joins
@@ -121,7 +122,7 @@ class Loader {
   std::atomic<bool> failed_{false};
   std::atomic<bool> behind_{false};      // until resumed()
   std::atomic<bool> background_{false};  // and nothing waited for, loading alone: they yield
-  bool hold_ = false;                    // until resumed(), too few CPUs to load behind
+  std::atomic<bool> holding_{false};     // until resumed(): too few CPUs to load behind
   std::mutex held_mu_;
   std::condition_variable held_cv_;
   std::atomic<std::uint64_t> loaded_{0};

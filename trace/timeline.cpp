@@ -75,7 +75,8 @@ std::uint64_t last_held_end(const std::vector<Slice>& slices, std::uint32_t tgid
 std::vector<Slice> thread_slices(const TimelineInput& in) {
   std::map<std::uint32_t, ThreadState> threads;
   std::vector<Slice> out;
-  for (const ThreadName& t : in.threads) threads[t.tid].tgid = static_cast<std::uint32_t>(in.pid);
+  for (const ThreadName& t : in.threads)
+    threads[t.tid].tgid = t.tgid ? t.tgid : static_cast<std::uint32_t>(in.pid);
   for (const gcr_sched_event& e : in.events) {
     if (e.ts_ns < in.begin_ns || e.ts_ns > in.end_ns) continue;
     if (e.kind == GCR_EV_FAULTS || e.kind == GCR_EV_IO_READ || e.kind == GCR_EV_IO_WRITE)
@@ -190,6 +191,11 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
   std::map<std::uint32_t, std::string> names;
   for (const ThreadName& t : in.threads) names[t.tid] = t.name;
   std::map<std::uint32_t, std::uint32_t> owner;  // thread -> process
+  for (const ThreadName& t : in.threads)
+    if (t.tgid) {
+      owner[t.tid] = t.tgid;
+      processes.emplace(t.tgid, "");
+    }
   std::map<std::uint32_t, bool> gate_tracks;
   for (const Slice& sl : slices) {
     processes.emplace(sl.tgid, "");

@@ -35,6 +35,7 @@ struct Span {  // one of gcrd's phases
 struct ThreadName {
   std::uint32_t tid = 0;
   std::string name;
+  std::uint32_t tgid = 0;  // its process; 0: the traced one
 };
 
 struct TimelineInput {

@@ -56,7 +56,7 @@ class Reader final : public CheckpointReader {
   }
 
   void prefetch(const ObjectEntry& o, std::uint64_t offset, std::uint64_t size) override {
-    if (Status s = check_object(o); !s || offset >= o.size) return;
+    if (Status s = check_object(o); !s || offset >= o.size || size == 0) return;
     size = std::min(size, o.size - offset);
     const std::uint64_t base = prefix_[o.first_chunk];
     auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "gcr/background.h"
+
 namespace gcr::store {
 
 unsigned usable_cpus() {
@@ -46,28 +48,6 @@ void WorkerPool::run(Job& job) {
   }
 }
 
-namespace {
-
-// A worker's class for the length of a job (workers.h): SCHED_IDLE for a background job.
-class JobClass {
- public:
-  explicit JobClass(bool background) {
-    sched_param p{};
-    if (background) switched_ = sched_setscheduler(0, SCHED_IDLE, &p) == 0;
-  }
-  ~JobClass() {
-    sched_param p{};
-    if (switched_) (void)sched_setscheduler(0, SCHED_OTHER, &p);
-  }
-  JobClass(const JobClass&) = delete;
-  JobClass& operator=(const JobClass&) = delete;
-
- private:
-  bool switched_ = false;
-};
-
-}  // namespace
-
 void WorkerPool::worker() {
   for (;;) {
     std::shared_ptr<Job> job;
@@ -82,7 +62,8 @@ void WorkerPool::worker() {
         continue;
       }
     }
-    JobClass in_class(job->background);
+    BackgroundScope in_class;  // a background job's class (workers.h)
+    in_class.set(job->background);
     run(*job);
   }
 }

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 
 #include <cuda.h>
+#include <sched.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -409,6 +410,8 @@ class CopyEngineClass {
 
  private:
   bool switched_ = false;
+  int policy_ = SCHED_OTHER;  // the stream thread's own, put back after the copy
+  sched_param param_{};
 };
 // Drains every stream of every context (checkpoint, cuCtxSynchronize of all).
 void drain_all_streams();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 #include "simgpu.h"
 
@@ -141,23 +142,44 @@ std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::D
 // Note [Loading behind the restore] in restore-server/loader.h) meant to take only CPU time nothing
 // else wants, so its stream thread runs it at SCHED_IDLE too. Otherwise simgpu would take from
 // CRIU's restore the CPU a GPU never takes: on 2 cores, 0.7 ms of every 1.5 ms while CRIU waited.
-// Other copies and kernels run as the stream thread does.
+// Other copies and kernels run as the stream thread does, in the class it had (put back after the
+// copy); a stream thread that could not come back from SCHED_IDLE does not go there.
 bool caller_in_background() {
   return sched_getscheduler(0) == SCHED_IDLE;
 }
 
+namespace {
+// Whether a stream thread that goes to SCHED_IDLE can come back (CAP_SYS_NICE or RLIMIT_NICE):
+// one that could not would run every later operation of its stream in the background. The probe
+// of gcr's libgcr/util/background.cpp, repeated: simgpu, a driver, links none of gcr's libraries.
+bool can_come_back() {
+  static const bool can = [] {
+    bool back = false;
+    std::thread probe([&] {
+      const int policy = sched_getscheduler(0);
+      sched_param own{}, idle{};
+      if (policy < 0 || policy == SCHED_IDLE || sched_getparam(0, &own) != 0) return;
+      back =
+          sched_setscheduler(0, SCHED_IDLE, &idle) == 0 && sched_setscheduler(0, policy, &own) == 0;
+    });
+    probe.join();
+    return back;
+  }();
+  return can;
+}
+}  // namespace
+
 CopyEngineClass::CopyEngineClass(bool background) {
-  if (!background || sched_getscheduler(0) == SCHED_IDLE) return;
-  sched_param p{};
-  switched_ = sched_setscheduler(0, SCHED_IDLE, &p) == 0;
+  if (!background) return;
+  policy_ = sched_getscheduler(0);
+  if (policy_ < 0 || policy_ == SCHED_IDLE || sched_getparam(0, &param_) != 0 || !can_come_back())
+    return;
+  sched_param idle{};
+  switched_ = sched_setscheduler(0, SCHED_IDLE, &idle) == 0;
 }
 
 CopyEngineClass::~CopyEngineClass() {
-  if (!switched_) return;
-  sched_param p{};
-  // Leaving SCHED_IDLE needs what the caller had to get there and back (CAP_SYS_NICE or
-  // RLIMIT_NICE): where it fails, the stream thread runs on at SCHED_IDLE, as its caller did.
-  (void)sched_setscheduler(0, SCHED_OTHER, &p);
+  if (switched_) (void)sched_setscheduler(0, policy_, &param_);
 }
 
 void drain_context(CUctx_st* ctx) {
