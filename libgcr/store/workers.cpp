@@ -77,7 +77,7 @@ void WorkerPool::parallel_for(std::size_t n, const std::function<void(std::size_
   auto job = std::make_shared<Job>();
   job->fn = &fn;
   job->n = n;
-  job->background = sched_getscheduler(0) == SCHED_IDLE;
+  job->background = in_background();
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(job);

@@ -21,17 +21,22 @@ bool can_run_in_background() {
   return can;
 }
 
-BackgroundScope::BackgroundScope() {
-  const int policy = sched_getscheduler(0);
-  if (policy >= 0 && sched_getparam(0, &param_) == 0) policy_ = policy;
+bool in_background() {
+  return sched_getscheduler(0) == SCHED_IDLE;
 }
 
 void BackgroundScope::set(bool background) {
   if (background == on_) return;
-  if (background && (policy_ == SCHED_IDLE || !can_run_in_background())) return;
+  if (!background) {
+    if (sched_setscheduler(0, policy_, &param_) == 0) on_ = false;
+    return;
+  }
+  policy_ = sched_getscheduler(0);
+  if (policy_ < 0 || policy_ == SCHED_IDLE || sched_getparam(0, &param_) != 0 ||
+      !can_run_in_background())
+    return;
   sched_param idle{};
-  if (sched_setscheduler(0, background ? SCHED_IDLE : policy_, background ? &idle : &param_) == 0)
-    on_ = background;
+  if (sched_setscheduler(0, SCHED_IDLE, &idle) == 0) on_ = true;
 }
 
 }  // namespace gcr

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "gcr/background.h"
 #include "simgpu.h"
 
 using namespace gcr::simgpu;
@@ -56,6 +57,14 @@ struct Rect {
   std::size_t width = 0, height = 1, dst_pitch = 0, src_pitch = 0;
 };
 
+// Note [A copy engine takes no CPU]
+// A GPU's copy engines move bytes by DMA, beside the CPUs; simgpu's stream threads move them with
+// the host's CPU. A copy queued by a thread that runs at SCHED_IDLE (gcrd loading behind a restore,
+// Note [Loading behind the restore] in restore-server/loader.h) meant to take only CPU time nothing
+// else wants, so its stream thread runs it at SCHED_IDLE too. Otherwise simgpu would take from
+// CRIU's restore the CPU a GPU never takes: on 2 cores, 0.7 ms of every 1.5 ms while CRIU waited.
+// Other copies and kernels run as the stream thread does, in the class it had (put back after the
+// copy: gcr::BackgroundScope, which does not go where it could not come back from).
 CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait) {
   if (rect.width == 0 || rect.height == 0) return CUDA_SUCCESS;
   if (!dst.device && !dst.pinned) wait = true;
@@ -65,8 +74,9 @@ CUresult submit_copy(Endpoint dst, Endpoint src, Rect rect, Stream* s, bool wait
     staged = std::make_shared<std::vector<std::byte>>(src.ptr, src.ptr + span);
     src.ptr = staged->data();
   }
-  std::uint64_t seq = enqueue(s, [dst, src, rect, staged, idle = caller_in_background()] {
-    CopyEngineClass engine(idle);  // Note [A copy engine takes no CPU]
+  std::uint64_t seq = enqueue(s, [dst, src, rect, staged, idle = gcr::in_background()] {
+    gcr::BackgroundScope engine;  // Note [A copy engine takes no CPU]
+    engine.set(idle);
     if (dst.pinned)
       check_device_write_to_host(dst.ptr, (rect.height - 1) * rect.dst_pitch + rect.width);
     // Note [Copies into device memory]

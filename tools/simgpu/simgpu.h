@@ -24,7 +24,6 @@
 #include <fcntl.h>
 
 #include <cuda.h>
-#include <sched.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -398,21 +397,6 @@ class Stream {
 CUresult resolve_stream(CUstream h, bool per_thread_default, Stream** out);
 // Queues op on s with the legacy-stream dependencies of Note [Legacy stream].
 std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::Dep> extra = {});
-// Note [A copy engine takes no CPU] (stream.cpp): whether the calling thread runs at SCHED_IDLE;
-// for the length of a copy, the stream thread runs as its caller did.
-bool caller_in_background();
-class CopyEngineClass {
- public:
-  explicit CopyEngineClass(bool background);
-  ~CopyEngineClass();
-  CopyEngineClass(const CopyEngineClass&) = delete;
-  CopyEngineClass& operator=(const CopyEngineClass&) = delete;
-
- private:
-  bool switched_ = false;
-  int policy_ = SCHED_OTHER;  // the stream thread's own, put back after the copy
-  sched_param param_{};
-};
 // Drains every stream of every context (checkpoint, cuCtxSynchronize of all).
 void drain_all_streams();
 bool drain_all_streams_until(std::chrono::steady_clock::time_point deadline);  // false: too late

@@ -1,11 +1,9 @@
 // Streams: one worker thread each, running operations in submission order, each after the
 // dependencies it was queued with (events, the legacy stream's barriers).
 #include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <map>
-#include <thread>
 
 #include "simgpu.h"
 
@@ -134,52 +132,6 @@ std::uint64_t enqueue(Stream* s, std::function<void()> op, std::vector<Stream::D
   }
   std::erase_if(deps, [](const Stream::Dep& d) { return d.seq == 0 || d.stream->reached(d.seq); });
   return s->submit(std::move(op), std::move(deps));
-}
-
-// Note [A copy engine takes no CPU]
-// A GPU's copy engines move bytes by DMA, beside the CPUs; simgpu's stream threads move them with
-// the host's CPU. A copy queued by a thread that runs at SCHED_IDLE (gcrd loading behind a restore,
-// Note [Loading behind the restore] in restore-server/loader.h) meant to take only CPU time nothing
-// else wants, so its stream thread runs it at SCHED_IDLE too. Otherwise simgpu would take from
-// CRIU's restore the CPU a GPU never takes: on 2 cores, 0.7 ms of every 1.5 ms while CRIU waited.
-// Other copies and kernels run as the stream thread does, in the class it had (put back after the
-// copy); a stream thread that could not come back from SCHED_IDLE does not go there.
-bool caller_in_background() {
-  return sched_getscheduler(0) == SCHED_IDLE;
-}
-
-namespace {
-// Whether a stream thread that goes to SCHED_IDLE can come back (CAP_SYS_NICE or RLIMIT_NICE):
-// one that could not would run every later operation of its stream in the background. The probe
-// of gcr's libgcr/util/background.cpp, repeated: simgpu, a driver, links none of gcr's libraries.
-bool can_come_back() {
-  static const bool can = [] {
-    bool back = false;
-    std::thread probe([&] {
-      const int policy = sched_getscheduler(0);
-      sched_param own{}, idle{};
-      if (policy < 0 || policy == SCHED_IDLE || sched_getparam(0, &own) != 0) return;
-      back =
-          sched_setscheduler(0, SCHED_IDLE, &idle) == 0 && sched_setscheduler(0, policy, &own) == 0;
-    });
-    probe.join();
-    return back;
-  }();
-  return can;
-}
-}  // namespace
-
-CopyEngineClass::CopyEngineClass(bool background) {
-  if (!background) return;
-  policy_ = sched_getscheduler(0);
-  if (policy_ < 0 || policy_ == SCHED_IDLE || sched_getparam(0, &param_) != 0 || !can_come_back())
-    return;
-  sched_param idle{};
-  switched_ = sched_setscheduler(0, SCHED_IDLE, &idle) == 0;
-}
-
-CopyEngineClass::~CopyEngineClass() {
-  if (switched_) (void)sched_setscheduler(0, policy_, &param_);
 }
 
 void drain_context(CUctx_st* ctx) {

@@ -12,13 +12,16 @@ namespace gcr {
 // waits for it. Probed once, on a thread of its own.
 bool can_run_in_background();
 
-// The calling thread in the background (SCHED_IDLE) or not: not is the class the thread had when
-// the scope began (a gcrd started at SCHED_BATCH stays there), put back when the scope ends. It
-// goes to the background only where it can come back (can_run_in_background), and a thread that
-// was at SCHED_IDLE already stays there. A thread has one at a time.
+// Whether the calling thread runs at SCHED_IDLE (a caller whose work should run there too).
+bool in_background();
+
+// The calling thread in the background (SCHED_IDLE) or not: not is the class the thread had before
+// it went there (a gcrd started at SCHED_BATCH stays there), put back when the scope ends. It goes
+// to the background only where it can come back (can_run_in_background), and a thread that was at
+// SCHED_IDLE already stays there. A scope never set costs nothing. A thread has one at a time.
 class BackgroundScope {
  public:
-  BackgroundScope();
+  BackgroundScope() = default;
   ~BackgroundScope() { set(false); }
   BackgroundScope(const BackgroundScope&) = delete;
   BackgroundScope& operator=(const BackgroundScope&) = delete;
@@ -27,7 +30,7 @@ class BackgroundScope {
   bool on() const { return on_; }
 
  private:
-  int policy_ = SCHED_OTHER;  // the thread's own, at the start
+  int policy_ = SCHED_OTHER;  // the thread's own, while on
   sched_param param_{};
   bool on_ = false;
 };
