@@ -59,10 +59,7 @@ class Reader final : public CheckpointReader {
     if (Status s = check_object(o); !s || offset >= o.size || size == 0) return;
     size = std::min(size, o.size - offset);
     const std::uint64_t base = prefix_[o.first_chunk];
-    auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);
-    auto end = begin + static_cast<std::ptrdiff_t>(o.chunk_count);
-    std::size_t i =
-        static_cast<std::size_t>(std::upper_bound(begin, end, base + offset) - prefix_.begin()) - 1;
+    std::size_t i = chunk_at(o, offset);
     // Neighbouring records of one pack are asked for as one range.
     int fd = -1;
     std::uint64_t from = 0, to = 0;
@@ -108,6 +105,15 @@ class Reader final : public CheckpointReader {
     return ok();
   }
 
+  // The chunk of a checked object holding `offset` (< its size): the last whose start is <= it.
+  std::size_t chunk_at(const ObjectEntry& o, std::uint64_t offset) const {
+    auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);
+    auto end = begin + static_cast<std::ptrdiff_t>(o.chunk_count);
+    return static_cast<std::size_t>(std::upper_bound(begin, end, prefix_[o.first_chunk] + offset) -
+                                    prefix_.begin()) -
+           1;
+  }
+
   FetchItem item_for(const ChunkRef& c, std::span<std::byte> out) const {
     FetchItem item;
     item.id = c.id;
@@ -131,11 +137,7 @@ class Reader final : public CheckpointReader {
     }
     if (out.empty()) return ok();
     std::uint64_t base = prefix_[o.first_chunk];
-    // The chunk holding `offset`: the last whose start is <= it.
-    auto begin = prefix_.begin() + static_cast<std::ptrdiff_t>(o.first_chunk);
-    auto end = begin + static_cast<std::ptrdiff_t>(o.chunk_count);
-    std::size_t i =
-        static_cast<std::size_t>(std::upper_bound(begin, end, base + offset) - prefix_.begin()) - 1;
+    std::size_t i = chunk_at(o, offset);
     std::vector<FetchItem> items;
     std::deque<std::vector<std::byte>> partial;  // chunks read only in part
     struct Copy {
