@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "gcr/control.h"
+#include "gcr/unique_fd.h"
+#include "gcrd_client.h"
 #include "json.h"
 #include "output.h"
 #include "paths.h"
@@ -131,18 +133,49 @@ std::string cmdline_of(pid_t pid) {
   return s;
 }
 
+// What a running gcrd is doing to which process (a checkpoint that holds its control session, so
+// that the process cannot answer for itself): pid -> state and phase. Starts no gcrd.
+struct GcrdWork {
+  std::string state, phase;
+};
+std::map<pid_t, GcrdWork> gcrd_work() {
+  std::map<pid_t, GcrdWork> out;
+  auto fd = gcrd::connect_running(gcrd::default_socket_path());
+  if (!fd) return out;
+  UniqueFd connection(*fd);
+  auto reply = gcrd::call(connection.get(), "work", {}, nullptr);
+  if (!reply) return out;  // an older gcrd, or none of ours
+  for (const auto& [key, value] : *reply) {
+    auto dot = key.find('.', 4);
+    if (key.rfind("pid.", 0) != 0 || dot == std::string::npos) continue;
+    pid_t pid = std::atoi(key.substr(4, dot - 4).c_str());
+    if (key.substr(dot + 1) == "state") out[pid].state = value;
+    if (key.substr(dot + 1) == "phase") out[pid].phase = value;
+  }
+  return out;
+}
+
 Status list_processes(bool json, Context& ctx) {
   struct Row {
     pid_t pid;
     std::string command;
     control::StatusInfo status;
     std::string error;
+    // A checkpoint of gcrd's under way holds its session: the state and phase gcrd says.
+    std::string gcrd_state, checkpoint_phase;
     std::vector<control::ShareRecord> shares;  // device memory shared with other processes
     std::set<pid_t> peers;                     // the listed processes it shares it with
   };
   std::vector<Row> rows;
+  const std::map<pid_t, GcrdWork> work = gcrd_work();
   for (pid_t pid : control::find_managed_processes()) {
-    Row r{pid, cmdline_of(pid), {}, {}, {}, {}};
+    Row r{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}};
+    if (auto w = work.find(pid); w != work.end()) {
+      r.gcrd_state = w->second.state;
+      r.checkpoint_phase = w->second.phase;
+      rows.push_back(std::move(r));
+      continue;
+    }
     auto client = control::Client::connect(pid, std::chrono::seconds(2));
     if (!client) {
       r.error = client.error().message;
@@ -180,6 +213,8 @@ Status list_processes(bool json, Context& ctx) {
       j.begin_object().field("pid", static_cast<std::int64_t>(r.pid)).field("command", r.command);
       if (!r.error.empty()) {
         j.field("error", r.error);
+      } else if (!r.gcrd_state.empty()) {
+        j.field("state", r.gcrd_state).field("checkpoint_phase", r.checkpoint_phase);
       } else {
         j.field("state", control::process_state_name(r.status.state))
             .field("regions", r.status.regions)
@@ -215,6 +250,11 @@ Status list_processes(bool json, Context& ctx) {
     if (!r.error.empty()) {
       t.add_row({std::to_string(r.pid), "?", "-", "-", "-", "-",
                  display_safe(r.command + "  (" + r.error + ")")});
+      continue;
+    }
+    if (!r.gcrd_state.empty()) {  // its checkpoint is under way
+      t.add_row({std::to_string(r.pid), r.gcrd_state, "-", "-", "(" + r.checkpoint_phase + ")", "-",
+                 display_safe(r.command)});
       continue;
     }
     t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state),

@@ -45,8 +45,8 @@ class OpsHandler final : public ctl::Handler {
   Status new_epoch(const std::string& checkpoint_id) override {
     return op_new_epoch(checkpoint_id);
   }
-  Status cow_begin(UniqueFd table, std::uint32_t entries) override {
-    return op_cow_begin(std::move(table), entries);
+  Status cow_begin(UniqueFd table, UniqueFd handover, std::uint32_t entries) override {
+    return op_cow_begin(std::move(table), std::move(handover), entries);
   }
   Result<ctl::CowCopy> cow_take(std::uint32_t index) override { return op_cow_take(index); }
   void cow_end() override { op_cow_end(); }

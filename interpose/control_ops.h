@@ -47,7 +47,7 @@ Status op_new_epoch(const std::string& checkpoint_id);
 // Soft copy-on-write (interpose/cow.cpp, Note [Soft copy-on-write] in gcr/cow_table.h): begin
 // after the unpark of a --leave-running checkpoint and before resume; take the copy of an entry in
 // state `copied`; end (idempotent) frees copies not taken and forgets the table.
-Status op_cow_begin(UniqueFd table, std::uint32_t entries);
+Status op_cow_begin(UniqueFd table, UniqueFd handover, std::uint32_t entries);
 Result<CowCopy> op_cow_take(std::uint32_t index);
 void op_cow_end();
 // The addresses of the regions first touched since the last cut, in order (Note [First-touch

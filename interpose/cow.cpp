@@ -6,10 +6,13 @@
 // unmapped by op_cow_end while an application thread is about to read it, so readers count
 // themselves in (g_users) and op_cow_end unmaps only after clearing g_table and seeing no reader.
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -46,7 +49,8 @@ std::atomic<cow::TableHeader*> g_table{nullptr};
 std::size_t g_table_bytes = 0;  // control thread only
 std::atomic<int> g_users{0};    // application threads reading g_table
 std::vector<Copy> g_copies;     // by entry; sized by op_cow_begin before g_table is published
-std::mutex g_stream_mu;         // guards g_streams
+int g_handover = -1;     // gcrd's socket for copies (Note [Copies handed over]); set with g_table
+std::mutex g_stream_mu;  // guards g_streams
 std::map<CUcontext, CUstream> g_streams;  // a private stream per context for the copies
 
 class TableUse {
@@ -81,6 +85,36 @@ CUstream copy_stream(const RealDriver* real, CUcontext ctx) {
   if (real->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
   g_streams[ctx] = s;
   return s;
+}
+
+// Note [Copies handed over] (gcr/cow_table.h): sends the copy to gcrd at once; true when it went
+// (the fd in flight holds the memory, and the process's own reference is dropped).
+bool hand_over(const RealDriver* real, std::uint32_t index, Copy& c) {
+  if (g_handover < 0) return false;
+  int fd = -1;
+  if (real->cuMemExportToShareableHandle(&fd, c.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                         0) != CUDA_SUCCESS)
+    return false;
+  cow::HandoverMessage m{index, 0, c.size};
+  iovec iov{&m, sizeof m};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* h = CMSG_FIRSTHDR(&msg);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(h), &fd, sizeof fd);
+  ssize_t n;
+  do n = ::sendmsg(g_handover, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(sizeof m)) return false;
+  release_copy(real, c);
+  return true;
 }
 
 // Copies the entry's region into a new allocation of the process's own. No write to the region
@@ -123,7 +157,7 @@ bool copy_region(std::uint32_t index, const cow::Entry& e) {
     release_copy(real, c);
     return false;
   }
-  g_copies[index] = c;
+  if (!hand_over(real, index, c)) g_copies[index] = c;  // else gcrd has it
   return true;
 }
 
@@ -181,7 +215,7 @@ void cow_before_write_all() noexcept {
   for (std::uint32_t i = 0; i < use.table()->count; ++i) before_write_entry(i, entries[i]);
 }
 
-Status op_cow_begin(UniqueFd table_fd, std::uint32_t count) {
+Status op_cow_begin(UniqueFd table_fd, UniqueFd handover, std::uint32_t count) {
   if (g_table.load()) return Error{Errc::busy, "a copy-on-write drain is already in progress"};
   if (count == 0 || count > cow::kMaxEntries)
     return Error{Errc::invalid_argument, "cow_begin: bad entry count " + std::to_string(count)};
@@ -219,6 +253,7 @@ Status op_cow_begin(UniqueFd table_fd, std::uint32_t count) {
     linked.push_back(it->second);
   }
   g_copies.assign(count, Copy{});
+  g_handover = table->kind == cow::kCopyOnWrite ? handover.release() : -1;
   for (std::uint32_t i = 0; i < count; ++i) g_regions[linked[i]].cow_entry.store(i + 1);
   g_table_bytes = bytes;
   g_table.store(table, std::memory_order_seq_cst);
@@ -242,6 +277,9 @@ Result<CowCopy> op_cow_take(std::uint32_t index) {
                                              " has no copy (state " + std::to_string(s) + ")"};
   const RealDriver* real = real_driver();
   Copy& c = g_copies[index];
+  if (!c.handle)
+    return Error{Errc::invalid_argument, "cow_take: entry " + std::to_string(index) +
+                                             "'s copy was handed over on gcrd's socket"};
   int fd = -1;
   if (CUresult r = real->cuMemExportToShareableHandle(&fd, c.handle,
                                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
@@ -291,6 +329,8 @@ void op_cow_end() {
   const RealDriver* real = real_driver();
   for (Copy& c : g_copies) release_copy(real, c);
   g_copies.clear();
+  if (g_handover >= 0) ::close(g_handover);
+  g_handover = -1;
   munmap(table, g_table_bytes);
   g_table_bytes = 0;
 }

@@ -35,6 +35,7 @@
 #include "gcr/criu.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
+#include "proc_info.h"
 
 namespace gcr::gcrd {
 
@@ -100,14 +101,11 @@ struct CheckpointReport {
 
 using Progress = std::function<void(const std::string& line)>;
 
+class WorkRegistry;
+// `work` (optional): told what the checkpoint makes of each process as it goes (`gcr ps`).
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& request,
-                                            const Progress& progress);
-
-// The uid that owns pid (its /proc entry), or (uid_t)-1 if it is gone.
-uid_t process_owner(pid_t pid);
-
-// The command line of pid, NUL-separated as in /proc; empty if unreadable.
-std::string process_cmdline(pid_t pid);
+                                            const Progress& progress,
+                                            WorkRegistry* work = nullptr);
 
 }  // namespace gcr::gcrd

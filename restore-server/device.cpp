@@ -5,12 +5,6 @@
 
 namespace gcr::gcrd {
 
-std::string hex_address(std::uint64_t address) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(address));
-  return b;
-}
-
 Error driver_error(const char* call, CUresult r) {
   const char* name = nullptr;
   cuGetErrorName(r, &name);

@@ -14,11 +14,10 @@
 
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
+#include "held_memory.h"
+#include "hex_address.h"
 
 namespace gcr::gcrd {
-
-// "0x7f0000200000": a device address, as messages show it.
-std::string hex_address(std::uint64_t address);
 
 // An Error from a driver call: "cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY (2)".
 Error driver_error(const char* call, CUresult r);

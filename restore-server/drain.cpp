@@ -1,6 +1,7 @@
 // The drain of a checkpoint's device memory into the store (drain.h).
 #include "drain.h"
 
+#include "hex_address.h"
 #include "pace.h"
 #include "staging.h"
 
@@ -17,19 +18,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Status read_into(Gpu& gpu, const MappedAllocation& src, std::span<std::byte> out) {
-  GCR_TRY(gpu.use(src.device()));
+Status read_into(const HeldMemory& src, std::span<std::byte> out) {
   return src.read(0, out);
 }
 
 // Stores region r straight from the device, a piece at a time: host memory for one piece only.
-Status store_streamed(Gpu& gpu, store::CheckpointWriter& writer, const control::RegionRecord& r,
-                      const MappedAllocation& src) {
-  return writer.add_region_streamed(r.address, r.size, r.device, true,
-                                    [&](std::uint64_t off, std::span<std::byte> out) -> Status {
-                                      GCR_TRY(gpu.use(src.device()));
-                                      return src.read(off, out);
-                                    });
+Status store_streamed(store::CheckpointWriter& writer, const control::RegionRecord& r,
+                      const HeldMemory& src) {
+  return writer.add_region_streamed(
+      r.address, r.size, r.device, true,
+      [&](std::uint64_t off, std::span<std::byte> out) -> Status { return src.read(off, out); });
 }
 
 // The next entry to drain: one the process waits for, else the largest not yet done by gcrd.
@@ -49,10 +47,11 @@ std::optional<std::uint32_t> next_entry(const CowTable& t, const std::vector<boo
 
 }  // namespace
 
-Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
+Result<DrainStats> drain_regions(store::CheckpointWriter& writer,
                                  std::span<const DrainRegion> regions, const CowTable* table,
-                                 control::Client* client,
-                                 const std::function<void(std::uint64_t)>& progress) {
+                                 const TakeCopy& take_copy,
+                                 const std::function<void(std::uint64_t)>& progress,
+                                 const std::function<bool()>& gone) {
   DrainStats stats;
   Staging staging;
   std::uint64_t done_bytes = 0;
@@ -67,8 +66,8 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     if (s) stored(r);
     return std::move(s).context("storing region " + hex_address(r.address));
   };
-  auto stream = [&](const control::RegionRecord& r, const MappedAllocation& src) {
-    Status s = store_streamed(gpu, writer, r, src);
+  auto stream = [&](const control::RegionRecord& r, const HeldMemory& src) {
+    Status s = store_streamed(writer, r, src);
     if (s) stored(r);
     return std::move(s).context("storing region " + hex_address(r.address));
   };
@@ -108,7 +107,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
       if (d.region.size <= kStageWholeBytes) {
         // Read it whole, let the process have it, then store it from host memory.
         auto buf = staging.get(d.region.size);
-        Status read = buf ? read_into(gpu, *d.original, *buf) : Status(buf.error());
+        Status read = buf ? read_into(*d.original, *buf) : Status(buf.error());
         release();
         GCR_TRY(std::move(read).context("reading region " + hex_address(d.region.address)));
         GCR_TRY(store_staged(d.region, *buf));
@@ -122,26 +121,38 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
     } else {
       // The process got there first: wait for its copy, then take it.
       auto waited_since = std::chrono::steady_clock::now();
+      bool died_copying = false;
       while ((s = e.state.load(std::memory_order_acquire)) == cow::kCopying) {
         cow::futex_wait(&e.state, s, 100ms);
+        if (e.state.load(std::memory_order_acquire) == cow::kCopying && gone && gone()) {
+          died_copying = true;
+          break;
+        }
         if (std::chrono::steady_clock::now() - waited_since > 60s)
           return Error{Errc::timeout, "the process did not finish copying region " +
                                           hex_address(d.region.address) + " within 60 s"};
+      }
+      if (died_copying) {  // it never wrote the original
+        GCR_TRY(stream(d.region, *d.original));
+        e.state.store(cow::kDone, std::memory_order_release);
+        ++stats.read_original;
+        finished[i] = true;
+        continue;
       }
       if (s == cow::kPending) continue;  // its copy failed; it wants us to read it: loop again
       if (s != cow::kCopied)
         return Error{Errc::internal, "region " + hex_address(d.region.address) +
                                          " is in copy-on-write state " + std::to_string(s)};
-      GCR_TRY_ASSIGN(control::CowCopy copy,
-                     client->cow_take(i).context("taking the process's copy of region " +
-                                                 hex_address(d.region.address)));
-      if (copy.size != d.region.size)
+      GCR_TRY_ASSIGN(
+          std::unique_ptr<HeldMemory> copy,
+          take_copy(i, d.region.size)
+              .context("taking the process's copy of region " + hex_address(d.region.address)));
+      if (copy->size() != d.region.size)
         return Error{Errc::protocol, "the process's copy of region " +
                                          hex_address(d.region.address) + " has " +
-                                         std::to_string(copy.size) + " bytes"};
-      GCR_TRY_ASSIGN(MappedAllocation mapped, MappedAllocation::import(copy.fd.get(), copy.size));
+                                         std::to_string(copy->size()) + " bytes"};
       e.state.store(cow::kDone, std::memory_order_release);
-      GCR_TRY(stream(d.region, mapped));  // nothing writes the copy
+      GCR_TRY(stream(d.region, *copy));  // nothing writes the copy
       ++stats.took_copy;
     }
     finished[i] = true;
@@ -149,7 +160,7 @@ Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
   return stats;
 }
 
-Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
+Result<DrainStats> drain_shared(store::CheckpointWriter& writer,
                                 std::span<const SharedDrain> shared,
                                 const std::function<void(std::uint64_t)>& progress) {
   DrainStats stats;
@@ -182,12 +193,12 @@ Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
     const std::string what = "storing shared region " + hex_address(d.region.address);
     if (d.region.size <= kStageWholeBytes) {
       auto buf = staging.get(d.region.size);
-      Status read = buf ? read_into(gpu, *d.original, *buf) : Status(buf.error());
+      Status read = buf ? read_into(*d.original, *buf) : Status(buf.error());
       GCR_TRY(std::move(read).context(what));
       release();
       GCR_TRY(writer.add_region(d.region.address, *buf, d.region.device, true).context(what));
     } else {
-      GCR_TRY(store_streamed(gpu, writer, d.region, *d.original).context(what));
+      GCR_TRY(store_streamed(writer, d.region, *d.original).context(what));
       release();
     }
     ++stats.read_original;

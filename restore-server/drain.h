@@ -7,15 +7,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "device.h"
 #include "gcr/control.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
-#include "gcr/unique_fd.h"
+#include "held_memory.h"
 #include "shared_table.h"
 
 namespace gcr::gcrd {
@@ -26,8 +26,8 @@ inline constexpr std::uint64_t kStageWholeBytes = 1ull << 30;
 
 struct DrainRegion {
   control::RegionRecord region;
-  const MappedAllocation* original;  // gcrd's import of the parked allocation
-  std::string owner;  // the process it belongs to (CheckpointWriter::set_region_owner)
+  const HeldMemory* original;  // gcrd's import of the parked allocation
+  std::string owner;           // the process it belongs to (CheckpointWriter::set_region_owner)
 };
 
 struct DrainStats {
@@ -36,16 +36,22 @@ struct DrainStats {
   std::uint64_t wanted = 0;         // regions the process waited for (it had no memory to copy)
 };
 
-// Stores every region (in the store's order of arrival). With a table and the process's control
-// session, the process is running: each entry is claimed before its original is read, or the
-// process's copy is taken; entries the process waits for go first. Without, the process is
-// stopped and the originals are read in order. The table's first entries are the regions', in
-// order (more may follow: Note [Shared memory behind every view]). `progress` gets the bytes done
-// so far.
-Result<DrainStats> drain_regions(Gpu& gpu, store::CheckpointWriter& writer,
+// The process's copy of table entry `index` (of `size` bytes), once the entry is `copied`.
+using TakeCopy =
+    std::function<Result<std::unique_ptr<HeldMemory>>(std::uint32_t index, std::uint64_t size)>;
+
+// Stores every region (in the store's order of arrival). With a table, the process is running:
+// each entry is claimed before its original is read, or the process's copy is taken
+// (`take_copy`); entries the process waits for go first. Without, the process is stopped and the
+// originals are read in order. The table's first entries are the regions', in order (more may
+// follow: Note [Shared memory behind every view]). `progress` gets the bytes done so far.
+// `gone` (optional) says the process has exited: an entry it left `copying` is read from the
+// original, which it never wrote (Note [Copies handed over] in gcr/cow_table.h).
+Result<DrainStats> drain_regions(store::CheckpointWriter& writer,
                                  std::span<const DrainRegion> regions, const CowTable* table,
-                                 control::Client* client,
-                                 const std::function<void(std::uint64_t)>& progress);
+                                 const TakeCopy& take_copy,
+                                 const std::function<void(std::uint64_t)>& progress,
+                                 const std::function<bool()>& gone = {});
 
 // Note [Shared memory behind every view]
 // A job's shared allocation is mapped by several members (Note [Job checkpoint] in job.h), and
@@ -66,7 +72,7 @@ struct SharedDrain {
 // Stores each shared allocation and releases its views; `wanted` counts the allocations a member
 // was waiting for when gcrd released them. On an error the views stay `reading`: the caller's
 // cow_end releases them.
-Result<DrainStats> drain_shared(Gpu& gpu, store::CheckpointWriter& writer,
+Result<DrainStats> drain_shared(store::CheckpointWriter& writer,
                                 std::span<const SharedDrain> shared,
                                 const std::function<void(std::uint64_t)>& progress);
 

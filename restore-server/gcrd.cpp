@@ -42,6 +42,7 @@
 #include "pause_point.h"
 #include "restore.h"
 #include "staged.h"
+#include "work_registry.h"
 
 namespace fs = std::filesystem;
 using namespace gcr;
@@ -52,6 +53,7 @@ namespace {
 fs::path g_self_dir;
 ContainerHost
     g_containers;  // --containers, --runtime (Note [Containers restored for a network peer])
+WorkRegistry g_work;  // what gcrd is doing to which process (`gcr ps`)
 std::mutex g_log_mu;
 
 void log(const std::string& line) {
@@ -225,6 +227,15 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
     out["pid"] = std::to_string(getpid());
     return out;
   }
+  if (verb == "work") {  // what gcrd is doing to which process, for `gcr ps`
+    for (const auto& [pid, w] : g_work.snapshot()) {
+      const std::string key = "pid." + std::to_string(pid) + ".";
+      out[key + "operation"] = w.operation;
+      out[key + "phase"] = w.phase;
+      out[key + "state"] = w.state;
+    }
+    return out;
+  }
   if ((verb == "criu_dump" || verb == "criu_restore") && client_uid != 0)
     return Error{Errc::permission_denied, "only root's CRIU may hand gcrd a dump or a restore"};
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(g_self_dir));
@@ -244,7 +255,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
         return Error{Errc::io_error, "gcr's CRIU plugin hung up before its dump"};
       return read_plugin_result(client_fd);
     };
-    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
+    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress, &g_work));
     if (rep.kind == "none") {
       out["kind"] = "none";  // not under gcr: the plugin's driver steps alone
       return out;
@@ -369,7 +380,7 @@ Result<std::map<std::string, std::string>> serve(const std::string& verb,
         }
       };
     }
-    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress));
+    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, progress, &g_work));
     out["id"] = rep.id;
     out["kind"] = rep.kind;
     out["pid"] = std::to_string(rep.pid);
@@ -479,9 +490,10 @@ void handle_request(const UniqueFd& fd, uid_t client_uid,
   log(std::string("request from ") +
       (network_store ? "the network" : "uid " + std::to_string(cred.uid)) + ": " + verb + " " +
       rest);
-  if (verb != "ping" && verb != "stage") pause_point("request");
+  const bool quick = verb == "ping" || verb == "stage" || verb == "work";
+  if (!quick) pause_point("request");
   auto result = serve(verb, fields, std::move(files), cred.uid, cfd, progress);
-  if (verb != "ping" && verb != "stage") pause_point("reply");
+  if (!quick) pause_point("reply");
   if (result) {
     send_line(cfd, "ok " + encode_fields(*result));
   } else {

@@ -17,8 +17,8 @@
 #include <thread>
 #include <tuple>
 
-#include "checkpoint.h"
-#include "device.h"
+#include "hex_address.h"
+#include "proc_info.h"
 
 namespace gcr::gcrd {
 namespace {

@@ -155,6 +155,7 @@ Result<Message> Channel::recv(Deadline deadline, std::size_t max_fds) {
   GCR_TRY(recv_exact(raw, sizeof raw, &m.fds, deadline));
   GCR_TRY_ASSIGN(Header h, decode_header(raw));
   m.type = h.type;
+  m.minor = h.minor;
   m.payload.resize(h.payload_bytes);
   if (h.payload_bytes > 0) {
     Status s = recv_exact(m.payload.data(), m.payload.size(), &m.fds, deadline);

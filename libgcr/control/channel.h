@@ -32,6 +32,7 @@ int poll_timeout_ms(Deadline deadline);
 
 struct Message {
   MsgType type = MsgType::error;
+  std::uint16_t minor = 0;  // the sender's protocol minor version (its header's)
   std::vector<std::uint8_t> payload;
   std::vector<UniqueFd> fds;
 };

@@ -193,7 +193,7 @@ Result<Client> Client::connect_mailbox(pid_t pid, UniqueFd mailbox,
   }
   Result<Hello> h = decode_hello(hello->payload);
   if (!h) return ClientExchange::broken(c, h.error(), "connect", timeout);
-  c.server_ = ServerInfo{h->pid, h->state, h->uid, std::move(h->software)};
+  c.server_ = ServerInfo{hello->minor, h->pid, h->state, h->uid, std::move(h->software)};
   return c;
 }
 
@@ -309,11 +309,13 @@ Status Client::new_epoch(std::string_view checkpoint_id) {
   return ClientExchange::call_for_ok(*this, MsgType::new_epoch, payload, "new_epoch");
 }
 
-Status Client::cow_begin(int table_fd, std::uint32_t entries) {
+Status Client::cow_begin(int table_fd, std::uint32_t entries, int handover_fd) {
   constexpr const char* what = "cow_begin";
   GCR_TRY_ASSIGN(std::vector<std::uint8_t> payload, encode_cow_begin(entries));
   if (table_fd < 0) return make_error(Errc::invalid_argument, "cow_begin: no table fd");
-  GCR_TRY(ClientExchange::send(*this, MsgType::cow_begin, payload, {&table_fd, 1}, what));
+  const int fds[2] = {table_fd, handover_fd};
+  const std::size_t count = handover_fd >= 0 && server_.minor >= 6 ? 2 : 1;
+  GCR_TRY(ClientExchange::send(*this, MsgType::cow_begin, payload, {fds, count}, what));
   GCR_TRY_ASSIGN(Message m, ClientExchange::recv(*this, 0, what));
   return ClientExchange::expect_ok(*this, m, MsgType::cow_begin, what);
 }

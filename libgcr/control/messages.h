@@ -23,7 +23,7 @@ inline constexpr std::uint32_t kMessageMagic = 0x50524347;  // "GCRP" as bytes o
 inline constexpr std::uint16_t kProtocolMajor = 1;
 // 1.1: soft copy-on-write (cow_*); 1.2: blockers; 1.3: shares and cut (jobs); 1.4: host_dma;
 // 1.5: host_dma_reply's flag bit 1 (pinned memory written before device writes)
-inline constexpr std::uint16_t kProtocolMinor = 5;
+inline constexpr std::uint16_t kProtocolMinor = 6;
 inline constexpr std::size_t kHeaderBytes = 24;
 inline constexpr std::uint64_t kMaxPayloadBytes = 16u << 20;
 inline constexpr std::size_t kMaxFdsPerMessage = 250;   // the kernel's SCM_MAX_FD is 253

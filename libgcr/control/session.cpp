@@ -74,7 +74,8 @@ class Session {
     }
     Message& msg = *m;
     bool fds_allowed =
-        msg.type == MsgType::unpark || (msg.type == MsgType::cow_begin && msg.fds.size() == 1);
+        msg.type == MsgType::unpark ||
+        (msg.type == MsgType::cow_begin && (msg.fds.size() == 1 || msg.fds.size() == 2));
     if (!msg.fds.empty() && !fds_allowed)  // the fds close with msg
       return reply_error(make_error(Errc::protocol, msg_type_name(msg.type) + " carried fds (" +
                                                         std::to_string(msg.fds.size()) + ")"));
@@ -114,9 +115,10 @@ class Session {
       case MsgType::cow_begin: {
         auto entries = decode_cow_begin(p);
         if (!entries) return reply_error(entries.error());
-        if (msg.fds.size() != 1)
+        if (msg.fds.empty())
           return reply_error(make_error(Errc::protocol, "cow_begin came without the table's fd"));
-        return reply(msg.type, h_.cow_begin(std::move(msg.fds[0]), *entries));
+        UniqueFd handover = msg.fds.size() == 2 ? std::move(msg.fds[1]) : UniqueFd();
+        return reply(msg.type, h_.cow_begin(std::move(msg.fds[0]), std::move(handover), *entries));
       }
       case MsgType::cow_take: {
         auto index = decode_cow_take(p);
@@ -328,7 +330,7 @@ class Session {
 
 #undef GCR_TRY_OR_REPLY
 
-Status Handler::cow_begin(UniqueFd, std::uint32_t) {
+Status Handler::cow_begin(UniqueFd, UniqueFd, std::uint32_t) {
   return make_error(Errc::unsupported, "this process's gcr has no soft copy-on-write");
 }
 

@@ -129,7 +129,8 @@ struct StatusInfo {
 
 // What the server said about itself when the connection opened.
 struct ServerInfo {
-  std::uint32_t pid = 0;  // in the server's own pid namespace
+  std::uint16_t minor = 0;  // the protocol minor version it speaks
+  std::uint32_t pid = 0;    // in the server's own pid namespace
   ProcessState state = ProcessState::running;
   std::uint32_t uid = 0;
   std::string software;
@@ -192,7 +193,9 @@ class Client {
   // cow_take asks for the copy of an entry in state `copied` (the process drops its own
   // reference once sent). cow_end ends it: the process frees copies not taken and forgets the
   // table. A session that ends without cow_end ends it too.
-  Status cow_begin(int table_fd, std::uint32_t entries);
+  // handover_fd (optional, 1.6): gcrd's socket for the process's copies (Note [Copies handed
+  // over] in gcr/cow_table.h), sent only to a process that speaks 1.6.
+  Status cow_begin(int table_fd, std::uint32_t entries, int handover_fd = -1);
   Result<CowCopy> cow_take(std::uint32_t index);
   Status cow_end();
   // The addresses of the regions the process first touched since its last cut, in order (1.1).
@@ -248,7 +251,8 @@ class Handler {
   virtual std::vector<RegionRecord> regions() = 0;
   // Soft copy-on-write (protocol 1.1); a server without it answers unsupported. cow_end must be
   // idempotent: the session calls it again when it ends.
-  virtual Status cow_begin(UniqueFd table, std::uint32_t entries);
+  // `handover`: gcrd's socket for copies (1.6), or none.
+  virtual Status cow_begin(UniqueFd table, UniqueFd handover, std::uint32_t entries);
   virtual Result<CowCopy> cow_take(std::uint32_t index);
   virtual void cow_end() {}
   virtual std::vector<std::uint64_t> touch_order() { return {}; }

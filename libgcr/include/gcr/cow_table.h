@@ -20,6 +20,19 @@
 // job's shared allocations, one entry per view (Note [Shared memory behind every view] in
 // restore-server/drain.h); the process waits for those, never copies them.
 //
+// Note [Copies handed over]
+// A copy the process made lives in the process: were it taken only when gcrd gets to its entry
+// (cow_take), a process that exits first (a job that ends while its last checkpoint is still
+// being stored) would take the copy with it, and the checkpoint would be lost. From protocol 1.6
+// gcrd sends, with cow_begin, one end of a socket pair (SOCK_SEQPACKET) of its own; the process
+// sends each copy on it as soon as it is made (a HandoverMessage with the copy's fd, SCM_RIGHTS,
+// without waiting), drops its own reference, and only then marks the entry `copied`. A file
+// descriptor in flight on a unix socket is held by the socket, not by its sender: once the send
+// returned, the copy outlives the process, even one killed. gcrd reads the socket before it asks
+// for a copy with cow_take. A send that fails (the socket full) keeps the copy in the process for
+// cow_take, as before 1.6. An entry a process that died left `copying` holds its original
+// unwritten (the process writes only after `copied`): gcrd reads the original.
+//
 // Note [On-demand restore] is the same table with kind kLoad: see TableKind.
 //
 // The table is a memfd made by gcrd and handed over with the control protocol's cow_begin; both
@@ -74,6 +87,14 @@ struct Entry {
 };
 static_assert(sizeof(Entry) == 32);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+// One copy handed over (Note [Copies handed over]): sent with exactly one fd, the copy exported.
+struct HandoverMessage {
+  std::uint32_t index;  // the table entry
+  std::uint32_t reserved;
+  std::uint64_t size;
+};
+static_assert(sizeof(HandoverMessage) == 16);
 
 constexpr std::size_t table_bytes(std::uint32_t count) {
   return sizeof(TableHeader) + std::size_t{count} * sizeof(Entry);

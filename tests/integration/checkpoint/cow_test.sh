@@ -4,7 +4,9 @@
 # training. The process writes regions gcrd has not read yet: with copies (the default) it copies
 # them and runs on; with GCR_COW_COPY=0 it waits for gcrd to read them first. Either way the
 # checkpoint must hold the bytes of the cut: its restore finishes with the checksum of an
-# uninterrupted run, as does the run that went on.
+# uninterrupted run, as does the run that went on. A process killed while its checkpoint is still
+# being stored, after it copied regions, leaves the checkpoint whole (Note [Copies handed over] in
+# gcr/cow_table.h), and `gcr ps` says it runs while its checkpoint drains.
 #
 #   cow_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -59,6 +61,38 @@ echo "== writes during the drain copy the region first"
 run_case copy 1
 echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
 run_case wait 0
+echo "== killed while its checkpoint is stored: the copies it made stay with gcrd"
+# More device memory, so that the drain (~8 s) outlasts a `gcr ps` slowed by other tests' processes.
+KILLED=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 128M --streams 2)
+LD_LIBRARY_PATH=$BUILD/simgpu "${KILLED[@]}" > "$T/ref_killed.log" 2>&1
+REF_KILLED=$(checksum_of "$T/ref_killed.log")
+"$GCR" run -- "${KILLED[@]}" >> "$T/killed.log" 2>&1 < /dev/null &  # as a shell starts a job
+p=$!
+pids+=("$p")
+wait_steps "$T/killed.log" $((RANDOM % 30 + 20))
+"$GCR" checkpoint "$p" --name killed -R --json > "$T/killed.json" 2> "$T/killed.err" &
+cp=$!
+draining() {  # gcr ps says process $p runs while its checkpoint is stored
+  "$GCR" ps --json | python3 -c "
+import json, sys
+rows = [r for r in json.load(sys.stdin) if r['pid'] == $p]
+sys.exit(0 if rows and rows[0].get('state') == 'draining' else 1)"
+}
+for _ in $(seq 1 1500); do draining && break; kill -0 "$cp" 2>/dev/null || break; sleep 0.02; done
+draining || fail "gcr ps never showed process $p draining during its checkpoint"
+before=$(steps_in "$T/killed.log")
+wait_steps "$T/killed.log" $((before + 3))  # it writes its weights every step: copies
+kill -0 "$cp" 2>/dev/null || fail "the checkpoint ended before the process could be killed in its drain: $(cat "$T/killed.err")"
+kill -9 "$p"
+wait "$cp" || { cat "$T/killed.err"; fail "the checkpoint of a process killed while it was stored failed"; }
+copies=$(json_field cow_copies < "$T/killed.json")
+(( copies >= 1 )) || fail "killed: no region was copied before the kill ($copies)"
+echo "killed: process killed after $(( $(steps_in "$T/killed.log") - before )) steps into the drain; $copies copies handed over"
+[[ -z $(checksum_of "$T/killed.log") ]] || fail "killed: the killed run printed a checksum"
+"$GCR" restore killed || fail "restore killed"
+wait_exit "$p" "$T/killed.log"
+[[ $(checksum_of "$T/killed.log") == "$REF_KILLED" ]] || fail "killed: the restore ended with $(checksum_of "$T/killed.log"), expected $REF_KILLED"
+echo "ok: killed: its checkpoint, restored, matches the reference"
 echo "== on a terminal the storing draws a progress bar"
 "$GCR" run -- "${MLP[@]}" >> "$T/bar.log" 2>&1 < /dev/null &  # as a shell starts a job
 p=$!

@@ -83,7 +83,7 @@ class Hostile : public Handler {
     return s;
   }
   std::vector<RegionRecord> regions() override { return records_; }
-  Status cow_begin(UniqueFd table, std::uint32_t) override {
+  Status cow_begin(UniqueFd table, UniqueFd, std::uint32_t) override {
     report("the copy-on-write table", ftruncate(table.get(), 0));
     return ok();
   }
@@ -146,7 +146,7 @@ class Chaos : public Handler {
     return s;
   }
   std::vector<RegionRecord> regions() override { return records(); }
-  Status cow_begin(UniqueFd table, std::uint32_t) override {
+  Status cow_begin(UniqueFd table, UniqueFd, std::uint32_t) override {
     if (byte() % 2) (void)ftruncate(table.get(), byte() % 2 ? 0 : 1 << 20);
     return maybe_error("cow_begin");
   }

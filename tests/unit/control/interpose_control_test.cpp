@@ -68,7 +68,7 @@ Status op_new_epoch(const std::string& checkpoint_id) {
   ++g_epoch;
   return ok();
 }
-Status op_cow_begin(UniqueFd, std::uint32_t) {
+Status op_cow_begin(UniqueFd, UniqueFd, std::uint32_t) {
   return make_error(Errc::unsupported, "stand-in");
 }
 Result<CowCopy> op_cow_take(std::uint32_t) {
