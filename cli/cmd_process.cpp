@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "gcr/control.h"
@@ -168,25 +169,35 @@ Status list_processes(bool json, Context& ctx) {
   };
   std::vector<Row> rows;
   const std::map<pid_t, GcrdWork> work = gcrd_work();
-  for (pid_t pid : control::find_managed_processes()) {
-    Row r{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}};
-    if (auto w = work.find(pid); w != work.end()) {
-      r.gcrd_state = w->second.state;
-      r.checkpoint_phase = w->second.phase;
-      rows.push_back(std::move(r));
-      continue;
-    }
-    auto client = control::Client::connect(pid, std::chrono::seconds(2));
-    if (!client) {
-      r.error = client.error().message;
-    } else if (auto st = client->status()) {
-      r.status = *st;
-      if (auto shares = client->shares()) r.shares = std::move(shares).value();
-      (void)client->close();
-    } else {
-      r.error = st.error().message;
-    }
-    rows.push_back(std::move(r));
+  for (pid_t pid : control::find_managed_processes())
+    rows.push_back(Row{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}});
+  // Each process is asked on a thread of its own: one that cannot answer (busy with another gcr,
+  // stopped) holds up its own row for 2 s, not the others'.
+  std::vector<std::thread> asking;
+  for (Row& r : rows) {
+    if (work.contains(r.pid)) continue;  // gcrd holds its session: gcrd says (below)
+    asking.emplace_back([&r] {
+      auto client = control::Client::connect(r.pid, std::chrono::seconds(2));
+      if (!client) {
+        r.error = client.error().message;
+      } else if (auto st = client->status()) {
+        r.status = *st;
+        if (auto shares = client->shares()) r.shares = std::move(shares).value();
+        (void)client->close();
+      } else {
+        r.error = st.error().message;
+      }
+    });
+  }
+  for (std::thread& t : asking) t.join();
+  // A checkpoint that began meanwhile (its process was busy): gcrd says what it made of it.
+  const std::map<pid_t, GcrdWork> later = asking.empty() ? work : gcrd_work();
+  for (Row& r : rows) {
+    auto it = later.find(r.pid);
+    if (it == later.end() && (it = work.find(r.pid)) == work.end()) continue;
+    r.gcrd_state = it->second.state;
+    r.checkpoint_phase = it->second.phase;
+    r.error.clear();
   }
   // Note [Shared regions]: processes whose share keys meet map the same memory.
   std::map<std::uint64_t, std::set<pid_t>> by_key;

@@ -105,7 +105,6 @@ class WorkRegistry;
 // `work` (optional): told what the checkpoint makes of each process as it goes (`gcr ps`).
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& request,
-                                            const Progress& progress,
-                                            WorkRegistry* work = nullptr);
+                                            const Progress& progress, WorkRegistry* work = nullptr);
 
 }  // namespace gcr::gcrd

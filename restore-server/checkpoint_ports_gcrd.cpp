@@ -159,6 +159,7 @@ MemberSessions::MemberSessions(std::vector<Member>& members, std::vector<SharedA
       shared_(std::move(shared)),
       gpu_(gpu),
       open_(members.size(), true),
+      locks_(members.size()),
       handover_(members.size()),
       handed_(members.size()) {}
 
@@ -221,12 +222,19 @@ Status MemberSessions::quiesce(std::chrono::milliseconds timeout) {
 
 Status MemberSessions::close(std::size_t m) {
   open_[m] = false;  // a session that fails to close is as good as closed
-  return members_[m].client.close();
+  GCR_TRY_ASSIGN(locks_[m], members_[m].client.close_keeping_lock());
+  return ok();
+}
+
+// A new session; with the lock this gcrd kept since close(), no one else got in meanwhile.
+Result<control::Client> MemberSessions::connect_again(std::size_t m) {
+  if (locks_[m])
+    return control::Client::connect_mailbox(pid(m), std::move(locks_[m]), std::chrono::seconds(10));
+  return control::Client::connect(pid(m), std::chrono::seconds(10));
 }
 
 Status MemberSessions::reopen(std::size_t m) {
-  GCR_TRY_ASSIGN(members_[m].client,
-                 control::Client::connect(members_[m].pid, std::chrono::seconds(10)));
+  GCR_TRY_ASSIGN(members_[m].client, connect_again(m));
   open_[m] = true;
   return ok();
 }
@@ -235,7 +243,7 @@ Status MemberSessions::reopen(std::size_t m) {
 // then maps the parked regions back and lets the process run.
 bool MemberSessions::give_back(std::size_t m, const std::vector<control::ParkedRegion>& regions) {
   (void)ensure_cuda_running(pid(m));
-  auto again = control::Client::connect(pid(m), std::chrono::seconds(10));
+  auto again = connect_again(m);
   if (!again) return false;
   Status unparked = again->unpark(regions);
   (void)again->resume();

@@ -45,6 +45,7 @@ class MemberSessions final : public JobSessions {
     return members_[m].client.new_epoch(id);
   }
   Status close(std::size_t m) override;
+  Result<control::Client> connect_again(std::size_t m);
   Status reopen(std::size_t m) override;
   bool is_open(std::size_t m) const override { return open_[m]; }
   bool give_back(std::size_t m, const std::vector<control::ParkedRegion>& regions) override;
@@ -60,6 +61,9 @@ class MemberSessions final : public JobSessions {
   const std::vector<SharedAllocation> shared_;  // for the cut (a copy: the plan moves on)
   Gpu& gpu_;
   std::vector<bool> open_;
+  // Each closed session's lock, held from close() to reopen() or give_back(): nobody else
+  // connects to a member while CRIU dumps it (Client::close_keeping_lock).
+  std::vector<UniqueFd> locks_;
   // Note [Copies handed over] (gcr/cow_table.h): gcrd's end of each member's socket, and the
   // copies that arrived on it, by entry.
   std::vector<UniqueFd> handover_;

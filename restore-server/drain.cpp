@@ -45,6 +45,141 @@ std::optional<std::uint32_t> next_entry(const CowTable& t, const std::vector<boo
   return best;
 }
 
+// One drain_regions() call: the regions, the table that guards them while the process runs, and
+// what has been stored.
+class RegionDrain {
+ public:
+  RegionDrain(store::CheckpointWriter& writer, const CowTable* table, const TakeCopy& take_copy,
+              const std::function<void(std::uint64_t)>& progress, const std::function<bool()>& gone)
+      : writer_(writer),
+        table_(table),
+        take_copy_(take_copy),
+        progress_(progress),
+        gone_(gone),
+        pacer_("GCR_DRAIN_MIB_PER_S") {}
+
+  // The process is stopped: nothing writes the originals.
+  Status stopped(std::span<const DrainRegion> regions) {
+    for (const DrainRegion& d : regions) {
+      pace();
+      writer_.set_region_owner(d.owner);
+      GCR_TRY(stream(d.region, *d.original));
+      ++stats_.read_original;
+    }
+    return ok();
+  }
+
+  // The process runs: each entry is claimed, or its copy taken; wanted ones first.
+  Status running(std::span<const DrainRegion> regions) {
+    if (table_->count() < regions.size())  // after them: shared views (drain_shared's)
+      return Error{Errc::internal, "the copy-on-write table does not match the regions"};
+    std::vector<bool> finished(regions.size(), false);
+    for (;;) {
+      pace();
+      auto next = next_entry(*table_, finished);
+      if (!next) return ok();
+      const DrainRegion& d = regions[*next];
+      writer_.set_region_owner(d.owner);
+      cow::Entry& e = table_->entry(*next);
+      std::uint32_t s = cow::kPending;
+      if (e.state.compare_exchange_strong(s, cow::kReading, std::memory_order_acq_rel)) {
+        GCR_TRY(read_claimed(d, e));
+      } else {
+        GCR_TRY_ASSIGN(bool done, take_copied(d, e, *next));
+        if (!done) continue;  // its copy failed; it wants us to read it: loop again
+      }
+      finished[*next] = true;
+    }
+  }
+
+  const DrainStats& stats() const { return stats_; }
+
+ private:
+  void stored(const control::RegionRecord& r) {
+    done_bytes_ += r.size;
+    if (progress_) progress_(done_bytes_);
+  }
+  Status stream(const control::RegionRecord& r, const HeldMemory& src) {
+    Status s = store_streamed(writer_, r, src);
+    if (s) stored(r);
+    return std::move(s).context("storing region " + hex_address(r.address));
+  }
+  // Never keeps the process waiting for the pace: a wanted entry goes at once.
+  void pace() {
+    pacer_.wait(done_bytes_, [&] { return table_ && any_wanted(*table_); });
+  }
+
+  // The entry is ours (`reading`): the process writes this region only after we say done, so the
+  // original is the cut's.
+  Status read_claimed(const DrainRegion& d, cow::Entry& e) {
+    if (e.wanted.load()) ++stats_.wanted;
+    auto release = [&] {
+      e.state.store(cow::kDone, std::memory_order_release);
+      cow::futex_wake_all(&e.state);
+    };
+    ++stats_.read_original;
+    if (d.region.size > kStageWholeBytes) {
+      // Too large to stage: the process waits for this one if it writes it meanwhile.
+      Status st = stream(d.region, *d.original);
+      release();
+      return st;
+    }
+    // Read it whole, let the process have it, then store it from host memory.
+    auto buf = staging_.get(d.region.size);
+    Status read = buf ? read_into(*d.original, *buf) : Status(buf.error());
+    release();
+    GCR_TRY(std::move(read).context("reading region " + hex_address(d.region.address)));
+    Status s = writer_.add_region(d.region.address, *buf, d.region.device, true);
+    if (s) stored(d.region);
+    return std::move(s).context("storing region " + hex_address(d.region.address));
+  }
+
+  // The process got there first: waits for its copy, then takes it; false when its copy failed
+  // (the entry is pending again). A process that died copying never wrote the original: it is
+  // read (Note [Copies handed over] in gcr/cow_table.h).
+  Result<bool> take_copied(const DrainRegion& d, cow::Entry& e, std::uint32_t index) {
+    auto waited_since = std::chrono::steady_clock::now();
+    std::uint32_t s;
+    while ((s = e.state.load(std::memory_order_acquire)) == cow::kCopying) {
+      cow::futex_wait(&e.state, s, 100ms);
+      if (e.state.load(std::memory_order_acquire) == cow::kCopying && gone_ && gone_()) {
+        GCR_TRY(stream(d.region, *d.original));
+        e.state.store(cow::kDone, std::memory_order_release);
+        ++stats_.read_original;
+        return true;
+      }
+      if (std::chrono::steady_clock::now() - waited_since > 60s)
+        return Error{Errc::timeout, "the process did not finish copying region " +
+                                        hex_address(d.region.address) + " within 60 s"};
+    }
+    if (s == cow::kPending) return false;
+    if (s != cow::kCopied)
+      return Error{Errc::internal, "region " + hex_address(d.region.address) +
+                                       " is in copy-on-write state " + std::to_string(s)};
+    GCR_TRY_ASSIGN(
+        std::unique_ptr<HeldMemory> copy,
+        take_copy_(index, d.region.size)
+            .context("taking the process's copy of region " + hex_address(d.region.address)));
+    if (copy->size() != d.region.size)
+      return Error{Errc::protocol, "the process's copy of region " + hex_address(d.region.address) +
+                                       " has " + std::to_string(copy->size()) + " bytes"};
+    e.state.store(cow::kDone, std::memory_order_release);
+    GCR_TRY(stream(d.region, *copy));  // nothing writes the copy
+    ++stats_.took_copy;
+    return true;
+  }
+
+  store::CheckpointWriter& writer_;
+  const CowTable* table_;
+  const TakeCopy& take_copy_;
+  const std::function<void(std::uint64_t)>& progress_;
+  const std::function<bool()>& gone_;
+  const Pace pacer_;
+  Staging staging_;
+  DrainStats stats_;
+  std::uint64_t done_bytes_ = 0;
+};
+
 }  // namespace
 
 Result<DrainStats> drain_regions(store::CheckpointWriter& writer,
@@ -52,112 +187,9 @@ Result<DrainStats> drain_regions(store::CheckpointWriter& writer,
                                  const TakeCopy& take_copy,
                                  const std::function<void(std::uint64_t)>& progress,
                                  const std::function<bool()>& gone) {
-  DrainStats stats;
-  Staging staging;
-  std::uint64_t done_bytes = 0;
-  const Pace pacer("GCR_DRAIN_MIB_PER_S");
-  auto stored = [&](const control::RegionRecord& r) {
-    done_bytes += r.size;
-    if (progress) progress(done_bytes);
-  };
-  // From host memory: the region was read whole first (so that the process could go on).
-  auto store_staged = [&](const control::RegionRecord& r, std::span<const std::byte> bytes) {
-    Status s = writer.add_region(r.address, bytes, r.device, true);
-    if (s) stored(r);
-    return std::move(s).context("storing region " + hex_address(r.address));
-  };
-  auto stream = [&](const control::RegionRecord& r, const HeldMemory& src) {
-    Status s = store_streamed(writer, r, src);
-    if (s) stored(r);
-    return std::move(s).context("storing region " + hex_address(r.address));
-  };
-
-  // Never keeps the process waiting for the pace: a wanted entry goes at once.
-  auto pace = [&] { pacer.wait(done_bytes, [&] { return table && any_wanted(*table); }); };
-
-  if (!table) {  // the process is stopped: nothing writes the originals
-    for (const DrainRegion& d : regions) {
-      pace();
-      writer.set_region_owner(d.owner);
-      GCR_TRY(stream(d.region, *d.original));
-      ++stats.read_original;
-    }
-    return stats;
-  }
-
-  if (table->count() < regions.size())  // after them: shared views (drain_shared's)
-    return Error{Errc::internal, "the copy-on-write table does not match the regions"};
-  std::vector<bool> finished(regions.size(), false);
-  for (;;) {
-    pace();
-    auto next = next_entry(*table, finished);
-    if (!next) break;
-    std::uint32_t i = *next;
-    const DrainRegion& d = regions[i];
-    writer.set_region_owner(d.owner);
-    cow::Entry& e = table->entry(i);
-    std::uint32_t s = cow::kPending;
-    if (e.state.compare_exchange_strong(s, cow::kReading, std::memory_order_acq_rel)) {
-      // The process writes this region only after we say done: the original is the cut's.
-      if (e.wanted.load()) ++stats.wanted;
-      auto release = [&] {
-        e.state.store(cow::kDone, std::memory_order_release);
-        cow::futex_wake_all(&e.state);
-      };
-      if (d.region.size <= kStageWholeBytes) {
-        // Read it whole, let the process have it, then store it from host memory.
-        auto buf = staging.get(d.region.size);
-        Status read = buf ? read_into(*d.original, *buf) : Status(buf.error());
-        release();
-        GCR_TRY(std::move(read).context("reading region " + hex_address(d.region.address)));
-        GCR_TRY(store_staged(d.region, *buf));
-      } else {
-        // Too large to stage: the process waits for this one if it writes it meanwhile.
-        Status st = stream(d.region, *d.original);
-        release();
-        GCR_TRY(std::move(st));
-      }
-      ++stats.read_original;
-    } else {
-      // The process got there first: wait for its copy, then take it.
-      auto waited_since = std::chrono::steady_clock::now();
-      bool died_copying = false;
-      while ((s = e.state.load(std::memory_order_acquire)) == cow::kCopying) {
-        cow::futex_wait(&e.state, s, 100ms);
-        if (e.state.load(std::memory_order_acquire) == cow::kCopying && gone && gone()) {
-          died_copying = true;
-          break;
-        }
-        if (std::chrono::steady_clock::now() - waited_since > 60s)
-          return Error{Errc::timeout, "the process did not finish copying region " +
-                                          hex_address(d.region.address) + " within 60 s"};
-      }
-      if (died_copying) {  // it never wrote the original
-        GCR_TRY(stream(d.region, *d.original));
-        e.state.store(cow::kDone, std::memory_order_release);
-        ++stats.read_original;
-        finished[i] = true;
-        continue;
-      }
-      if (s == cow::kPending) continue;  // its copy failed; it wants us to read it: loop again
-      if (s != cow::kCopied)
-        return Error{Errc::internal, "region " + hex_address(d.region.address) +
-                                         " is in copy-on-write state " + std::to_string(s)};
-      GCR_TRY_ASSIGN(
-          std::unique_ptr<HeldMemory> copy,
-          take_copy(i, d.region.size)
-              .context("taking the process's copy of region " + hex_address(d.region.address)));
-      if (copy->size() != d.region.size)
-        return Error{Errc::protocol, "the process's copy of region " +
-                                         hex_address(d.region.address) + " has " +
-                                         std::to_string(copy->size()) + " bytes"};
-      e.state.store(cow::kDone, std::memory_order_release);
-      GCR_TRY(stream(d.region, *copy));  // nothing writes the copy
-      ++stats.took_copy;
-    }
-    finished[i] = true;
-  }
-  return stats;
+  RegionDrain drain(writer, table, take_copy, progress, gone);
+  GCR_TRY(table ? drain.running(regions) : drain.stopped(regions));
+  return drain.stats();
 }
 
 Result<DrainStats> drain_shared(store::CheckpointWriter& writer,

@@ -1,9 +1,23 @@
 #include "gcrd_protocol.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <sstream>
 
 namespace gcr::gcrd {
+
+bool send_line(int fd, const std::string& line) {
+  std::string s = line + "\n";
+  for (std::size_t done = 0; done < s.size();) {
+    ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
 
 std::string encode_value(const std::string& v) {
   std::string out;

@@ -35,6 +35,9 @@ struct ImagesReference {
 std::string encode_reference(const ImagesReference& r);
 Result<ImagesReference> decode_reference(const std::string& text);
 
+// Sends `line` and a newline on socket fd (no SIGPIPE); false if the peer is gone.
+bool send_line(int fd, const std::string& line);
+
 std::string encode_value(const std::string& v);
 std::string decode_value(const std::string& v);
 // "k=v k2=v2" <-> map (values encoded).

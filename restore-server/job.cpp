@@ -88,106 +88,125 @@ Result<std::vector<Member>> connect_members(const criu::ProcessTree& tree,
   return out;
 }
 
-Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
-                                                  const criu::ProcessTree& tree,
-                                                  const std::string& scope) {
-  const std::string within =
-      scope.empty() ? "the tree of process " + std::to_string(tree.root) : scope;
+namespace {
+
+// The members' shared regions (Note [Shared regions] in interpose/vmm_handles.h), joined by key:
+// each group of views is one allocation.
+struct ShareGraph {
   struct Node {
     std::size_t member;
     control::ShareRecord share;
   };
   std::vector<Node> nodes;
+  std::map<std::size_t, std::vector<std::size_t>> groups;  // by root node
+  // A view alone in the tree: its peer is outside (refused) or gone (private now).
+  std::map<std::uint64_t, std::size_t> lonely;  // key -> node
+};
+
+Result<ShareGraph> share_graph(std::vector<Member>& members) {
+  ShareGraph sg;
   for (std::size_t m = 0; m < members.size(); ++m) {
     auto shares = members[m].client.shares();
     if (!shares) {
       if (shares.error().code == Errc::unsupported) continue;  // an interposer before 1.3
       return std::move(shares).context("asking " + describe(members[m].pid)).error();
     }
-    for (control::ShareRecord& s : *shares) nodes.push_back({m, std::move(s)});
+    for (control::ShareRecord& s : *shares) sg.nodes.push_back({m, std::move(s)});
   }
   Groups g;
-  g.parent.resize(nodes.size());
+  g.parent.resize(sg.nodes.size());
   std::iota(g.parent.begin(), g.parent.end(), 0);
   std::map<std::uint64_t, std::size_t> first_with_key;
-  for (std::size_t i = 0; i < nodes.size(); ++i)
-    for (std::uint64_t k : nodes[i].share.keys) {
+  for (std::size_t i = 0; i < sg.nodes.size(); ++i)
+    for (std::uint64_t k : sg.nodes[i].share.keys) {
       auto [it, fresh] = first_with_key.emplace(k, i);
       if (!fresh) g.join(i, it->second);
     }
-  std::map<std::size_t, std::vector<std::size_t>> by_root;
-  for (std::size_t i = 0; i < nodes.size(); ++i) by_root[g.find(i)].push_back(i);
-
-  // A view alone in the tree: its peer is outside (refused) or gone (private now).
-  std::set<std::uint64_t> lonely_keys;
-  std::map<std::uint64_t, std::size_t> lonely_node;
-  for (const auto& [root, group] : by_root)
+  for (std::size_t i = 0; i < sg.nodes.size(); ++i) sg.groups[g.find(i)].push_back(i);
+  for (const auto& [root, group] : sg.groups)
     if (group.size() == 1)
-      for (std::uint64_t k : nodes[group[0]].share.keys) {
-        lonely_keys.insert(k);
-        lonely_node[k] = group[0];
-      }
-  if (!lonely_keys.empty()) {
-    std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
-    for (pid_t other : control::find_managed_processes()) {
-      if (in_tree.contains(other)) continue;
-      auto c = control::Client::connect(other, std::chrono::seconds(2));
-      if (!c) continue;
-      auto shares = c->shares();
-      (void)c->close();
-      if (!shares) continue;
-      for (const control::ShareRecord& s : *shares)
-        for (std::uint64_t k : s.keys) {
-          if (!lonely_keys.contains(k)) continue;
-          const Node& mine = nodes[lonely_node[k]];
-          return Error{Errc::unsupported,
-                       describe(members[mine.member].pid) + " shares device memory (region " +
-                           hex_address(mine.share.address) + ") with " + describe(other) +
-                           ", which is not in " + within +
-                           ": checkpoint a process whose tree holds both (their common parent, "
-                           "the job's launcher) or name every process of the job (gcr "
-                           "checkpoint --job PID PID...), or both sides would come back with a "
-                           "private copy"};
-        }
-    }
-  }
+      for (std::uint64_t k : sg.nodes[group[0]].share.keys) sg.lonely[k] = group[0];
+  return sg;
+}
 
-  // A process not under gcr may hold the memory too (an importer that kept the fd): refused as
-  // well, since gcr could not give it the memory back.
-  if (!lonely_keys.empty()) {
-    std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
-    for (pid_t other : criu::proc_pids()) {
-      if (in_tree.contains(other)) continue;
-      std::error_code ec;
-      const std::string dir = "/proc/" + std::to_string(other) + "/fd";
-      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-        struct stat st {};
-        if (::stat(e.path().c_str(), &st) != 0) continue;
-        std::uint64_t k = control::share_key(st.st_dev, st.st_ino);
-        if (!lonely_keys.contains(k)) continue;
-        const Node& mine = nodes[lonely_node[k]];
+// A lonely view's peer under gcr outside the tree: refused, naming it.
+Status check_peers_under_gcr(const ShareGraph& sg, const std::vector<Member>& members,
+                             const criu::ProcessTree& tree, const std::string& within) {
+  std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
+  for (pid_t other : control::find_managed_processes()) {
+    if (in_tree.contains(other)) continue;
+    auto c = control::Client::connect(other, std::chrono::seconds(2));
+    if (!c) continue;
+    auto shares = c->shares();
+    (void)c->close();
+    if (!shares) continue;
+    for (const control::ShareRecord& s : *shares)
+      for (std::uint64_t k : s.keys) {
+        auto lonely = sg.lonely.find(k);
+        if (lonely == sg.lonely.end()) continue;
+        const ShareGraph::Node& mine = sg.nodes[lonely->second];
         return Error{Errc::unsupported,
                      describe(members[mine.member].pid) + " shares device memory (region " +
                          hex_address(mine.share.address) + ") with " + describe(other) +
-                         " (its fd " + e.path().filename().string() + "), which is not in " +
-                         within +
-                         ": checkpoint a tree that holds both, or both sides would come back "
-                         "with a private copy"};
+                         ", which is not in " + within +
+                         ": checkpoint a process whose tree holds both (their common parent, "
+                         "the job's launcher) or name every process of the job (gcr "
+                         "checkpoint --job PID PID...), or both sides would come back with a "
+                         "private copy"};
       }
+  }
+  return ok();
+}
+
+// A process not under gcr may hold the memory too (an importer that kept the fd): refused as
+// well, since gcr could not give it the memory back.
+Status check_peers_outside_gcr(const ShareGraph& sg, const std::vector<Member>& members,
+                               const criu::ProcessTree& tree, const std::string& within) {
+  std::set<pid_t> in_tree(tree.pids.begin(), tree.pids.end());
+  for (pid_t other : criu::proc_pids()) {
+    if (in_tree.contains(other)) continue;
+    std::error_code ec;
+    const std::string dir = "/proc/" + std::to_string(other) + "/fd";
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      struct stat st {};
+      if (::stat(e.path().c_str(), &st) != 0) continue;
+      auto lonely = sg.lonely.find(control::share_key(st.st_dev, st.st_ino));
+      if (lonely == sg.lonely.end()) continue;
+      const ShareGraph::Node& mine = sg.nodes[lonely->second];
+      return Error{Errc::unsupported,
+                   describe(members[mine.member].pid) + " shares device memory (region " +
+                       hex_address(mine.share.address) + ") with " + describe(other) + " (its fd " +
+                       e.path().filename().string() + "), which is not in " + within +
+                       ": checkpoint a tree that holds both, or both sides would come back "
+                       "with a private copy"};
     }
   }
+  return ok();
+}
 
+}  // namespace
+
+Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
+                                                  const criu::ProcessTree& tree,
+                                                  const std::string& scope) {
+  const std::string within =
+      scope.empty() ? "the tree of process " + std::to_string(tree.root) : scope;
+  GCR_TRY_ASSIGN(ShareGraph sg, share_graph(members));
+  if (!sg.lonely.empty()) {
+    GCR_TRY(check_peers_under_gcr(sg, members, tree, within));
+    GCR_TRY(check_peers_outside_gcr(sg, members, tree, within));
+  }
   std::vector<SharedAllocation> out;
-  for (const auto& [root, group] : by_root) {
+  for (const auto& [root, group] : sg.groups) {
     if (group.size() < 2) continue;
     SharedAllocation a;
     std::vector<std::size_t> order = group;
     // Stored under the exporter's view (the allocation's creator), else the first.
     std::stable_partition(order.begin(), order.end(), [&](std::size_t i) {
-      return (nodes[i].share.flags & control::kShareExported) &&
-             !(nodes[i].share.flags & control::kShareImported);
+      return (sg.nodes[i].share.flags & control::kShareExported) &&
+             !(sg.nodes[i].share.flags & control::kShareImported);
     });
-    for (std::size_t i : order) a.views.push_back({nodes[i].member, nodes[i].share.address});
+    for (std::size_t i : order) a.views.push_back({sg.nodes[i].member, sg.nodes[i].share.address});
     out.push_back(std::move(a));
   }
   return out;
@@ -329,75 +348,69 @@ Result<std::vector<SharedView>> decode_shared_views(const std::string& text) {
   return out;
 }
 
-Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
-  JobTrees job;
-  for (pid_t root : roots) {
-    GCR_TRY_ASSIGN(criu::ProcessTree t, criu::inspect_tree(root));
-    job.trees.push_back(std::move(t));
-  }
-  for (std::size_t a = 0; a < job.trees.size(); ++a)
-    for (std::size_t b = 0; b < job.trees.size(); ++b) {
-      const auto& pids = job.trees[b].pids;
-      if (a == b || std::find(pids.begin(), pids.end(), job.trees[a].root) == pids.end()) continue;
-      return Error{Errc::invalid_argument,
-                   describe(job.trees[a].root) + " is in the tree of process " +
-                       std::to_string(job.trees[b].root) +
-                       ", which is checkpointed with all its descendants: leave it out"};
+namespace {
+
+// Note [A job of several trees]: gcrd's pid namespace only (image directories and META job_trees
+// name the roots by the pids CRIU records, which must be the ones gcrd sees), and one owner (the
+// checkpoint has one, META owner_uid, whose rights its restore has).
+Status check_several_trees(const JobTrees& job) {
+  for (const criu::ProcessTree& t : job.trees)
+    if (innermost_pid(t.root) != t.root)
+      return Error{Errc::unsupported, describe(t.root) +
+                                          " runs in a PID namespace of its own: a job of several "
+                                          "trees is checkpointed from the namespace its processes "
+                                          "run in"};
+  for (const criu::ProcessTree& t : job.trees)
+    if (process_owner(t.root) != process_owner(job.trees[0].root))
+      return Error{Errc::permission_denied,
+                   describe(t.root) + " and " + describe(job.trees[0].root) +
+                       " belong to different users: a job's trees must have one owner"};
+  return ok();
+}
+
+// A pipe from one tree into another would come back as two (each tree's end reconnected on its
+// own). Trees that only share one end of a pipe (their stdout into the same `| tee`) are fine.
+Status check_pipes_between(const JobTrees& job) {
+  struct PipeEnd {
+    std::size_t tree;
+    const criu::OpenFile* file;
+  };
+  std::map<std::string, std::pair<std::optional<PipeEnd>, std::optional<PipeEnd>>> pipe_ends;
+  for (std::size_t k = 0; k < job.trees.size(); ++k)
+    for (const criu::OpenFile& f : job.trees[k].files) {
+      if (f.kind != criu::FileKind::pipe) continue;
+      auto& [read_end, write_end] = pipe_ends[f.key];
+      auto& mine = (f.flags & O_ACCMODE) == O_RDONLY ? read_end : write_end;
+      auto& other = &mine == &read_end ? write_end : read_end;
+      if (!mine) mine = PipeEnd{k, &f};
+      if (!other || other->tree == k) continue;
+      return Error{Errc::unsupported,
+                   "fd " + std::to_string(f.fd) + " of pid " + std::to_string(f.pid) + " is " +
+                       f.key + ", a pipe to or from the tree of process " +
+                       std::to_string(job.trees[other->tree].root) +
+                       ": gcr connects unix sockets between a job's trees, not pipes; close it, "
+                       "or checkpoint a tree that holds both ends"};
     }
-  if (job.trees.size() > 1) {  // Note [A job of several trees]
-    // gcrd's pid namespace only: image directories and META job_trees name the roots by the pids
-    // CRIU records, which must be the ones gcrd sees.
-    for (const criu::ProcessTree& t : job.trees)
-      if (innermost_pid(t.root) != t.root)
-        return Error{Errc::unsupported,
-                     describe(t.root) +
-                         " runs in a PID namespace of its own: a job of several "
-                         "trees is checkpointed from the namespace its processes "
-                         "run in"};
-    // One owner: the checkpoint has one (META owner_uid), whose rights its restore has.
-    for (const criu::ProcessTree& t : job.trees)
-      if (process_owner(t.root) != process_owner(job.trees[0].root))
-        return Error{Errc::permission_denied,
-                     describe(t.root) + " and " + describe(job.trees[0].root) +
-                         " belong to different users: a job's trees must have one owner"};
-    // A pipe from one tree into another would come back as two (each tree's end reconnected on its
-    // own). Trees that only share one end of a pipe (their stdout into the same `| tee`) are fine.
-    struct PipeEnd {
-      std::size_t tree;
-      const criu::OpenFile* file;
-    };
-    std::map<std::string, std::pair<std::optional<PipeEnd>, std::optional<PipeEnd>>> pipe_ends;
-    for (std::size_t k = 0; k < job.trees.size(); ++k)
-      for (const criu::OpenFile& f : job.trees[k].files) {
-        if (f.kind != criu::FileKind::pipe) continue;
-        auto& [read_end, write_end] = pipe_ends[f.key];
-        auto& mine = (f.flags & O_ACCMODE) == O_RDONLY ? read_end : write_end;
-        auto& other = &mine == &read_end ? write_end : read_end;
-        if (!mine) mine = PipeEnd{k, &f};
-        if (!other || other->tree == k) continue;
-        return Error{Errc::unsupported,
-                     "fd " + std::to_string(f.fd) + " of pid " + std::to_string(f.pid) + " is " +
-                         f.key + ", a pipe to or from the tree of process " +
-                         std::to_string(job.trees[other->tree].root) +
-                         ": gcr connects unix sockets between a job's trees, not pipes; close it, "
-                         "or checkpoint a tree that holds both ends"};
-      }
-  }
-  // Which tree holds each socket; then the external sockets whose peer another tree holds.
+  return ok();
+}
+
+// The unix sockets whose peer another tree holds: external to each dump, connected again on
+// restore (CrossSocket). One socket to one, stream or seqpacket.
+Status pair_sockets_between(JobTrees& job) {
   std::map<std::string, std::size_t> tree_of_socket;
   for (std::size_t k = 0; k < job.trees.size(); ++k)
     for (const criu::OpenFile& f : job.trees[k].files)
       if (f.kind == criu::FileKind::unix_socket) tree_of_socket[f.path] = k;
   std::set<std::uint64_t> paired;
+  auto inode = [](const std::string& link) {  // "socket:[123]"
+    return static_cast<std::uint64_t>(std::strtoull(link.c_str() + 8, nullptr, 10));
+  };
   for (std::size_t k = 0; k < job.trees.size(); ++k)
     for (criu::OpenFile& f : job.trees[k].files) {
       if (f.kind != criu::FileKind::unix_socket || !f.external) continue;
       auto peer = tree_of_socket.find(f.detail);
       if (peer == tree_of_socket.end() || peer->second == k) continue;
       f.external = false;  // within the job: dumped as external, connected again on restore
-      auto inode = [](const std::string& link) {  // "socket:[123]"
-        return static_cast<std::uint64_t>(std::strtoull(link.c_str() + 8, nullptr, 10));
-      };
       std::uint64_t ino = inode(f.path), peer_ino = inode(f.detail);
       if (paired.contains(ino)) continue;       // the same socket in another fd, or task
       for (const CrossSocket& s : job.sockets)  // a peer several sockets are connected to
@@ -427,6 +440,31 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
                        (s.type == SOCK_DGRAM ? " is a datagram socket" : " is gone") +
                        ": gcr connects stream and seqpacket sockets between a job's trees"};
   }
+  return ok();
+}
+
+}  // namespace
+
+Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
+  JobTrees job;
+  for (pid_t root : roots) {
+    GCR_TRY_ASSIGN(criu::ProcessTree t, criu::inspect_tree(root));
+    job.trees.push_back(std::move(t));
+  }
+  for (std::size_t a = 0; a < job.trees.size(); ++a)
+    for (std::size_t b = 0; b < job.trees.size(); ++b) {
+      const auto& pids = job.trees[b].pids;
+      if (a == b || std::find(pids.begin(), pids.end(), job.trees[a].root) == pids.end()) continue;
+      return Error{Errc::invalid_argument,
+                   describe(job.trees[a].root) + " is in the tree of process " +
+                       std::to_string(job.trees[b].root) +
+                       ", which is checkpointed with all its descendants: leave it out"};
+    }
+  if (job.trees.size() > 1) {  // Note [A job of several trees]
+    GCR_TRY(check_several_trees(job));
+    GCR_TRY(check_pipes_between(job));
+  }
+  GCR_TRY(pair_sockets_between(job));
   job.all = job.trees[0];
   for (std::size_t k = 1; k < job.trees.size(); ++k) {
     job.all.pids.insert(job.all.pids.end(), job.trees[k].pids.begin(), job.trees[k].pids.end());

@@ -156,8 +156,10 @@ int end_restored_in_namespace(pid_t nsroot, unsigned long long nsroot_start,
   return 0;
 }
 
-int main() {
-  signal(SIGPIPE, SIG_IGN);
+namespace {
+
+// What gcrd said on the pipe before "go" (or before it died).
+struct Instructions {
   pid_t pid = 0;
   unsigned long long start = 0;
   bool restore = false;
@@ -168,115 +170,132 @@ int main() {
   unsigned long long criu_start = 0;
   std::vector<control::ParkedRegion> regions;
   std::vector<pid_t> stopped_roots;
-  std::string line;
   bool go = false;
-  while (!go && read_line(line)) {
-    std::istringstream in(line);
-    std::string word;
-    in >> word;
-    if (word == "pid") {
-      in >> pid;
-    } else if (word == "start") {
-      in >> start;
-    } else if (word == "pidfile") {
-      pidfile = line.substr(8);
-    } else if (word == "nsroot") {
-      in >> nsroot;
-    } else if (word == "nsroot_start") {
-      in >> nsroot_start;
-    } else if (word == "ready") {
-      ready = line.substr(6);
-    } else if (word == "mode") {
-      std::string mode;
-      in >> mode;
-      restore = mode == "restore";
-    } else if (word == "region") {
-      control::ParkedRegion r;
-      in >> r.region.address >> r.region.size >> r.region.device >> r.region.flags;
-      r.fd = UniqueFd(3 + static_cast<int>(regions.size()));
-      regions.push_back(std::move(r));
-    } else if (word == "host") {
-      host_pages = true;
-    } else if (word == "criu") {
-      in >> criu_pid;
-    } else if (word == "criu_start") {
-      in >> criu_start;
-    } else if (word == "stopped_root") {
-      pid_t root = 0;
-      if (in >> root && root > 1) stopped_roots.push_back(root);
-    } else if (word == "go") {
-      go = true;
-    }
+};
+
+void read_instruction(const std::string& line, Instructions& k) {
+  std::istringstream in(line);
+  std::string word;
+  in >> word;
+  if (word == "pid") {
+    in >> k.pid;
+  } else if (word == "start") {
+    in >> k.start;
+  } else if (word == "pidfile") {
+    k.pidfile = line.substr(8);
+  } else if (word == "nsroot") {
+    in >> k.nsroot;
+  } else if (word == "nsroot_start") {
+    in >> k.nsroot_start;
+  } else if (word == "ready") {
+    k.ready = line.substr(6);
+  } else if (word == "mode") {
+    std::string mode;
+    in >> mode;
+    k.restore = mode == "restore";
+  } else if (word == "region") {
+    control::ParkedRegion r;
+    in >> r.region.address >> r.region.size >> r.region.device >> r.region.flags;
+    r.fd = UniqueFd(3 + static_cast<int>(k.regions.size()));
+    k.regions.push_back(std::move(r));
+  } else if (word == "host") {
+    host_pages = true;
+  } else if (word == "criu") {
+    in >> k.criu_pid;
+  } else if (word == "criu_start") {
+    in >> k.criu_start;
+  } else if (word == "stopped_root") {
+    pid_t root = 0;
+    if (in >> root && root > 1) k.stopped_roots.push_back(root);
+  } else if (word == "go") {
+    k.go = true;
   }
-  // gcrd died while CRIU restored, with host memory it was to serve: CRIU and the tasks it is
-  // restoring (they have not run the program yet) are ended, or they would wait for pages no one
-  // serves. Without CRIU's pid: CRIU's daemon must hear that no one serves them (or CRIU waits
-  // for them for good), and the restored process is ended once it shows up.
-  if (!go && host_pages && criu_pid > 0 && alive(criu_pid, criu_start)) {
-    criu::kill_tree(criu_pid);
+}
+
+// gcrd died before "go", while CRIU restored. With host memory it was to serve: CRIU and the tasks
+// it is restoring (they have not run the program yet) are ended, or they would wait for pages no
+// one serves. Without CRIU's pid: CRIU's daemon must hear that no one serves them (or CRIU waits
+// for them for good), and the restored process is ended once it shows up.
+int end_unfinished_restore(const Instructions& k) {
+  if (host_pages && k.criu_pid > 0 && alive(k.criu_pid, k.criu_start)) {
+    criu::kill_tree(k.criu_pid);
     std::fprintf(stderr,
                  "gcr-keeper: gcrd died while CRIU restored a process whose host memory it was to "
                  "serve; ended the restore (the checkpoint is unchanged: restore it again)\n");
     return 0;
   }
-  if (!go && host_pages) close(3);
-  if (!go && restore && !pidfile.empty()) return end_restored_from(pidfile);
-  if (!go && restore && nsroot > 0 && !ready.empty())
-    return end_restored_in_namespace(nsroot, nsroot_start, ready);
-  if (!go || pid <= 0) return 0;  // gcrd went away while starting us: nothing was handed over
-  bool handed = false;            // committed to a migration's destination (Note [Migration])
-  while (read_line(line)) {
-    if (line == "done") return 0;
-    if (line == "handed") handed = true;
-    if (line == "kept") handed = false;
-  }
-  if (restore) return end_restored(pid, start);
-  if (handed) {
-    // The destination may run it already: this copy must not go on.
-    std::fprintf(stderr,
-                 "gcr-keeper: gcrd died after process %d was handed to a migration's "
-                 "destination; ending it here\n",
-                 pid);
-    if (alive(pid, start)) criu::kill_tree(pid);
-    return 0;
-  }
+  if (host_pages) close(3);
+  if (k.restore && !k.pidfile.empty()) return end_restored_from(k.pidfile);
+  if (k.restore && k.nsroot > 0 && !k.ready.empty())
+    return end_restored_in_namespace(k.nsroot, k.nsroot_start, k.ready);
+  return 0;  // gcrd went away while starting us: nothing was handed over
+}
 
-  // gcrd is gone and never said done: the process is parked with its memory here.
+// gcrd is gone and never said done: the process is parked with its memory here.
+int give_back_parked(const Instructions& k) {
   std::fprintf(stderr,
                "gcr-keeper: gcrd died while process %d was parked; giving it back its %zu "
                "regions\n",
-               pid, regions.size());
+               k.pid, k.regions.size());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!alive(pid, start)) return 0;
+    if (!alive(k.pid, k.start)) return 0;
     // A checkpoint without --leave-running leaves the process stopped until gcrd commits: gcrd
     // is gone, so it goes on, with the tree CRIU stopped with it. (Not while CRIU still traces
     // it: that one lets it go itself.)
-    for (pid_t p : criu::tree_pids(pid))
+    for (pid_t p : criu::tree_pids(k.pid))
       if (stopped_untraced(p)) kill(p, SIGCONT);
-    for (pid_t root : stopped_roots)  // the job's other trees (Note [A job of several trees])
+    for (pid_t root : k.stopped_roots)  // the job's other trees (Note [A job of several trees])
       for (pid_t p : criu::tree_pids(root))
         if (stopped_untraced(p)) kill(p, SIGCONT);
     // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
-    auto client = control::Client::connect(pid, std::chrono::seconds(2));
+    auto client = control::Client::connect(k.pid, std::chrono::seconds(2));
     if (!client) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       continue;
     }
     auto status = client->status();
     if (status && status->state == control::ProcessState::parked) {
-      if (Status s = client->unpark(regions); !s) {
-        std::fprintf(stderr, "gcr-keeper: unpark of process %d failed: %s\n", pid,
+      if (Status s = client->unpark(k.regions); !s) {
+        std::fprintf(stderr, "gcr-keeper: unpark of process %d failed: %s\n", k.pid,
                      s.error().message.c_str());
         return 1;
       }
     }
     (void)client->resume();
     (void)client->close();
-    std::fprintf(stderr, "gcr-keeper: process %d has its memory back and runs\n", pid);
+    std::fprintf(stderr, "gcr-keeper: process %d has its memory back and runs\n", k.pid);
     return 0;
   }
   std::fprintf(stderr, "gcr-keeper: process %d did not answer for 10 minutes; its memory is lost\n",
-               pid);
+               k.pid);
   return 1;
+}
+
+}  // namespace
+
+int main() {
+  signal(SIGPIPE, SIG_IGN);
+  Instructions k;
+  std::string line;
+  while (!k.go && read_line(line)) read_instruction(line, k);
+  if (!k.go) return end_unfinished_restore(k);
+  if (k.pid <= 0) return 0;
+  bool handed = false;  // committed to a migration's destination (Note [Migration])
+  while (read_line(line)) {
+    if (line == "done") return 0;
+    if (line == "handed") handed = true;
+    if (line == "kept") handed = false;
+  }
+  if (k.restore) return end_restored(k.pid, k.start);
+  if (handed) {
+    // The destination may run it already: this copy must not go on.
+    std::fprintf(stderr,
+                 "gcr-keeper: gcrd died after process %d was handed to a migration's "
+                 "destination; ending it here\n",
+                 k.pid);
+    if (alive(k.pid, k.start)) criu::kill_tree(k.pid);
+    return 0;
+  }
+  return give_back_parked(k);
 }

@@ -199,6 +199,149 @@ bool Loader::wait_for(std::chrono::milliseconds timeout) {
   return ended_cv_.wait_for(lock, timeout, [&] { return ended_; });
 }
 
+// One pass over the items, from load_all(): which region is next, how far each is loaded.
+class Loader::Pass {
+ public:
+  Pass(Loader& l, Gpu& gpu, PieceCache& cache, std::string checkpoint)
+      : l_(l),
+        cache_(cache),
+        checkpoint_(std::move(checkpoint)),
+        copier_(gpu, l.behind_, l.background_),
+        pace_("GCR_LOAD_MIB_PER_S"),
+        offset_(l.items_.size(), 0),
+        done_(l.items_.size(), false),
+        remaining_(l.items_.size()) {}
+
+  Status run() {
+    while (remaining_ > 0) {
+      if (l_.stop_.load()) {
+        (void)copier_.finish();
+        return Error{Errc::internal, "loading stopped: the restore failed"};
+      }
+      pace_.wait(l_.loaded_.load(), [&] { return wanted_entry().has_value(); });
+      hold();
+      GCR_TRY(load_piece(next_item()));
+    }
+    return copier_.finish();
+  }
+
+ private:
+  // An item some member waits for (its entry `wanted`), if any.
+  std::optional<std::size_t> wanted_entry() const {
+    for (const Watch& w : l_.watches_)
+      for (std::size_t i = 0; i < done_.size(); ++i)
+        if (!done_[i] && w.entry_of[i] >= 0 &&
+            w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]))
+                .wanted.load(std::memory_order_acquire))
+          return i;
+    return std::nullopt;
+  }
+
+  // Note [Loading behind the restore]: while CRIU restores it polls what waits, in the
+  // background; resumed() wakes it.
+  void hold() {
+    if (!l_.holding_.load()) return;
+    scope_.set(true);
+    std::unique_lock lock(l_.held_mu_);
+    while (l_.holding_.load() && !l_.stop_.load() && cache_.alone(checkpoint_) && !wanted_entry())
+      l_.held_cv_.wait_for(lock, std::chrono::milliseconds(2));
+  }
+
+  // What is wanted, else the next in the given order.
+  std::size_t next_item() {
+    auto w = wanted_entry();
+    l_.background_.store(l_.behind_.load() && !w && cache_.alone(checkpoint_));
+    scope_.set(l_.behind_.load() && l_.background_.load());
+    if (w) return *w;
+    while (done_[in_order_]) ++in_order_;
+    return in_order_;
+  }
+
+  // Note [Reading ahead]: the pieces that follow (item, offset), the one read now, in the order
+  // the loader takes them when nothing is wanted: the rest of its region, then the given order.
+  using Piece = std::pair<std::size_t, std::uint64_t>;
+  void read_ahead(const Piece now) {
+    Piece at = now;
+    for (int k = 0; k < kPiecesAhead; ++k) {
+      at.second += kPieceBytes;
+      if (at.second >= l_.items_[at.first].object.size) {
+        std::size_t j = in_order_;
+        while (j < done_.size() && (done_[j] || j == now.first || j == at.first)) ++j;
+        if (j >= done_.size()) return;
+        at = {j, offset_[j]};
+      }
+      if (asked_.insert(at).second)
+        l_.reader_->prefetch(l_.items_[at.first].object, at.second, kPieceBytes);
+    }
+  }
+
+  // The first piece of item i: its entries move to `reading` (being loaded).
+  void claim(std::size_t i) {
+    bool wanted = false;
+    for (const Watch& w : l_.watches_) {
+      if (w.entry_of[i] < 0) continue;
+      cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
+      std::uint32_t s = cow::kPending;
+      e.state.compare_exchange_strong(s, cow::kReading);
+      wanted = wanted || e.wanted.load();
+    }
+    if (wanted) l_.wanted_.fetch_add(1);
+  }
+
+  // Reads the next piece of item i (or takes it from a concurrent restore of the same checkpoint)
+  // and hands it to the copier, which marks the item's entries done after its last piece.
+  Status load_piece(std::size_t i) {
+    Item& item = l_.items_[i];
+    if (offset_[i] == 0) claim(i);
+    std::uint64_t len = std::min(kPieceBytes, item.object.size - offset_[i]);
+    if (!l_.holding_.load()) read_ahead({i, offset_[i]});  // Note [Reading ahead]
+    GCR_TRY_ASSIGN(auto slot_buf, copier_.buffer(len));
+    auto [slot, buf] = slot_buf;
+    scope_.set(l_.behind_.load() && l_.background_.load());  // CRIU may have finished meanwhile
+    PieceCache::Key key{checkpoint_, item.object.name, item.object.address, offset_[i]};
+    if (cache_.get_or_claim(key, buf) == PieceCache::Outcome::copied) {
+      l_.shared_.fetch_add(len);
+    } else if (Status s = l_.reader_->read(item.object, offset_[i], buf); !s) {
+      cache_.abandon(key);
+      copier_.give_back(slot);
+      (void)copier_.finish();
+      return std::move(s).context("loading region " + hex_address(item.object.address)).error();
+    } else {
+      cache_.put(key, buf);
+      l_.read_.fetch_add(len);
+    }
+    bool last = offset_[i] + len == item.object.size;
+    copier_.submit(slot, item.destination, offset_[i], buf, [this, i, len, last] {
+      l_.loaded_.fetch_add(len);
+      if (!last) return;
+      for (const Watch& w : l_.watches_) {
+        if (w.entry_of[i] < 0) continue;
+        cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
+        e.state.store(cow::kDone, std::memory_order_release);
+        cow::futex_wake_all(&e.state);
+      }
+    });
+    offset_[i] += len;
+    if (last) {
+      done_[i] = true;  // nothing more to read; the copier marks it done once written
+      --remaining_;
+    }
+    return ok();
+  }
+
+  Loader& l_;
+  PieceCache& cache_;
+  const std::string checkpoint_;
+  Copier copier_;
+  BackgroundScope scope_;
+  const Pace pace_;
+  std::vector<std::uint64_t> offset_;  // bytes of each region loaded so far
+  std::vector<bool> done_;
+  std::size_t in_order_ = 0;  // the next region in the given order
+  std::size_t remaining_;
+  std::set<Piece> asked_;
+};
+
 Status Loader::load_all() {
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
   // Concurrent restores of this checkpoint read each piece once between them.
@@ -210,112 +353,7 @@ Status Loader::load_all() {
     const std::string& id;
     ~Leave() { c.leave(id); }
   } leave{cache, checkpoint};
-  Copier copier(*gpu, behind_, background_);
-  BackgroundScope scope;
-  const Pace pace("GCR_LOAD_MIB_PER_S");
-  const std::size_t n = items_.size();
-  std::vector<std::uint64_t> offset(n, 0);  // bytes of each region loaded so far
-  std::vector<bool> done(n, false);
-  std::size_t in_order = 0;  // the next region in the given order
-  std::size_t remaining = n;
-  auto wanted_entry = [&]() -> std::optional<std::size_t> {
-    for (const Watch& w : watches_)
-      for (std::size_t i = 0; i < n; ++i)
-        if (!done[i] && w.entry_of[i] >= 0 &&
-            w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]))
-                .wanted.load(std::memory_order_acquire))
-          return i;
-    return std::nullopt;
-  };
-  // Note [Reading ahead]: the pieces that follow (item, offset), the one read now, in the order
-  // the loader takes them when nothing is wanted: the rest of its region, then the given order.
-  using Piece = std::pair<std::size_t, std::uint64_t>;
-  std::set<Piece> asked;
-  auto read_ahead = [&](const Piece now) {
-    Piece at = now;
-    for (int k = 0; k < kPiecesAhead; ++k) {
-      at.second += kPieceBytes;
-      if (at.second >= items_[at.first].object.size) {
-        std::size_t j = in_order;
-        while (j < n && (done[j] || j == now.first || j == at.first)) ++j;
-        if (j >= n) return;
-        at = {j, offset[j]};
-      }
-      if (asked.insert(at).second)
-        reader_->prefetch(items_[at.first].object, at.second, kPieceBytes);
-    }
-  };
-  while (remaining > 0) {
-    if (stop_.load()) {
-      (void)copier.finish();
-      return Error{Errc::internal, "loading stopped: the restore failed"};
-    }
-    pace.wait(loaded_.load(), [&] { return wanted_entry().has_value(); });
-    if (holding_.load()) {
-      // Note [Loading behind the restore]: it polls what waits, in the background; resumed()
-      // wakes it.
-      scope.set(true);
-      std::unique_lock lock(held_mu_);
-      while (holding_.load() && !stop_.load() && cache.alone(checkpoint) && !wanted_entry())
-        held_cv_.wait_for(lock, std::chrono::milliseconds(2));
-    }
-    std::size_t i;
-    auto w = wanted_entry();
-    background_.store(behind_.load() && !w && cache.alone(checkpoint));
-    scope.set(behind_.load() && background_.load());
-    if (w) {
-      i = *w;
-    } else {
-      while (done[in_order]) ++in_order;
-      i = in_order;
-    }
-    Item& item = items_[i];
-    if (offset[i] == 0) {
-      bool wanted = false;
-      for (const Watch& w : watches_) {
-        if (w.entry_of[i] < 0) continue;
-        cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
-        std::uint32_t s = cow::kPending;
-        e.state.compare_exchange_strong(s, cow::kReading);
-        wanted = wanted || e.wanted.load();
-      }
-      if (wanted) wanted_.fetch_add(1);
-    }
-    std::uint64_t len = std::min(kPieceBytes, item.object.size - offset[i]);
-    if (!holding_.load()) read_ahead({i, offset[i]});  // Note [Reading ahead]
-    GCR_TRY_ASSIGN(auto slot_buf, copier.buffer(len));
-    auto [slot, buf] = slot_buf;
-    scope.set(behind_.load() && background_.load());  // CRIU may have finished meanwhile
-    PieceCache::Key key{checkpoint, item.object.name, item.object.address, offset[i]};
-    if (cache.get_or_claim(key, buf) == PieceCache::Outcome::copied) {
-      shared_.fetch_add(len);
-    } else if (Status s = reader_->read(item.object, offset[i], buf); !s) {
-      cache.abandon(key);
-      copier.give_back(slot);
-      (void)copier.finish();
-      return std::move(s).context("loading region " + hex_address(item.object.address)).error();
-    } else {
-      cache.put(key, buf);
-      read_.fetch_add(len);
-    }
-    bool last = offset[i] + len == item.object.size;
-    copier.submit(slot, item.destination, offset[i], buf, [this, i, len, last] {
-      loaded_.fetch_add(len);
-      if (!last) return;
-      for (const Watch& w : watches_) {
-        if (w.entry_of[i] < 0) continue;
-        cow::Entry& e = w.table->entry(static_cast<std::uint32_t>(w.entry_of[i]));
-        e.state.store(cow::kDone, std::memory_order_release);
-        cow::futex_wake_all(&e.state);
-      }
-    });
-    offset[i] += len;
-    if (last) {
-      done[i] = true;  // nothing more to read; the copier marks it done once written
-      --remaining;
-    }
-  }
-  return copier.finish();
+  return Pass(*this, *gpu, cache, checkpoint).run();
 }
 
 }  // namespace gcr::gcrd

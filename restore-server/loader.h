@@ -113,6 +113,7 @@ class Loader {
   Loader() = default;
   void run() noexcept;
   Status load_all();
+  class Pass;  // one load_all(): what is loaded so far, what to take next
 
   std::unique_ptr<store::CheckpointReader> reader_;
   std::vector<Item> items_;

@@ -408,4 +408,10 @@ Status Client::close() {
   return result;
 }
 
+Result<UniqueFd> Client::close_keeping_lock() {
+  UniqueFd mailbox = std::move(mailbox_);  // close() finds none to release
+  GCR_TRY(close());
+  return mailbox;
+}
+
 }  // namespace gcr::control

@@ -13,12 +13,8 @@ int main(int argc, char** argv) {
   const int steps = static_cast<int>(flags.integer("--steps", 200, 1, 10'000'000));
   const int delay = static_cast<int>(flags.integer("--step-delay-ms", 20, 0, 3'600'000));
   flags.finish();
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;
+  const CUdevice device = primary.device;
   std::uint64_t h = 1469598103934665603ull;
   for (int step = 0; step < steps; ++step) {
     CU_CHECK(cuCtxSynchronize());

@@ -42,12 +42,8 @@ int main(int argc, char** argv) {
   flags.finish();
   if (go.empty()) flags.error("--go FILE is required");
 
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;
+  const CUdevice device = primary.device;
   CUmodule module = wl::load_module(embedded::smoke_kernels::fatbin);
   CUfunction axpy = wl::get_function(module, embedded::smoke_kernels::kernel::axpy);
   CUfunction iota = wl::get_function(module, embedded::smoke_kernels::kernel::smoke_iota);

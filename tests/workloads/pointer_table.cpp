@@ -20,12 +20,7 @@ int main(int argc, char** argv) {
   const std::uint64_t bytes = flags.bytes("--bytes", 4ull << 20);
   flags.finish();
 
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;  // cuInit, device 0, its primary context
   CUmodule module = wl::load_module(embedded::pointer_kernels::fatbin);
   CUfunction add = wl::get_function(module, embedded::pointer_kernels::kernel::add_through_table);
 

@@ -113,12 +113,7 @@ int main(int argc, char** argv) {
   const int sock = parent ? socks[0] : socks[1];
   close(parent ? socks[1] : socks[0]);
 
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;  // cuInit, device 0, its primary context
   CUmemAllocationProp prop = table_prop();
   std::size_t granularity = 0;
   CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));

@@ -215,6 +215,11 @@ class Client {
   // the session lock. After it returns the process holds no socket to this caller (CRIU may dump
   // it). Idempotent.
   Status close();
+  // As close(), but the session lock stays held: the mailbox comes back, locked, for
+  // connect_mailbox() later. No other caller reaches the process meanwhile: gcrd holds it across a
+  // CRIU dump, which must find the process connected to no one (a `gcr ps` that got in between
+  // the close and the freeze would fail the dump).
+  Result<UniqueFd> close_keeping_lock();
 
  private:
   friend struct ClientExchange;  // client.cpp's helpers

@@ -202,12 +202,8 @@ int probe() {
 int main(int argc, char** argv) {
   wl::ms_since_start();
   const dw::Options options = dw::parse_options(argc, argv);
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;
+  const CUdevice device = primary.device;
   int rc = 0;
   if (options.child_touches_cuda) {
     rc = dw::probe();

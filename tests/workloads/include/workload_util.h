@@ -68,6 +68,19 @@ inline const char* builtin_error_name(CUresult r) {
   std::exit(2);
 }
 
+// cuInit, then device `ordinal`'s primary context retained and made current: how every workload
+// starts. The context stays retained (a workload that releases it does so itself).
+struct PrimaryContext {
+  explicit PrimaryContext(int ordinal = 0) {
+    CU_CHECK(cuInit(0));
+    CU_CHECK(cuDeviceGet(&device, ordinal));
+    CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+    CU_CHECK(cuCtxSetCurrent(context));
+  }
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+};
+
 // A fatbin compiled into the program by gcr_add_workload (see <stem>_fatbin.h).
 struct EmbeddedFatbin {
   const char* name;

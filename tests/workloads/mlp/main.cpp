@@ -240,12 +240,8 @@ class Trainer {
 int main(int argc, char** argv) {
   wl::ms_since_start();
   mlp::Options options = mlp::parse_options(argc, argv);
-  CU_CHECK(cuInit(0));
-  CUdevice device;
-  CU_CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CU_CHECK(cuCtxSetCurrent(context));
+  const wl::PrimaryContext primary;
+  const CUdevice device = primary.device;
   CUmodule module = wl::load_module(embedded::mlp_kernels::fatbin);
   {
     mlp::Kernels kernels = mlp::Kernels::load(module);

@@ -1,0 +1,97 @@
+// gcrd as an object: what it listens on, the requests it serves (a table of verbs, each with its
+// typed fields: gcrd_requests.h), the work it has in progress (work_registry.h), and how it stops.
+//
+// Note [gcrd stops cleanly]
+// On SIGTERM or SIGINT (systemd stopping gcrd.service, `kill`) gcrd stops accepting: a new
+// connection is refused (nothing listens), and every request already read is served to its end
+// and answered, for up to `drain_limit`. A checkpoint or restore still running then is left as it
+// is: gcrd exits, and each keeper does what it does when gcrd dies (Note [Parked memory outlives
+// gcrd] in keeper.h): a parked process gets its memory back, a restored one not yet given its
+// memory is ended. The socket file is removed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "container_host.h"
+#include "gcr/result.h"
+#include "gcr/unique_fd.h"
+#include "gcrd_requests.h"
+#include "work_registry.h"
+
+namespace gcr::gcrd {
+
+struct DaemonOptions {
+  std::filesystem::path socket_path;  // where `listener` is bound
+  bool owns_socket = true;         // removed when gcrd stops (not systemd's: gcrd.socket keeps it)
+  std::filesystem::path self_dir;  // gcrd's own directory: gcr-keeper, CRIU's plugin
+  ContainerHost containers;        // --containers, --runtime
+  std::string listen_address;      // --listen (for the log)
+  std::string token;               // --token-file's token, with --listen
+  std::filesystem::path served_store;  // the store served to other hosts, with --listen
+  bool warm_up = true;  // warm the GPU and CRIU's probe at start (a unit test leaves them cold)
+  std::chrono::seconds drain_limit{60};  // Note [gcrd stops cleanly]
+};
+
+// One request, as its handler sees it.
+struct Request {
+  std::string verb;
+  Fields fields;
+  std::vector<UniqueFd> files;  // sent with it (SCM_RIGHTS)
+  uid_t client_uid = 0;
+  int client_fd = -1;  // for replies beyond the last (the plugin, a migration's hold)
+  std::function<void(const std::string&)> progress;
+  bool from_network = false;
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon();
+
+  // Serves `listener` (and `network`, when given) until stop(); returns 0 once every request in
+  // flight was answered (or drain_limit passed).
+  int run(UniqueFd listener, UniqueFd network = UniqueFd());
+  // Asks run() to return (async-signal-safe: a write to a pipe).
+  void stop() noexcept;
+  // Makes SIGTERM and SIGINT call stop() on this daemon.
+  void stop_on_signals();
+
+  // Dispatches one request to its verb's handler.
+  Result<Fields> serve(Request& request);
+  WorkRegistry& work() { return work_; }
+  const DaemonOptions& options() const { return options_; }
+  void log(const std::string& line);
+
+ private:
+  void accept_loop(int listener, bool network);
+  void handle_client(UniqueFd fd);
+  void handle_network_client(UniqueFd fd, std::string peer) noexcept;
+  void handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network);
+  // In-flight requests, counted so that stop() can wait for them.
+  class InFlight;
+  void begin_request();
+  void end_request();
+
+  DaemonOptions options_;
+  WorkRegistry work_;
+  std::mutex log_mu_;
+  UniqueFd stop_read_, stop_write_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int in_flight_ = 0;
+  std::atomic<int> network_clients_{0};
+};
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,135 @@
+// gcrd_requests.h.
+#include "gcrd_requests.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace gcr::gcrd {
+namespace {
+
+constexpr std::int64_t kMaxPid = 1 << 22;  // the kernel's PID_MAX_LIMIT
+
+Error bad(const std::string& key, const std::string& why) {
+  return Error{Errc::invalid_argument, "request field " + key + ": " + why};
+}
+
+}  // namespace
+
+Result<std::string> RequestFields::text(const std::string& key, std::size_t max_bytes) const {
+  auto it = f_.find(key);
+  if (it == f_.end()) return std::string();
+  const std::string& v = it->second;
+  if (v.size() > max_bytes) return bad(key, "longer than " + std::to_string(max_bytes) + " bytes");
+  if (v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
+    return bad(key, "holds a NUL or a newline");
+  return v;
+}
+
+Result<bool> RequestFields::flag(const std::string& key) const {
+  auto it = f_.find(key);
+  if (it == f_.end() || it->second == "0") return false;
+  if (it->second == "1") return true;
+  return bad(key, "'" + it->second.substr(0, 32) + "' is not 0 or 1");
+}
+
+Result<std::optional<std::int64_t>> RequestFields::integer(const std::string& key, std::int64_t lo,
+                                                           std::int64_t hi) const {
+  auto it = f_.find(key);
+  if (it == f_.end() || it->second.empty()) return std::optional<std::int64_t>();
+  const std::string& v = it->second;
+  std::int64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || v[0] == '+')
+    return bad(key, "'" + v.substr(0, 32) + "' is not a number");
+  if (n < lo || n > hi)
+    return bad(key, v + " is outside " + std::to_string(lo) + " .. " + std::to_string(hi));
+  return std::optional<std::int64_t>(n);
+}
+
+Result<pid_t> RequestFields::pid(const std::string& key) const {
+  // 0 parses: it names no process, which the operation says as it says of any pid that is gone.
+  GCR_TRY_ASSIGN(std::optional<std::int64_t> n, integer(key, 0, kMaxPid));
+  if (!n) return bad(key, "missing (a process id)");
+  return static_cast<pid_t>(*n);
+}
+
+Result<std::vector<pid_t>> RequestFields::pids(const std::string& key) const {
+  std::vector<pid_t> out;
+  GCR_TRY_ASSIGN(std::string list, text(key, 64 * 1024));
+  for (std::size_t at = 0; !list.empty() && at <= list.size();) {
+    std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string one = list.substr(at, comma - at);
+    at = comma + 1;
+    Fields single{{key, one}};
+    auto p = RequestFields(single).integer(key, 1, kMaxPid);
+    if (!p || !*p) return bad(key, "'" + one.substr(0, 32) + "' is not a pid");
+    if (std::find(out.begin(), out.end(), static_cast<pid_t>(**p)) != out.end())
+      return Error{Errc::invalid_argument, "process " + one + " is named twice"};
+    out.push_back(static_cast<pid_t>(**p));
+  }
+  return out;
+}
+
+Result<CheckpointFields> decode_checkpoint(const Fields& f) {
+  RequestFields r(f);
+  CheckpointFields c;
+  GCR_TRY_ASSIGN(c.pid, r.pid("pid"));
+  GCR_TRY_ASSIGN(std::string tag, r.text("tag", 256));
+  if (!tag.empty()) c.tag = tag;
+  GCR_TRY_ASSIGN(c.leave_running, r.flag("leave_running"));
+  GCR_TRY_ASSIGN(c.stop_copy, r.flag("stop_copy"));
+  GCR_TRY_ASSIGN(c.tcp_close, r.flag("tcp_close"));
+  GCR_TRY_ASSIGN(c.device_only, r.flag("device_only"));
+  GCR_TRY_ASSIGN(c.hold, r.flag("hold"));
+  GCR_TRY_ASSIGN(auto ms, r.integer("timeout_ms", 100, 3'600'000));
+  if (ms) c.timeout = std::chrono::milliseconds(*ms);
+  GCR_TRY_ASSIGN(c.job_pids, r.pids("job_pids"));  // Note [A job of several trees] (job.h)
+  if (std::find(c.job_pids.begin(), c.job_pids.end(), c.pid) != c.job_pids.end())
+    return Error{Errc::invalid_argument, "process " + std::to_string(c.pid) + " is named twice"};
+  if (c.device_only && (!c.leave_running || c.stop_copy || c.hold))
+    return Error{Errc::invalid_argument, "device_only is for a --leave-running checkpoint"};
+  if (c.hold && (c.leave_running || c.stop_copy))
+    return Error{Errc::invalid_argument, "hold is for a checkpoint that stops the process"};
+  return c;
+}
+
+Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
+  RequestFields r(f);
+  RestoreFields out;
+  GCR_TRY_ASSIGN(out.name, r.text("name", 256));
+  GCR_TRY_ASSIGN(auto device, r.integer("device", 0, 63));
+  if (device) out.device = static_cast<int>(*device);
+  GCR_TRY_ASSIGN(out.device_map, r.text("device_map", 1024));
+  GCR_TRY_ASSIGN(out.eager, r.flag("eager"));
+  GCR_TRY_ASSIGN(out.arriving, r.flag("arriving"));
+  GCR_TRY_ASSIGN(out.new_pid_namespace, r.flag("new_pid_namespace"));
+  for (std::size_t i = 0; i < files; ++i) {
+    const std::string key = "inherit." + std::to_string(i);
+    GCR_TRY_ASSIGN(std::string k, r.text(key, 4096));
+    if (k.empty())
+      return Error{Errc::protocol,
+                   "the client sent file " + std::to_string(i) + " without an " + key + " key"};
+    out.inherit.push_back(std::move(k));
+  }
+  return out;
+}
+
+Result<CriuDumpFields> decode_criu_dump(const Fields& f) {
+  RequestFields r(f);
+  CriuDumpFields out;
+  GCR_TRY_ASSIGN(out.pid, r.pid("pid"));
+  // The plugin passes CRIU's own timeout on: a runtime's value, clamped rather than refused.
+  GCR_TRY_ASSIGN(auto ms, r.integer("timeout_ms", 0, INT64_MAX));
+  if (ms) out.timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(*ms, 100, 3'600'000));
+  return out;
+}
+
+Result<CriuRestoreFields> decode_criu_restore(const Fields& f) {
+  RequestFields r(f);
+  CriuRestoreFields out;
+  GCR_TRY_ASSIGN(out.name, r.text("name", 256));
+  GCR_TRY_ASSIGN(out.device_map, r.text("device_map", 1024));
+  return out;
+}
+
+}  // namespace gcr::gcrd

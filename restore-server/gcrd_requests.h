@@ -1,0 +1,79 @@
+// The requests gcrd serves (docs/protocol.md §11), decoded from a request line's fields into
+// typed values, every field parsed and range-checked before gcrd acts on it: a root daemon never
+// reads a number with atoi. A field that is malformed or out of range refuses the request with a
+// message naming the field; a field a verb does not know is ignored (a newer client may send it).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gcr/result.h"
+
+namespace gcr::gcrd {
+
+using Fields = std::map<std::string, std::string>;
+
+// Typed access to a request's fields.
+class RequestFields {
+ public:
+  explicit RequestFields(const Fields& fields) : f_(fields) {}
+  bool has(const std::string& key) const { return f_.count(key) && !f_.at(key).empty(); }
+  // Absent or empty: "". Longer than max_bytes, or holding a NUL or a newline: refused.
+  Result<std::string> text(const std::string& key, std::size_t max_bytes = 4096) const;
+  // Absent: false; "0" or "1" only.
+  Result<bool> flag(const std::string& key) const;
+  // Absent or empty: nullopt; decimal digits (an optional '-'), within [lo, hi].
+  Result<std::optional<std::int64_t>> integer(const std::string& key, std::int64_t lo,
+                                              std::int64_t hi) const;
+  // A pid (0 .. 2^22: 0 is "no process 0" to the operation), required.
+  Result<pid_t> pid(const std::string& key) const;
+  // Comma-separated pids, each once.
+  Result<std::vector<pid_t>> pids(const std::string& key) const;
+
+ private:
+  const Fields& f_;
+};
+
+// verb checkpoint
+struct CheckpointFields {
+  pid_t pid = 0;
+  std::vector<pid_t> job_pids;  // --job: the other trees' roots
+  std::optional<std::string> tag;
+  bool leave_running = false, stop_copy = false, tcp_close = false, device_only = false;
+  bool hold = false;  // gcr migrate's last checkpoint waits for the destination
+  std::chrono::milliseconds timeout{10'000};
+};
+Result<CheckpointFields> decode_checkpoint(const Fields& f);
+
+// verb restore
+struct RestoreFields {
+  std::string name;
+  std::optional<int> device;
+  std::string device_map;  // as given; parse_device_map checks it
+  bool eager = false, arriving = false, new_pid_namespace = false;
+  std::vector<std::string> inherit;  // inherit.0 .. inherit.N-1: the key of file i
+};
+// `files`: how many files came with the request; each needs its inherit.N key.
+Result<RestoreFields> decode_restore(const Fields& f, std::size_t files);
+
+// verb criu_dump (gcr's CRIU plugin, for a runtime's CRIU)
+struct CriuDumpFields {
+  pid_t pid = 0;
+  std::chrono::milliseconds timeout{10'000};
+};
+Result<CriuDumpFields> decode_criu_dump(const Fields& f);
+
+// verb criu_restore
+struct CriuRestoreFields {
+  std::string name;
+  std::string device_map;
+};
+Result<CriuRestoreFields> decode_criu_restore(const Fields& f);
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,399 @@
+// The requests gcrd serves: a table of verbs (docs/protocol.md §11), each a handler of typed
+// fields (gcrd_requests.h).
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string_view>
+
+#include "checkpoint.h"
+#include "daemon.h"
+#include "gcr/criu.h"
+#include "gcr/process_tree.h"
+#include "gcrd_protocol.h"
+#include "pause_point.h"
+#include "restore.h"
+#include "staged.h"
+
+namespace gcr::gcrd {
+namespace fs = std::filesystem;
+
+namespace {
+
+uid_t owner_of(pid_t pid) {
+  struct stat st;
+  std::string p = "/proc/" + std::to_string(pid);
+  return stat(p.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+fs::path store_root(const Fields& f) {
+  auto it = f.find("store");
+  return it != f.end() && !it->second.empty() ? fs::path(it->second) : store::Store::default_root();
+}
+
+Result<std::shared_ptr<store::Store>> open_store(const Fields& f) {
+  store::StoreOptions o;
+  o.root = store_root(f);
+  // The client resolves locations (gcr/store_location.h) and stages remote stores locally: a
+  // relative path here would be resolved in gcrd's directory, a URL taken for a directory "s3:".
+  if (!o.root.is_absolute())
+    return Error{Errc::invalid_argument,
+                 "gcrd opens stores by absolute path only, and got '" + o.root.string() +
+                     "'; update the gcr client, which resolves the store location"};
+  return store::Store::open(o, true);
+}
+
+// A self-contained container checkpoint keeps its device memory in a store inside the runtime's
+// images directory (docs/containers.md), which the plugin sends as file 0.
+Result<std::shared_ptr<store::Store>> open_images_store(const std::vector<UniqueFd>& files) {
+  if (files.empty())
+    return Error{Errc::protocol, "a self-contained request comes with its images directory"};
+  store::StoreOptions o;
+  o.root = "/proc/self/fd/" + std::to_string(files[0].get()) + "/" + kImagesStoreName;
+  return store::Store::open(o, true);
+}
+
+Result<std::shared_ptr<store::Store>> request_store(const Request& r) {
+  GCR_TRY_ASSIGN(bool self_contained, RequestFields(r.fields).flag("self_contained"));
+  return self_contained ? open_images_store(r.files) : open_store(r.fields);
+}
+
+// A root restore runs CRIU as root on the store's images: a store that anyone but root could have
+// written (the client's GCR_STORE under `sudo -E`, say) could hold images that make CRIU restore a
+// root process running that user's code. Root, its two levels of entries, nobody else's.
+Status check_root_store(const fs::path& root) {
+  auto check = [](const fs::path& p) -> Status {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return errno_error("stat '" + p.string() + "'");
+    if (st.st_uid != 0 || (S_ISDIR(st.st_mode) && (st.st_mode & 022)) || S_ISLNK(st.st_mode))
+      return Error{Errc::permission_denied,
+                   "root restores only from a store that only root can write, and '" + p.string() +
+                       "' belongs to uid " + std::to_string(st.st_uid) +
+                       (S_ISLNK(st.st_mode) ? " and is a symlink" : "") +
+                       ((st.st_mode & 022) ? " and is writable by others" : "") +
+                       "; checkpoint into a store only root can write (GCR_STORE), or restore "
+                       "as that user with their own gcrd"};
+    return ok();
+  };
+  GCR_TRY(check(root));
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    GCR_TRY(check(e.path()));
+    if (e.is_directory(ec) && !e.is_symlink(ec))
+      for (const auto& f : fs::directory_iterator(e.path(), ec)) GCR_TRY(check(f.path()));
+  }
+  return ok();
+}
+
+// A line from the plugin on a criu_dump or criu_restore connection; EOF: CRIU is gone.
+Result<std::string> read_plugin_line(int fd) {
+  std::string line;
+  char c;
+  for (;;) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error("reading from gcr's CRIU plugin");
+    if (n == 0)
+      return Error{Errc::io_error,
+                   "the CRIU run by the container runtime ended without saying how its " +
+                       std::string(line.empty() ? "" : "(partly sent) ") +
+                       "work went (killed? see the runtime's CRIU log)"};
+    if (c == '\n') return line;
+    if (line.size() >= 4096) return Error{Errc::protocol, "gcr's CRIU plugin sent an endless line"};
+    line += c;
+  }
+}
+
+// Whether pid is ancestor's descendant (or ancestor itself).
+bool in_tree_of(pid_t ancestor, pid_t pid) {
+  auto tree = criu::tree_pids(ancestor);
+  return std::find(tree.begin(), tree.end(), pid) != tree.end();
+}
+
+// Of the tasks CRIU restored, the one in no other's tree (the root of what CRIU restored under
+// gcr).
+pid_t topmost_pid(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    bool under_another = false;
+    for (pid_t q : pids) under_another |= q != p && in_tree_of(q, p);
+    if (!under_another) return p;
+  }
+  return 0;
+}
+
+// "result ret=N": whether the runtime's CRIU succeeded.
+Result<bool> read_plugin_result(int fd) {
+  GCR_TRY_ASSIGN(std::string line, read_plugin_line(fd));
+  if (line.rfind("result ", 0) != 0)
+    return Error{Errc::protocol, "gcr's CRIU plugin sent '" + line + "' for a result"};
+  auto f = decode_fields(line.substr(7));
+  return f.count("ret") && f.at("ret") == "0";
+}
+
+// A pid field of the plugin's lines ("restored pid=P", "root pid=P"); 0 if malformed.
+pid_t plugin_pid(const std::string& fields) {
+  auto f = decode_fields(fields);
+  auto p = RequestFields(f).pid("pid");
+  return p ? *p : 0;
+}
+
+// --- the handlers --------------------------------------------------------------------------------
+
+Result<Fields> serve_ping(Daemon&, Request&) {
+  return Fields{{"pid", std::to_string(getpid())}};
+}
+
+// What gcrd is doing to which process, for `gcr ps` (work_registry.h).
+Result<Fields> serve_work(Daemon& d, Request&) {
+  Fields out;
+  for (const auto& [pid, w] : d.work().snapshot()) {
+    const std::string key = "pid." + std::to_string(pid) + ".";
+    out[key + "operation"] = w.operation;
+    out[key + "phase"] = w.phase;
+    out[key + "state"] = w.state;
+  }
+  return out;
+}
+
+// Note [CRIU run by someone else] (checkpoint.h): the plugin's first PAUSE_DEVICES.
+Result<Fields> serve_criu_dump(Daemon& d, Request& r) {
+  if (r.client_uid != 0)
+    return Error{Errc::permission_denied, "only root's CRIU may hand gcrd a dump or a restore"};
+  GCR_TRY_ASSIGN(CriuDumpFields f, decode_criu_dump(r.fields));
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  CheckpointRequest req;
+  req.pid = f.pid;
+  req.quiesce_timeout = f.timeout;
+  req.external_criu = [fd = r.client_fd](const std::string& id) -> Result<bool> {
+    if (!send_line(fd, "ok " + encode_fields({{"id", id}})))
+      return Error{Errc::io_error, "gcr's CRIU plugin hung up before its dump"};
+    return read_plugin_result(fd);
+  };
+  GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, r.progress, &d.work()));
+  if (rep.kind == "none") return Fields{{"kind", "none"}};  // not under gcr: the driver's steps
+  return Fields{{"id", rep.id},
+                {"kept_running", rep.kept_running ? "1" : "0"},
+                {"dirty_bytes", std::to_string(rep.dirty_bytes)}};  // for gcrd's log
+}
+
+// The runtime's CRIU restores; the plugin says which tasks, then how it went.
+Result<pid_t> restored_by_plugin(int fd) {
+  if (!send_line(fd, "ok"))
+    return Error{Errc::io_error, "gcr's CRIU plugin hung up before the restore"};
+  // "restored pid=P" for each CUDA task, then "result ret=N".
+  std::vector<pid_t> pids;
+  pid_t root = 0;
+  for (;;) {
+    GCR_TRY_ASSIGN(std::string line, read_plugin_line(fd));
+    if (line.rfind("root ", 0) == 0) {
+      root = plugin_pid(line.substr(5));
+      continue;
+    }
+    if (line.rfind("restored ", 0) == 0) {
+      if (pid_t p = plugin_pid(line.substr(9))) pids.push_back(p);
+      continue;
+    }
+    if (line.rfind("result ", 0) != 0)
+      return Error{Errc::protocol, "gcr's CRIU plugin sent '" + line + "'"};
+    auto rf = decode_fields(line.substr(7));
+    if (!rf.count("ret") || rf.at("ret") != "0")
+      return Error{Errc::io_error, "the runtime's CRIU failed to restore (see its log)"};
+    break;
+  }
+  // A root the plugin names must hold the tasks it restored (else: the topmost of those).
+  if (root > 0 && !pids.empty() && in_tree_of(root, pids[0])) return root;
+  if (pid_t top = topmost_pid(pids)) return top;
+  return Error{Errc::not_found,
+               "the runtime's CRIU restored no CUDA task that gcr's plugin saw; the device "
+               "memory of checkpoint has nowhere to go"};
+}
+
+Result<Fields> serve_criu_restore(Daemon& d, Request& r) {
+  if (r.client_uid != 0)
+    return Error{Errc::permission_denied, "only root's CRIU may hand gcrd a dump or a restore"};
+  GCR_TRY_ASSIGN(CriuRestoreFields f, decode_criu_restore(r.fields));
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(bool self_contained, RequestFields(r.fields).flag("self_contained"));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  RestoreRequest req;
+  req.name = f.name;
+  if (!f.device_map.empty()) {
+    GCR_TRY_ASSIGN(req.device_map, parse_device_map(f.device_map));
+  }
+  req.external_criu = [fd = r.client_fd]() { return restored_by_plugin(fd); };
+  if (geteuid() == 0 && !self_contained) GCR_TRY(check_root_store(store_root(r.fields)));
+  GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
+  return Fields{{"id", rep.id}, {"pid", std::to_string(rep.pid)}};
+}
+
+// Note [Containers restored for a network peer] (container_host.h).
+Result<Fields> serve_restore_container(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  return restore_container_here(d.options().containers, tools, *st, r.fields, r.client_fd,
+                                r.progress);
+}
+
+// Note [Staged restore] (staged.h).
+Result<Fields> serve_stage(Daemon&, Request& r) {
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  GCR_TRY_ASSIGN(std::string name, RequestFields(r.fields).text("name", 256));
+  pause_point("stage");
+  GCR_TRY_ASSIGN(std::uint64_t loaded, stage_checkpoint(*st, name, r.progress));
+  return Fields{{"loaded_bytes", std::to_string(loaded)}};
+}
+
+// Note [Migration] (cli/cmd_migrate.cpp): "commit" hands the process to the destination; from then
+// on a client that goes away ends it, before then it runs on.
+bool wait_for_migration(int fd, const std::string& id, const std::function<void()>& on_commit) {
+  if (!send_line(fd, "ok " + encode_fields({{"held", "1"}, {"id", id}}))) return false;
+  bool committed = false;
+  for (;;) {
+    auto line = read_plugin_line(fd);
+    if (!line) return committed;
+    if (*line == "commit" && !committed) {
+      committed = true;
+      on_commit();
+    }
+    if (*line == "end") return true;
+    if (*line == "resume") return false;
+  }
+}
+
+Fields checkpoint_reply(const CheckpointReport& rep) {
+  Fields out{{"id", rep.id},
+             {"kind", rep.kind},
+             {"pid", std::to_string(rep.pid)},
+             {"regions", std::to_string(rep.regions)},
+             {"region_bytes", std::to_string(rep.region_bytes)},
+             {"dirty_bytes", std::to_string(rep.dirty_bytes)},
+             {"cow_copies", std::to_string(rep.cow_copies)},
+             {"cow_waits", std::to_string(rep.cow_waits)},
+             {"host_tracked_tasks", std::to_string(rep.host_tracked_tasks)},
+             {"host_pages_from_process", std::to_string(rep.host_pages_from_process)},
+             {"host_pages_from_parent", std::to_string(rep.host_pages_from_parent)},
+             {"host_pages_pinned", std::to_string(rep.host_pages_pinned)},
+             {"host_pinned_touched_bytes", std::to_string(rep.host_pinned_touched_bytes)},
+             {"host_pages_saved", std::to_string(rep.host_pages_saved)},
+             {"host_pages_dma_frozen", std::to_string(rep.host_pages_dma_frozen)},
+             {"processes", std::to_string(rep.processes)},
+             {"shared_regions", std::to_string(rep.shared_regions)},
+             {"images_in", rep.images_in}};
+  for (std::size_t i = 0; i < rep.warnings.size(); ++i)
+    out["warning" + (i ? "." + std::to_string(i) : std::string())] = rep.warnings[i];
+  for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+  for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
+  for (const auto& [k, v] : rep.stats) out["stat." + k] = std::to_string(v);
+  return out;
+}
+
+Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(CheckpointFields f, decode_checkpoint(r.fields));
+  for (pid_t pid : f.job_pids)
+    if (r.client_uid != 0 && owner_of(pid) != r.client_uid)
+      return Error{Errc::permission_denied,
+                   "process " + std::to_string(pid) +
+                       " is not yours; only root or its owner may checkpoint it"};
+  if (r.client_uid != 0 && owner_of(f.pid) != r.client_uid)
+    return Error{Errc::permission_denied,
+                 "process " + std::to_string(f.pid) +
+                     " is not yours; only root or its owner may checkpoint it"};
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  CheckpointRequest req;
+  req.pid = f.pid;
+  req.job_pids = f.job_pids;
+  req.tag = f.tag;
+  req.leave_running = f.leave_running;
+  req.stop_copy = f.stop_copy;
+  req.tcp_close = f.tcp_close;
+  req.device_only = f.device_only;
+  req.quiesce_timeout = f.timeout;
+  if (f.hold)
+    req.hold = [fd = r.client_fd](const std::string& id, const std::function<void()>& on_commit) {
+      return wait_for_migration(fd, id, on_commit);
+    };
+  GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, r.progress, &d.work()));
+  return checkpoint_reply(rep);
+}
+
+Fields restore_reply(const RestoreReport& rep, bool eager) {
+  Fields out{{"id", rep.id},
+             {"kind", rep.kind},
+             {"pid", std::to_string(rep.pid)},
+             {"region_bytes", std::to_string(rep.region_bytes)},
+             {"wanted_regions", std::to_string(rep.wanted_regions)},
+             {"original_pid", std::to_string(rep.original_pid)},
+             {"store_read_bytes", std::to_string(rep.store_read_bytes)},
+             {"shared_bytes", std::to_string(rep.shared_bytes)},
+             {"staged_bytes", std::to_string(rep.staged_bytes)},
+             {"new_pid_namespace", rep.new_pid_namespace ? "1" : "0"},
+             {"mode", eager ? "eager" : "on-demand"},
+             {"host_memory", rep.lazy_host ? "lazy" : "eager"},
+             {"host_source", rep.host_from_store ? "store" : "images"},
+             {"host_served_bytes", std::to_string(rep.host_served_bytes)}};
+  for (pid_t p : rep.tree_pids)  // Note [A job of several trees] (job.h)
+    out["job_pids"] += (out["job_pids"].empty() ? "" : ",") + std::to_string(p);
+  for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
+  for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
+  return out;
+}
+
+Result<Fields> serve_restore(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  RestoreRequest req;
+  req.name = f.name;
+  req.device = f.device;
+  if (!f.device_map.empty()) {
+    GCR_TRY_ASSIGN(req.device_map, parse_device_map(f.device_map));
+  }
+  req.eager = f.eager;
+  req.arriving = f.arriving;
+  req.new_pid_namespace = f.new_pid_namespace;
+  for (std::size_t i = 0; i < r.files.size(); ++i) {
+    if (fcntl(r.files[i].get(), F_GETFL) & O_PATH)
+      return Error{Errc::invalid_argument, "file " + std::to_string(i) + " for " + f.inherit[i] +
+                                               " is an O_PATH descriptor: send an open file"};
+    req.inherit.push_back({f.inherit[i], std::move(r.files[i])});
+  }
+  req.client_uid = r.client_uid;
+  if (geteuid() == 0) GCR_TRY(check_root_store(store_root(r.fields)));
+  GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
+  return restore_reply(rep, req.eager);
+}
+
+using Handler = Result<Fields> (*)(Daemon&, Request&);
+
+// Every verb gcrd serves (docs/protocol.md §11).
+const std::map<std::string_view, Handler>& handlers() {
+  static const std::map<std::string_view, Handler> table = {
+      {"ping", serve_ping},
+      {"work", serve_work},
+      {"checkpoint", serve_checkpoint},
+      {"restore", serve_restore},
+      {"stage", serve_stage},
+      {"criu_dump", serve_criu_dump},
+      {"criu_restore", serve_criu_restore},
+      {"restore_container", serve_restore_container},
+  };
+  return table;
+}
+
+}  // namespace
+
+Result<Fields> Daemon::serve(Request& request) {
+  auto it = handlers().find(request.verb);
+  if (it == handlers().end())
+    return Error{Errc::invalid_argument, "unknown request '" + request.verb.substr(0, 64) + "'"};
+  return it->second(*this, request);
+}
+
+}  // namespace gcr::gcrd

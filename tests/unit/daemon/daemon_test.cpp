@@ -1,0 +1,144 @@
+// gcrd as an object (restore-server/daemon.h): started and stopped in-process on a socket of its
+// own; its requests' fields typed and range-checked (gcrd_requests.h) before anything is done.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "daemon.h"
+#include "gcr/unique_fd.h"
+#include "gcrd_client.h"
+#include "gcrd_requests.h"
+
+using namespace gcr;
+using namespace gcr::gcrd;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A Daemon serving a socket in a temporary directory, on a thread of its own.
+class RunningDaemon {
+ public:
+  RunningDaemon() {
+    char tmpl[] = "/tmp/gcr-daemon-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    DaemonOptions o;
+    o.socket_path = dir_ / "gcrd.sock";
+    o.warm_up = false;
+    o.drain_limit = std::chrono::seconds(5);
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, o.socket_path.c_str());
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener.get(), 8) == 0);
+    daemon_ = std::make_unique<Daemon>(o);
+    thread_ = std::thread(
+        [this, l = std::move(listener)]() mutable { exit_code_ = daemon_->run(std::move(l)); });
+  }
+  ~RunningDaemon() {
+    stop();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  int stop() {
+    if (thread_.joinable()) {
+      daemon_->stop();
+      thread_.join();
+    }
+    return exit_code_;
+  }
+  fs::path socket() const { return dir_ / "gcrd.sock"; }
+  Result<Fields> call(const std::string& verb, const Fields& fields = {}) {
+    GCR_TRY_ASSIGN(int fd, connect_running(socket()));
+    UniqueFd connection(fd);
+    return gcrd::call(connection.get(), verb, fields, nullptr);
+  }
+  Daemon& daemon() { return *daemon_; }
+
+ private:
+  fs::path dir_;
+  std::unique_ptr<Daemon> daemon_;
+  std::thread thread_;
+  int exit_code_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("Daemon: started, served and stopped in-process") {
+  RunningDaemon d;
+  auto pong = d.call("ping");
+  REQUIRE(pong);
+  CHECK(pong->at("pid") == std::to_string(getpid()));
+  auto unknown = d.call("frobnicate");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("unknown request 'frobnicate'") != std::string::npos);
+  // What gcrd is doing to which process (`gcr ps`): nothing yet, then what a checkpoint says.
+  auto idle = d.call("work");
+  REQUIRE(idle);
+  CHECK(idle->empty());
+  d.daemon().work().set(4242, {"checkpoint", "drain", "draining"});
+  auto busy = d.call("work");
+  REQUIRE(busy);
+  CHECK(busy->at("pid.4242.state") == "draining");
+  CHECK(busy->at("pid.4242.phase") == "drain");
+  CHECK(d.stop() == 0);
+  CHECK_FALSE(fs::exists(d.socket()));  // Note [gcrd stops cleanly]: its socket goes with it
+  CHECK_FALSE(connect_running(d.socket()));
+}
+
+TEST_CASE("Daemon: a malformed field refuses the request before anything is done") {
+  RunningDaemon d;
+  struct Case {
+    Fields fields;
+    const char* says;
+  };
+  const Case cases[] = {
+      {{{"pid", "12abc"}}, "request field pid: '12abc' is not a number"},
+      {{{"pid", "-5"}}, "request field pid: -5 is outside 0"},
+      {{{"pid", "99999999999999999999"}}, "request field pid"},
+      {{{"pid", ""}}, "request field pid: missing"},
+      {{{"pid", "100"}, {"timeout_ms", "5"}}, "request field timeout_ms: 5 is outside 100"},
+      {{{"pid", "100"}, {"leave_running", "yes"}},
+       "request field leave_running: 'yes' is not 0 or 1"},
+      {{{"pid", "100"}, {"job_pids", "7,x"}}, "request field job_pids: 'x' is not a pid"},
+      {{{"pid", "100"}, {"job_pids", "7,7"}}, "process 7 is named twice"},
+      {{{"pid", "100"}, {"job_pids", "100"}}, "process 100 is named twice"},
+      {{{"pid", "100"}, {"device_only", "1"}}, "device_only is for a --leave-running checkpoint"},
+      {{{"pid", "100"}, {"hold", "1"}, {"leave_running", "1"}},
+       "hold is for a checkpoint that stops"},
+  };
+  for (const Case& c : cases) {
+    auto reply = d.call("checkpoint", c.fields);
+    INFO(c.says);
+    REQUIRE_FALSE(reply);
+    CHECK(reply.error().code == Errc::invalid_argument);
+    CHECK(reply.error().message.find(c.says) != std::string::npos);
+  }
+  auto restore = d.call("restore", {{"name", "x"}, {"device", "64"}});
+  REQUIRE_FALSE(restore);
+  CHECK(restore.error().message.find("request field device: 64 is outside 0 .. 63") !=
+        std::string::npos);
+}
+
+TEST_CASE("Request fields: typed values") {
+  Fields f{{"a", "42"}, {"b", "1"}, {"c", "0"}, {"list", "3,4,5"}, {"nl", "x\ny"}};
+  RequestFields r(f);
+  CHECK(**r.integer("a", 0, 100) == 42);
+  CHECK_FALSE(r.integer("a", 0, 10));
+  CHECK_FALSE(*r.integer("missing", 0, 10));
+  CHECK(*r.flag("b"));
+  CHECK_FALSE(*r.flag("c"));
+  CHECK_FALSE(*r.flag("missing"));
+  CHECK(*r.pids("list") == std::vector<pid_t>{3, 4, 5});
+  CHECK_FALSE(r.text("nl"));
+  CHECK(r.text("a", 1).error().message.find("longer than 1 bytes") != std::string::npos);
+  auto restore = decode_restore({{"name", "n"}}, 1);
+  REQUIRE_FALSE(restore);
+  CHECK(restore.error().message.find("without an inherit.0 key") != std::string::npos);
+}
