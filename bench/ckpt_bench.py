@@ -519,7 +519,7 @@ def measure(footprint, mode, args, build, timeouts):
                GCR_WORK_DIR=os.path.join(root, "work"), GCR_QUIET="1", SIMGPU_DEVICES="1",
                SIMGPU_MEMORY=size_arg(max(args.simgpu_memory, 2 * footprint + GiB)))
     env.pop("GCR_KEEP_WORK", None)
-    # Note [Dumping into memory] (restore-server/work_dir.h): CRIU's images in the work dir on disk
+    # Note [Dumping into memory] (daemon/work_dir.h): CRIU's images in the work dir on disk
     # (--images disk, gcrd's default), or in a private directory under /dev/shm (--images memory).
     env["GCR_MEMORY_WORK_DIR"] = (os.path.join("/dev/shm", f"gcr-bench-{os.getpid()}")
                                   if args.images == "memory" else "off")

@@ -2,13 +2,13 @@
 """job_bench: what a checkpoint of a multi-process job costs it, by its own step times.
 
 mp_train (tests/workloads/mp_train) runs data-parallel on --ranks N processes that all-reduce every
-step through device memory they share (Note [Job checkpoint] in restore-server/job.h), under
+step through device memory they share (Note [Job checkpoint] in daemon/job.h), under
 `gcr run`, with --step-delay-ms 10. For each N (default 1, 2 and 4; 1 is the same program without
 sharing) and each mode (gcr, then --stop-copy of the same job), the launcher gets two live
 checkpoints (`gcr checkpoint LAUNCHER -R --json`), the second --post-steps + 10 steps after the
 first. Mode `apart` starts the N ranks as separate process trees (`gcr run -- mp_train --rank R
 --job ID` each, no launcher) and checkpoints them with `gcr checkpoint --job PID... -R` (Note [A job
-of several trees] in restore-server/job.h: one CRIU dump per tree). The stall is measured as bench/ckpt_bench.py measures it: the longest gap between rank 0's
+of several trees] in daemon/job.h: one CRIU dump per tree). The stall is measured as bench/ckpt_bench.py measures it: the longest gap between rank 0's
 consecutive step lines (by the program's t_ms) around the checkpoint, minus the median gap before
 it. Also recorded: the cut's time (gcr), the command's time.stall_ns and total_ns, the bytes
 stored. --stop-copy is the baseline of cuda-checkpoint + CRIU: the driver copies device memory into

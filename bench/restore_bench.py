@@ -18,7 +18,7 @@ image, gcr with GCR_CRIU_LAZY_PAGES=0 (variant "eager-host"), is restored the wa
 default, every page before the process runs: the baseline for the host memory's share. A fourth,
 gcr with GCR_HOST_PAGES_FROM_STORE=0 (variant "lazy-images"), is lazy the way CRIU alone is: its
 daemon reads pages from images materialized first, where gcr's own restore has gcrd serve them
-from the store (Note [Host memory from the store] in restore-server/host_pages.h).
+from the store (Note [Host memory from the store] in daemon/host_pages.h).
 
 Per restore: time to resume (gcrd's time.resume_ns: restore start -> the process runs; for
 --stop-copy, when CRIU and the driver's restore are done), time to full (time.full_ns: all device

@@ -136,7 +136,7 @@ void upload_checkpoints(const CheckpointOptions& o, Context& ctx, store::Backend
 Status checkpoint(const CheckpointOptions& o, Context& ctx) {
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
-  if (o.job) {  // Note [A job of several trees] (restore-server/job.h): one checkpoint of them all
+  if (o.job) {  // Note [A job of several trees] (daemon/job.h): one checkpoint of them all
     if (o.pids.size() < 2)
       return Error{Errc::invalid_argument,
                    "--job checkpoints several process trees as one job: give the pid of each "
@@ -483,7 +483,7 @@ Status restore(RestoreOptions o, Context& ctx) {
   std::string where = field(f, "new_pid_namespace") == "1"
                           ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
                           : "";
-  if (!field(f, "job_pids").empty())  // Note [A job of several trees] (restore-server/job.h)
+  if (!field(f, "job_pids").empty())  // Note [A job of several trees] (daemon/job.h)
     where += " with the job's other trees as pids " + field(f, "job_pids");
   // The process writes to our stdout now: the summary goes to stderr, out of its way.
   auto say = [shares_stdout](const std::string& text) {

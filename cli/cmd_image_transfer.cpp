@@ -100,7 +100,7 @@ Status copy(Context& ctx, End from, const std::string& name, End to, const Trans
   if (!r) return std::move(r).error();
   std::optional<std::uint64_t> staged;
   if (o.stage) {
-    // Note [Staged restore] (restore-server/staged.h): the gcrd there loads it onto its GPU now,
+    // Note [Staged restore] (daemon/staged.h): the gcrd there loads it onto its GPU now,
     // keeping the regions an earlier stage loaded that did not change, so that a restore of it
     // there (gcr migrate's, or a runtime's through the CRIU plugin) takes them as they are.
     auto loaded = gcrd::net_stage(to.address, to.token, id->hex());

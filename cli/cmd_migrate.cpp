@@ -9,7 +9,7 @@
 // checkpoint stops the process and gcrd holds it stopped (CheckpointRequest::hold): the last
 // changes go over, and the destination's gcrd restores the checkpoint from its own store, the
 // process running there as soon as its memory is allocated (on demand). After each round the
-// destination stages it on its GPU (Note [Staged restore] in restore-server/staged.h), so the
+// destination stages it on its GPU (Note [Staged restore] in daemon/staged.h), so the
 // restore finds unchanged regions loaded and waits only for what the last rounds changed.
 //
 // At most one copy runs. Until the destination is asked to restore, any failure (the link, the
@@ -387,12 +387,12 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
 // Note [Container migration]
 // gcr migrate --container NAME: the same pre-copy, with the runtime doing the stop. The rounds
 // are device-only checkpoints of the container's processes: gcrd stores what their device memory
-// changed (Note [CRIU run by someone else] in restore-server/checkpoint.h, with no CRIU at all) and
+// changed (Note [CRIU run by someone else] in daemon/checkpoint.h, with no CRIU at all) and
 // they run on, each round's stall being that store. The stop is `runc checkpoint` through gcr's
 // plugin: the container ends, the plugin's checkpoint (only what changed since the last round)
 // lands in the local store by reference, and it and CRIU's images (~1 MiB: device memory is not
 // in them) go to the destination, whose gcrd runs `runc restore` from the bundle its operator
-// prepared (Note [Containers restored for a network peer] in restore-server/container_host.h).
+// prepared (Note [Containers restored for a network peer] in daemon/container_host.h).
 //
 // At most one copy runs. A failure before the destination has the whole request (the link, the
 // destination, the push), a restore it refuses, or a destination whose gcrd is gone, restores

@@ -185,7 +185,7 @@ void before_write_entry(std::uint32_t index, cow::Entry& e) noexcept {
     }
     // pending (waiting for gcrd to read it), reading, or copying by another thread. Reading, in
     // a checkpoint's table: it is waited for (gcrd counts that of a shared allocation's views,
-    // Note [Shared memory behind every view] in restore-server/drain.h). A load's reading entry is
+    // Note [Shared memory behind every view] in daemon/drain.h). A load's reading entry is
     // being loaded, at the pace gcrd was given.
     if (s == cow::kReading && !g_touch_waits.load(std::memory_order_relaxed) &&
         !e.wanted.load(std::memory_order_relaxed))

@@ -2,7 +2,7 @@
 // A device writes host memory the program pinned through the driver (cuMemHostAlloc,
 // cuMemAllocHost, cuMemHostRegister) by DMA, past the page tables. gcr keeps host memory out of
 // the freeze with write protection (Note [Pages written after the resume] in gcr/criu.h; Note
-// [Host memory tracked between checkpoints] in restore-server/host_tracking.h): a page protected
+// [Host memory tracked between checkpoints] in daemon/host_tracking.h): a page protected
 // at the cut is copied by CRIU before the program's first write to it, and a page still protected
 // at the next cut was not written since. A DMA write sees neither: it could change a page in
 // CRIU's pipe before CRIU wrote it, or leave a written page looking unchanged. Until protocol 1.4

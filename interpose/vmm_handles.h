@@ -25,7 +25,7 @@
 //
 // Note [Shared regions]
 // Memory shared between the processes of a job is checkpointed as one region of the job
-// (gcrd's job checkpoint, restore-server/job.h). To find one allocation in every process that maps
+// (gcrd's job checkpoint, daemon/job.h). To find one allocation in every process that maps
 // it, each process keeps *share keys* for what it shares: the identity (st_dev, st_ino) of every
 // fd it exported for the allocation (cuMemExportToShareableHandle, the fd behind a cuIpc token),
 // or of the fd it imported. A peer that imported an fd holds the same file the exporter handed

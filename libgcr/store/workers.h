@@ -2,7 +2,7 @@
 // works too, so a pool of N runs N-1 threads and never oversubscribes the N cores it was sized for.
 // Several threads may call parallel_for at once; their jobs share the workers. A job runs in its
 // caller's scheduling class: one called from a thread at SCHED_IDLE (gcrd loading behind a
-// restore, restore-server/loader.h) runs at SCHED_IDLE on the workers too, so that it takes only
+// restore, daemon/loader.h) runs at SCHED_IDLE on the workers too, so that it takes only
 // CPU time nothing else wants.
 #pragma once
 

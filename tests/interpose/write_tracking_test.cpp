@@ -244,7 +244,7 @@ TEST_CASE("a region outside gcr's address arena is always reported dirty", "[tra
   check_child_tracking({"GCR_ARENA_BYTES=8M"}, "nop", "d", false);
 }
 
-// Note [Host memory tracked between checkpoints] (restore-server/host_tracking.h): a device
+// Note [Host memory tracked between checkpoints] (daemon/host_tracking.h): a device
 // writes registered host memory by DMA, past write protection, so gcrd must know of it.
 TEST_CASE("host memory registered with the driver stays reported in the status", "[track]") {
   require_under_gcr();

@@ -60,7 +60,7 @@ struct Rect {
 // Note [A copy engine takes no CPU]
 // A GPU's copy engines move bytes by DMA, beside the CPUs; simgpu's stream threads move them with
 // the host's CPU. A copy queued by a thread that runs at SCHED_IDLE (gcrd loading behind a restore,
-// Note [Loading behind the restore] in restore-server/loader.h) meant to take only CPU time nothing
+// Note [Loading behind the restore] in daemon/loader.h) meant to take only CPU time nothing
 // else wants, so its stream thread runs it at SCHED_IDLE too. Otherwise simgpu would take from
 // CRIU's restore the CPU a GPU never takes: on 2 cores, 0.7 ms of every 1.5 ms while CRIU waited.
 // Other copies and kernels run as the stream thread does, in the class it had (put back after the

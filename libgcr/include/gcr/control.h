@@ -72,7 +72,7 @@ inline constexpr std::uint32_t kMaxShareKeys = 16;  // per record
 // Host memory a device may write by DMA, past the page tables (protocol 1.4): what the program
 // pinned through the driver (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister), including ranges
 // it has since unregistered, which a device may have written before. Note [Host memory tracked
-// between checkpoints] in restore-server/host_tracking.h: gcrd takes these pages from the process
+// between checkpoints] in daemon/host_tracking.h: gcrd takes these pages from the process
 // at every checkpoint. `overflow`: the process pinned more ranges than it keeps (then gcrd does
 // not track its host memory at all).
 struct HostDmaRange {

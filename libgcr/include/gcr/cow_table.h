@@ -18,7 +18,7 @@
 // which nothing writes. When the process cannot allocate a copy it raises `wanted` and waits:
 // gcrd reads wanted entries first. gcrd may hand the table over with entries already `reading`: a
 // job's shared allocations, one entry per view (Note [Shared memory behind every view] in
-// restore-server/drain.h); the process waits for those, never copies them.
+// daemon/drain.h); the process waits for those, never copies them.
 //
 // Note [Copies handed over]
 // A copy the process made lives in the process: were it taken only when gcrd gets to its entry

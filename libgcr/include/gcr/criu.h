@@ -24,7 +24,7 @@ struct Tools {
   // after the resume]); GCR_CRIU_COW_DUMP=0 turns it off.
   bool cow_dump = false;
   // And --cow-track (0006-cow-track.patch; Note [Host memory tracked between checkpoints] in
-  // restore-server/host_tracking.h); GCR_CRIU_COW_TRACK=0 turns it off.
+  // daemon/host_tracking.h); GCR_CRIU_COW_TRACK=0 turns it off.
   bool cow_track = false;
   // And --cow-dma (0007-cow-dma.patch): pinned host memory copied in the freeze.
   bool cow_dma = false;
@@ -143,7 +143,7 @@ struct RestoreOptions {
   class LazyPages* lazy_pages = nullptr;
   // With lazy_pages: the daemon asks for the pages on this connected socket (CRIU's page-server
   // protocol; criu lazy-pages --page-server --ps-socket) instead of reading the images'
-  // (Note [Host memory from the store] in restore-server/host_pages.h). The caller's, left open.
+  // (Note [Host memory from the store] in daemon/host_pages.h). The caller's, left open.
   int lazy_pages_socket = -1;
   // Called right before CRIU's restore starts, or goes on (with lazy_pages, once the daemon
   // listens; started beside it, CRIU then waits at gcr's plugin's init: Note [Lazy-pages daemon
@@ -163,7 +163,7 @@ Status restore(const Tools& tools, const RestoreOptions& options);
 // so its end is watched and the restored tasks are killed when it failed (restore.cpp). Used when
 // `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off. gcrd has the
 // daemon ask it for the pages instead of reading images (RestoreOptions::lazy_pages_socket; Note
-// [Host memory from the store] in restore-server/host_pages.h).
+// [Host memory from the store] in daemon/host_pages.h).
 bool lazy_pages_available(const Tools& tools);
 
 // The daemon of a lazy restore: reaped by wait(), killed and reaped by the destructor otherwise.

@@ -1,6 +1,6 @@
 // CRIU's pagemap images (pagemap-ID.img): which pages of a task's memory are in its pages image,
 // in which order, and which CRIU may restore lazily. Read by gcrd to serve those pages from the
-// store itself (Note [Host memory from the store] in restore-server/host_pages.h).
+// store itself (Note [Host memory from the store] in daemon/host_pages.h).
 //
 // Format (CRIU's images/pagemap.proto, criu/include/pagemap.h): two magics (IMG_COMMON_MAGIC,
 // PAGEMAP_MAGIC), then entries each a little-endian u32 size and a protobuf message: first a

@@ -178,7 +178,7 @@ class CheckpointReader {
   // The same, leaving out byte ranges (offset, size) of some files (by name): a chunk that lies
   // wholly within them is not read or written, so the file has a hole there (zeros when read).
   // For what is served another way (Note [Host memory from the store] in
-  // restore-server/host_pages.h).
+  // daemon/host_pages.h).
   using LeftOut = std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>>;
   virtual Status materialize_files(const std::filesystem::path& dir, const LeftOut& left_out) = 0;
 };

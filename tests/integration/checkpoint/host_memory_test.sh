@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Note [Dumping into memory] (restore-server/work_dir.h): with GCR_MEMORY_WORK_DIR set, CRIU writes
+# Note [Dumping into memory] (daemon/work_dir.h): with GCR_MEMORY_WORK_DIR set, CRIU writes
 # a checkpoint's images, the process's host memory among them, there when the process fits, and
 # into the work dir on disk when it does not (or with GCR_MEMORY_WORK_DIR=off). mlp_train
 # with 64 MiB of pageable host memory (--host-footprint) is checkpointed live twice and once for
@@ -48,7 +48,7 @@ round_trip() {  # WHERE EXPECTED: a live checkpoint, a stopping one, restores of
   done
 }
 
-# Note [Host memory from the store] (restore-server/host_pages.h): where host memory comes in
+# Note [Host memory from the store] (daemon/host_pages.h): where host memory comes in
 # lazily, gcrd serves it from the store (most of the 64 MiB), unless told not to.
 check_host_source() {  # NAME FROM_STORE(0|1), of $T/r.json
   [[ $(json_field host_memory < "$T/r.json") == lazy ]] || return 0

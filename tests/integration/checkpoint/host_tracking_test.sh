@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Note [Host memory tracked between checkpoints] (restore-server/host_tracking.h): a live
+# Note [Host memory tracked between checkpoints] (daemon/host_tracking.h): a live
 # checkpoint after the first takes the host pages the process did not write since from the
 # previous dump's images, not from the frozen process. mlp_train with 96 MiB of pageable host
 # memory, of which each step rewrites 64 pages, started from a shell with its output appended to

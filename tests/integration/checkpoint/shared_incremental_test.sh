@@ -10,7 +10,7 @@
 #      again, and restored, ends bit-identical to an uninterrupted run with that write
 #   c. the child writes the table just after a live checkpoint's resume, while gcrd (paused at
 #      `draining`) has not read it yet: the child waits for gcrd (Note [Shared memory behind every
-#      view] in restore-server/drain.h: cow_waits counts it), the pair ends bit-identical, and the
+#      view] in daemon/drain.h: cow_waits counts it), the pair ends bit-identical, and the
 #      checkpoint, restored, too (the table as it was at the cut, not as the child wrote it)
 #   d. as c, but gcrd is killed while the child waits for it: the child is let go (its control
 #      session ends), the pair ends bit-identical, and the checkpoint fails, committing nothing

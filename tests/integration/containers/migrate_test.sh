@@ -168,7 +168,7 @@ ends_once "$T/h.log"
 echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field downtime_ns < "$T/h.json") / 1000000 )) ms over the shaped link; the destination ended with $REF"
 
 # i, j: a network timeout of 2 s for gcr migrate and the destination (Note [A peer that stops
-# answering] in restore-server/net_store.h).
+# answering] in gcrd-net/net_store.h).
 export GCR_NET_TIMEOUT_MS=2000
 if ! link_cuttable; then
   echo "SKIP: steps i and j (iptables cannot add a rule here: it cuts the link with one)"

@@ -3,7 +3,7 @@
 # end-to-end test (a private store, gcrd socket and work directory under /var/tmp, simgpu), an
 # uninterrupted reference run of mlp_train, and the means to stop a checkpoint at a known phase:
 #
-#  - gcrd's pause points (GCR_GCRD_PAUSE_AT, restore-server/pause_point.h): gcrd logs
+#  - gcrd's pause points (GCR_GCRD_PAUSE_AT, daemon/pause_point.h): gcrd logs
 #    "paused at NAME" and sleeps; a point gcrd never reaches (one checkpoint.cpp does not call yet)
 #    is reported as skipped, by name;
 #  - CRIU's action scripts: gcrd runs CRIU through a wrapper ($T/criu) that adds

@@ -179,7 +179,7 @@ else
 fi
 
 step "a byte of host memory: an error, and no process runs on"
-# Note [Host memory from the store] (restore-server/host_pages.h): the pages CRIU may restore
+# Note [Host memory from the store] (daemon/host_pages.h): the pages CRIU may restore
 # lazily are read from the store only when gcrd serves them, after the process runs; a damaged
 # one makes gcrd kill the process before the daemon hears of it. (A damaged page CRIU restores
 # itself is found while materializing, before any process exists.) A run with 32 MiB of host

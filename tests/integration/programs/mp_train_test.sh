@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A multi-process job under gcr (issue 13, Note [Job checkpoint] in restore-server/job.h):
+# A multi-process job under gcr (issue 13, Note [Job checkpoint] in daemon/job.h):
 # mp_train's ranks share device memory through every path real programs use (POSIX fds over
 # SCM_RIGHTS, pidfd_getfd, an owner's proxy export, CUDA IPC) and all-reduce with kernels that spin
 # on each other's flags. Started from this script's shell under `gcr run`:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A job of process trees started apart (issue 13, Note [A job of several trees] in
-# restore-server/job.h): mp_train's ranks started by hand from this script's shell, each under its
+# daemon/job.h): mp_train's ranks started by hand from this script's shell, each under its
 # own `gcr run` with no launcher above them, sharing device memory (every transport) and talking
 # over unix sockets between the trees.
 #   a: one rank alone is refused before anything stops, naming its peer and --job; two

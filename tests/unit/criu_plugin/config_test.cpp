@@ -1,4 +1,4 @@
-// restore-server/criu_plugin/config.cpp: the GCR_* settings each stage reads.
+// criu-plugin/config.cpp: the GCR_* settings each stage reads.
 #include "config.h"
 
 #include <unistd.h>

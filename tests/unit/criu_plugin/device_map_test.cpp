@@ -1,4 +1,4 @@
-// restore-server/criu_plugin/device_map.cpp: GCR_DEVICE_MAP, by ordinal and by UUID.
+// criu-plugin/device_map.cpp: GCR_DEVICE_MAP, by ordinal and by UUID.
 #include "device_map.h"
 
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// restore-server/criu_plugin/final_state.cpp: Note [Leave running].
+// criu-plugin/final_state.cpp: Note [Leave running].
 #include "final_state.h"
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// gcrd as an object (restore-server/daemon.h): started and stopped in-process on a socket of its
+// gcrd as an object (daemon/daemon.h): started and stopped in-process on a socket of its
 // own; its requests' fields typed and range-checked (gcrd_requests.h) before anything is done.
 #include <catch2/catch.hpp>
 

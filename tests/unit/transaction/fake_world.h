@@ -1,4 +1,4 @@
-// A fake world for the checkpoint transaction (restore-server/checkpoint_txn.h): processes whose
+// A fake world for the checkpoint transaction (daemon/checkpoint_txn.h): processes whose
 // device memory is memfds, control sessions, keepers and a CRIU that follow the real rules
 // (docs/protocol.md §5: a session never leaves a process quiesced; a stopped process does not
 // answer; CRIU cannot dump a process that holds a session), a real store in a temporary

@@ -1,4 +1,4 @@
-// The checkpoint as a transaction (restore-server/checkpoint_txn.h, Note [Checkpoint phases]) on
+// The checkpoint as a transaction (daemon/checkpoint_txn.h, Note [Checkpoint phases]) on
 // a fake world (fake_world.h): in every mode, a failure injected at each call the checkpoint
 // makes ends with every process running with its memory, no keeper holding and nothing
 // committed; a timeout likewise; the undos run in the reverse order of the phases; and the

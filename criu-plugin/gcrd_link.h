@@ -1,6 +1,6 @@
 // The plugin's side of gcrd's socket: for a process running under gcr, gcrd parks and stores its
 // device memory and gives it back on restore, while the runtime's CRIU does the rest (Note [CRIU
-// run by someone else] in restore-server/checkpoint.h; docs/containers.md). The plugin's driver
+// run by someone else] in daemon/checkpoint.h; docs/containers.md). The plugin's driver
 // steps still checkpoint and restore the process's control state.
 //
 // What the images directory gets: the reference to the checkpoint (kImagesReferenceName, its

@@ -13,7 +13,7 @@
 // without its GPU state.
 //
 // For a process running under gcr, the plugin is a thin client of gcrd (gcrd_link.h; Note [CRIU
-// run by someone else] in restore-server/checkpoint.h): at the first PAUSE_DEVICES of a dump gcrd
+// run by someone else] in daemon/checkpoint.h): at the first PAUSE_DEVICES of a dump gcrd
 // parks and stores the device memory of the whole tree, so the driver checkpoints control state
 // only; at restore init gcrd allocates the memory and starts loading it before CRIU forks
 // anything (earlier than POST_FORKING, which is not registered), and gives it to the restored
