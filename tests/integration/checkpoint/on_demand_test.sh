@@ -12,7 +12,6 @@ TEST_NAME=on-demand-test
 source "$(dirname "$0")/lib.sh"
 # gcrd inherits this from the gcr that starts it: 64 MiB take about 8 s to load.
 export GCR_LOAD_MIB_PER_S=8
-wait_gone() { for _ in $(seq 1 1500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.02; done; fail "process $1 still runs"; }
 wait_ms() { awk -v w="touch $2" '$1" "$2 == w {print int($4)}' "$1" | tail -n 1; }
 
 echo "== late_touch, checkpointed while it waits"

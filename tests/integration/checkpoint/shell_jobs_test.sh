@@ -19,7 +19,6 @@ REF=$(checksum_of "$T/ref.log")
 [[ -n $REF ]] || fail "reference run printed no checksum"
 
 restored_pid() { json_field pid < "$1"; }
-wait_gone() { for _ in $(seq 1 3000); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.02; done; fail "pid $1 did not end"; }
 expect_ref() {  # LOG WHAT [BYTES]: the last checksum in LOG (past its first BYTES) is the reference
   local got
   got=$(checksum_after "$1" "${3:-0}")

@@ -3,7 +3,9 @@
 # read-only (the build and the test's directory read-write), and cleanup.
 #
 # Sourced after `set -euo pipefail` with the build dir as $1 and TEST_NAME set.
-# Helpers: fail, step, json_field, checksum_of, steps_in, wait_steps, make_bundle, start_gcrd.
+# Helpers: ../harness.sh's (fail, step, json_field, checksum_of, wait_steps, wait_until...), and
+# wait_checksum, make_bundle, start_gcrd.
+source "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 BUILD=$(cd "$1" && pwd)
 ROOT=$(cd "$BUILD/.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
@@ -14,11 +16,8 @@ CRIU=${GCR_TEST_CRIU:-${GCR_CRIU:-$ROOT/.deps/criu/criu}}
 "$CRIU" check > /dev/null 2>&1 || skip "'$CRIU check' fails on this kernel"
 GCR=$BUILD/bin/gcr
 
-for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workload (see checkpoint/lib.sh)
-  fd=${fd##*/}
-  if (( fd > 2 )); then eval "exec $fd>&-" 2> /dev/null || true; fi
-done
-T=$(mktemp -d "/var/tmp/gcr-$TEST_NAME.XXXXXX")
+close_inherited_fds
+harness_dir "$TEST_NAME"
 chmod 755 "$T"
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
 export SIMGPU_DEVICES=${SIMGPU_DEVICES:-1} SIMGPU_MEMORY=${SIMGPU_MEMORY:-1G}
@@ -26,7 +25,6 @@ export SIMGPU_DEVICES=${SIMGPU_DEVICES:-1} SIMGPU_MEMORY=${SIMGPU_MEMORY:-1G}
 export CRIU_LIBS_DIR=$BUILD/criu-plugin GCR_REAL_LIBCUDA=$BUILD/simgpu/libcuda.so.1
 containers=()
 pids=()
-T0=$(date +%s.%N)
 cleanup() {
   local rc=$?
   if declare -F cleanup_extra > /dev/null; then cleanup_extra; fi  # a scenario's own
@@ -47,24 +45,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*"; exit 1; }
-step() { printf "== [%5.1fs] %s\n" "$(awk -v t0="$T0" -v t1="$(date +%s.%N)" 'BEGIN{print t1 - t0}')" "$*"; }
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
-checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
-steps_in() { grep -c '^step' "$1" 2> /dev/null || true; }
-wait_steps() {  # LOG N
-  for _ in $(seq 1 1500); do
-    [[ $(steps_in "$1") -ge $2 ]] && return 0
-    sleep 0.02
-  done
-  fail "$1 did not reach step $2"
-}
+has_checksum() { [[ -n $(checksum_of "$1") ]]; }
 wait_checksum() {  # LOG: until it ends with a checksum
-  for _ in $(seq 1 3000); do
-    [[ -n $(checksum_of "$1") ]] && return 0
-    sleep 0.02
-  done
-  fail "$1 never showed a checksum"
+  wait_until 60 has_checksum "$1" || fail "$1 never showed a checksum"
 }
 
 # start_gcrd SOCKET: a gcrd of its own on SOCKET (a second "host" gets another).

@@ -15,6 +15,7 @@
 # usage: <test>.sh BUILD_DIR CRIU        (needs root for CRIU; exits 77 to skip)
 # GCR_TEST_KEEP=1 keeps the work directory.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 BUILD=$(cd "$1" && pwd)
 REAL_CRIU=${2:-}
 [[ $(id -u) == 0 ]] || { echo "SKIP: CRIU needs root"; exit 77; }
@@ -22,13 +23,8 @@ GCR=$BUILD/bin/gcr
 [[ -x $GCR && -x $BUILD/bin/gcrd ]] || { echo "FAIL: gcr or gcrd not built in $BUILD"; exit 1; }
 [[ -x $REAL_CRIU ]] || { echo "SKIP: no CRIU at '$REAL_CRIU' (scripts/setup.sh builds it)"; exit 77; }
 
-# Close what this shell inherited beyond stdio (ctest leaves its log file open in the tests it
-# runs): a workload inheriting such a file would make CRIU's restore check that file's size.
-for fd in /proc/$$/fd/*; do
-  fd=${fd##*/}
-  if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
-T=$(mktemp -d /var/tmp/gcr-failure-test.XXXXXX)
+close_inherited_fds
+harness_dir failure-test
 chmod 711 "$T"  # a test user (nobody) may reach a folder of its own in it
 # gcrd makes its socket's folder 0700, and --detach logs there.
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
@@ -37,9 +33,7 @@ GCRD_LOG=$T/gcrd/gcrd.log
 STEPS=200
 MLP_BIN=$BUILD/tests/workloads/mlp_train
 MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --footprint 32M --streams 2)
-T0=$(date +%s.%N)
-pids=()     # processes to kill on the way out
-problems=() # failed checks of a test that goes on to its other cases
+pids=() # processes to kill on the way out
 
 cleanup() {
   local rc=$?
@@ -59,50 +53,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*"; exit 1; }
-# bad TEXT: a failed check; the test goes on and fails at the end (finish).
-bad() {
-  echo "FAIL: $*"
-  problems+=("$*")
-}
-step() { printf "== [%5.1fs] %s\n" "$(awk -v t0="$T0" -v t1="$(date +%s.%N)" 'BEGIN{print t1 - t0}')" "$*"; }
-finish() {
-  if ((${#problems[@]})); then
-    echo "${#problems[@]} check(s) failed:"
-    printf '  - %s\n' "${problems[@]}"
-    exit 1
-  fi
-  step "PASS"
-}
-
-checksum_of() { awk '/^checksum/ {c=$2} END {print c}' "$1"; }
-checksums_in() { grep -c '^checksum' "$1" 2>/dev/null || true; }
-steps_in() { grep -c '^step' "$1" 2>/dev/null || true; }
-wait_steps() { # LOG N: wait until the log shows N steps
-  for _ in $(seq 1 1000); do
-    [[ $(steps_in "$1") -ge $2 ]] && return 0
-    sleep 0.02
-  done
-  fail "$1 did not reach step $2"
-}
-# alive PID: true while PID runs (a zombie counts as gone).
-alive() {
-  local state
-  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-  [[ $state != Z ]]
-}
-# wait_gone PID [SECONDS]: until PID is gone and reaped (a restore needs the pid free).
-wait_gone() {
-  local n=$((${2:-10} * 50)) i
-  for ((i = 0; i < n; i++)); do
-    if ! alive "$1"; then
-      wait "$1" 2>/dev/null || true
-      [[ -e /proc/$1 ]] || return 0
-    fi
-    sleep 0.02
-  done
-  return 1
-}
 # finish_run PID LOG CHECKSUMS: waits for PID to exit and LOG to hold more than CHECKSUMS
 # checksum lines. 0: finished; 1: hung (alive, no new step for $HUNG_S s); 2: exited without one.
 HUNG_S=8  # a checkpoint stalls a step for well under a second here

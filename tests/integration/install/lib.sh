@@ -4,13 +4,11 @@
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 [[ $(id -u) == 0 ]] || { echo "SKIP: installing and CRIU need root"; exit 77; }
-for fd in /proc/$$/fd/*; do  # ctest's log file must not reach the workloads (see checkpoint/lib.sh)
-  fd=${fd##*/}
-  if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
-done
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
+close_inherited_fds
 # Only what an installed gcr finds by itself: no build-tree CRIU, no pointers into the build.
 unset GCR_CRIU GCR_CRIU_PLUGIN_DIR GCR_INTERPOSER GCR_REAL_LIBCUDA GCR_GCRD LD_LIBRARY_PATH LD_PRELOAD
-T=$(mktemp -d "/var/tmp/gcr-$TEST_NAME.XXXXXX")
+harness_dir "$TEST_NAME"
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
 export SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G
 pids=()
@@ -29,7 +27,6 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 # The workload, copied out of the build tree (it is not part of an install).
 cp "$BUILD/tests/workloads/mlp_train" "$T/mlp_train"
 MLP=("$T/mlp_train" --steps 80 --step-delay-ms 12 --footprint 8M --streams 2)

@@ -4,8 +4,6 @@
 #   launch LOG CMD...       start `gcr run -- CMD` the way a user does in a shell: in the
 #                           background of this script's bash (same session and process group, not
 #                           setsid), output to LOG (`>`); sets P to its pid
-#   checksums_in LOG        how many `checksum` lines LOG has
-#   wait_gone PID           until PID no longer exists
 #   checkpoint_json OUT ARGS...   gcr checkpoint ARGS --json > OUT, or fail with its output
 #   restore_and_check ID LOG REF  gcr restore ID --json; wait for the restored process to end and
 #                           check that it appended exactly one `checksum` line to LOG, equal to REF
@@ -31,16 +29,6 @@ tree_of() {
   local p=$1 c
   echo "$p"
   for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do tree_of "$c"; done
-}
-
-checksums_in() { grep -c '^checksum' "$1" 2>/dev/null || true; }
-
-wait_gone() {
-  for _ in $(seq 1 3000); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.02
-  done
-  fail "process $1 did not finish within 60 s"
 }
 
 checkpoint_json() {
