@@ -529,8 +529,14 @@ Status daemon(const DaemonOptions& o, Context& ctx) {
     GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
     if (location.is_s3())
       return Error{Errc::unsupported, "--listen serves a local store; --store is a bucket"};
-    args.insert(args.end(), {"--listen", o.listen, "--token-file", o.token_file, "--store",
-                             location.directory.string()});
+    // Other hosts get a store of their own, never this user's checkpoints (docs/security.md,
+    // "Network"): the one named with --store or GCR_STORE, else the default store's sibling
+    // "served" (created 0700 on first use).
+    const bool named = !ctx.store_option.empty() || (ctx.env_store && !ctx.env_store->empty());
+    const std::filesystem::path served =
+        named ? location.directory : store::Store::default_root().parent_path() / "served";
+    args.insert(args.end(),
+                {"--listen", o.listen, "--token-file", o.token_file, "--store", served.string()});
   }
   if (!o.containers.empty()) {
     if (o.listen.empty())
@@ -675,7 +681,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   auto* d = app.add_subcommand("daemon",
                                "Run gcrd in the foreground (gcr starts it on demand otherwise)");
   d->add_option("--listen", dopt.listen,
-                "Also serve other hosts over TCP (the destination of gcr migrate), on HOST:PORT")
+                "Also serve other hosts over TCP (the destination of gcr migrate), on HOST:PORT, "
+                "with a store of their own: --store/GCR_STORE when given, else 'served' beside "
+                "the default store (never your checkpoints)")
       ->type_name("HOST:PORT");
   d->add_option("--token-file", dopt.token_file,
                 "With --listen: the token other hosts must present (a file of 32+ characters, "

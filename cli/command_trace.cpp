@@ -66,14 +66,11 @@ std::vector<trace::Span> gcrd_spans(const std::map<std::string, std::string>& f)
   return out;
 }
 
-// The whole trace, then renamed into place: a reader never sees half a file.
+// The whole trace, then renamed into place: a reader never sees half a file, and a link planted
+// where it goes (the caller's directory may be another user's) is replaced, not written through.
+// 0600: a trace names every process's threads and the machine's disk activity.
 Status write_file_atomically(const std::string& file, const std::string& text) {
-  std::string tmp = file + ".tmp." + std::to_string(getpid());
-  GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  Status s = io::write_all(fd.get(), std::as_bytes(std::span(text.data(), text.size())), 0, tmp);
-  if (s) s = io::rename_file(tmp, file);
-  if (!s) (void)io::remove_file(tmp);
-  return s;
+  return io::replace_file(file, std::as_bytes(std::span(text.data(), text.size())), 0600);
 }
 
 using gcrd::field_u64;

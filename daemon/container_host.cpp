@@ -41,13 +41,42 @@ std::string own_driver() {
   return "";
 }
 
+// Whether this gcrd restores container `name` for a peer (Note [Containers restored for a network
+// peer]); a request without its store (a local one: the network's always has one) is refused too.
+Status check_container(const ContainerHost& host, const std::map<std::string, std::string>& f,
+                       const std::string& name) {
+  if (host.bundles.empty())
+    return Error{Errc::permission_denied,
+                 "this gcrd restores no containers for other hosts; its operator starts it with "
+                 "--containers DIR, DIR/NAME being the bundle of each container it accepts"};
+  if (!valid_container_name(name))
+    return Error{Errc::invalid_argument, "'" + name + "' is not a container name"};
+  if (!f.count("store") || f.at("store").empty())
+    return Error{Errc::invalid_argument, "restore_container names no store"};
+  std::error_code ec;
+  const fs::path bundle = host.bundles / name;
+  if (!fs::is_regular_file(bundle / "config.json", ec))
+    return Error{Errc::not_found, "no bundle for container '" + name + "' here (" +
+                                      bundle.string() +
+                                      "/config.json): this host's operator prepares it, with the "
+                                      "root file system the container expects"};
+  return ok();
+}
+
 }  // namespace
 
 Result<std::map<std::string, std::string>> restore_container_here(
     const ContainerHost& host, const criu::Tools& tools, store::Store& st,
     const std::map<std::string, std::string>& f, int client_fd, const Progress& progress) {
-  // The images first, whatever follows: a refusal before them would reset the connection under
-  // a peer still sending, and it would never read why.
+  // What is refused is refused before anything touches disk: the images are then read and
+  // dropped (a peer still sending would otherwise have its connection reset, and never read why).
+  const std::string name = f.count("name") ? f.at("name") : "";
+  const std::string id = f.count("id") ? f.at("id") : "";
+  if (Status refused = check_container(host, f, name); !refused) {
+    (void)receive_images(client_fd, -1, kImagesLimit);
+    return std::move(refused).error();
+  }
+  const fs::path bundle = host.bundles / name;
   auto t_receive = Clock::now();
   GCR_TRY_ASSIGN(WorkDir work, WorkDir::create("container"));
   const fs::path images = work.path() / "images";
@@ -58,22 +87,6 @@ Result<std::map<std::string, std::string>> restore_container_here(
   GCR_TRY_ASSIGN(ImagesSent got, receive_images(client_fd, images_fd.get(), kImagesLimit)
                                      .context("receiving the container's images"));
   const std::string receive_ns = ns_since(t_receive);
-
-  const std::string name = f.count("name") ? f.at("name") : "";
-  const std::string id = f.count("id") ? f.at("id") : "";
-  if (host.bundles.empty())
-    return Error{Errc::permission_denied,
-                 "this gcrd restores no containers for other hosts; its operator starts it with "
-                 "--containers DIR, DIR/NAME being the bundle of each container it accepts"};
-  if (!valid_container_name(name))
-    return Error{Errc::invalid_argument, "'" + name + "' is not a container name"};
-  const fs::path bundle = host.bundles / name;
-  std::error_code ec;
-  if (!fs::is_regular_file(bundle / "config.json", ec))
-    return Error{Errc::not_found, "no bundle for container '" + name + "' here (" +
-                                      bundle.string() +
-                                      "/config.json): this host's operator prepares it, with the "
-                                      "root file system the container expects"};
   GCR_TRY_ASSIGN(store::CheckpointId cid,
                  st.resolve(id).context("the container's device memory in this host's store"));
   GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));

@@ -65,6 +65,8 @@ std::string read_request(int fd, std::vector<UniqueFd>& files) {
 Daemon* g_signalled = nullptr;  // the daemon SIGTERM stops (stop_on_signals)
 
 constexpr int kMaxNetworkClients = 64;
+constexpr int kMaxHandshakes = 16;  // Note [Before a peer is authenticated]
+constexpr int kMaxHandshakesPerAddress = 4;
 
 }  // namespace
 
@@ -195,20 +197,22 @@ void Daemon::accept_loop(int listener, bool network) {
     char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
     getnameinfo(reinterpret_cast<sockaddr*>(&from), len, host, sizeof host, port, sizeof port,
                 NI_NUMERICHOST | NI_NUMERICSERV);
+    if (!begin_handshake(host)) continue;  // closed unread: Note [Before a peer is authenticated]
     int one = 1;
     setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     watch_peer(fd.get());  // Note [A peer that stops answering]
     try {
       ++network_clients_;
       std::thread(
-          [this](UniqueFd fd, std::string peer) {
-            handle_network_client(std::move(fd), std::move(peer));
+          [this](UniqueFd fd, std::string address, std::string peer) {
+            handle_network_client(std::move(fd), address, std::move(peer));
             --network_clients_;
           },
-          std::move(fd), std::string(host) + ":" + port)
+          std::move(fd), std::string(host), std::string(host) + ":" + port)
           .detach();
     } catch (const std::exception& e) {
       --network_clients_;
+      end_handshake(host);
       log(std::string("a network connection refused: ") + e.what());
     }
   }
@@ -225,14 +229,41 @@ void Daemon::handle_client(UniqueFd fd) {
   handle_request(fd, cred.uid, false);
 }
 
+bool Daemon::begin_handshake(const std::string& address) {
+  std::lock_guard lock(handshake_mu_);
+  int& mine = handshakes_from_[address];
+  if (handshakes_ >= kMaxHandshakes || mine >= kMaxHandshakesPerAddress) {
+    if (mine == 0) handshakes_from_.erase(address);
+    return false;
+  }
+  ++handshakes_;
+  ++mine;
+  return true;
+}
+
+void Daemon::end_handshake(const std::string& address) {
+  std::lock_guard lock(handshake_mu_);
+  --handshakes_;
+  if (--handshakes_from_[address] <= 0) handshakes_from_.erase(address);
+}
+
 // A connection from another host (net_store.h): the token first, then the store or a request.
-void Daemon::handle_network_client(UniqueFd fd, std::string peer) noexcept try {
-  // The token line within 10 s: a silent connection holds nothing for long.
-  timeval limit{10, 0};
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  auto verb = net_accept(fd.get(), options_.token);
-  timeval none{0, 0};
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string peer) noexcept
+    try {
+  // The whole token line within 10 s (Note [Before a peer is authenticated]); its place in the
+  // handshakes' pool is given back however this ends.
+  struct Handshake {
+    Daemon& d;
+    const std::string& address;
+    bool over = false;
+    void end() {
+      if (!over) d.end_handshake(address);
+      over = true;
+    }
+    ~Handshake() { end(); }
+  } handshake{*this, address};
+  auto verb = net_accept(fd.get(), options_.token, std::chrono::seconds(10));
+  handshake.end();
   if (!verb) {
     log("refused a connection from " + peer + ": " + verb.error().message);
     return;

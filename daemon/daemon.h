@@ -42,6 +42,14 @@ struct DaemonOptions {
   std::chrono::seconds drain_limit{60};  // Note [gcrd stops cleanly]
 };
 
+// Note [Before a peer is authenticated]
+// A network peer holds nothing of gcrd's until its first line proves it knows the token: the line
+// must arrive whole within 10 s (not 10 s per byte), and connections still in their first line
+// have a pool of their own, 16 in all and 4 from any one address, apart from the 64 slots of
+// authenticated ones. A peer dripping bytes on many connections fills its own 4 places and no
+// more; everyone else is still served. Connections past those limits are closed unread, and not
+// logged one by one.
+
 // One request, as its handler sees it.
 struct Request {
   std::string verb;
@@ -77,7 +85,7 @@ class Daemon {
  private:
   void accept_loop(int listener, bool network);
   void handle_client(UniqueFd fd);
-  void handle_network_client(UniqueFd fd, std::string peer) noexcept;
+  void handle_network_client(UniqueFd fd, std::string address, std::string peer) noexcept;
   void handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network);
   // In-flight requests, counted so that stop() can wait for them.
   class InFlight;
@@ -92,6 +100,13 @@ class Daemon {
   std::condition_variable idle_;
   int in_flight_ = 0;
   std::atomic<int> network_clients_{0};
+  // Note [Before a peer is authenticated]: connections still in their first line, in all and by
+  // address.
+  std::mutex handshake_mu_;
+  int handshakes_ = 0;
+  std::map<std::string, int> handshakes_from_;
+  bool begin_handshake(const std::string& address);
+  void end_handshake(const std::string& address);
 };
 
 }  // namespace gcr::gcrd

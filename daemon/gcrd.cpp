@@ -114,8 +114,9 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
           "demand, or by systemd (gcrd.socket, which hands it the socket). SIGTERM stops it once "
           "the requests in progress are answered.\n  --listen: also "
           "serve other hosts over TCP (the destination of gcr migrate), authenticated by the "
-          "token in FILE (0600), writing into and restoring from the store DIR (default: gcrd's "
-          "default store).\n  --containers: also restore containers migrated here (gcr migrate "
+          "token in FILE (0600), writing into and restoring from the store DIR (default: "
+          "'served' beside gcrd's default store, never that store itself).\n  --containers: also "
+          "restore containers migrated here (gcr migrate "
           "--container), container NAME only from the bundle DIR/NAME, with RUNC (default: runc "
           "in PATH).\n");
       exit_code = 0;
@@ -200,7 +201,9 @@ int main(int argc, char** argv) {
     }
     o.token = std::move(t).value();
     network = std::move(l).value();
-    if (o.served_store.empty()) o.served_store = store::Store::default_root();
+    // Other hosts get a store of their own, never this gcrd's users' checkpoints.
+    if (o.served_store.empty())
+      o.served_store = store::Store::default_root().parent_path() / "served";
   }
   UniqueFd listener = socket_from_systemd(), socket_dir;
   if (listener) {

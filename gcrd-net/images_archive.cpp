@@ -135,13 +135,16 @@ Result<ImagesSent> receive_images(int fd, int dir_fd, std::uint64_t limit) {
     if (++got.files > kMaxFiles || size > limit - std::min(limit, got.bytes))
       return Error{Errc::no_space, "the images exceed " + std::to_string(limit >> 20) + " MiB or " +
                                        std::to_string(kMaxFiles) + " files"};
-    UniqueFd out(
-        ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out) return errno_error("creating the image file " + name);
+    UniqueFd out;
+    if (dir_fd >= 0) {
+      out.reset(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                         0600));
+      if (!out) return errno_error("creating the image file " + name);
+    }
     for (std::uint64_t left = size; left > 0;) {
       std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
       GCR_TRY(recv_exact(fd, buf.data(), take));
-      for (std::size_t done = 0; done < take;) {
+      for (std::size_t done = 0; out && done < take;) {
         ssize_t w = ::write(out.get(), buf.data() + done, take - done);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return errno_error("writing the image file " + name);

@@ -26,7 +26,8 @@ struct ImagesSent {
 Result<ImagesSent> send_images(int fd, const std::filesystem::path& dir);
 
 // Reads what send_images() sent into the directory `dir_fd` (files created 0600, none may exist
-// yet), at most `limit` bytes in all. Reads nothing past the "end" line.
+// yet), at most `limit` bytes in all. Reads nothing past the "end" line. dir_fd < 0: read and
+// dropped (a refused request's, so that the peer still reads why).
 Result<ImagesSent> receive_images(int fd, int dir_fd, std::uint64_t limit);
 
 }  // namespace gcr::gcrd

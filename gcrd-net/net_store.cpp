@@ -421,11 +421,20 @@ Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& addr
   return std::unique_ptr<store::Backend>(std::move(backend));
 }
 
-Result<std::string> net_accept(int fd, const std::string& token) {
+Result<std::string> net_accept(int fd, const std::string& token, std::chrono::milliseconds limit) {
   Conn c(fd);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   // Byte by byte: what follows the first line is the next reader's.
   std::string line;
   for (char ch;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0)
+      return Error{Errc::timeout,
+                   "no whole first line within " + std::to_string(limit.count()) + " ms"};
     ssize_t r = ::recv(fd, &ch, 1, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return Error{Errc::unreachable, "the connection closed before its first line"};

@@ -61,9 +61,11 @@ Result<std::uint64_t> net_stage(const std::string& address, const std::string& t
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
                                                          const std::string& token);
 
-// Server: checks the connection's first line; returns its verb ("store" or "request") or an error
-// (after telling the client why).
-Result<std::string> net_accept(int fd, const std::string& token);
+// Server: checks the connection's first line, which must have arrived whole within `limit` (a
+// peer that drips it a byte at a time holds a slot no longer than that); returns its verb
+// ("store" or "request") or an error (after telling the client why).
+Result<std::string> net_accept(int fd, const std::string& token,
+                               std::chrono::milliseconds limit = std::chrono::seconds(10));
 
 // Server: serves Backend operations on `fd` from `store` until the client hangs up.
 void serve_net_store(int fd, store::Backend& store);

@@ -2,10 +2,12 @@
 #include "io/file.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace gcr::io {
@@ -105,6 +107,36 @@ Status write_file_durably(const std::filesystem::path& tmp, const std::filesyste
   if (s) s = sync_fd(fd.get(), tmp);
   if (s) s = rename_file(tmp, final);
   if (!s) (void)::unlink(tmp.c_str());
+  return s;
+}
+
+Status replace_file(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                    mode_t mode) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  const std::string base = path.filename().string();
+  if (base.empty() || base == "." || base == "..")
+    return Error{Errc::invalid_argument, "'" + path.string() + "' names no file"};
+  UniqueFd dirfd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd) return file_error("cannot open the directory of", path, errno);
+  std::string tmp;
+  UniqueFd fd;
+  for (int attempt = 0; attempt < 16 && !fd; ++attempt) {
+    std::uint64_t r = 0;
+    if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
+      return errno_error("getrandom");
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, ".%016llx", static_cast<unsigned long long>(r));
+    tmp = "." + base + suffix;
+    fd.reset(::openat(dirfd.get(), tmp.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (!fd && errno != EEXIST) return file_error("cannot create a file beside", path, errno);
+  }
+  if (!fd) return Error{Errc::io_error, "no fresh name for a file beside " + path.string()};
+  Status s = write_all(fd.get(), bytes, 0, path);
+  if (s && ::fchmod(fd.get(), mode) != 0) s = file_error("cannot set the mode of", path, errno);
+  if (s && ::renameat(dirfd.get(), tmp.c_str(), dirfd.get(), base.c_str()) != 0)
+    s = file_error("cannot put in place", path, errno);
+  if (!s) (void)::unlinkat(dirfd.get(), tmp.c_str(), 0);
   return s;
 }
 

@@ -36,6 +36,14 @@ Status sync_dir(const std::filesystem::path& dir);
 Status write_file_durably(const std::filesystem::path& tmp, const std::filesystem::path& final,
                           std::span<const std::byte> bytes);
 
+// Puts `bytes` at `path` whole (a reader never sees half a file), following no link an other user
+// may have planted: the file is written under a fresh random name in path's directory
+// (O_CREAT | O_EXCL | O_NOFOLLOW, `mode`), then renamed over path, which replaces a link there
+// instead of writing through it. For files root writes where the caller asked (gcr --trace
+// FILE, gcr trace -o), whose directory another user may be able to write.
+Status replace_file(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                    mode_t mode = 0600);
+
 Status rename_file(const std::filesystem::path& from, const std::filesystem::path& to);
 // unlink(2); a missing file is not an error.
 Status remove_file(const std::filesystem::path& path);

@@ -9,13 +9,16 @@
 #include "store/gc.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gcr/unique_fd.h"
 #include "io/file.h"
 #include "store/commit.h"
 #include "store/fault.h"
@@ -96,6 +99,35 @@ Status delete_pack(const Layout& layout, const PackId& id) {
   return io::remove_file(layout.pack(id));
 }
 
+// One of the store's directories, opened without following a link; an empty fd when it does not
+// exist. A link there is refused: someone who can write the store put it there.
+Result<UniqueFd> open_store_dir(const std::filesystem::path& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd || errno == ENOENT) return fd;
+  if (errno == ELOOP || errno == ENOTDIR)
+    return Error{Errc::permission_denied,
+                 dir.string() + " is not a directory of the store but a link or a file; gc " +
+                     "deleted nothing there (someone who can write the store replaced it)"};
+  return io::file_error("cannot open", dir, errno);
+}
+
+// The names in an open directory (without "." and "..").
+std::vector<std::string> entries_of(int dirfd) {
+  std::vector<std::string> names;
+  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  DIR* dir = dup >= 0 ? ::fdopendir(dup) : nullptr;
+  if (!dir) {
+    if (dup >= 0) ::close(dup);
+    return names;
+  }
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  return names;
+}
+
 }  // namespace
 
 Result<GcReport> collect_garbage(StoreState& state) {
@@ -171,27 +203,30 @@ Result<GcReport> collect_garbage(StoreState& state) {
   }
   GCR_TRY(io::sync_dir(layout.packs()));
 
-  // 4. tmp/: nothing there belongs to a live writer while gc holds the lock.
-  if (DIR* dir = ::opendir(layout.tmp().c_str())) {
-    std::vector<std::string> names;
-    while (dirent* e = ::readdir(dir)) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(dir);
-    for (const auto& name : names) {
-      report.bytes_freed += size_on_disk(layout.tmp() / name);
-      GCR_TRY(io::remove_file(layout.tmp() / name));
+  // 4. tmp/: nothing there belongs to a live writer while gc holds the lock. Removed through the
+  // directory opened without following a link, each entry unlinked as it is (a link there goes,
+  // not what it names): a store another user can write is no way to make root delete elsewhere.
+  GCR_TRY_ASSIGN(UniqueFd tmp, open_store_dir(layout.tmp()));
+  if (tmp) {
+    for (const auto& name : entries_of(tmp.get())) {
+      struct stat st {};
+      if (::fstatat(tmp.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        report.bytes_freed += static_cast<std::uint64_t>(st.st_blocks) * 512;
+      if (::unlinkat(tmp.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+        return io::file_error("cannot remove", layout.tmp() / name, errno);
       ++report.tmp_files_deleted;
     }
   }
 
-  // 5. Tags naming a checkpoint that no longer exists.
+  // 5. Tags naming a checkpoint that no longer exists (ibid.: through tags/ itself).
   std::set<CheckpointId> existing(ids.begin(), ids.end());
-  if (auto tags = read_tags(layout)) {
-    for (const auto& [name, id] : *tags) {
-      if (!existing.contains(id)) GCR_TRY(io::remove_file(layout.tags() / name));
-    }
+  GCR_TRY_ASSIGN(UniqueFd tags_dir, open_store_dir(layout.tags()));
+  using Tags = std::map<std::string, CheckpointId>;
+  if (auto tags = tags_dir ? read_tags(layout) : Result<Tags>(Tags{})) {
+    for (const auto& [name, id] : *tags)
+      if (!existing.contains(id) && ::unlinkat(tags_dir.get(), name.c_str(), 0) != 0 &&
+          errno != ENOENT)
+        return io::file_error("cannot remove", layout.tags() / name, errno);
   }
   GCR_TRY(state.catalog.refresh());
   return report;
