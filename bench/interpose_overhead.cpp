@@ -42,7 +42,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "json.h"
+#include "gcr/json.h"
 
 #ifndef GCR_BENCH_RESULTS_DIR
 #define GCR_BENCH_RESULTS_DIR ""
@@ -54,7 +54,7 @@
 extern char** environ;
 
 namespace fs = std::filesystem;
-using gcr::cli::JsonWriter;
+using gcr::JsonWriter;
 
 namespace {
 

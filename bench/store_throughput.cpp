@@ -57,20 +57,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 #include "gcr/store.h"
-#include "json.h"
-#include "output.h"
 
 #ifndef GCR_BENCH_RESULTS_DIR
 #define GCR_BENCH_RESULTS_DIR ""
 #endif
 
 namespace fs = std::filesystem;
+using gcr::format_bytes;
+using gcr::format_duration;
+using gcr::JsonWriter;
 using gcr::Result;
 using gcr::Status;
-using gcr::cli::format_bytes;
-using gcr::cli::format_duration;
-using gcr::cli::JsonWriter;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -476,7 +476,7 @@ std::string now_text(const char* fmt) {
 }
 
 std::string rate(std::uint64_t bytes, double s) {
-  return gcr::cli::format_rate(bytes, std::chrono::nanoseconds(static_cast<std::int64_t>(s * 1e9)));
+  return gcr::format_rate(bytes, std::chrono::nanoseconds(static_cast<std::int64_t>(s * 1e9)));
 }
 
 std::string fixed(double v, const char* fmt = "%.2f") {
@@ -533,7 +533,7 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", keep, "Keep the files written (default: removed at the end)");
   CLI11_PARSE(app, argc, argv);
 
-  auto size_r = gcr::cli::parse_size(size_text);
+  auto size_r = gcr::parse_size(size_text);
   if (!size_r) die(size_r.error().message);
   std::uint64_t size = (*size_r / kMiB) * kMiB;
   if (size < 16 * kMiB) die("--size must be at least 16M");
@@ -684,14 +684,14 @@ int main(int argc, char** argv) {
                   : "evicted per file (posix_fadvise DONTNEED; not root)");
   std::printf("throughput: median of %u runs each; best/best compares each side's fastest run\n",
               reps);
-  using A = gcr::cli::Table::Align;
-  gcr::cli::Table t({{"data"},
-                     {"phase"},
-                     {"plain", A::right},
-                     {"store", A::right},
-                     {"store/plain", A::right},
-                     {"best/best", A::right},
-                     {"goal (on medians)"}});
+  using A = gcr::Table::Align;
+  gcr::Table t({{"data"},
+                {"phase"},
+                {"plain", A::right},
+                {"store", A::right},
+                {"store/plain", A::right},
+                {"best/best", A::right},
+                {"goal (on medians)"}});
   auto goal_text = [](bool met, const char* goal) {
     return std::string(goal) + (met ? "  met" : "  MISSED");
   };
@@ -714,19 +714,19 @@ int main(int argc, char** argv) {
              fixed(second_read.ratio()) + "x", fixed(second_read.best_ratio()) + "x", ""});
   std::fputs(t.render().c_str(), stdout);
 
-  gcr::cli::Table s({{"data"},
-                     {"logical", A::right},
-                     {"on disk", A::right},
-                     {"share", A::right},
-                     {"zstd-1 alone", A::right},
-                     {"goal"}});
+  gcr::Table s({{"data"},
+                {"logical", A::right},
+                {"on disk", A::right},
+                {"share", A::right},
+                {"zstd-1 alone", A::right},
+                {"goal"}});
   for (const auto& ds : sets)
     s.add_row({ds.name, format_bytes(ds.bytes), format_bytes(ds.store_disk_bytes),
-               gcr::cli::format_percent(ds.store_disk_bytes, ds.bytes),
+               gcr::format_percent(ds.store_disk_bytes, ds.bytes),
                fixed(100 * ds.zstd1_ratio, "%.1f%%"), ""});
   s.add_row(
       {"second", format_bytes(size), format_bytes(second.disk_bytes),
-       gcr::cli::format_percent(second.disk_bytes, size), "",
+       gcr::format_percent(second.disk_bytes, size), "",
        goal_text(second.written_share() <= 0.10,
                  ("<= 10% of first: " + fixed(100 * second.written_share(), "%.1f%%")).c_str())});
   std::printf("\n");

@@ -4,8 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include "context.h"
+#include "gcr/human_output.h"
 #include "gcr/unique_fd.h"
-#include "output.h"
 
 namespace gcr::cli {
 

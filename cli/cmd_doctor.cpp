@@ -27,10 +27,10 @@
 
 #include "exit_codes.h"
 #include "gcr/criu.h"
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 #include "gcrd_client.h"
-#include "json.h"
 #include "kernel_tracer.h"
-#include "output.h"
 #include "paths.h"
 
 namespace gcr::cli {
@@ -97,33 +97,28 @@ Check kernel_check() {
   return c;
 }
 
-std::vector<Check> criu_checks() {
-  std::vector<Check> out;
+// CRIU's version: gcr needs 4.x.
+Check criu_version_check(const criu::Tools& tools) {
   Check c{"CRIU", State::ok, "", "", true};
-  auto tools = criu::find_tools(self_dir());
-  if (!tools) {
-    // find_tools fails on the plugin too: tell the two apart.
-    c.state = State::missing;
-    c.detail = tools.error().message;
-    c.fix = "run scripts/setup.sh (it builds CRIU 4.2 with gcr's patches), or set GCR_CRIU";
-    out.push_back(c);
-    return out;
-  }
-  auto [rc, version] = run_capture(shell_quote(tools->criu.string()) + " --version");
+  auto [rc, version] = run_capture(shell_quote(tools.criu.string()) + " --version");
   std::string v = version.substr(0, version.find('\n'));
   if (v.rfind("Version: ", 0) == 0) v = v.substr(9);
   int major = 0;
   std::sscanf(v.c_str(), "%d", &major);
-  c.detail = v + " at " + tools->criu.string();
+  c.detail = v + " at " + tools.criu.string();
   if (rc != 0 || major < 4) {
     c.state = State::missing;
     c.fix =
         "gcr needs CRIU 4.x (Debian 12's 3.17 fails on current kernels); scripts/setup.sh "
         "builds 4.2";
   }
+  return c;
+}
+
+Check criu_patches_check(const criu::Tools& tools) {
   // Set-up's build records its patches beside the binary (.deps/criu, or its sbin/).
   std::string line, patches;
-  for (const fs::path& dir : {tools->criu.parent_path(), tools->criu.parent_path().parent_path()}) {
+  for (const fs::path& dir : {tools.criu.parent_path(), tools.criu.parent_path().parent_path()}) {
     std::ifstream stamp(dir / ".gcr-criu-version");
     while (std::getline(stamp, line))
       if (line.rfind("patches=", 0) == 0) patches = line.substr(8);
@@ -139,20 +134,22 @@ std::vector<Check> criu_checks() {
         "restoring a process that had a terminal, and processes whose session is outside "
         "their pid namespace, need gcr's patched CRIU: run scripts/setup.sh";
   }
-  out.push_back(c);
-  out.push_back(p);
-  out.push_back(
-      {"CRIU plugin", State::ok, tools->plugin_dir.string() + "/gcr_criu_plugin.so", "", true});
-  if (geteuid() == 0) {
-    auto [crc, text] = run_capture(shell_quote(tools->criu.string()) + " check");
-    Check k{"criu check", State::ok, last_line(text), "", true};
-    if (crc != 0) {
-      k.state = State::missing;
-      k.fix = "CRIU cannot work on this kernel as it is; its message above says what is missing";
-    }
-    out.push_back(k);
+  return p;
+}
+
+// `criu check` (root only).
+Check run_criu_check(const criu::Tools& tools) {
+  auto [crc, text] = run_capture(shell_quote(tools.criu.string()) + " check");
+  Check k{"criu check", State::ok, last_line(text), "", true};
+  if (crc != 0) {
+    k.state = State::missing;
+    k.fix = "CRIU cannot work on this kernel as it is; its message above says what is missing";
   }
-  // Note [CRIU's kernel probe cached] (libgcr/criu/criu_run.cpp)
+  return k;
+}
+
+// Note [CRIU's kernel probe cached] (libgcr/criu/criu_run.cpp)
+Check kdat_check() {
   Check kdat{"CRIU kernel probe", State::ok, "", "", false};
   struct statfs run_fs {};
   if (!criu::kdat_cache_dir().empty()) {
@@ -166,11 +163,14 @@ std::vector<Check> criu_checks() {
                " must be a directory only this user can write on a mounted /dev/shm (a tmpfs); "
                "remove one another user made";
   }
-  out.push_back(kdat);
+  return kdat;
+}
+
+Check permissions_check(const criu::Tools& tools) {
   Check perm{"permissions", State::ok, "", "", true};
   if (geteuid() == 0) {
     perm.detail = "root: gcrd runs CRIU with every capability";
-  } else if (Status s = criu::check_unprivileged_criu(tools->criu); s) {
+  } else if (Status s = criu::check_unprivileged_criu(tools.criu); s) {
     perm.detail = "uid " + std::to_string(geteuid()) +
                   ": CRIU carries CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE (--unprivileged)";
   } else {
@@ -178,7 +178,26 @@ std::vector<Check> criu_checks() {
     perm.detail = "uid " + std::to_string(geteuid());
     perm.fix = s.error().message;
   }
-  out.push_back(perm);
+  return perm;
+}
+
+std::vector<Check> criu_checks() {
+  std::vector<Check> out;
+  auto tools = criu::find_tools(self_dir());
+  if (!tools) {
+    // find_tools fails on the plugin too: tell the two apart.
+    Check c{"CRIU", State::missing, tools.error().message,
+            "run scripts/setup.sh (it builds CRIU 4.2 with gcr's patches), or set GCR_CRIU", true};
+    out.push_back(c);
+    return out;
+  }
+  out.push_back(criu_version_check(*tools));
+  out.push_back(criu_patches_check(*tools));
+  out.push_back(
+      {"CRIU plugin", State::ok, tools->plugin_dir.string() + "/gcr_criu_plugin.so", "", true});
+  if (geteuid() == 0) out.push_back(run_criu_check(*tools));
+  out.push_back(kdat_check());
+  out.push_back(permissions_check(*tools));
   return out;
 }
 

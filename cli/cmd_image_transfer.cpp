@@ -7,10 +7,10 @@
 #include <optional>
 
 #include "cmd_image.h"
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 #include "gcrd_client.h"
-#include "json.h"
 #include "net_store.h"
-#include "output.h"
 #include "remote.h"
 
 namespace gcr::cli {

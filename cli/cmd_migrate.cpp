@@ -47,13 +47,13 @@
 #include "context.h"
 #include "gcr/control.h"
 #include "gcr/criu.h"
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 #include "gcr/process_tree.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "images_archive.h"
-#include "json.h"
 #include "net_store.h"
-#include "output.h"
 #include "paths.h"
 #include "remote.h"
 #include "store/transfer.h"
@@ -264,80 +264,104 @@ Result<std::unique_ptr<Endpoints>> open_endpoints(const MigrateOptions& o, Conte
   return e;
 }
 
-Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
-  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
-  const std::string& token = ends->token;
-  const store::StoreLocation& location = ends->location;
-  const Say say = sayer(o);
-  const auto t_begin = Clock::now();
-  const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
-  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, o.pid, false, *ends, say, mt));
-  // The stop: gcrd holds the process stopped once the last checkpoint is committed.
-  const auto t_stop = Clock::now();
-  GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
-  auto held = gcrd::call(
-      conn.get(), "checkpoint",
-      {{"pid", std::to_string(o.pid)}, {"hold", "1"}, {"store", location.directory.string()}},
-      nullptr);
-  if (!held) return std::move(held).context("the last checkpoint (the process runs on)").error();
-  Round last;
-  last.id = held->at("id");
-  auto resume = [&](Error e) -> Error {
-    (void)send_word(conn.get(), "resume");
-    auto back = gcrd::read_reply(conn.get(), nullptr);
-    e.message +=
-        back ? "; process " + std::to_string(o.pid) + " runs on here" : "; " + back.error().message;
-    return e;
-  };
-  if (Status s = ends->push(last, "sending the last changes"); !s)
-    return resume(std::move(s).context("sending the last changes").error());
-  const std::uint64_t stopped_to_sent = since(t_stop);
-  GCR_TRY(send_word(conn.get(), "commit"));
-  // From here the process is the destination's (Note [Migration]).
-  auto t_restore = Clock::now();
+using Fields = std::map<std::string, std::string>;
+
+// Tells gcrd, which holds the process stopped, to let it run on here; `e` then says whether it
+// does.
+Error resume_source(int conn, pid_t pid, Error e) {
+  (void)send_word(conn, "resume");
+  auto back = gcrd::read_reply(conn, nullptr);
+  e.message +=
+      back ? "; process " + std::to_string(pid) + " runs on here" : "; " + back.error().message;
+  return e;
+}
+
+// The destination's restore: its report, and the connection that asked for it (open until the
+// migration has been reported).
+struct DestinationRestore {
+  UniqueFd conn;
+  Fields fields;
+};
+
+// After the commit: asks the destination to restore checkpoint `id`. On a failure gcrd here
+// (`conn`) resumes the process, or ends it when it may run at the destination.
+Result<DestinationRestore> restore_at_destination(const MigrateOptions& o, const std::string& token,
+                                                  int conn, const std::string& id, const Say& say) {
   auto rconn = gcrd::net_connect(o.to, token, "request");
-  if (!rconn) return resume(std::move(rconn).error());  // never asked: it cannot run there
+  if (!rconn)  // never asked: it cannot run there
+    return resume_source(conn, o.pid, std::move(rconn).error());
   bool refused = false;
   auto restored = gcrd::call(
-      rconn->get(), "restore", {{"name", last.id}},
+      rconn->get(), "restore", {{"name", id}},
       [&](const std::string& p) {
         if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
       },
       {}, &refused);
   if (!restored && refused)  // the destination said it did not restore it
-    return resume(std::move(restored).context("the destination's restore").error());
+    return resume_source(conn, o.pid,
+                         std::move(restored).context("the destination's restore").error());
   if (!restored) {
     // Asked, and no answer. A destination host that refuses connections now has no gcrd, and a
     // gcrd that died mid-restore took its restored process with it (its keeper, or the process's
     // own pending loads): this copy runs on. Anything else may run there: this copy ends.
     if (destination_gone(o.to, token))
-      return resume(
+      return resume_source(
+          conn, o.pid,
           std::move(restored).context("the destination's gcrd went away while restoring").error());
-    (void)send_word(conn.get(), "end");
-    (void)gcrd::read_reply(conn.get(), nullptr);
+    (void)send_word(conn, "end");
+    (void)gcrd::read_reply(conn, nullptr);
     return Error{restored.error().code,
-                 "the destination was asked to restore checkpoint " + last.id.substr(0, 12) +
+                 "the destination was asked to restore checkpoint " + id.substr(0, 12) +
                      " and did not answer (" + restored.error().message + "); process " +
                      std::to_string(o.pid) + " has ended here. If it does not run on " + o.to +
-                     ", 'gcr restore " + last.id.substr(0, 12) + "' on either host brings it back"};
+                     ", 'gcr restore " + id.substr(0, 12) + "' on either host brings it back"};
   }
-  Status told = send_word(conn.get(), "end");
-  auto ended = told ? gcrd::read_reply(conn.get(), nullptr)
-                    : Result<std::map<std::string, std::string>>(told.error());
+  return DestinationRestore{std::move(rconn).value(), std::move(restored).value()};
+}
+
+// The destination runs the process: tells gcrd here to end it. Its reply is the held checkpoint's
+// report.
+Result<Fields> end_source(int conn, pid_t pid, const std::optional<std::uint64_t>& started) {
+  Status told = send_word(conn, "end");
+  auto ended = told ? gcrd::read_reply(conn, nullptr) : Result<Fields>(told.error());
   if (!ended) {
     // gcrd went away after the commit: its keeper gave the process its memory back and let it
     // go on, but the destination runs it now. End this copy here (Note [Migration]).
     // (Unless it is gone already, and its pid someone else's.)
-    if (started && criu::process_start_time(o.pid) == started) criu::kill_tree(o.pid);
+    if (started && criu::process_start_time(pid) == started) criu::kill_tree(pid);
   }
-  const std::uint64_t resume_ns = field_u64(*restored, "time.resume_ns");
+  return ended;
+}
+
+// The stop's times, as reported.
+struct StopTimes {
+  std::uint64_t stopped_to_sent = 0;    // from the stop to the last changes at the destination
+  std::uint64_t restore = 0;            // the destination's restore, as this command waited on it
+  std::uint64_t restore_to_resume = 0;  // of that, until the process ran there
+  std::uint64_t downtime = 0, total = 0;
+};
+
+// A process's downtime ends when it runs at the destination, before its restore returns.
+StopTimes process_stop_times(const Fields& restored, std::uint64_t stopped_to_sent,
+                             Clock::time_point t_restore, Clock::time_point t_begin) {
+  StopTimes t;
+  t.stopped_to_sent = stopped_to_sent;
+  const std::uint64_t resume_ns = field_u64(restored, "time.resume_ns");
   // The destination's restore returns once all memory is loaded; the process ran from resume_ns.
-  const std::uint64_t total_ns = field_u64(*restored, "time.total_ns");
+  const std::uint64_t total_ns = field_u64(restored, "time.total_ns");
   const std::uint64_t after_resume = total_ns - std::min(resume_ns, total_ns);
-  const std::uint64_t restore_ns = since(t_restore);
-  const std::uint64_t downtime =
-      stopped_to_sent + (restore_ns > after_resume ? restore_ns - after_resume : 0);
-  const std::uint64_t total = since(t_begin);
+  t.restore = since(t_restore);
+  t.restore_to_resume = t.restore > after_resume ? t.restore - after_resume : 0;
+  t.downtime = stopped_to_sent + t.restore_to_resume;
+  t.total = since(t_begin);
+  return t;
+}
+
+// Finishes the trace and prints the migration of process o.pid: JSON, or a line.
+void print_process_migrated(const MigrateOptions& o, MigrateTrace& mt,
+                            const std::vector<Round>& rounds, const Round& last,
+                            const Fields& restored, const Result<Fields>& ended,
+                            const StopTimes& t) {
   if (ended) mt.add_phases("stop", *ended);  // the held checkpoint's report comes at its end
   mt.finish(o.trace);
   if (o.json) {
@@ -347,19 +371,19 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     j.field("pid", static_cast<std::int64_t>(o.pid))
         .field("to", o.to)
         .field("id", last.id)
-        .field("destination_pid", static_cast<std::int64_t>(field_u64(*restored, "pid")))
+        .field("destination_pid", static_cast<std::int64_t>(field_u64(restored, "pid")))
         .field("rounds", static_cast<std::uint64_t>(rounds.size()))
         .field("last_dirty_bytes", ended ? field_u64(*ended, "dirty_bytes") : 0)
         .field("last_sent_bytes", last.sent)
         .field("stop_stall_ns", ended ? field_u64(*ended, "time.stall_ns") : 0)
         .field("stop_push_ns", last.push_ns)
-        .field("stopped_to_sent_ns", stopped_to_sent)
-        .field("restore_to_resume_ns", restore_ns > after_resume ? restore_ns - after_resume : 0)
-        .field("staged_bytes", field_u64(*restored, "staged_bytes"))
-        .field("downtime_ns", downtime)
-        .field("total_ns", total);
+        .field("stopped_to_sent_ns", t.stopped_to_sent)
+        .field("restore_to_resume_ns", t.restore_to_resume)
+        .field("staged_bytes", field_u64(restored, "staged_bytes"))
+        .field("downtime_ns", t.downtime)
+        .field("total_ns", t.total);
     j.key("destination_restore").begin_object();  // the destination's phases (time.*_ns)
-    for (const auto& [k, v] : *restored)
+    for (const auto& [k, v] : restored)
       if (k.starts_with("time.") || k.starts_with("start."))
         j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
     j.end_object();
@@ -368,14 +392,44 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
     print(j.take() + "\n");
   } else {
     print("migrated process " + std::to_string(o.pid) + " to " + o.to + " (pid " +
-          std::to_string(field_u64(*restored, "pid")) + " there) as checkpoint " +
+          std::to_string(field_u64(restored, "pid")) + " there) as checkpoint " +
           last.id.substr(0, 12) + ": " + std::to_string(rounds.size()) +
           " pre-copy round(s), then " + format_bytes(last.sent) +
           " sent while stopped; downtime about " +
-          format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
-          format_duration(std::chrono::nanoseconds(total)) + "\n");
+          format_duration(std::chrono::nanoseconds(t.downtime)) + ", total " +
+          format_duration(std::chrono::nanoseconds(t.total)) + "\n");
     if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);
   }
+}
+
+Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
+  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
+  const Say say = sayer(o);
+  const auto t_begin = Clock::now();
+  const std::optional<std::uint64_t> started = criu::process_start_time(o.pid);
+  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, o.pid, false, *ends, say, mt));
+  // The stop: gcrd holds the process stopped once the last checkpoint is committed.
+  const auto t_stop = Clock::now();
+  GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
+  auto held = gcrd::call(
+      conn.get(), "checkpoint",
+      {{"pid", std::to_string(o.pid)}, {"hold", "1"}, {"store", ends->location.directory.string()}},
+      nullptr);
+  if (!held) return std::move(held).context("the last checkpoint (the process runs on)").error();
+  Round last;
+  last.id = held->at("id");
+  if (Status s = ends->push(last, "sending the last changes"); !s)
+    return resume_source(conn.get(), o.pid,
+                         std::move(s).context("sending the last changes").error());
+  const std::uint64_t stopped_to_sent = since(t_stop);
+  GCR_TRY(send_word(conn.get(), "commit"));
+  // From here the process is the destination's (Note [Migration]).
+  const auto t_restore = Clock::now();
+  GCR_TRY_ASSIGN(DestinationRestore restored,
+                 restore_at_destination(o, ends->token, conn.get(), last.id, say));
+  const Result<Fields> ended = end_source(conn.get(), o.pid, started);
+  const StopTimes times = process_stop_times(restored.fields, stopped_to_sent, t_restore, t_begin);
+  print_process_migrated(o, mt, rounds, last, restored.fields, ended, times);
   if (!ended)
     return Error{ended.error().code,
                  "the destination runs the process; gcrd here failed before ending it (" +
@@ -400,15 +454,20 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
 // the request and cannot be reached to say how it went may run it: nothing is restored here, and
 // the images stay for `runc restore` here should it not run there. The checkpoints stay in both
 // stores.
-Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
-  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
-  const Say say = sayer(o);
+
+// The runtime, with the CRIU and plugin its checkpoint and restore run.
+Result<gcrd::ContainerRuntime> container_runtime(const MigrateOptions& o, const Endpoints& ends) {
   GCR_TRY_ASSIGN(std::filesystem::path runtime, gcrd::find_container_runtime(o.runtime));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
   GCR_TRY_ASSIGN(std::filesystem::path driver, real_driver_path());  // the driver gcrd uses
-  const gcrd::ContainerRuntime rt{
-      runtime, tools.criu, tools.plugin_dir, gcrd::default_socket_path(), ends->location.directory,
+  return gcrd::ContainerRuntime{
+      runtime, tools.criu, tools.plugin_dir, gcrd::default_socket_path(), ends.location.directory,
       driver};
+}
+
+// The container's state, once it is running and some process of it runs under gcr.
+Result<gcrd::ContainerState> running_container(const MigrateOptions& o,
+                                               const gcrd::ContainerRuntime& rt) {
   GCR_TRY_ASSIGN(gcrd::ContainerState state, gcrd::container_state(rt, o.container));
   if (state.status != "running" || state.pid <= 0)
     return Error{Errc::invalid_argument, "container " + o.container + " is " + state.status +
@@ -426,27 +485,18 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
                        " is not running under gcr (none of its processes answers gcr); gcr "
                        "migrate moves processes started with 'gcr run'"};
   }
-  const auto t_begin = Clock::now();
-  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, state.pid, true, *ends, say, mt));
+  return state;
+}
 
-  // The stop. The images are the container's memory: a private directory (mkdtemp: 0700).
-  std::string tmpl = "/var/tmp/gcr-migrate-" + o.container + ".XXXXXX";
-  if (!::mkdtemp(tmpl.data())) return errno_error("a directory for the container's images");
-  const std::filesystem::path work = tmpl, images = work / "images";
-  std::error_code ec;
-  std::filesystem::create_directory(images, ec);
-  const auto t_stop = Clock::now();
-  say("stopping container " + o.container + " (" + rt.binary.filename().string() + " checkpoint)");
-  if (Status s = gcrd::checkpoint_container(rt, o.container, images, work); !s) {
-    auto now = gcrd::container_state(rt, o.container);
-    const bool runs = now && now->status == "running";
-    return std::move(s)
-        .context(runs ? "the container runs on here"
-                      : "the container is stopped here; its images are in " + images.string())
-        .error();
-  }
-  // From here the container exists only as its images: any failure restores it (here or there).
-  auto restore_here = [&](Error e) -> Error {
+// A container being stopped into its images (Note [Container migration]).
+struct ContainerImages {
+  const MigrateOptions& o;
+  const gcrd::ContainerRuntime& rt;
+  const gcrd::ContainerState& state;
+  std::filesystem::path work, images;
+
+  // Restores the stopped container here after the failure `e`, which then says whether it runs on.
+  Error restore_here(Error e) const {
     // The plugin of that restore reaches gcrd and starts none: a gcrd that died since the stop
     // is started again first (its store holds the checkpoint).
     auto started = gcrd_connection();
@@ -455,35 +505,74 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
     e.message += back ? "; container " + o.container + " restored here and runs on"
                       : "; restoring it here failed too (" + back.error().message +
                             "): its images are in " + images.string();
+    std::error_code ec;
     if (back) std::filesystem::remove_all(images, ec);  // the runtime's logs stay
     return e;
-  };
-  std::ifstream ref_file(images / gcrd::kImagesReferenceName);
-  if (!ref_file)
-    return restore_here(Error{Errc::unsupported,
-                              "gcr's CRIU plugin stored no device memory for "
-                              "container " +
-                                  o.container + " (see " + (work / "dump.log").string() + ")"});
-  auto ref = gcrd::decode_reference(
-      std::string(std::istreambuf_iterator<char>(ref_file), std::istreambuf_iterator<char>()));
-  if (!ref) return restore_here(std::move(ref).error());
-  Round last;
-  last.id = ref->id;
-  if (Status s = ends->push(last, "sending the last changes"); !s)
-    return restore_here(std::move(s).context("sending the last changes").error());
-  const std::uint64_t stopped_to_sent = since(t_stop);
+  }
+};
 
-  auto t_restore = Clock::now();
-  auto rconn = gcrd::net_connect(o.to, ends->token, "request");
-  if (!rconn) return restore_here(std::move(rconn).error());
+// A private directory (mkdtemp: 0700) for CRIU's logs, with the images in it.
+Result<ContainerImages> make_images_directory(const MigrateOptions& o,
+                                              const gcrd::ContainerRuntime& rt,
+                                              const gcrd::ContainerState& state) {
+  std::string tmpl = "/var/tmp/gcr-migrate-" + o.container + ".XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return errno_error("a directory for the container's images");
+  const std::filesystem::path work = tmpl;
+  ContainerImages c{o, rt, state, work, work / "images"};
+  std::error_code ec;
+  std::filesystem::create_directory(c.images, ec);
+  return c;
+}
+
+// `runc checkpoint` of the container into c.images; the error says whether it runs on.
+Status stop_container(const ContainerImages& c) {
+  if (Status s = gcrd::checkpoint_container(c.rt, c.o.container, c.images, c.work); !s) {
+    auto now = gcrd::container_state(c.rt, c.o.container);
+    const bool runs = now && now->status == "running";
+    return std::move(s)
+        .context(runs ? "the container runs on here"
+                      : "the container is stopped here; its images are in " + c.images.string())
+        .error();
+  }
+  return ok();
+}
+
+// The checkpoint gcr's CRIU plugin stored the container's device memory as.
+Result<gcrd::ImagesReference> read_images_reference(const ContainerImages& c) {
+  std::ifstream ref_file(c.images / gcrd::kImagesReferenceName);
+  if (!ref_file)
+    return Error{Errc::unsupported,
+                 "gcr's CRIU plugin stored no device memory for "
+                 "container " +
+                     c.o.container + " (see " + (c.work / "dump.log").string() + ")"};
+  return gcrd::decode_reference(
+      std::string(std::istreambuf_iterator<char>(ref_file), std::istreambuf_iterator<char>()));
+}
+
+// The destination's restore of the container: the connection that asked for it (open until the
+// migration has been reported), what was sent on it, and its report.
+struct ContainerRestore {
+  UniqueFd conn;
+  gcrd::ImagesSent images_sent;
+  Fields fields;
+};
+
+// Asks the destination to restore the container from checkpoint `id` and the images. A failure
+// restores it here, unless the destination may run it.
+Result<ContainerRestore> restore_container_at_destination(const ContainerImages& c,
+                                                          const std::string& token,
+                                                          const std::string& id, const Say& say) {
+  const MigrateOptions& o = c.o;
+  auto rconn = gcrd::net_connect(o.to, token, "request");
+  if (!rconn) return c.restore_here(std::move(rconn).error());
   const std::string request = std::string(gcrd::kProtocol) + " restore_container " +
-                              gcrd::encode_fields({{"name", o.container}, {"id", last.id}}) + "\n";
+                              gcrd::encode_fields({{"name", o.container}, {"id", id}}) + "\n";
   bool sent = ::send(rconn->get(), request.data(), request.size(), MSG_NOSIGNAL) ==
               static_cast<ssize_t>(request.size());
-  auto images_sent = sent ? gcrd::send_images(rconn->get(), images)
+  auto images_sent = sent ? gcrd::send_images(rconn->get(), c.images)
                           : Result<gcrd::ImagesSent>(errno_error("writing to the network"));
   if (!images_sent)  // the destination cannot restore without every byte
-    return restore_here(std::move(images_sent).context("sending the images to " + o.to).error());
+    return c.restore_here(std::move(images_sent).context("sending the images to " + o.to).error());
   bool refused = false;
   auto restored = gcrd::read_reply(
       rconn->get(),
@@ -491,50 +580,89 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
         if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
       },
       &refused);
-  if (!restored && (refused || destination_gone(o.to, ends->token)))
-    return restore_here(std::move(restored).context("the destination's restore").error());
+  if (!restored && (refused || destination_gone(o.to, token)))
+    return c.restore_here(std::move(restored).context("the destination's restore").error());
   if (!restored)
     return Error{
         restored.error().code,
         "the destination was asked to restore container " + o.container + " and did not answer (" +
             restored.error().message + "); it is stopped here. If it does not run on " + o.to +
-            ", '" + rt.binary.filename().string() + " restore --image-path " + images.string() +
-            " --bundle " + state.bundle.string() + " " + o.container + "' brings it back here"};
-  std::filesystem::remove_all(work, ec);
-  const std::uint64_t restore_ns = since(t_restore);
-  const std::uint64_t downtime = since(t_stop);
-  const std::uint64_t total = since(t_begin);
+            ", '" + c.rt.binary.filename().string() + " restore --image-path " + c.images.string() +
+            " --bundle " + c.state.bundle.string() + " " + o.container + "' brings it back here"};
+  return ContainerRestore{std::move(rconn).value(), std::move(images_sent).value(),
+                          std::move(restored).value()};
+}
+
+// Finishes the trace and prints the migration of container o.container: JSON, or a line.
+void print_container_migrated(const MigrateOptions& o, MigrateTrace& mt, pid_t pid,
+                              const std::vector<Round>& rounds, const Round& last,
+                              const ContainerRestore& restored, const StopTimes& t) {
   mt.finish(o.trace);
   if (o.json) {
     JsonWriter j;
     j.begin_object();
     json_fields(j, mt.fields);
     j.field("container", o.container)
-        .field("pid", static_cast<std::int64_t>(state.pid))
+        .field("pid", static_cast<std::int64_t>(pid))
         .field("to", o.to)
         .field("id", last.id)
-        .field("destination_pid", static_cast<std::int64_t>(field_u64(*restored, "pid")))
+        .field("destination_pid", static_cast<std::int64_t>(field_u64(restored.fields, "pid")))
         .field("rounds", static_cast<std::uint64_t>(rounds.size()))
         .field("last_sent_bytes", last.sent)
-        .field("images_bytes", images_sent->bytes)
+        .field("images_bytes", restored.images_sent.bytes)
         .field("stop_push_ns", last.push_ns)
-        .field("stopped_to_sent_ns", stopped_to_sent)
-        .field("restore_ns", restore_ns)
-        .field("downtime_ns", downtime)
-        .field("total_ns", total);
+        .field("stopped_to_sent_ns", t.stopped_to_sent)
+        .field("restore_ns", t.restore)
+        .field("downtime_ns", t.downtime)
+        .field("total_ns", t.total);
     json_rounds(j, rounds);
     j.end_object();
     print(j.take() + "\n");
   } else {
     print("migrated container " + o.container + " to " + o.to + " (pid " +
-          std::to_string(field_u64(*restored, "pid")) + " there) as checkpoint " +
+          std::to_string(field_u64(restored.fields, "pid")) + " there) as checkpoint " +
           last.id.substr(0, 12) + ": " + std::to_string(rounds.size()) +
           " pre-copy round(s), then " + format_bytes(last.sent) + " of device memory and " +
-          format_bytes(images_sent->bytes) + " of CRIU images sent while stopped; downtime " +
-          format_duration(std::chrono::nanoseconds(downtime)) + ", total " +
-          format_duration(std::chrono::nanoseconds(total)) + "\n");
+          format_bytes(restored.images_sent.bytes) +
+          " of CRIU images sent while stopped; downtime " +
+          format_duration(std::chrono::nanoseconds(t.downtime)) + ", total " +
+          format_duration(std::chrono::nanoseconds(t.total)) + "\n");
     if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);
   }
+}
+
+Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
+  GCR_TRY_ASSIGN(std::unique_ptr<Endpoints> ends, open_endpoints(o, ctx));
+  const Say say = sayer(o);
+  GCR_TRY_ASSIGN(const gcrd::ContainerRuntime rt, container_runtime(o, *ends));
+  GCR_TRY_ASSIGN(const gcrd::ContainerState state, running_container(o, rt));
+  const auto t_begin = Clock::now();
+  GCR_TRY_ASSIGN(std::vector<Round> rounds, pre_copy(o, state.pid, true, *ends, say, mt));
+
+  // The stop. The images are the container's memory: a private directory (mkdtemp: 0700).
+  GCR_TRY_ASSIGN(const ContainerImages c, make_images_directory(o, rt, state));
+  const auto t_stop = Clock::now();
+  say("stopping container " + o.container + " (" + rt.binary.filename().string() + " checkpoint)");
+  GCR_TRY(stop_container(c));
+  // From here the container exists only as its images: any failure restores it (here or there).
+  auto ref = read_images_reference(c);
+  if (!ref) return c.restore_here(std::move(ref).error());
+  Round last;
+  last.id = ref->id;
+  if (Status s = ends->push(last, "sending the last changes"); !s)
+    return c.restore_here(std::move(s).context("sending the last changes").error());
+  StopTimes t;
+  t.stopped_to_sent = since(t_stop);
+
+  auto t_restore = Clock::now();
+  GCR_TRY_ASSIGN(ContainerRestore restored,
+                 restore_container_at_destination(c, ends->token, last.id, say));
+  std::error_code ec;
+  std::filesystem::remove_all(c.work, ec);
+  t.restore = since(t_restore);
+  t.downtime = since(t_stop);
+  t.total = since(t_begin);
+  print_container_migrated(o, mt, state.pid, rounds, last, restored, t);
   return ok();
 }
 

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "gcr/control.h"
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
-#include "json.h"
-#include "output.h"
 #include "paths.h"
 
 namespace gcr::cli {
@@ -156,25 +156,24 @@ std::map<pid_t, GcrdWork> gcrd_work() {
   return out;
 }
 
-Status list_processes(bool json, Context& ctx) {
-  struct Row {
-    pid_t pid;
-    std::string command;
-    control::StatusInfo status;
-    std::string error;
-    // A checkpoint of gcrd's under way holds its session: the state and phase gcrd says.
-    std::string gcrd_state, checkpoint_phase;
-    std::vector<control::ShareRecord> shares;  // device memory shared with other processes
-    std::set<pid_t> peers;                     // the listed processes it shares it with
-  };
-  std::vector<Row> rows;
-  const std::map<pid_t, GcrdWork> work = gcrd_work();
-  for (pid_t pid : control::find_managed_processes())
-    rows.push_back(Row{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}});
+struct ProcessRow {
+  pid_t pid;
+  std::string command;
+  control::StatusInfo status;
+  std::string error;
+  // A checkpoint of gcrd's under way holds its session: the state and phase gcrd says.
+  std::string gcrd_state, checkpoint_phase;
+  std::vector<control::ShareRecord> shares;  // device memory shared with other processes
+  std::set<pid_t> peers;                     // the listed processes it shares it with
+};
+
+// Asks each row's process for its status and shares, but not those whose session gcrd holds
+// (`work`). Returns how many were asked.
+std::size_t ask_processes(std::vector<ProcessRow>& rows, const std::map<pid_t, GcrdWork>& work) {
   // Each process is asked on a thread of its own: one that cannot answer (busy with another gcr,
   // stopped) holds up its own row for 2 s, not the others'.
   std::vector<std::thread> asking;
-  for (Row& r : rows) {
+  for (ProcessRow& r : rows) {
     if (work.contains(r.pid)) continue;  // gcrd holds its session: gcrd says (below)
     asking.emplace_back([&r] {
       auto client = control::Client::connect(r.pid, std::chrono::seconds(2));
@@ -190,66 +189,80 @@ Status list_processes(bool json, Context& ctx) {
     });
   }
   for (std::thread& t : asking) t.join();
+  return asking.size();
+}
+
+// The processes running under gcr, each with what it (or gcrd, for one being checkpointed) says.
+std::vector<ProcessRow> collect_process_rows() {
+  std::vector<ProcessRow> rows;
+  const std::map<pid_t, GcrdWork> work = gcrd_work();
+  for (pid_t pid : control::find_managed_processes())
+    rows.push_back(ProcessRow{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}});
+  const std::size_t asked = ask_processes(rows, work);
   // A checkpoint that began meanwhile (its process was busy): gcrd says what it made of it.
-  const std::map<pid_t, GcrdWork> later = asking.empty() ? work : gcrd_work();
-  for (Row& r : rows) {
+  const std::map<pid_t, GcrdWork> later = asked == 0 ? work : gcrd_work();
+  for (ProcessRow& r : rows) {
     auto it = later.find(r.pid);
     if (it == later.end() && (it = work.find(r.pid)) == work.end()) continue;
     r.gcrd_state = it->second.state;
     r.checkpoint_phase = it->second.phase;
     r.error.clear();
   }
+  return rows;
+}
+
+void find_share_peers(std::vector<ProcessRow>& rows) {
   // Note [Shared regions]: processes whose share keys meet map the same memory.
   std::map<std::uint64_t, std::set<pid_t>> by_key;
-  for (const Row& r : rows)
+  for (const ProcessRow& r : rows)
     for (const control::ShareRecord& sh : r.shares)
       for (std::uint64_t k : sh.keys) by_key[k].insert(r.pid);
-  for (Row& r : rows)
+  for (ProcessRow& r : rows)
     for (const control::ShareRecord& sh : r.shares)
       for (std::uint64_t k : sh.keys)
         for (pid_t p : by_key[k])
           if (p != r.pid) r.peers.insert(p);
-  auto shared_text = [](const Row& r) {
-    if (r.shares.empty()) return std::string("-");
-    std::string t = std::to_string(r.shares.size());
-    if (r.peers.empty()) return t + " (no peer here)";
-    std::string with;
-    for (pid_t p : r.peers) with += (with.empty() ? "" : ",") + std::to_string(p);
-    return t + " with " + with;
-  };
-  if (json) {
-    JsonWriter j;
-    j.begin_array();
-    for (const Row& r : rows) {
-      j.begin_object().field("pid", static_cast<std::int64_t>(r.pid)).field("command", r.command);
-      if (!r.error.empty()) {
-        j.field("error", r.error);
-      } else if (!r.gcrd_state.empty()) {
-        j.field("state", r.gcrd_state).field("checkpoint_phase", r.checkpoint_phase);
-      } else {
-        j.field("state", control::process_state_name(r.status.state))
-            .field("regions", r.status.regions)
-            .field("device_bytes", r.status.region_bytes)
-            .field("requested_bytes", r.status.requested_bytes)
-            .field("dirty_bytes", r.status.dirty_bytes)
-            .field("epoch", r.status.epoch)
-            .field("last_checkpoint", r.status.last_checkpoint)
-            .field("conservative_tracking", r.status.conservative)
-            .field("shared_regions", static_cast<std::uint64_t>(r.shares.size()));
-        j.key("shares_with").begin_array();
-        for (pid_t p : r.peers) j.value(static_cast<std::int64_t>(p));
-        j.end_array();
-      }
-      j.end_object();
+}
+
+std::string shared_text(const ProcessRow& r) {
+  if (r.shares.empty()) return std::string("-");
+  std::string t = std::to_string(r.shares.size());
+  if (r.peers.empty()) return t + " (no peer here)";
+  std::string with;
+  for (pid_t p : r.peers) with += (with.empty() ? "" : ",") + std::to_string(p);
+  return t + " with " + with;
+}
+
+void print_processes_json(const std::vector<ProcessRow>& rows) {
+  JsonWriter j;
+  j.begin_array();
+  for (const ProcessRow& r : rows) {
+    j.begin_object().field("pid", static_cast<std::int64_t>(r.pid)).field("command", r.command);
+    if (!r.error.empty()) {
+      j.field("error", r.error);
+    } else if (!r.gcrd_state.empty()) {
+      j.field("state", r.gcrd_state).field("checkpoint_phase", r.checkpoint_phase);
+    } else {
+      j.field("state", control::process_state_name(r.status.state))
+          .field("regions", r.status.regions)
+          .field("device_bytes", r.status.region_bytes)
+          .field("requested_bytes", r.status.requested_bytes)
+          .field("dirty_bytes", r.status.dirty_bytes)
+          .field("epoch", r.status.epoch)
+          .field("last_checkpoint", r.status.last_checkpoint)
+          .field("conservative_tracking", r.status.conservative)
+          .field("shared_regions", static_cast<std::uint64_t>(r.shares.size()));
+      j.key("shares_with").begin_array();
+      for (pid_t p : r.peers) j.value(static_cast<std::int64_t>(p));
+      j.end_array();
     }
-    j.end_array();
-    print(j.take());
-    return ok();
+    j.end_object();
   }
-  if (rows.empty()) {
-    print("no processes are running under gcr (start one with 'gcr run -- PROGRAM')\n");
-    return ok();
-  }
+  j.end_array();
+  print(j.take());
+}
+
+void print_processes_table(const std::vector<ProcessRow>& rows) {
   Table t({{"PID", Table::Align::right},
            {"STATE"},
            {"DEVICE MEMORY", Table::Align::right},
@@ -257,7 +270,7 @@ Status list_processes(bool json, Context& ctx) {
            {"LAST CHECKPOINT"},
            {"SHARED"},
            {"COMMAND"}});
-  for (const Row& r : rows) {
+  for (const ProcessRow& r : rows) {
     if (!r.error.empty()) {
       t.add_row({std::to_string(r.pid), "?", "-", "-", "-", "-",
                  display_safe(r.command + "  (" + r.error + ")")});
@@ -274,6 +287,20 @@ Status list_processes(bool json, Context& ctx) {
                shared_text(r), display_safe(r.command)});
   }
   print(t.render());
+}
+
+Status list_processes(bool json, Context& ctx) {
+  std::vector<ProcessRow> rows = collect_process_rows();
+  find_share_peers(rows);
+  if (json) {
+    print_processes_json(rows);
+    return ok();
+  }
+  if (rows.empty()) {
+    print("no processes are running under gcr (start one with 'gcr run -- PROGRAM')\n");
+    return ok();
+  }
+  print_processes_table(rows);
   return ok();
 }
 

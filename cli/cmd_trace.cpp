@@ -10,8 +10,8 @@
 #include <cstdio>
 
 #include "command_trace.h"
-#include "json.h"
-#include "output.h"
+#include "gcr/human_output.h"
+#include "gcr/json.h"
 
 namespace gcr::cli {
 namespace {

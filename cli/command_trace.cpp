@@ -12,10 +12,10 @@
 #include <set>
 #include <span>
 
+#include "gcr/human_output.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "io/file.h"
-#include "output.h"
 
 namespace gcr::cli {
 namespace {

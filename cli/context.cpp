@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <system_error>
 
-#include "output.h"
+#include "gcr/human_output.h"
 
 namespace gcr::cli {
 

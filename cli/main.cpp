@@ -21,9 +21,9 @@
 #include "cmd_trace.h"
 #include "context.h"
 #include "exit_codes.h"
+#include "gcr/human_output.h"
 #include "gcr/manifest.h"
 #include "gcr/store.h"
-#include "output.h"
 
 #ifndef GCR_VERSION
 #define GCR_VERSION "0.0.0-unknown"
@@ -69,22 +69,8 @@ int report_error(const Error& error, const std::string& hint) {
   return exit_code_for(error.code);
 }
 
-}  // namespace
-}  // namespace gcr::cli
-
-int main(int argc, char** argv) {
-  using namespace gcr::cli;
-  Context ctx;
-  if (const char* s = std::getenv("GCR_STORE")) ctx.env_store = s;
-  ctx.stdout_tty = ::isatty(STDOUT_FILENO) == 1;
-  ctx.stderr_tty = ::isatty(STDERR_FILENO) == 1;
-
-  CLI::App app{
-      "gcr: checkpoint running CUDA processes and restore them later, on the same GPU, another "
-      "GPU\n"
-      "or another host, without changing the program. Checkpoints live in an image store:\n"
-      "content-addressed, deduplicated and compressed.",
-      "gcr"};
+// The global options, help text and commands of `app`, whose options fill `ctx`.
+void describe_app(CLI::App& app, Context& ctx) {
   app.get_formatter()->column_width(26);
   app.set_version_flag("--version", version_text(),
                        "Print gcr's version and image format, and exit");
@@ -106,40 +92,34 @@ int main(int argc, char** argv) {
   register_image_commands(app, ctx);
   register_doctor_command(app, ctx);
   register_trace_command(app, ctx);
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string path;
-    const CLI::App* at = deepest_command(app, path);
-    if (dynamic_cast<const CLI::RequiredError*>(&e) &&
-        std::strcmp(e.what(), "A subcommand is required") == 0) {
-      std::vector<std::string> extra =
-          app.remaining(/*recurse=*/true);  // fallthrough sends them up
-      if (!extra.empty()) {
-        std::string text = "gcr: unknown command '" + display_safe(extra.front()) + "' for '" +
-                           path + "'\nhint: run '" + path + " --help' to see the commands\n";
-        std::fputs(text.c_str(), stderr);
-        return kExitUsage;
-      }
-      // `gcr` or `gcr image` alone: show what there is to choose from.
-      std::string parent =
-          path.substr(0, path.rfind(' ') == std::string::npos ? 0 : path.rfind(' '));
-      std::fputs(at->help(parent).c_str(), stderr);
+// A command line CLI11 could not parse: says why on stderr; returns the exit code.
+int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
+  std::string path;
+  const CLI::App* at = deepest_command(app, path);
+  if (dynamic_cast<const CLI::RequiredError*>(&e) &&
+      std::strcmp(e.what(), "A subcommand is required") == 0) {
+    std::vector<std::string> extra = app.remaining(/*recurse=*/true);  // fallthrough sends them up
+    if (!extra.empty()) {
+      std::string text = "gcr: unknown command '" + display_safe(extra.front()) + "' for '" + path +
+                         "'\nhint: run '" + path + " --help' to see the commands\n";
+      std::fputs(text.c_str(), stderr);
       return kExitUsage;
     }
-    std::string text =
-        "gcr: " + display_safe(e.what()) + "\nhint: run '" + path + " --help' for usage\n";
-    std::fputs(text.c_str(), stderr);
+    // `gcr` or `gcr image` alone: show what there is to choose from.
+    std::string parent = path.substr(0, path.rfind(' ') == std::string::npos ? 0 : path.rfind(' '));
+    std::fputs(at->help(parent).c_str(), stderr);
     return kExitUsage;
   }
+  std::string text =
+      "gcr: " + display_safe(e.what()) + "\nhint: run '" + path + " --help' for usage\n";
+  std::fputs(text.c_str(), stderr);
+  return kExitUsage;
+}
 
+// Runs the selected command (which may set ctx.hint); returns the exit code.
+int run_command(Context& ctx) {
   if (!ctx.action) {
     std::fputs("gcr: internal error: no command selected\n", stderr);
     return kExitFailure;
@@ -152,4 +132,36 @@ int main(int argc, char** argv) {
   if (output_failed)
     return report_error(gcr::errno_error("writing to standard output", output_errno), "");
   return kExitOk;
+}
+
+}  // namespace
+}  // namespace gcr::cli
+
+int main(int argc, char** argv) {
+  using namespace gcr::cli;
+  Context ctx;
+  if (const char* s = std::getenv("GCR_STORE")) ctx.env_store = s;
+  ctx.stdout_tty = ::isatty(STDOUT_FILENO) == 1;
+  ctx.stderr_tty = ::isatty(STDERR_FILENO) == 1;
+
+  CLI::App app{
+      "gcr: checkpoint running CUDA processes and restore them later, on the same GPU, another "
+      "GPU\n"
+      "or another host, without changing the program. Checkpoints live in an image store:\n"
+      "content-addressed, deduplicated and compressed.",
+      "gcr"};
+  describe_app(app, ctx);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report_parse_error(app, e);
+  }
+  return run_command(ctx);
 }

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "gcr/trusted_path.h"
+
 namespace gcr::cli {
 namespace fs = std::filesystem;
 
@@ -27,7 +29,7 @@ fs::path self_dir() {
 }
 
 Result<fs::path> interposer_path() {
-  if (const char* p = std::getenv("GCR_INTERPOSER"); p && *p) return fs::path(p);
+  if (auto p = env_path_for_root("GCR_INTERPOSER")) return *p;
   fs::path d = self_dir();
   return first_existing({d / "../interpose/libcuda.so.1", d / "../lib/gcr/libcuda.so.1"},
                         "gcr's interposer", "build gcr (scripts/setup.sh) or set GCR_INTERPOSER");
@@ -35,7 +37,7 @@ Result<fs::path> interposer_path() {
 
 Result<fs::path> real_driver_path(bool* simulated) {
   if (simulated) *simulated = false;
-  if (const char* p = std::getenv("GCR_REAL_LIBCUDA"); p && *p) return fs::path(p);
+  if (auto p = env_path_for_root("GCR_REAL_LIBCUDA")) return *p;
   for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
                         "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"})
     if (readable(p)) return fs::path(p);
@@ -47,7 +49,7 @@ Result<fs::path> real_driver_path(bool* simulated) {
 }
 
 Result<fs::path> gcrd_path() {
-  if (const char* p = std::getenv("GCR_GCRD"); p && *p) return fs::path(p);
+  if (auto p = env_path_for_root("GCR_GCRD")) return *p;
   fs::path d = self_dir();
   return first_existing({d / "gcrd", d / "../libexec/gcr/gcrd"}, "gcrd",
                         "build gcr, reinstall it, or set GCR_GCRD");

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "output.h"
+#include "gcr/human_output.h"
 #include "store/remote_cache.h"
 
 namespace gcr::cli {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "gcr/trusted_path.h"
+
 namespace gcr::criu_plugin {
 namespace {
 
@@ -29,7 +31,7 @@ std::string trim(const std::string& s) {
 }  // namespace
 
 std::filesystem::path config_file_path() {
-  if (const char* p = std::getenv("GCR_CONFIG"); p && *p) return p;
+  if (auto p = env_path_for_root("GCR_CONFIG")) return *p;  // it names a library CRIU loads
   return "/etc/gcr/gcr.conf";
 }
 

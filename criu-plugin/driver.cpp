@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "gcr/trusted_path.h"
+
 namespace gcr::criu_plugin {
 namespace {
 
@@ -43,7 +45,7 @@ void resolve(void* handle, const char* name, Fn* out) {
 
 Result<Driver> Driver::load() {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("GCR_REAL_LIBCUDA"); env && *env) candidates.emplace_back(env);
+  if (auto env = env_path_for_root("GCR_REAL_LIBCUDA")) candidates.emplace_back(env->string());
   for (const char* p : kStandardPaths) candidates.emplace_back(p);
 
   std::string skipped;

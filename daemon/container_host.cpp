@@ -12,6 +12,7 @@
 
 #include "container_runtime.h"
 #include "gcr/store.h"
+#include "gcr/trusted_path.h"
 #include "images_archive.h"
 #include "work_dir.h"
 
@@ -33,7 +34,7 @@ std::string ns_since(Clock::time_point t) {
 // The driver this gcrd runs on, for the plugin in the runtime's CRIU: GCR_REAL_LIBCUDA when gcr
 // started gcrd, else the library that holds the cuInit gcrd resolved.
 std::string own_driver() {
-  if (const char* d = std::getenv("GCR_REAL_LIBCUDA"); d && *d) return d;
+  if (auto d = env_path_for_root("GCR_REAL_LIBCUDA")) return d->string();
   Dl_info info{};
   void* sym = ::dlsym(RTLD_DEFAULT, "cuInit");
   if (sym && ::dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/')
@@ -90,12 +91,14 @@ Result<std::map<std::string, std::string>> restore_container_here(
   GCR_TRY_ASSIGN(store::CheckpointId cid,
                  st.resolve(id).context("the container's device memory in this host's store"));
   GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));
-  const ContainerRuntime rt{binary,      tools.criu,    tools.plugin_dir,
-                            host.socket, f.at("store"), own_driver()};
+  // The store the request was served from (a local request may name none: gcrd's default).
+  const std::string store_root = st.options().root.string();
+  const ContainerRuntime rt{binary,      tools.criu, tools.plugin_dir,
+                            host.socket, store_root, own_driver()};
   // The reference names this host's checkpoint and store, whatever the source's said.
   {
     std::ofstream ref(images / kImagesReferenceName, std::ios::trunc);
-    ref << encode_reference({cid.hex(), f.at("store")});
+    ref << encode_reference({cid.hex(), store_root});
     if (!ref.flush())
       return Error{Errc::io_error, "writing " + (images / kImagesReferenceName).string()};
   }

@@ -250,7 +250,7 @@ void Daemon::end_handshake(const std::string& address) {
 // A connection from another host (net_store.h): the token first, then the store or a request.
 void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string peer) noexcept
     try {
-  // The whole token line within 10 s (Note [Before a peer is authenticated]); its place in the
+  // The whole handshake within 10 s (Note [Before a peer is authenticated]); its place in the
   // handshakes' pool is given back however this ends.
   struct Handshake {
     Daemon& d;
@@ -265,7 +265,9 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
   auto verb = net_accept(fd.get(), options_.token, std::chrono::seconds(10));
   handshake.end();
   if (!verb) {
-    log("refused a connection from " + peer + ": " + verb.error().message);
+    if (auto line =
+            refusals_log_.admit("refused a connection from " + peer + ": " + verb.error().message))
+      log(*line);
     return;
   }
   if (*verb == "request") return handle_request(fd, geteuid(), true);

@@ -26,6 +26,7 @@
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_requests.h"
+#include "log_budget.h"
 #include "work_registry.h"
 
 namespace gcr::gcrd {
@@ -48,7 +49,7 @@ struct DaemonOptions {
 // have a pool of their own, 16 in all and 4 from any one address, apart from the 64 slots of
 // authenticated ones. A peer dripping bytes on many connections fills its own 4 places and no
 // more; everyone else is still served. Connections past those limits are closed unread, and not
-// logged one by one.
+// logged one by one; refused handshakes are logged 20 a minute at most (log_budget.h).
 
 // One request, as its handler sees it.
 struct Request {
@@ -105,6 +106,7 @@ class Daemon {
   std::mutex handshake_mu_;
   int handshakes_ = 0;
   std::map<std::string, int> handshakes_from_;
+  LogBudget refusals_log_{20};  // lines a minute on refused peers
   bool begin_handshake(const std::string& address);
   void end_handshake(const std::string& address);
 };

@@ -15,6 +15,7 @@
 #include "daemon.h"
 #include "gcr/criu.h"
 #include "gcr/process_tree.h"
+#include "gcr/restore_streams.h"
 #include "gcrd_protocol.h"
 #include "pause_point.h"
 #include "restore.h"
@@ -345,6 +346,19 @@ Fields restore_reply(const RestoreReport& rep, bool eager) {
   return out;
 }
 
+// Note [Files reopened for the restored process] (gcr/restore_streams.h), for a migration's
+// destination: no caller here opens the process's files, so gcrd does, as the checkpoint's owner
+// and by the same rules, and hands them to CRIU; terminals and pipes are left to CRIU.
+Status open_files_for_peer(store::Store& st, const std::string& name, RestoreRequest& req) {
+  GCR_TRY_ASSIGN(store::CheckpointId id, st.resolve(name));
+  GCR_TRY_ASSIGN(auto reader, st.open_checkpoint(id, false));
+  criu::StreamOptions o;
+  o.files_only = true;
+  GCR_TRY_ASSIGN(criu::StreamPlan plan, criu::plan_streams(reader->manifest().meta, o));
+  for (auto& in : plan.inherit) req.inherit.push_back({in.key, std::move(in.fd)});
+  return ok();
+}
+
 Result<Fields> serve_restore(Daemon& d, Request& r) {
   GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
@@ -366,6 +380,9 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
   }
   req.client_uid = r.client_uid;
   if (geteuid() == 0) GCR_TRY(check_root_store(store_root(r.fields)));
+  if (r.from_network && req.inherit.empty())
+    GCR_TRY(open_files_for_peer(*st, f.name, req)
+                .context("opening the files of checkpoint " + f.name + " for its process"));
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
   return restore_reply(rep, req.eager);
 }

@@ -1,7 +1,11 @@
 // staged.h: one staged checkpoint's device memory, kept by gcrd between requests.
 #include "staged.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "loader.h"
@@ -16,8 +20,50 @@ struct StagedRegion {
   MappedAllocation allocation;
 };
 
+using Clock = std::chrono::steady_clock;
+
 std::mutex g_mu;
 std::vector<StagedRegion> g_staged;  // guarded by g_mu
+Clock::time_point g_staged_until;    // when what is staged goes, unless a restore takes it
+std::condition_variable g_expiry;
+bool g_expiry_running = false;
+
+// GCR_STAGE_HOLD_S (default 600): how long staged memory waits for the restore of its migration.
+std::chrono::seconds stage_hold() {
+  static const std::chrono::seconds hold = [] {
+    const char* v = std::getenv("GCR_STAGE_HOLD_S");
+    long long s = v ? std::atoll(v) : 0;
+    return std::chrono::seconds(s >= 1 && s <= 86'400 ? s : 600);
+  }();
+  return hold;
+}
+
+// Frees staged memory no restore took within stage_hold() (a migration given up, a source gone):
+// a peer never keeps this GPU's memory for long (Note [Staged restore]).
+void expire_staged() {
+  std::unique_lock lock(g_mu);
+  for (;;) {
+    if (g_staged.empty()) {
+      g_expiry.wait(lock);
+      continue;
+    }
+    if (Clock::now() >= g_staged_until) {
+      g_staged.clear();
+      continue;
+    }
+    g_expiry.wait_until(lock, g_staged_until);
+  }
+}
+
+// Caller holds g_mu.
+void hold_for_a_while() {
+  g_staged_until = Clock::now() + stage_hold();
+  if (!g_expiry_running) {
+    g_expiry_running = true;
+    std::thread(expire_staged).detach();
+  }
+  g_expiry.notify_all();
+}
 
 std::vector<store::ChunkRef> chunks_of(const store::Manifest& m, const store::ObjectEntry& o) {
   if (o.first_chunk + o.chunk_count > m.chunks.size()) return {};
@@ -88,6 +134,7 @@ Result<std::uint64_t> stage_checkpoint(store::Store& store, const std::string& n
   }
   std::lock_guard lock(g_mu);
   g_staged = std::move(next);
+  hold_for_a_while();
   return bytes;
 }
 

@@ -6,7 +6,9 @@
 // every region whose contents did not change (same address, size, device and chunk ids) and loads
 // only the others. The final restore then takes each staged region whose contents are the
 // checkpoint's instead of allocating and loading it, and waits only for the regions written since
-// the last staged round: the downtime no longer carries the footprint's load.
+// the last staged round: the downtime no longer carries the footprint's load. What no restore takes
+// within GCR_STAGE_HOLD_S seconds of the last stage (default 600: a migration given up, a source
+// gone) is freed, so that a peer cannot keep this GPU's memory.
 #pragma once
 
 #include <optional>

@@ -17,6 +17,7 @@
 #include "gcr/chunk_id.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
+#include "gcr/trusted_path.h"
 
 namespace gcr::gcrd {
 namespace fs = std::filesystem;
@@ -167,8 +168,8 @@ std::map<std::string, std::string> driver_env() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cuInit), &info) && info.dli_fname && info.dli_fname[0] == '/')
     env["GCR_REAL_LIBCUDA"] = info.dli_fname;
-  else if (const char* r = std::getenv("GCR_REAL_LIBCUDA"))
-    env["GCR_REAL_LIBCUDA"] = r;
+  else if (auto r = env_path_for_root("GCR_REAL_LIBCUDA"))
+    env["GCR_REAL_LIBCUDA"] = r->string();
   // gcrd runs this CRIU itself: its plugin must not turn back to gcrd (Note [CRIU run by someone
   // else] in checkpoint.h), whatever gcr.conf says.
   env["GCR_PLUGIN_GCRD"] = "off";

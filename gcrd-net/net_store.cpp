@@ -11,21 +11,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <vector>
 
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
+#include "net_handshake.h"
 
 namespace gcr::gcrd {
 namespace {
 
-constexpr std::uint64_t kMaxPayload = 1ull << 30;  // a pack is 16 MiB; a manifest far less
+constexpr std::uint64_t kMaxPayload = 1ull << 30;  // a pack: pack_target_bytes and a chunk
 constexpr std::size_t kMaxLine = 64 * 1024;
 
 Error unreachable(Error e) {
@@ -142,13 +143,6 @@ bool is_store_key(const std::string& key) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
       return false;
   return true;
-}
-
-bool same_time_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
 }
 
 // Reads a reply: ok fields (and the payload it announces into *payload) or the error it carries.
@@ -297,16 +291,26 @@ class NetBackend final : public store::Backend {
 }  // namespace
 
 Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server) {
+  // What is checked is what is read: the open file, not the path a second time.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) return errno_error("token file " + path.string());
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno_error("token file " + path.string());
+  if (::fstat(fd.get(), &st) != 0) return errno_error("token file " + path.string());
+  if (!S_ISREG(st.st_mode))
+    return Error{Errc::invalid_argument, "token file " + path.string() + " is not a regular file"};
   if (for_server && ((st.st_mode & 077) != 0 || st.st_uid != ::geteuid()))
     return Error{Errc::permission_denied,
                  "token file " + path.string() +
                      " must belong to gcrd's user and be readable by it alone (chmod 600): whoever "
                      "reads it may restore processes here"};
-  std::ifstream in(path);
-  std::string token;
-  std::getline(in, token);
+  char buf[4096];
+  ssize_t n;
+  do {
+    n = ::pread(fd.get(), buf, sizeof buf, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return errno_error("reading token file " + path.string());
+  std::string token(buf, static_cast<std::size_t>(n));
+  token = token.substr(0, token.find('\n'));
   while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
   if (token.size() < 32)
     return Error{Errc::invalid_argument,
@@ -401,9 +405,8 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   watch_peer(fd.get());
-  Conn c(fd.get());
-  GCR_TRY(c.send(std::string(kNetProtocol) + " " + verb + " " + encode_fields({{"token", token}}) +
-                 "\n"));
+  GCR_TRY(prove_token(fd.get(), token, verb, std::chrono::steady_clock::now() + net_timeout())
+              .context("gcrd at " + address));
   return fd;
 }
 
@@ -422,130 +425,161 @@ Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& addr
 }
 
 Result<std::string> net_accept(int fd, const std::string& token, std::chrono::milliseconds limit) {
-  Conn c(fd);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  // Byte by byte: what follows the first line is the next reader's.
-  std::string line;
-  for (char ch;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0)
-      return Error{Errc::timeout,
-                   "no whole first line within " + std::to_string(limit.count()) + " ms"};
-    ssize_t r = ::recv(fd, &ch, 1, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Error{Errc::unreachable, "the connection closed before its first line"};
-    if (ch == '\n') break;
-    if (line.size() > 4096) return Error{Errc::protocol, "a first line longer than 4 KiB"};
-    line += ch;
-  }
-  auto sp1 = line.find(' ');
-  auto sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
-  std::string proto = line.substr(0, sp1);
-  std::string verb = sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 - sp1 - 1);
-  auto f = decode_fields(sp2 == std::string::npos ? "" : line.substr(sp2 + 1));
-  auto refuse = [&](Errc code, const std::string& why) -> Error {
-    (void)c.send("error " + std::to_string(static_cast<int>(code)) + " " + encode_value(why) +
-                 "\n");
-    return Error{code, why};
-  };
-  if (proto != kNetProtocol)
-    return refuse(Errc::unsupported, std::string("this gcrd speaks ") + kNetProtocol);
-  if (!f.count("token") || !same_time_equal(f.at("token"), token))
-    return refuse(Errc::permission_denied, "wrong token");
-  if (verb != "store" && verb != "request")
-    return refuse(Errc::invalid_argument, "unknown verb '" + verb + "'");
-  return verb;
+  return check_token_proof(fd, token, limit);
 }
+
+namespace {
+
+// Note [What a peer can make gcrd hold]
+// A payload is read as it arrives, its buffer growing with what came (a peer that announces 1 GiB
+// and sends nothing makes gcrd allocate nothing), after its operation and key were checked; and all
+// payloads held at once, over every connection, stay under kPayloadBudget (8 GiB): past it a put or
+// ranged read is refused as busy and the connection ended. Device memory staged for a peer is
+// bounded apart (Note [Staged restore] in daemon/staged.h).
+constexpr std::uint64_t kPayloadBudget = 8ull << 30;  // two peers pushing 1 GiB packs 4 at a time
+constexpr std::size_t kReadPiece = 16u << 20;
+std::atomic<std::uint64_t> payload_held{0};
+
+class PayloadHold {
+ public:
+  bool take(std::uint64_t n) {
+    std::uint64_t held = payload_held.load();
+    do {
+      if (held + n > kPayloadBudget) return false;
+    } while (!payload_held.compare_exchange_weak(held, held + n));
+    bytes_ = n;
+    return true;
+  }
+  ~PayloadHold() { payload_held -= bytes_; }
+
+ private:
+  std::uint64_t bytes_ = 0;
+};
+
+// One operation of a store session (docs/protocol.md §14), as its handler sees it.
+struct NetOp {
+  Conn& c;
+  store::Backend& store;
+  std::map<std::string, std::string> f;
+  std::string key;
+  std::uint64_t len = 0;
+
+  Status fail(const Error& e) {
+    return c.send("error " + std::to_string(static_cast<int>(e.code)) + " " +
+                  encode_value(e.message) + "\n");
+  }
+  std::string text(const char* k) const {
+    auto it = f.find(k);
+    return it == f.end() ? "" : it->second;
+  }
+};
+
+Status serve_list(NetOp& op, bool detailed) {
+  const std::string dir = op.text("dir");
+  if (!is_store_dir(dir))
+    return op.fail(Error{Errc::invalid_argument, "not a store directory: " + dir.substr(0, 80)});
+  std::string body;
+  std::map<std::string, std::string> reply;
+  if (!detailed) {
+    auto names = op.store.list(dir);
+    if (!names) return op.fail(names.error());
+    for (const auto& n : *names) body += n + "\n";
+  } else {
+    auto listing = op.store.list_detailed(dir);
+    if (!listing) return op.fail(listing.error());
+    for (const auto& o : listing->objects)
+      body += o.name + " " + std::to_string(o.bytes) + " " + std::to_string(o.modified_unix) + "\n";
+    reply["now"] = std::to_string(listing->now_unix);
+  }
+  reply["len"] = std::to_string(body.size());
+  return op.c.send(head("ok", reply), std::as_bytes(std::span(body.data(), body.size())));
+}
+
+Status serve_get(NetOp& op, bool versioned) {
+  const std::uint64_t max = std::min<std::uint64_t>(field_u64(op.f, "max"), kMaxPayload);
+  if (!versioned) {
+    auto bytes = op.store.get(op.key, max);
+    return bytes ? op.c.send(head("ok", {{"len", std::to_string(bytes->size())}}), *bytes)
+                 : op.fail(bytes.error());
+  }
+  auto v = op.store.get_versioned(op.key, max);
+  return v ? op.c.send(
+                 head("ok", {{"len", std::to_string(v->bytes.size())}, {"version", v->version}}),
+                 v->bytes)
+           : op.fail(v.error());
+}
+
+Status serve_get_range(NetOp& op) {
+  if (op.len > kMaxPayload)
+    return op.fail(Error{Errc::invalid_argument, "a ranged read of more than 1 GiB"});
+  PayloadHold hold;
+  if (!hold.take(op.len))
+    return op.fail(Error{Errc::busy, "gcrd holds its most for peers now: try again"});
+  std::vector<std::byte> out(op.len);
+  Status got = op.store.get_range(op.key, field_u64(op.f, "offset"), out);
+  return got ? op.c.send(head("ok", {{"len", std::to_string(out.size())}}), out)
+             : op.fail(got.error());
+}
+
+// A put's payload, read as it arrives; an error ends the session (the stream is out of step).
+Result<std::vector<std::byte>> receive_payload(NetOp& op, PayloadHold& hold) {
+  if (op.len > kMaxPayload) return Error{Errc::invalid_argument, "a payload of more than 1 GiB"};
+  if (!hold.take(op.len)) return Error{Errc::busy, "gcrd holds its most for peers now: try again"};
+  std::vector<std::byte> in;
+  while (in.size() < op.len) {
+    const std::size_t at = in.size();
+    in.resize(at + std::min<std::uint64_t>(kReadPiece, op.len - at));
+    GCR_TRY(op.c.bytes(in.data() + at, in.size() - at));
+  }
+  return in;
+}
+
+Status serve_put(NetOp& op, bool conditional) {
+  PayloadHold hold;
+  auto in = receive_payload(op, hold);
+  if (!in) {
+    (void)op.fail(in.error());
+    return std::move(in).error();
+  }
+  Status put = conditional
+                   ? op.store.put_if(op.key, *in, op.text("version"))
+                   : op.store.put(op.key, *in,
+                                  op.text("mode") == "replace" ? store::PutMode::replace
+                                                               : store::PutMode::create_only);
+  return put ? op.c.send("ok\n") : op.fail(put.error());
+}
+
+Status serve_op(NetOp& op, const std::string& verb) {
+  if (verb == "list" || verb == "list_detailed") return serve_list(op, verb == "list_detailed");
+  const bool put = verb == "put" || verb == "put_if";
+  if (!is_store_key(op.key)) {
+    Status told =
+        op.fail(Error{Errc::invalid_argument, "not a store object: " + op.key.substr(0, 80)});
+    // A put's payload follows: out of step from here, so the session ends.
+    return put ? Error{Errc::invalid_argument, "not a store object"} : told;
+  }
+  if (verb == "get" || verb == "get_versioned") return serve_get(op, verb == "get_versioned");
+  if (verb == "get_range") return serve_get_range(op);
+  if (put) return serve_put(op, verb == "put_if");
+  if (verb == "remove") {
+    Status removed = op.store.remove(op.key);
+    return removed ? op.c.send("ok\n") : op.fail(removed.error());
+  }
+  return op.fail(Error{Errc::invalid_argument, "unknown operation '" + verb.substr(0, 40) + "'"});
+}
+
+}  // namespace
 
 void serve_net_store(int fd, store::Backend& store) {
   Conn c(fd);
-  auto fail = [&](const Error& e) {
-    return c.send("error " + std::to_string(static_cast<int>(e.code)) + " " +
-                  encode_value(e.message) + "\n");
-  };
   for (;;) {
     auto line = c.line();
     if (!line) return;
-    auto sp = line->find(' ');
-    std::string op = line->substr(0, sp);
-    auto f = decode_fields(sp == std::string::npos ? "" : line->substr(sp + 1));
-    std::string key = f.count("key") ? f.at("key") : "";
-    std::uint64_t len = field_u64(f, "len");
-    std::vector<std::byte> in;
-    if (op == "put" || op == "put_if") {
-      if (len > kMaxPayload) return;  // cannot resynchronize: hang up
-      in.resize(len);
-      if (!c.bytes(in.data(), len)) return;
-    }
-    Status sent = ok();
-    if (op == "list" || op == "list_detailed") {
-      std::string dir = f.count("dir") ? f.at("dir") : "";
-      if (!is_store_dir(dir)) {
-        sent = fail(Error{Errc::invalid_argument, "not a store directory: " + dir});
-      } else if (op == "list") {
-        auto names = store.list(dir);
-        std::string body;
-        if (names)
-          for (const auto& n : *names) body += n + "\n";
-        sent = names ? c.send(head("ok", {{"len", std::to_string(body.size())}}),
-                              std::as_bytes(std::span(body.data(), body.size())))
-                     : fail(names.error());
-      } else {
-        auto listing = store.list_detailed(dir);
-        std::string body;
-        if (listing)
-          for (const auto& o : listing->objects)
-            body += o.name + " " + std::to_string(o.bytes) + " " + std::to_string(o.modified_unix) +
-                    "\n";
-        sent = listing ? c.send(head("ok", {{"len", std::to_string(body.size())},
-                                            {"now", std::to_string(listing->now_unix)}}),
-                                std::as_bytes(std::span(body.data(), body.size())))
-                       : fail(listing.error());
-      }
-    } else if (!is_store_key(key)) {
-      sent = fail(Error{Errc::invalid_argument, "not a store object: " + key.substr(0, 80)});
-    } else if (op == "get" || op == "get_versioned") {
-      std::uint64_t max = std::min<std::uint64_t>(field_u64(f, "max"), kMaxPayload);
-      if (op == "get") {
-        auto bytes = store.get(key, max);
-        sent = bytes ? c.send(head("ok", {{"len", std::to_string(bytes->size())}}), *bytes)
-                     : fail(bytes.error());
-      } else {
-        auto v = store.get_versioned(key, max);
-        sent = v ? c.send(head("ok",
-                               {{"len", std::to_string(v->bytes.size())}, {"version", v->version}}),
-                          v->bytes)
-                 : fail(v.error());
-      }
-    } else if (op == "get_range") {
-      if (len > kMaxPayload) {
-        sent = fail(Error{Errc::invalid_argument, "a ranged read of more than 1 GiB"});
-      } else {
-        std::vector<std::byte> out(len);
-        Status got = store.get_range(key, field_u64(f, "offset"), out);
-        sent = got ? c.send(head("ok", {{"len", std::to_string(out.size())}}), out)
-                   : fail(got.error());
-      }
-    } else if (op == "put") {
-      Status put =
-          store.put(key, in,
-                    f.count("mode") && f.at("mode") == "replace" ? store::PutMode::replace
-                                                                 : store::PutMode::create_only);
-      sent = put ? c.send("ok\n") : fail(put.error());
-    } else if (op == "put_if") {
-      Status put = store.put_if(key, in, f.count("version") ? f.at("version") : "");
-      sent = put ? c.send("ok\n") : fail(put.error());
-    } else if (op == "remove") {
-      Status removed = store.remove(key);
-      sent = removed ? c.send("ok\n") : fail(removed.error());
-    } else {
-      sent = fail(Error{Errc::invalid_argument, "unknown operation '" + op.substr(0, 40) + "'"});
-    }
-    if (!sent) return;
+    const auto sp = line->find(' ');
+    NetOp op{c, store, decode_fields(sp == std::string::npos ? "" : line->substr(sp + 1)), "", 0};
+    op.key = op.text("key");
+    op.len = field_u64(op.f, "len");
+    if (!serve_op(op, line->substr(0, sp))) return;
   }
 }
 

@@ -2,20 +2,22 @@
 // shared token, to write checkpoints into the store this gcrd serves and to ask it for restores:
 // what `gcr migrate` needs of its destination.
 //
-//   connection:  "gcrd-net/1 <store|request> token=<token>\n"   (token: percent-encoded)
+//   connection:  "gcrd-net/2 <store|request> nonce=<Nc>\n", then the proofs of the token
+//                (Note [Proving the token] in net_handshake.h)
 //   store:       a Backend (store/backend.h) spoken over the connection, one operation at a time:
 //                "<op> key=value ...\n" [payload of len= bytes] -> "ok key=value ...\n" [payload]
 //                or "error <errc> <message>\n"
 //   request:     one gcrd/1 request (gcrd_protocol.h), on the served store only
 //
 // Note [Network trust]
-// The token is the whole authentication: whoever holds it may read and write the served store
+// The token is the whole authentication, proven without being sent (Note [Proving the token]):
+// whoever holds it may read and write the served store
 // (gcr image push/pull gcr://HOST:PORT, gcr migrate) and restore what it holds as gcrd's user
 // (root, normally). So the token file must be as private as root's keys (0600, root-owned: gcrd
 // refuses a token file others can read), the comparison takes the same time whatever matches, and
 // nothing on the connection names a path on this host: the served store is gcrd's choice (--store),
 // store keys are checked against the store's own names, and a request's store= field is replaced.
-// There is no encryption: run it on a trusted network, or through a tunnel (WireGuard, ssh -L).
+// There is no encryption yet: run it on a trusted network, or through a tunnel (WireGuard, ssh -L).
 #pragma once
 
 #include <chrono>
@@ -29,8 +31,6 @@
 #include "store/backend.h"
 
 namespace gcr::gcrd {
-
-inline constexpr char kNetProtocol[] = "gcrd-net/1";
 
 // A token from a file: trimmed, at least 32 characters; `for_server` also checks it is private.
 Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server);
@@ -46,7 +46,7 @@ std::chrono::milliseconds net_timeout();
 void watch_peer(int fd);
 
 // "HOST:PORT" (an IPv4 address or a name; [v6]:port) -> a connected TCP socket, close-on-exec,
-// TCP_NODELAY, watched (watch_peer), after the "gcrd-net/1 <verb>" line with the token. A
+// TCP_NODELAY, watched (watch_peer), after the handshake that proves the token (net_handshake.h). A
 // connection refused (the host answers, nothing listens) is not_found; a host that cannot be
 // reached, or does not answer within net_timeout(), is unreachable.
 Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
@@ -61,9 +61,9 @@ Result<std::uint64_t> net_stage(const std::string& address, const std::string& t
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
                                                          const std::string& token);
 
-// Server: checks the connection's first line, which must have arrived whole within `limit` (a
-// peer that drips it a byte at a time holds a slot no longer than that); returns its verb
-// ("store" or "request") or an error (after telling the client why).
+// Server: the handshake of net_handshake.h, whole within `limit` (a peer that drips it a byte at a
+// time holds a slot no longer than that); returns the verb ("store" or "request") or an error
+// (after telling the client why).
 Result<std::string> net_accept(int fd, const std::string& token,
                                std::chrono::milliseconds limit = std::chrono::seconds(10));
 

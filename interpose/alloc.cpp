@@ -12,8 +12,8 @@
 #include <set>
 #include <vector>
 
+#include "agent_ops.h"
 #include "config.h"
-#include "control_ops.h"
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"

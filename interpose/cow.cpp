@@ -1,7 +1,7 @@
 // The process's side of soft copy-on-write and of on-demand restore (Notes [Soft copy-on-write]
 // and [On-demand restore] in gcr/cow_table.h): one table, two kinds.
 //
-// The control thread begins and ends it (op_cow_*); application threads reach it from the write
+// The agent thread begins and ends it (op_cow_*); application threads reach it from the write
 // marking of launches, copies and memsets (regions.h) while g_cow_active is set. The table may be
 // unmapped by op_cow_end while an application thread is about to read it, so readers count
 // themselves in (g_users) and op_cow_end unmaps only after clearing g_table and seeing no reader.
@@ -18,8 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "agent_ops.h"
 #include "config.h"
-#include "control_ops.h"
+#include "cow.h"
 #include "gcr/cow_table.h"
 #include "real_driver.h"
 #include "regions.h"
@@ -46,7 +47,7 @@ struct Copy {
 };
 
 std::atomic<cow::TableHeader*> g_table{nullptr};
-std::size_t g_table_bytes = 0;  // control thread only
+std::size_t g_table_bytes = 0;  // agent thread only
 std::atomic<int> g_users{0};    // application threads reading g_table
 std::vector<Copy> g_copies;     // by entry; sized by op_cow_begin before g_table is published
 int g_handover = -1;     // gcrd's socket for copies (Note [Copies handed over]); set with g_table

@@ -32,9 +32,9 @@
 #include <string_view>
 #include <vector>
 
+#include "agent_ops.h"
 #include "alloc.h"
 #include "config.h"
-#include "control_ops.h"
 #include "gate.h"
 #include "pinned.h"
 #include "real_driver.h"
@@ -102,7 +102,7 @@ bool park_pinned() {
   return park;
 }
 
-// Calls fn with r's context current on this thread (the control thread has none of its own).
+// Calls fn with r's context current on this thread (the agent thread has none of its own).
 template <typename Fn>
 CUresult in_context(const Registration& r, Fn&& fn) {
   const RealDriver* real = real_driver();

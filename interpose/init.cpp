@@ -1,5 +1,5 @@
 // cuInit and the contexts: the first CUDA call starts gcr in the process (the real driver, the
-// control thread); contexts are noted so that quiesce can drain them; fork leaves the child
+// agent thread); contexts are noted so that quiesce can drain them; fork leaves the child
 // unmanaged. Nothing here runs from a constructor: a program that never calls CUDA never loads
 // the real driver or starts a thread.
 #include <pthread.h>
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <mutex>
 
+#include "agent.h"
 #include "alloc.h"
-#include "control.h"
 #include "gate.h"
 #include "real_driver.h"
 #include "regions.h"
@@ -20,18 +20,18 @@ namespace {
 std::once_flag g_start_once;
 
 void atfork_prepare() {
-  control_prepare_fork();
+  agent_prepare_fork();
   g_region_mu.lock();
 }
 void atfork_parent() {
   g_region_mu.unlock();
-  control_after_fork_parent();
+  agent_after_fork_parent();
 }
 void atfork_child() {
   g_region_mu.unlock();
   // The driver is unusable in a forked child of a CUDA process; gcr steps aside until exec.
   g_unmanaged = true;
-  control_after_fork_child();
+  agent_after_fork_child();
 }
 
 // A park receives and sends one fd per region, an unpark too: with the default soft limit of 1024
@@ -47,7 +47,7 @@ void raise_fd_limit() {
 void start() {
   raise_fd_limit();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-  if (Status s = start_control_thread(); !s)
+  if (Status s = start_agent_thread(); !s)
     std::fprintf(stderr,
                  "gcr: control channel unavailable, checkpoints of this process will fail: %s\n",
                  s.error().message.c_str());

@@ -1,4 +1,4 @@
-// The region manager's side of the control channel (interpose/control_ops.h): quiesce and
+// The region manager's side of the control channel (interpose/agent_ops.h): quiesce and
 // resume, park and unpark, checkpoint epochs and status. Note [Park before lock] says when each
 // may run.
 #include <dirent.h>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "agent_ops.h"
 #include "alloc.h"
 #include "config.h"
-#include "control_ops.h"
 #include "gate.h"
 #include "pinned.h"
 #include "real_driver.h"
@@ -190,16 +190,91 @@ Status op_resume() {
   return ok();
 }
 
+namespace {
+
+std::string hex_address(std::uint64_t address) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(address));
+  return b;
+}
+
+// Why the process cannot be parked now, or ok (caller holds g_region_mu).
+Status check_parkable_locked() {
+  std::vector<std::string> why = blockers_locked();
+  if (why.empty()) return ok();
+  std::string msg = "the process cannot be checkpointed now: " + why[0];
+  for (std::size_t i = 1; i < why.size(); ++i) msg += "; " + why[i];
+  return Error{Errc::unsupported, msg};
+}
+
+// Allocations the program has mapped nowhere get an arena address, so that they park as regions.
+Status hold_unmapped_allocations() {
+  for (std::uint32_t allocation : valloc_unmapped()) {
+    const VirtualAllocation* v = valloc_by_id(allocation);
+    auto device = static_cast<std::uint32_t>(v->prop.location.id);
+    if (!register_held_region(v->size, device, allocation))
+      return Error{Errc::out_of_memory, "no arena address left to park an unmapped allocation of " +
+                                            std::to_string(v->size) +
+                                            " bytes; set GCR_ARENA_BYTES higher"};
+  }
+  return ok();
+}
+
+// A region's memory as an fd. A user region's handle is retained into `user_handles`.
+Result<ParkedRegion> export_region(
+    const RealDriver* real, std::uint32_t id, Region& reg, std::uint64_t epoch,
+    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles) {
+  CUmemGenericAllocationHandle h = reg.handle;
+  if (reg.allocation) {
+    const VirtualAllocation* v = valloc_by_id(reg.allocation);
+    h = v ? v->real : 0;  // Note [Virtual allocation handles]: gcr's reference, the only one
+  } else if (reg.kind == RegionKind::user) {
+    if (CUresult r = real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address)))
+      return call_error("cuMemRetainAllocationHandle", r, reg.address);
+    user_handles[id] = h;
+  }
+  int fd = -1;
+  if (CUresult r =
+          real->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+    return call_error("cuMemExportToShareableHandle", r, reg.address);
+  ParkedRegion p;
+  p.region =
+      RegionRecord{reg.address, reg.size, reg.device, region_dirty(reg, epoch) ? kRegionDirty : 0u};
+  p.fd = UniqueFd(fd);
+  return p;
+}
+
+// Lets go of an exported region's memory: its fd holds it now.
+void release_region(const RealDriver* real, std::uint32_t id, Region& reg,
+                    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles) {
+  if (reg.kind == RegionKind::held) {
+    // mapped nowhere: only the handle holds it
+  } else if (CUresult r = real->cuMemUnmap(reg.address, reg.size)) {
+    std::fprintf(stderr, "gcr: park: cuMemUnmap of region 0x%llx failed (%d)\n",
+                 static_cast<unsigned long long>(reg.address), static_cast<int>(r));
+  }
+  if (reg.allocation) {
+    if (VirtualAllocation* v = valloc_by_id(reg.allocation); v && v->real) {
+      real->cuMemRelease(v->real);  // now the driver holds none of it: the fd does
+      v->real = 0;
+    }
+  } else if (reg.kind == RegionKind::user) {
+    real->cuMemRelease(user_handles[id]);
+  } else if (reg.handle) {
+    real->cuMemRelease(reg.handle);
+    reg.handle = 0;
+  }
+  reg.parked = true;
+}
+
+}  // namespace
+
 Result<std::vector<ParkedRegion>> op_park() {
   if (g_state != ProcessState::quiesced)
     return Error{Errc::invalid_argument, "park needs a quiesced process (send quiesce first)"};
   const RealDriver* real = real_driver();
   std::lock_guard lock(g_region_mu);
-  if (std::vector<std::string> why = blockers_locked(); !why.empty()) {
-    std::string msg = "the process cannot be checkpointed now: " + why[0];
-    for (std::size_t i = 1; i < why.size(); ++i) msg += "; " + why[i];
-    return Error{Errc::unsupported, msg};
-  }
+  GCR_TRY(check_parkable_locked());
   std::vector<ParkedRegion> out;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> user_handles;
   auto undo = [&] {
@@ -208,67 +283,23 @@ Result<std::vector<ParkedRegion>> op_park() {
     drop_held_regions();
     unpark_host_memory();
   };
-  for (std::uint32_t allocation : valloc_unmapped()) {
-    const VirtualAllocation* v = valloc_by_id(allocation);
-    auto device = static_cast<std::uint32_t>(v->prop.location.id);
-    if (!register_held_region(v->size, device, allocation)) {
-      undo();
-      return Error{Errc::out_of_memory, "no arena address left to park an unmapped allocation of " +
-                                            std::to_string(v->size) +
-                                            " bytes; set GCR_ARENA_BYTES higher"};
-    }
+  if (Status held = hold_unmapped_allocations(); !held) {
+    undo();
+    return std::move(held).error();
   }
   park_host_memory();
   std::uint64_t epoch = g_epoch.load();
   // First export everything: a failure here leaves the process exactly as it was.
   for (std::uint32_t id : live_region_ids()) {
-    Region& reg = g_regions[id];
-    CUmemGenericAllocationHandle h = reg.handle;
-    if (reg.allocation) {
-      const VirtualAllocation* v = valloc_by_id(reg.allocation);
-      h = v ? v->real : 0;  // Note [Virtual allocation handles]: gcr's reference, the only one
-    } else if (reg.kind == RegionKind::user) {
-      if (CUresult r =
-              real->cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(reg.address))) {
-        undo();
-        return call_error("cuMemRetainAllocationHandle", r, reg.address);
-      }
-      user_handles[id] = h;
-    }
-    int fd = -1;
-    if (CUresult r = real->cuMemExportToShareableHandle(
-            &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+    auto parked = export_region(real, id, g_regions[id], epoch, user_handles);
+    if (!parked) {
       undo();
-      return call_error("cuMemExportToShareableHandle", r, reg.address);
+      return std::move(parked).error();
     }
-    ParkedRegion p;
-    p.region = RegionRecord{reg.address, reg.size, reg.device,
-                            region_dirty(reg, epoch) ? kRegionDirty : 0u};
-    p.fd = UniqueFd(fd);
-    out.push_back(std::move(p));
+    out.push_back(std::move(parked).value());
   }
   // Then let go of the memory: the fds now hold it.
-  for (std::uint32_t id : live_region_ids()) {
-    Region& reg = g_regions[id];
-    if (reg.kind == RegionKind::held) {
-      // mapped nowhere: only the handle holds it
-    } else if (CUresult r = real->cuMemUnmap(reg.address, reg.size)) {
-      std::fprintf(stderr, "gcr: park: cuMemUnmap of region 0x%llx failed (%d)\n",
-                   static_cast<unsigned long long>(reg.address), static_cast<int>(r));
-    }
-    if (reg.allocation) {
-      if (VirtualAllocation* v = valloc_by_id(reg.allocation); v && v->real) {
-        real->cuMemRelease(v->real);  // now the driver holds none of it: the fd does
-        v->real = 0;
-      }
-    } else if (reg.kind == RegionKind::user) {
-      real->cuMemRelease(user_handles[id]);
-    } else if (reg.handle) {
-      real->cuMemRelease(reg.handle);
-      reg.handle = 0;
-    }
-    reg.parked = true;
-  }
+  for (std::uint32_t id : live_region_ids()) release_region(real, id, g_regions[id], user_handles);
   ipc_close_exports();  // they hold the memory too (and CRIU would dump a memfd's bytes)
   // Only now: before the release, the driver's own fds may name the same files.
   g_kept_exports = find_kept_exports(out);
@@ -276,6 +307,59 @@ Result<std::vector<ParkedRegion>> op_park() {
   if (config().log) std::fprintf(stderr, "gcr: parked %zu regions\n", out.size());
   return out;
 }
+
+namespace {
+
+// Imports a parked region's fd and maps it back where it was (a held region is mapped nowhere).
+Status import_region(const RealDriver* real, std::uint32_t id, Region& reg, const ParkedRegion& p,
+                     std::map<std::uint32_t, CUmemGenericAllocationHandle>& handles,
+                     std::vector<std::uint32_t>& mapped) {
+  CUmemGenericAllocationHandle h = 0;
+  void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(p.fd.get()));
+  if (CUresult r = real->cuMemImportFromShareableHandle(&h, os_handle,
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    return call_error("cuMemImportFromShareableHandle", r, reg.address);
+  handles[id] = h;
+  CUmemAllocationProp prop{};
+  int device = static_cast<int>(reg.device);
+  if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
+    device = prop.location.id;
+  if (reg.kind == RegionKind::held) return ok();  // the program had it mapped nowhere
+  if (CUresult r = real->cuMemMap(reg.address, reg.size, reg.phys_offset, h, 0))
+    return call_error("cuMemMap", r, reg.address);
+  mapped.push_back(id);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (CUresult r = real->cuMemSetAccess(reg.address, reg.size, &access, 1))
+    return call_error("cuMemSetAccess", r, reg.address);
+  return ok();
+}
+
+// The region holds its memory through `handle` again (imported from `fd`).
+void adopt_handle(const RealDriver* real, std::uint32_t id, Region& reg,
+                  CUmemGenericAllocationHandle handle, int fd) {
+  // Note [Shared regions]: every view of a shared allocation is given the same fd back.
+  const std::uint64_t key = share_key_of_fd(fd);
+  if (reg.allocation) {
+    if (VirtualAllocation* v = valloc_by_id(reg.allocation)) {
+      v->real = handle;
+      if (v->exported || v->origin == AllocationOrigin::imported) v->share_keys = {key};
+    }
+  } else if (reg.kind == RegionKind::user) {
+    real->cuMemRelease(handle);  // the mapping keeps the memory alive
+  } else {
+    reg.handle = handle;
+    ipc_set_export_key(id, key);  // a region exported through cuIpcGetMemHandle only
+  }
+  CUmemAllocationProp prop{};
+  if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handle) == CUDA_SUCCESS)
+    reg.device = static_cast<std::uint32_t>(prop.location.id);
+  reg.parked = false;
+}
+
+}  // namespace
 
 Status op_unpark(std::vector<ParkedRegion> regions) {
   if (g_state != ProcessState::parked)
@@ -289,70 +373,25 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
     const Region& reg = g_regions[id];
     auto it = given.find(reg.address);
     if (it == given.end() || it->second->region.size != reg.size)
-      return Error{Errc::invalid_argument, "unpark: region 0x" + [&] {
-                     char b[32];
-                     std::snprintf(b, sizeof b, "%llx",
-                                   static_cast<unsigned long long>(reg.address));
-                     return std::string(b);
-                   }() + " is missing or has another size; every parked region must come back"};
+      return Error{Errc::invalid_argument,
+                   "unpark: region 0x" + hex_address(reg.address) +
+                       " is missing or has another size; every parked region must come back"};
   }
   unpark_host_memory();
   std::vector<std::uint32_t> mapped;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> handles;
-  auto undo = [&] {
-    for (std::uint32_t id : mapped) real->cuMemUnmap(g_regions[id].address, g_regions[id].size);
-    for (auto& [id, h] : handles) real->cuMemRelease(h);
-    park_host_memory();
-  };
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];
-    ParkedRegion& p = *given[reg.address];
-    CUmemGenericAllocationHandle h = 0;
-    void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(p.fd.get()));
-    if (CUresult r = real->cuMemImportFromShareableHandle(
-            &h, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-      undo();
-      return call_error("cuMemImportFromShareableHandle", r, reg.address);
-    }
-    handles[id] = h;
-    CUmemAllocationProp prop{};
-    int device = static_cast<int>(reg.device);
-    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
-      device = prop.location.id;
-    if (reg.kind == RegionKind::held) continue;  // the program had it mapped nowhere
-    if (CUresult r = real->cuMemMap(reg.address, reg.size, reg.phys_offset, h, 0)) {
-      undo();
-      return call_error("cuMemMap", r, reg.address);
-    }
-    mapped.push_back(id);
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (CUresult r = real->cuMemSetAccess(reg.address, reg.size, &access, 1)) {
-      undo();
-      return call_error("cuMemSetAccess", r, reg.address);
+    if (Status s = import_region(real, id, reg, *given[reg.address], handles, mapped); !s) {
+      for (std::uint32_t m : mapped) real->cuMemUnmap(g_regions[m].address, g_regions[m].size);
+      for (auto& [hid, h] : handles) real->cuMemRelease(h);
+      park_host_memory();
+      return s;
     }
   }
   for (std::uint32_t id : ids) {
     Region& reg = g_regions[id];
-    // Note [Shared regions]: every view of a shared allocation is given the same fd back.
-    const std::uint64_t key = share_key_of_fd(given[reg.address]->fd.get());
-    if (reg.allocation) {
-      if (VirtualAllocation* v = valloc_by_id(reg.allocation)) {
-        v->real = handles[id];
-        if (v->exported || v->origin == AllocationOrigin::imported) v->share_keys = {key};
-      }
-    } else if (reg.kind == RegionKind::user) {
-      real->cuMemRelease(handles[id]);  // the mapping keeps the memory alive
-    } else {
-      reg.handle = handles[id];
-      ipc_set_export_key(id, key);  // a region exported through cuIpcGetMemHandle only
-    }
-    CUmemAllocationProp prop{};
-    if (real->cuMemGetAllocationPropertiesFromHandle(&prop, handles[id]) == CUDA_SUCCESS)
-      reg.device = static_cast<std::uint32_t>(prop.location.id);
-    reg.parked = false;
+    adopt_handle(real, id, reg, handles[id], given[reg.address]->fd.get());
   }
   drop_held_regions();  // their allocations are held by their handles again
   refresh_kept_exports();

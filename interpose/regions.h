@@ -24,7 +24,8 @@
 #include <mutex>
 #include <vector>
 
-#include "control_ops.h"
+#include "agent_ops.h"
+#include "cow.h"
 #include "pinned.h"
 
 namespace gcr::interpose {
@@ -65,14 +66,7 @@ extern std::atomic<std::uint64_t> g_epoch;
 extern std::atomic<bool> g_all_dirty;        // conservative marking since the epoch began
 extern std::atomic<bool> g_host_registered;  // cuMemHostRegister succeeded once (sticky)
 
-// Soft copy-on-write (interpose/cow.h): while gcrd drains a --leave-running checkpoint, a write to
-// a region it has not read yet copies the region first. Slow paths, called by the marking below.
-// During an on-demand restore (g_touch_waits), reads wait too: a region not loaded yet is waited
-// for before any call that touches it.
-extern std::atomic<bool> g_cow_active;
-extern std::atomic<bool> g_touch_waits;
-void cow_before_write(std::uint32_t region_id) noexcept;
-void cow_before_write_all() noexcept;
+// Soft copy-on-write and on-demand restore (cow.h): slow paths, called by the marking below.
 
 // Note [First-touch order]
 // The order in which regions are first touched (read or written) after a checkpoint's cut is

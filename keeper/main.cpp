@@ -248,7 +248,7 @@ int give_back_parked(const Instructions& k) {
     for (pid_t root : k.stopped_roots)  // the job's other trees (Note [A job of several trees])
       for (pid_t p : criu::tree_pids(root))
         if (stopped_untraced(p)) kill(p, SIGCONT);
-    // Waits while CRIU still has it frozen: its control thread answers once CRIU is done.
+    // Waits while CRIU still has it frozen: its agent thread answers once CRIU is done.
     auto client = control::Client::connect(k.pid, std::chrono::seconds(2));
     if (!client) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));

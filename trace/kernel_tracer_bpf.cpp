@@ -101,6 +101,9 @@ class BpfTracer final : public KernelTracer {
         lost)
       notes_.push_back(std::to_string(lost) +
                        " events were lost (the ring buffer was full): the timeline has gaps");
+    if (dropped_)
+      notes_.push_back(std::to_string(dropped_) + " events past the first " +
+                       std::to_string(kMaxEvents) + " were not kept: the timeline ends early");
     gcr_sched::destroy(skel_);
     skel_ = nullptr;
     std::stable_sort(events_.begin(), events_.end(),
@@ -111,9 +114,18 @@ class BpfTracer final : public KernelTracer {
   std::vector<std::string> notes() const override { return notes_; }
 
  private:
+  // A trace left running (a checkpoint that never ends, a busy machine's whole activity) keeps
+  // at most kMaxEvents in memory (96 MiB); the rest are counted and said to be missing.
+  static constexpr std::size_t kMaxEvents = std::size_t{4} << 20;
+
   static int on_event(void* self, void* data, size_t size) {
-    if (size >= sizeof(SchedEvent))
-      static_cast<BpfTracer*>(self)->events_.push_back(*static_cast<SchedEvent*>(data));
+    auto* t = static_cast<BpfTracer*>(self);
+    if (size < sizeof(SchedEvent)) return 0;
+    if (t->events_.size() >= kMaxEvents) {
+      ++t->dropped_;
+      return 0;
+    }
+    t->events_.push_back(*static_cast<SchedEvent*>(data));
     return 0;
   }
 
@@ -125,6 +137,7 @@ class BpfTracer final : public KernelTracer {
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
   std::vector<SchedEvent> events_;  // written by the poller only until it is joined
+  std::uint64_t dropped_ = 0;       // past kMaxEvents; the same
   std::vector<std::string> notes_;
 };
 

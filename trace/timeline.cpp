@@ -5,7 +5,7 @@
 #include <map>
 #include <optional>
 
-#include "json.h"  // cli/json.h: json_quote (RFC 8259, invalid UTF-8 made U+FFFD)
+#include "gcr/json.h"  // json_quote (RFC 8259, invalid UTF-8 made U+FFFD)
 
 namespace gcr::trace {
 namespace {
@@ -210,25 +210,24 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
   for (const auto& [p, name] : processes)
     add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(p) +
         ",\"args\":{\"name\":" +
-        cli::json_quote("pid " + std::to_string(p) + (name.empty() ? "" : " (" + name + ")")) +
-        "}}");
+        json_quote("pid " + std::to_string(p) + (name.empty() ? "" : " (" + name + ")")) + "}}");
   add("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kGcrdTrack) +
       ",\"args\":{\"name\":\"gcrd\"}}");
   for (const auto& [tid, name] : names)
     add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
-        ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + cli::json_quote(name) + "}}");
+        ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + json_quote(name) + "}}");
   for (const auto& [tid, _] : gate_tracks)
     add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + process_of(tid) +
         ",\"tid\":" + std::to_string(tid | kGateTrackBit) + ",\"args\":{\"name\":" +
-        cli::json_quote(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
+        json_quote(names[tid] + " " + std::to_string(tid) + ": gcr gate") + "}}");
   for (const Slice& sl : slices) {
     std::uint32_t tid = sl.kind == SliceKind::gate ? (sl.tid | kGateTrackBit) : sl.tid;
-    add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + cli::json_quote(slice_name(sl.kind)) +
+    add("{\"ph\":\"X\",\"cat\":\"sched\",\"name\":" + json_quote(slice_name(sl.kind)) +
         ",\"pid\":" + std::to_string(sl.tgid) + ",\"tid\":" + std::to_string(tid) +
         ",\"ts\":" + rel(sl.start_ns) + ",\"dur\":" + micros(sl.end_ns - sl.start_ns) + "}");
   }
   for (const Span& sp : in.spans)
-    add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + cli::json_quote(sp.name) +
+    add("{\"ph\":\"X\",\"cat\":\"gcrd\",\"name\":" + json_quote(sp.name) +
         ",\"pid\":" + std::to_string(kGcrdTrack) + ",\"tid\":1,\"ts\":" + rel(sp.start_ns) +
         ",\"dur\":" + micros(sp.end_ns - sp.start_ns) + "}");
   // Counters per 10 ms: each traced process's page faults, the machine's disk requests.
@@ -247,7 +246,7 @@ std::string chrome_trace_json(const TimelineInput& in, const std::vector<Slice>&
   // where nothing happened.
   auto counter = [&](const std::string& name, std::int64_t track, std::uint64_t bin,
                      const std::string& args) {
-    add("{\"ph\":\"C\",\"name\":" + cli::json_quote(name) + ",\"pid\":" + std::to_string(track) +
+    add("{\"ph\":\"C\",\"name\":" + json_quote(name) + ",\"pid\":" + std::to_string(track) +
         ",\"ts\":" + micros(bin * kBinNs) + ",\"args\":{" + args + "}}");
   };
   for (const auto& [tgid, bins] : faults) {

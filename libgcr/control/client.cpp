@@ -176,7 +176,7 @@ Result<Client> Client::connect_mailbox(pid_t pid, UniqueFd mailbox,
     return make_error(Errc::timeout,
                       who(pid) + " did not answer on its gcr-control mailbox within " +
                           std::to_string(timeout.count()) +
-                          " ms; its control thread is not running (is the process frozen, or in "
+                          " ms; its agent thread is not running (is the process frozen, or in "
                           "the middle of a checkpoint?)");
   }
 

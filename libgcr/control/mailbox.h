@@ -1,5 +1,5 @@
 // The gcr-control mailbox (docs/protocol.md §2): a 4 KiB memfd in the managed process, through
-// which a caller asks the process's control thread to connect to the caller's rendezvous socket.
+// which a caller asks the process's agent thread to connect to the caller's rendezvous socket.
 // This file owns its layout, its creation and mapping, and the shared-futex calls on it; it knows
 // nothing of sockets or messages.
 //

@@ -59,7 +59,7 @@ Result<UniqueFd> socket_in_netns_of(pid_t peer) {
     return make_error(Errc::permission_denied,
                       "process " + std::to_string(peer) +
                           " has a network namespace of its own (a container?), and only root "
-                          "(CAP_SYS_ADMIN) can reach its gcr control thread there");
+                          "(CAP_SYS_ADMIN) can reach its gcr agent thread there");
   if (err)
     return make_error(Errc::io_error, "entering the network namespace of process " +
                                           std::to_string(peer) + ": " + std::strerror(err));

@@ -1,4 +1,4 @@
-// Where a caller and a process's control thread meet (docs/protocol.md §2, §8): the caller listens
+// Where a caller and a process's agent thread meet (docs/protocol.md §2, §8): the caller listens
 // on a fresh abstract unix socket with a random name, the process connects to it, and each side
 // checks who the other is with SO_PEERCRED. This file owns the sockets and the credential rules;
 // the mailbox that carries the name is mailbox.cpp's.

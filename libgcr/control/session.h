@@ -1,4 +1,4 @@
-// One conversation between a process's control thread and one authenticated caller
+// One conversation between a process's agent thread and one authenticated caller
 // (docs/protocol.md §5-§6): hello, then requests dispatched to a Handler until bye or until the
 // caller goes away. The mailbox and the credential check come before (server.cpp); this file owns
 // the request rules.

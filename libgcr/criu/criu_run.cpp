@@ -29,6 +29,7 @@
 #include "gcr/criu.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
+#include "gcr/trusted_path.h"
 #include "gcr/unique_fd.h"
 
 extern char** environ;
@@ -145,7 +146,7 @@ bool kernel_at_least(int major, int minor) {
 
 Result<Tools> find_tools(const fs::path& self_dir) {
   Tools t;
-  if (const char* c = std::getenv("GCR_CRIU"); c && *c) t.criu = c;
+  if (auto c = env_path_for_root("GCR_CRIU")) t.criu = *c;
   std::vector<fs::path> roots = {self_dir, self_dir.parent_path(),
                                  self_dir.parent_path().parent_path()};
   // A build tree's .deps/criu (set-up's build), an install's lib/gcr/criu (cmake/install.cmake).
@@ -165,7 +166,7 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{Errc::not_found,
                  "CRIU not found; run scripts/setup.sh (it builds CRIU 4.2 into .deps/criu) or set "
                  "GCR_CRIU"};
-  if (const char* d = std::getenv("GCR_CRIU_PLUGIN_DIR"); d && *d) t.plugin_dir = d;
+  if (auto d = env_path_for_root("GCR_CRIU_PLUGIN_DIR")) t.plugin_dir = *d;
   for (const fs::path& r : roots)
     for (const char* dir : {"criu-plugin", "lib/gcr/criu-plugin"})
       if (t.plugin_dir.empty() && fs::exists(r / dir / "gcr_criu_plugin.so"))
@@ -233,7 +234,9 @@ Result<pid_t> spawn(const std::vector<std::string>& argv,
                     const std::map<std::string, std::string>& caller_env, const fs::path& log,
                     const SpawnExtras& extras = {}) {
   std::map<std::string, std::string> env = caller_env;
-  if (!env.count("CRIU_KDAT_CACHE_DIR") && !std::getenv("CRIU_KDAT_CACHE_DIR") &&
+  // A cache of CRIU's kernel probe steers what CRIU does: as root, one another user could write is
+  // replaced by gcr's own.
+  if (!env.count("CRIU_KDAT_CACHE_DIR") && !env_path_for_root("CRIU_KDAT_CACHE_DIR") &&
       !kdat_cache_dir().empty())
     env["CRIU_KDAT_CACHE_DIR"] = kdat_cache_dir();
   // Note [CRIU without hardware breakpoints]

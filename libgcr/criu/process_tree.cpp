@@ -416,6 +416,36 @@ std::vector<std::string> ProcessTree::dump_arguments() const {
   return args;
 }
 
+// The regular files `pid` maps (see ProcessTree::mapped), each once.
+static void read_mapped_files(pid_t pid, std::vector<OpenFile>& out) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::map<std::string, int> flags;  // path -> O_RDONLY or O_RDWR
+  for (std::string line; std::getline(maps, line);) {
+    // "ADDR-ADDR PERMS OFFSET DEV INODE PATH": the path is what follows the inode, spaces and all.
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode;
+    if (!(in >> range >> perms >> offset >> dev >> inode) || inode == "0") continue;
+    std::string path;
+    std::getline(in >> std::ws, path);
+    if (path.empty() || path[0] != '/' || path.ends_with(" (deleted)")) continue;
+    const bool shared_writable = perms.size() >= 4 && perms[1] == 'w' && perms[3] == 's';
+    int& f = flags.try_emplace(path, O_RDONLY).first->second;
+    if (shared_writable) f = O_RDWR;
+  }
+  for (const auto& [path, f] : flags) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // devices, gone
+    OpenFile m;
+    m.pid = pid;
+    m.kind = FileKind::regular;
+    m.path = path;
+    m.key = path.substr(1);
+    m.flags = f;
+    m.size = static_cast<std::uint64_t>(st.st_size);
+    out.push_back(std::move(m));
+  }
+}
+
 Result<ProcessTree> inspect_tree(pid_t root) {
   ProcessTree t;
   t.root = root;
@@ -489,6 +519,7 @@ Result<ProcessTree> inspect_tree(pid_t root) {
     if (f.kind == FileKind::terminal) f.external = !has_master;
     if (f.kind == FileKind::unix_socket && !f.detail.empty()) f.external = !held.count(f.detail);
   }
+  for (pid_t pid : t.pids) read_mapped_files(pid, t.mapped);
   return t;
 }
 
@@ -546,8 +577,12 @@ Status check_supported(const ProcessTree& tree, const Support& support) {
 // One line per connection: pid fd kind flags(octal) size pos external key path, tab-separated.
 std::string encode_files(const ProcessTree& tree) {
   std::string out;
-  for (const auto& f : tree.files) {
-    bool stdio = f.pid == tree.root && f.fd <= 2;
+  std::vector<const OpenFile*> all;
+  for (const auto& f : tree.files) all.push_back(&f);
+  for (const auto& f : tree.mapped) all.push_back(&f);
+  for (const OpenFile* fp : all) {
+    const OpenFile& f = *fp;
+    bool stdio = f.pid == tree.root && f.fd >= 0 && f.fd <= 2;
     bool wanted = stdio || f.kind == FileKind::regular ||
                   ((f.kind == FileKind::pipe || f.kind == FileKind::terminal) && f.external);
     if (!wanted) continue;

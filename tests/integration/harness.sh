@@ -98,4 +98,6 @@ wait_for() {
   wait_until 30 log_shows "$1" "$2" || fail "$1 never showed '$2'"
 }
 
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print(d.get('$1',''))"; }
+json_field() {  # nothing on stdin (a command that printed no JSON) gives an empty field
+  python3 -c "import json,sys; t=sys.stdin.read().strip(); d=json.loads(t) if t else {}; d=(d[0] if d else {}) if isinstance(d,list) else d; print(d.get('$1',''))"
+}

@@ -39,7 +39,7 @@ TEST_CASE("the interposer refuses a control client running as another uid", "[pe
   // ...and on its own it cannot even find the mailbox.
   CHECK(lines[2].rfind("pid refused permission_denied", 0) == 0);
 
-  // The process's owner still gets in: the refusal did not wedge the control thread.
+  // The process's owner still gets in: the refusal did not wedge the agent thread.
   control::Client owner = connect(target.pid());
   auto status = owner.status();
   REQUIRE(status);

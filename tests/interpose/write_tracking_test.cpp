@@ -58,7 +58,7 @@ class Tracked {
   CUdeviceptr a = 0, b = 0, c = 0;
 
  private:
-  // The control thread starts at cuInit: load the kernels (and so initialise CUDA) first.
+  // The agent thread starts at cuInit: load the kernels (and so initialise CUDA) first.
   static control::Client start_and_connect() {
     kernels();
     return connect(getpid());

@@ -16,7 +16,7 @@
 // This header is the whole public surface: the types the protocol carries, the Client (gcr, gcrd,
 // tests), the Handler a server dispatches to and the Server (the interposer, test fakes), and the
 // /proc lookups `gcr ps` needs. It does not know the region table: the interposer implements
-// Handler over interpose/control_ops.h, so libgcr never depends on the interposer.
+// Handler over interpose/agent_ops.h, so libgcr never depends on the interposer.
 #pragma once
 
 #include <sys/types.h>
@@ -149,10 +149,10 @@ class Client {
   static constexpr std::chrono::milliseconds kDefaultReplyTimeout{60'000};
 
   // Finds the mailbox of `pid` (as this process sees it), waits for the session lock, and meets
-  // the process's control thread on a fresh rendezvous socket; `timeout` bounds all of that.
+  // the process's agent thread on a fresh rendezvous socket; `timeout` bounds all of that.
   // Errors: not_found (no such process, it exited, or it is not running under gcr),
   // permission_denied (only root or the process owner may control it), busy (another gcr holds
-  // the session past the timeout), timeout (the control thread did not answer: process stopped or
+  // the session past the timeout), timeout (the agent thread did not answer: process stopped or
   // frozen), unsupported (another protocol version), io_error.
   static Result<Client> connect(pid_t pid, std::chrono::milliseconds timeout);
   // As connect(), with the mailbox already open (open_mailbox(), or an fd handed over by a more
@@ -241,8 +241,8 @@ std::vector<pid_t> find_managed_processes();
 
 // ---- server side ------------------------------------------------------------------------------
 
-// What a server does for its callers; the interposer implements it over interpose/control_ops.h
-// (interpose/control.cpp), tests with fakes. Called from the serving thread only, one call at a
+// What a server does for its callers; the interposer implements it over interpose/agent_ops.h
+// (interpose/agent.cpp), tests with fakes. Called from the serving thread only, one call at a
 // time. Implementations return errors that say what the caller should do.
 class Handler {
  public:

@@ -64,6 +64,11 @@ struct ProcessTree {
   std::vector<pid_t> pids;  // root first, then its descendants
   bool root_is_session_leader = false;
   std::vector<OpenFile> files;  // every fd of every task
+  // Regular files mapped into a task's memory (/proc/PID/maps), one entry per task and file:
+  // fd -1, flags O_RDWR for a shared writable mapping, else O_RDONLY, size the file's. A restore
+  // reopens what another user could have replaced without CRIU following a path (Note [Files
+  // reopened for the restored process] in gcr/restore_streams.h).
+  std::vector<OpenFile> mapped;
 
   // The --shell-job case: the root is not a session leader (a job of a shell, a pipeline member,
   // a child of a script) or holds a terminal of a session outside the tree.
@@ -117,6 +122,7 @@ Status check_supported(const ProcessTree& tree, const Support& support);
 
 // Manifest META `files`: the connections a restore reconnects (every fd of the root's stdio, every
 // regular file, every external pipe or terminal), one per line; see docs/image-format.md.
+// (Mapped files are lines with fd -1.)
 std::string encode_files(const ProcessTree& tree);
 Result<std::vector<OpenFile>> decode_files(const std::string& text);
 

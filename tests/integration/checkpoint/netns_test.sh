@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A process with a network namespace of its own, started as a user would (`unshare --net` from a
-# shell, its output appended to a log): gcrd reaches its control thread inside that namespace
+# shell, its output appended to a log): gcrd reaches its agent thread inside that namespace
 # (Note [Rendezvous in the process's network namespace]), checkpoints it with -R and then for good,
 # and the restore (CRIU brings the namespace back) finishes with the checksum of an uninterrupted
 # run, in a network namespace that is again not the host's.

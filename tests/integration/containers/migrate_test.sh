@@ -20,8 +20,12 @@
 #      whether it restored, ends; the destination runs it
 #   k. gcr image push/pull to and from the destination's store (gcr://HOST:PORT): a checkpoint
 #      pushed and staged on the destination's GPU (again: nothing moves; a wrong token: refused;
-#      --stage to a directory: refused), pulled back into an empty store, and restored from there
+#      --stage to a directory: refused; what was staged freed after GCR_STAGE_HOLD_S), pulled back
+#      into an empty store, and restored from there
 #      to the checksum of an uninterrupted run
+#   l. (before k) while the destination holds the restore, nobody turns the process's log into a
+#      link to a file of root's: the destination opens no file through it and refuses; the source
+#      runs on
 # In each case exactly one copy ends the run.
 #
 #   migrate_test.sh BUILD_DIR      (needs root and CRIU; exits 77 to skip)
@@ -203,9 +207,41 @@ ends_once "$T/j.log"
 echo "ok: $(tail -n 1 "$T/j.err" | cut -c1-150)"
 fi
 
+step "l. a file of the process made a link while the destination holds the restore"
+# Note [Files reopened for the restored process]: the destination's gcrd opens the process's files
+# itself, as the checkpoint's owner, following no link. Before, its CRIU reopened each by path as
+# root, and a link made since (here by nobody, who owns the log's directory) gave the restored
+# process any file of the same size and mode (here $T/l-victim, root's).
+if id nobody > /dev/null 2>&1 && command -v setpriv > /dev/null; then
+  L=$T/l-logs
+  chmod o+x "$T"  # nobody may reach its directory in it
+  mkdir -p "$L"
+  chown nobody:nogroup "$L"
+  dest_gcrd l GCR_GCRD_PAUSE_AT=request:6
+  start_job "$L/l.log"
+  migrate > /dev/null 2> "$T/l.err" &
+  M=$!
+  wait_until 30 grep -q "paused at request" "$DEST_LOG" || fail "the destination never got the restore"
+  # The process is stopped, its log as the checkpoint saw it: a victim of the same size and mode.
+  cp "$L/l.log" "$T/l-victim"
+  chmod --reference="$L/l.log" "$T/l-victim"
+  victim_sum=$(sha256sum < "$T/l-victim")
+  setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
+    sh -c "mv '$L/l.log' '$L/l.log.old' && ln -s '$T/l-victim' '$L/l.log'" ||
+    fail "nobody could not replace the log by a link"
+  if wait "$M"; then fail "the destination restored the process through nobody's link"; fi
+  [[ $(sha256sum < "$T/l-victim") == "$victim_sum" ]] ||
+    fail "the restored process wrote into $T/l-victim through nobody's link"
+  grep -q "symbolic link" "$T/l.err" || fail "the refusal does not say why: $(cat "$T/l.err")"
+  ends_once "$L/l.log.old"
+  echo "ok: refused ($(grep -o 'is a symbolic link now' "$T/l.err" | head -n 1)); the source ran on to $REF"
+else
+  echo "(no user nobody or no setpriv: case l skipped)"
+fi
+
 step "k. gcr image push and pull over gcr://"
 unset GCR_NET_TIMEOUT_MS
-dest_gcrd k
+dest_gcrd k GCR_STAGE_HOLD_S=4
 start_job "$T/k.log"
 "$GCR" checkpoint "$P" --name k1 > /dev/null || fail "checkpoint for the push"
 for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
@@ -214,6 +250,26 @@ for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
 (( $(json_field copied_bytes < "$T/k-push.json") > 0 )) || fail "the push sent nothing: $(cat "$T/k-push.json")"
 (( $(json_field staged_loaded_bytes < "$T/k-push.json") >= 64 << 20 )) ||
   fail "--stage did not load the checkpoint's device memory there: $(cat "$T/k-push.json")"
+# What no restore takes is freed after GCR_STAGE_HOLD_S: a peer does not keep this GPU's memory.
+# (Device memory the destination gcrd holds: its simgpu allocations, one memfd each.)
+device_mib() {
+  python3 - "$(pgrep -f "gcrd --socket $T/dest-k" | head -n 1)" <<'PY'
+import os, sys
+fds, held = "/proc/%s/fd" % sys.argv[1], 0
+for f in os.listdir(fds):
+    try:
+        if os.readlink(os.path.join(fds, f)).startswith("/memfd:simgpu-dev"):
+            held += os.stat(os.path.join(fds, f)).st_size
+    except OSError:
+        pass
+print(held >> 20)
+PY
+}
+staged_mib=$(device_mib)
+((staged_mib >= 64)) || fail "the destination gcrd holds $staged_mib MiB of device memory after staging 64 MiB"
+freed() { (($(device_mib) < staged_mib - 48)); }
+wait_until 60 freed || fail "the staged memory was not freed: $(device_mib) MiB held, $staged_mib after the stage"
+echo "staged: the destination gcrd held $staged_mib MiB of device memory, $(device_mib) MiB once the hold passed"
 if "$GCR" image push k1 "$T/elsewhere" --stage > /dev/null 2> "$T/k-stage-dir.err"; then
   fail "--stage to a directory was accepted"
 fi

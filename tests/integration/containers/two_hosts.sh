@@ -44,22 +44,32 @@ chmod 600 "$T/token"
 # dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store,
 # with the arguments in DEST_GCRD_ARGS besides; its log is $DEST_LOG.
 DEST_GCRD_ARGS=()
+no_dest_gcrd() { ! pgrep -f "gcrd --socket $T/dest" > /dev/null; }
+# start_dest_gcrd NAME [VAR=VALUE...]: one try, its error kept in $T/NAME/start.err.
+start_dest_gcrd() {
+  local name=$1
+  shift
+  nsenter --net="/run/netns/$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
+    SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
+    "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
+    --token-file "$T/token" --store "$T/$name/store" "${DEST_GCRD_ARGS[@]}" > /dev/null 2> "$T/$name/start.err" < /dev/null
+}
+# A port the kernel still holds for a socket that is going is worth another try; nothing else is.
+port_still_held() { grep -q "in use" "$T/$1/start.err"; }
 dest_gcrd() {
   local name=$1
   shift
   ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest" 2> /dev/null || true
   # Until the old one is gone: while it exits it still holds the port (the next bind would fail).
-  for _ in $(seq 1 250); do
-    pgrep -f "gcrd --socket $T/dest" > /dev/null || break
-    sleep 0.02
-  done
+  wait_until 60 no_dest_gcrd || fail "the destination gcrd before '$name' did not go"
   mkdir -p "$T/$name"
   # nsenter --net, not ip netns exec: that one also remounts /sys, and a runtime the destination
   # gcrd runs (--containers) would find no cgroup file system.
-  nsenter --net="/run/netns/$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
-    SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
-    "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
-    --token-file "$T/token" --store "$T/$name/store" "${DEST_GCRD_ARGS[@]}" > /dev/null 2>&1 < /dev/null ||
-    fail "the destination gcrd did not start"
+  local i
+  for ((i = 0; ; i++)); do
+    start_dest_gcrd "$name" "$@" && break
+    port_still_held "$name" && ((i < 3000)) || fail "the destination gcrd did not start: $(cat "$T/$name/start.err")"
+    sleep 0.02
+  done
   DEST_LOG=$T/dest-$name/gcrd.log
 }

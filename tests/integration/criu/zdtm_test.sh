@@ -87,15 +87,41 @@ ln -s "$PLUGIN_DIR/gcr_criu_plugin.so" "$TESTDIR/plugins/gcr_criu_plugin.so"
 
 # zdtm RUN_NAME ARGS...: one zdtm.py run, its report in $WORK/RUN_NAME.zdtm.log; images are kept,
 # so that every dump's log can be checked for the plugin.
-zdtm() {
+zdtm_run() {
   local name=$1
   shift
   rm -rf "$TESTDIR/dump"
-  if ! (cd "$TESTDIR" && PATH=/usr/bin:$PATH "$PYTHON" zdtm.py run "$@" -f h --keep-going \
-    --keep-img always --criu-bin "$CRIU" --pycriu-search-path "$SRC/lib") >"$WORK/$name.zdtm.log" 2>&1; then
-    grep -E '^ \* |FAIL|Exception' "$WORK/$name.zdtm.log" | head -40 || true
-    fail "zdtm run '$name' failed with gcr's plugin loaded (report: $WORK/$name.zdtm.log)"
-  fi
+  (cd "$TESTDIR" && PATH=/usr/bin:$PATH "$PYTHON" zdtm.py run "$@" -f h --keep-going \
+    --keep-img always --criu-bin "$CRIU" --pycriu-search-path "$SRC/lib") >"$WORK/$name.zdtm.log" 2>&1
+}
+zdtm_failed() {  # RUN_NAME: what the report and CRIU's logs say
+  grep -E '^ \* |FAIL|Exception|Error' "$WORK/$1.zdtm.log" | head -40 || true
+  find "$TESTDIR/dump" -name '*.log' -exec grep -H -E 'Error|Timeout' {} + 2>/dev/null | tail -n 20 || true
+}
+zdtm() {
+  local name=$1
+  zdtm_run "$@" || { zdtm_failed "$name"; fail "zdtm run '$name' failed with gcr's plugin loaded (report: $WORK/$name.zdtm.log)"; }
+  zdtm_checked "$name"
+}
+# zdtm_tries N RUN_NAME ARGS...: as zdtm, passing when one of N runs passes. For thread-bomb
+# under a freezer, which CRIU's own CI sees fail now and then without any plugin (the freezer
+# races the threads it creates: checkpoint-restore/criu#234, #1797); with the plugin forcing its own
+# seizing it failed every time, which N tries still catch.
+zdtm_tries() {
+  local n=$1 name=$2 i
+  shift
+  for ((i = 1; i <= n; i++)); do
+    if zdtm_run "$@"; then
+      zdtm_checked "$name"
+      return 0
+    fi
+    echo "zdtm run '$name', try $i of $n, failed:"
+    zdtm_failed "$name"
+  done
+  fail "zdtm run '$name' failed $n times with gcr's plugin loaded (report: $WORK/$name.zdtm.log)"
+}
+zdtm_checked() {
+  local name=$1
   grep -E 'TEST\(S\) PASSED|SKIPPED' "$WORK/$name.zdtm.log" | tail -1 || true
   # Every dump must have loaded the plugin with a driver and let CRIU seize the tree its own way,
   # and every restore (but --norst's none) found the image not the plugin's.
@@ -147,7 +173,7 @@ if [[ -e /sys/fs/cgroup/user.slice/cgroup.procs ]]; then FREEZER=/sys/fs/cgroup;
 if [[ -d $FREEZER && -w $FREEZER ]]; then
   trap 'rc=$?; rmdir "$FREEZER/zdtm" 2>/dev/null || true; (exit $rc); cleanup' EXIT
   step "zdtm: transition/thread-bomb, dumped through a frozen cgroup freezer"
-  zdtm thread-bomb -t zdtm/transition/thread-bomb --freezecg zdtm:f
+  zdtm_tries 3 thread-bomb -t zdtm/transition/thread-bomb --freezecg zdtm:f
 else
   step "zdtm: no freezer run (no writable cgroup freezer at $FREEZER)"
 fi

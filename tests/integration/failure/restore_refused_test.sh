@@ -126,7 +126,7 @@ for _ in $(seq 1 500); do
   sleep 0.02
 done
 if grep -q "paused at restored" "$GCRD_LOG"; then
-  kill -STOP "$P"  # restored by CRIU: its control thread will not answer
+  kill -STOP "$P"  # restored by CRIU: its agent thread will not answer
   wait "$c" || rc=$?
   echo "   exit $rc: $(cat "$T/stopped.out")"
   [[ $rc != 0 && $(cat "$T/stopped.out") == *"killed"* ]] ||

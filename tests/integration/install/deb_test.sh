@@ -82,9 +82,27 @@ wait_gone "$p"
 [[ $(checksum_of "$log") == "$REF" ]] || fail "plain criu round trip ended with $(checksum_of "$log")"
 echo "ok: criu dump/restore -L /usr/lib/criu"
 
-pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+echo "== dpkg -r stops the package's gcrd, and no process that only calls itself so"
+real=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1) || true
+if [[ -z $real ]]; then
+  GCR_QUIET=1 /usr/bin/gcr ps > /dev/null 2>&1 || true  # starts one
+  real=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1) || fail "no gcrd of the package runs"
+fi
+[[ $(readlink "/proc/$real/exe") == /usr/libexec/gcr/gcrd ]] || fail "gcrd $real runs $(readlink "/proc/$real/exe")"
+decoy=() decoy_owner=root
+if id nobody > /dev/null 2>&1 && command -v setpriv > /dev/null; then
+  decoy=(setpriv --reuid=nobody --regid=nogroup --clear-groups --) decoy_owner=nobody
+fi
+"${decoy[@]}" bash -c 'exec -a "/usr/libexec/gcr/gcrd --socket /tmp/not-gcrd" sleep 600' < /dev/null > /dev/null 2>&1 &
+DECOY=$!
+pids+=("$DECOY")
+wait_until 10 pgrep -f "^/usr/libexec/gcr/gcrd --socket /tmp/not-gcrd" > /dev/null || fail "the decoy did not start"
 dpkg -r gcr > "$T/dpkg-r.log" 2>&1 || fail "dpkg -r: $(cat "$T/dpkg-r.log")"
 installed=0
+wait_gone "$real" 30 || fail "dpkg -r left the package's gcrd ($real) running"
+alive "$DECOY" || fail "dpkg -r killed a process that merely calls itself /usr/libexec/gcr/gcrd"
+kill "$DECOY" 2> /dev/null || true
+echo "ok: the package's gcrd stopped; a process of $decoy_owner's named like it runs on"
 left=()
 while read -r f; do
   [[ -f $f || -L $f ]] && left+=("$f")

@@ -61,20 +61,7 @@ wait_until 30 test -e "$T/drip.started" || fail "the dripping peer did not start
 
 step "the peer with the token, from 127.0.0.1, while they drip"
 t0=$(date +%s%N)
-answer=$(python3 - "$PORT" "$(cat "$T/token")" <<'EOF'
-import socket, sys
-port, token = int(sys.argv[1]), sys.argv[2]
-s = socket.create_connection(("127.0.0.1", port), timeout=20)
-s.sendall(("gcrd-net/1 request token=%s\ngcrd/1 ping\n" % token).encode())
-data = b""
-while not data.endswith(b"\n"):
-    chunk = s.recv(4096)
-    if not chunk:
-        break
-    data += chunk
-print(data.decode().strip())
-EOF
-) || true
+answer=$(/usr/bin/python3 "$(dirname "$0")/net_peer.py" ping "$PORT" "$T/token") || true
 ms=$((($(date +%s%N) - t0) / 1000000))
 [[ $answer == ok* ]] || bad "the peer with the token was not served while another dripped: '$answer' after $ms ms"
 echo "served in $ms ms: $answer"

@@ -234,7 +234,7 @@ TEST_CASE("a target that dies during the rendezvous is reported as exited, not a
   CHECK(waited < 30s);  // not a hang: far below the 60 s it was allowed
 }
 
-TEST_CASE("a target whose control thread does not run times out with a clear message", "[client]") {
+TEST_CASE("a target whose agent thread does not run times out with a clear message", "[client]") {
   FakeTarget target(1, {}, /*serve=*/false);
   auto c = Client::connect(target.pid(), 200ms);
   REQUIRE_FALSE(c);

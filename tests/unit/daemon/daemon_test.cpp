@@ -142,3 +142,15 @@ TEST_CASE("Request fields: typed values") {
   REQUIRE_FALSE(restore);
   CHECK(restore.error().message.find("without an inherit.0 key") != std::string::npos);
 }
+
+TEST_CASE("LogBudget: so many lines a minute, then a count of those left out") {
+  LogBudget budget(2);
+  const auto t0 = LogBudget::Clock::time_point{} + std::chrono::hours(1);
+  CHECK(budget.admit("a", t0) == std::optional<std::string>("a"));
+  CHECK(budget.admit("b", t0 + std::chrono::seconds(1)) == std::optional<std::string>("b"));
+  for (int i = 0; i < 1000; ++i) CHECK_FALSE(budget.admit("flood", t0 + std::chrono::seconds(2)));
+  CHECK_FALSE(budget.admit("c", t0 + std::chrono::seconds(59)));
+  CHECK(budget.admit("d", t0 + std::chrono::seconds(61)) ==
+        std::optional<std::string>("d (and 1001 more like it not logged)"));
+  CHECK(budget.admit("e", t0 + std::chrono::seconds(62)) == std::optional<std::string>("e"));
+}

@@ -1,6 +1,6 @@
-// What the control channel can ask of the interposer (interpose/control.cpp serves the protocol of
-// docs/protocol.md; the region manager implements these). Every op is called from the control
-// thread only, never concurrently with another op.
+// What the control protocol can ask of the interposer (the agent thread, interpose/agent.cpp,
+// serves the protocol of docs/protocol.md; the region manager implements these). Every op is
+// called from the agent thread only, never concurrently with another op.
 //
 // Note [Park before lock]
 // The driver checkpoint lock blocks every driver call of the process, the interposer's own

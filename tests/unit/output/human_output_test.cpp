@@ -1,9 +1,9 @@
-// cli/output.cpp: sizes, durations, safe display of untrusted text, tables.
-#include "output.h"
+// gcr/human_output.h: sizes, durations, safe display of untrusted text, tables.
+#include "gcr/human_output.h"
 
 #include <catch2/catch.hpp>
 
-using namespace gcr::cli;
+using namespace gcr;
 using namespace std::chrono_literals;
 
 TEST_CASE("byte sizes use binary units with a useful precision") {

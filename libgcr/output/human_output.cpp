@@ -1,4 +1,4 @@
-#include "output.h"
+#include "gcr/human_output.h"
 
 #include <time.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <mutex>
 
-namespace gcr::cli {
+namespace gcr {
 
 std::string format_bytes(std::uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -270,4 +270,4 @@ void ProgressLine::clear() {
   state_->drawn = false;
 }
 
-}  // namespace gcr::cli
+}  // namespace gcr

@@ -12,7 +12,7 @@
 
 #include "gcr/result.h"
 
-namespace gcr::cli {
+namespace gcr {
 
 // Binary units: "0 B", "512 B", "1.5 KiB", "12.3 MiB", "512 MiB", "1.5 GiB", "2.0 TiB".
 std::string format_bytes(std::uint64_t bytes);
@@ -80,4 +80,4 @@ class ProgressLine {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace gcr::cli
+}  // namespace gcr

@@ -1,5 +1,5 @@
-// The restore rules of cli/restore_streams.h, and META files round trips (gcr/process_tree.h).
-#include "restore_streams.h"
+// The restore rules of gcr/restore_streams.h, and META files round trips (gcr/process_tree.h).
+#include "gcr/restore_streams.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 
 using namespace gcr;
-using namespace gcr::cli;
+using namespace gcr::criu;
 using criu::FileKind;
 using criu::OpenFile;
 
@@ -119,11 +119,54 @@ TEST_CASE("a read file that changed is refused by name, unless accepted") {
   REQUIRE(accepted);
   REQUIRE(accepted->inherit.size() == 1);
   CHECK(lseek(accepted->inherit[0].fd.get(), 0, SEEK_CUR) == 3);
-  // Unchanged: nothing to hand over, CRIU opens it itself.
+  // Unchanged: opened here too, at the process's position (Note [Files reopened for the
+  // restored process]): CRIU opens nothing by a path someone could have changed.
   files[0].size = 10;
   auto same = plan_streams(files, 10, {});
   REQUIRE(same);
-  CHECK(same->inherit.empty());
+  REQUIRE(same->inherit.size() == 1);
+  CHECK(target_of(same->inherit[0].fd.get()) == data);
+  CHECK(lseek(same->inherit[0].fd.get(), 0, SEEK_CUR) == 3);
+}
+
+TEST_CASE("a file made a link since the checkpoint is refused, whatever its size") {
+  TempDir d;
+  std::string data = (d.path / "data.bin").string(), other = (d.path / "other.bin").string();
+  std::ofstream(other) << "0123456789";
+  REQUIRE(symlink(other.c_str(), data.c_str()) == 0);
+  auto plan = plan_streams({file(10, 4, FileKind::regular, data, O_RDONLY, 10)}, 10, {});
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().message.find("symbolic link") != std::string::npos);
+  // A directory on the way made a link: the same.
+  std::filesystem::create_directory(d.path / "real");
+  std::ofstream((d.path / "real" / "f").string()) << "0123456789";
+  std::filesystem::create_directory_symlink(d.path / "real", d.path / "dir");
+  std::string via = (d.path / "dir" / "f").string();
+  auto through = plan_streams({file(10, 4, FileKind::regular, via, O_RDONLY, 10)}, 10, {});
+  REQUIRE_FALSE(through);
+  CHECK(through.error().message.find("symbolic link") != std::string::npos);
+}
+
+TEST_CASE("a mapped file is handed over unless only root can change its path") {
+  TempDir d;
+  std::filesystem::permissions(d.path, std::filesystem::perms::all);  // anyone may make names here
+  std::string data = (d.path / "weights.bin").string();
+  std::ofstream(data) << "0123456789";
+  OpenFile mine = file(10, -1, FileKind::regular, data, O_RDWR, 10);
+  OpenFile libc = file(10, -1, FileKind::regular, "/bin/sh", O_RDONLY, 0);
+  struct stat st {};
+  REQUIRE(::stat("/bin/sh", &st) == 0);
+  libc.path = std::filesystem::canonical("/bin/sh").string();
+  libc.key = libc.path.substr(1);
+  libc.size = static_cast<std::uint64_t>(st.st_size);
+  auto plan = plan_streams({mine, libc}, 10, {});
+  REQUIRE(plan);
+  REQUIRE(plan->inherit.size() == 1);  // the system's shell is root's: CRIU opens it
+  CHECK(plan->inherit[0].key == mine.key);
+  CHECK((fcntl(plan->inherit[0].fd.get(), F_GETFL) & O_ACCMODE) == O_RDWR);
+  // Changed size: refused (a mapping past the end would fault), unless accepted.
+  std::ofstream(data, std::ios::app) << "more";
+  CHECK_FALSE(plan_streams({mine}, 10, {}));
 }
 
 TEST_CASE("a terminal shared by stdin, stdout and stderr gets what stdout gets") {

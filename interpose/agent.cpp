@@ -1,11 +1,11 @@
-// The interposer's control thread: libgcr's control::Server (docs/protocol.md) on a detached
+// The interposer's agent thread: libgcr's control::Server (docs/protocol.md) on a detached
 // thread named "gcr-control", serving requests by calling the region manager's operations
-// (control_ops.h). It owns the thread and fork handling; the protocol itself is libgcr's.
+// (agent_ops.h). It owns the thread and fork handling; the protocol itself is libgcr's.
 //
 // The thread lives inside an arbitrary program, so: it blocks every signal (the program's handlers
 // never run on it), lets no exception escape (the Server catches), reports only failures nobody
 // asked about, through write(2) rather than stdio, and only the first few of them.
-#include "control.h"
+#include "agent.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #include <mutex>
 #include <string>
 
-#include "control_ops.h"
+#include "agent_ops.h"
 #include "cut.h"
 #include "gcr/control.h"
 
@@ -30,7 +30,7 @@ constexpr char kThreadName[] = "gcr-control";
 constexpr int kMaxLogLines = 8;
 
 // The region manager's operations behind libgcr's Handler interface. Each op_* is called from the
-// control thread only, one at a time, as control_ops.h requires.
+// agent thread only, one at a time, as agent_ops.h requires.
 class OpsHandler final : public ctl::Handler {
  public:
   Status quiesce(std::chrono::milliseconds timeout) override {
@@ -84,19 +84,19 @@ ctl::Handler& handler() {
   return *h;
 }
 
-std::mutex g_start_mu;       // start_control_thread, and the fork hooks
-bool g_fork_locked = false;  // guarded by g_start_mu: control_prepare_fork took it
+std::mutex g_start_mu;       // start_agent_thread, and the fork hooks
+bool g_fork_locked = false;  // guarded by g_start_mu: agent_prepare_fork took it
 std::atomic<ctl::Server*> g_server{nullptr};
 std::atomic<bool> g_forked_child{false};
 
-void* control_thread_main(void* arg) {
+void* agent_thread_main(void* arg) {
   static_cast<ctl::Server*>(arg)->serve_forever(handler());
   return nullptr;
 }
 
 }  // namespace
 
-Status start_control_thread() {
+Status start_agent_thread() {
   if (g_forked_child.load(std::memory_order_acquire))
     return make_error(Errc::unsupported,
                       "this process was forked from a gcr-managed process without exec; gcr does "
@@ -118,29 +118,29 @@ Status start_control_thread() {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
-  int rc = pthread_create(&thread, &attr, control_thread_main, server->get());
+  int rc = pthread_create(&thread, &attr, agent_thread_main, server->get());
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (rc != 0) return errno_error("starting the gcr-control thread", rc);
+  if (rc != 0) return errno_error("starting the gcr-agent thread", rc);
   pthread_setname_np(thread, kThreadName);
   g_server.store(server->release(), std::memory_order_release);  // the thread owns it from now on
   return ok();
 }
 
-void control_prepare_fork() noexcept {
+void agent_prepare_fork() noexcept {
   g_start_mu.lock();
   g_fork_locked = true;
   if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->prepare_fork();
 }
 
-void control_after_fork_parent() noexcept {
+void agent_after_fork_parent() noexcept {
   if (!g_fork_locked) return;
   if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->after_fork_parent();
   g_fork_locked = false;
   g_start_mu.unlock();
 }
 
-void control_after_fork_child() noexcept {
+void agent_after_fork_child() noexcept {
   g_forked_child.store(true, std::memory_order_release);
   // The Server object is left allocated: the parent's thread, which owned it, is not here.
   if (ctl::Server* s = g_server.exchange(nullptr)) s->after_fork_child();

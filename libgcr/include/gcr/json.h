@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gcr::cli {
+namespace gcr {
 
 // s as a JSON string literal, quotes included.
 std::string json_quote(std::string_view s);
@@ -71,4 +71,4 @@ class JsonWriter {
 // never "id", a hex id that may happen to be all digits) as numbers, the rest as strings.
 void json_fields(JsonWriter& j, const std::map<std::string, std::string>& f);
 
-}  // namespace gcr::cli
+}  // namespace gcr

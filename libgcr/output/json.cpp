@@ -1,11 +1,11 @@
-#include "json.h"
+#include "gcr/json.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-namespace gcr::cli {
+namespace gcr {
 namespace {
 
 [[noreturn]] void misuse(const char* what) {
@@ -236,4 +236,4 @@ std::string JsonWriter::take() {
   return std::move(out_);
 }
 
-}  // namespace gcr::cli
+}  // namespace gcr

@@ -13,11 +13,28 @@
 //     /dev/null, with a warning.
 //
 // The caller opens every file with its own rights and sends them to gcrd, which hands them to
-// CRIU (criu --inherit-fd): gcrd never opens a path for a user.
+// CRIU (criu --inherit-fd): gcrd never opens a path for a local user. A migration's destination
+// gcrd has no caller on its host: it opens the regular and mapped files itself, as the
+// checkpoint's owner, by the same rules (`files_only`), and leaves terminals and pipes to CRIU.
+//
+// Note [Files reopened for the restored process]
+// CRIU runs as root and would reopen each regular file the process had open or mapped by its
+// path, checking only its size: a path its owner (or anyone who can write a directory on it)
+// turned into a link since the checkpoint, say to /etc/shadow of the same size, would give the
+// restored process that file. So gcr opens them itself: every regular file the process had open,
+// and every file it mapped whose path someone other than root could have changed (a directory on
+// it or the file not root's, or writable by others); each with the owner's rights, resolving no
+// symbolic link (openat2 RESOLVE_NO_SYMLINKS: a recorded path is the kernel's, resolved, so a link
+// on it now was put there since), checked to be a regular file of the recorded size (else
+// --accept-changed), and hands it to CRIU (--inherit-fd), which then opens nothing by that path.
+// Files under directories only root can change (the system's libraries) are left to CRIU. The
+// fds a process had on one file get one open file after the restore, sharing its position (they
+// did for logs before).
 #pragma once
 
 #include <sys/types.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,7 +43,7 @@
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
 
-namespace gcr::cli {
+namespace gcr::criu {
 
 struct StreamOptions {
   // Files are opened with the rights of the checkpointed process's owner when the caller is root
@@ -38,6 +55,8 @@ struct StreamOptions {
   bool detach = false;
   std::string detach_log;                // --detach: where stdout and stderr go
   std::set<std::string> accept_changed;  // --accept-changed FILE (absolute paths)
+  // Only regular and mapped files: no stream is the caller's (a migration's destination gcrd).
+  bool files_only = false;
 };
 
 struct StreamPlan {
@@ -61,4 +80,9 @@ inline Result<StreamPlan> plan_streams(const std::vector<criu::OpenFile>& files,
   return plan_streams(files, std::set<pid_t>{root}, options);
 }
 
-}  // namespace gcr::cli
+// The same from a checkpoint's META: its files, roots (pid, job_trees) and owner (owner_uid,
+// owner_gid, which replace `options`').
+Result<StreamPlan> plan_streams(const std::map<std::string, std::string>& meta,
+                                StreamOptions options);
+
+}  // namespace gcr::criu

@@ -1,10 +1,10 @@
-// cli/json.cpp: what --json prints must parse, whatever a manifest holds.
-#include "json.h"
+// gcr/json.h: what --json prints must parse, whatever a manifest holds.
+#include "gcr/json.h"
 
 #include <catch2/catch.hpp>
 
-using gcr::cli::json_quote;
-using gcr::cli::JsonWriter;
+using gcr::json_quote;
+using gcr::JsonWriter;
 
 TEST_CASE("strings are escaped as RFC 8259 asks") {
   CHECK(json_quote("plain") == "\"plain\"");

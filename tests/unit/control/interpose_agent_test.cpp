@@ -1,6 +1,6 @@
-// interpose/control.cpp with stand-in region-manager operations (control_ops.h): the control
+// interpose/agent.cpp with stand-in region-manager operations (agent_ops.h): the control
 // thread starts once, carries requests to the op_* functions and back, and a forked child drops
-// the mailbox. A separate executable, because it owns the process's one control thread.
+// the mailbox. A separate executable, because it owns the process's one agent thread.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "control.h"
-#include "control_ops.h"
+#include "agent.h"
+#include "agent_ops.h"
 #include "gcr/control.h"
 
 // ---- stand-ins for the region manager (interpose/park.cpp in the interposer) -------------------
@@ -143,9 +143,9 @@ bool has_mailbox_fd() {
 struct Started {
   Started() {
     gcr::interpose::make_fds();
-    pthread_atfork(gcr::interpose::control_prepare_fork, gcr::interpose::control_after_fork_parent,
-                   gcr::interpose::control_after_fork_child);
-    Status s = gcr::interpose::start_control_thread();
+    pthread_atfork(gcr::interpose::agent_prepare_fork, gcr::interpose::agent_after_fork_parent,
+                   gcr::interpose::agent_after_fork_child);
+    Status s = gcr::interpose::start_agent_thread();
     if (!s) FAIL(s.error().message);
   }
 };
@@ -156,15 +156,15 @@ void ensure_started() {
 
 }  // namespace
 
-TEST_CASE("start_control_thread starts one thread named gcr-control, once") {
+TEST_CASE("start_agent_thread starts one thread named gcr-control, once") {
   ensure_started();
-  CHECK(gcr::interpose::start_control_thread());
-  CHECK(gcr::interpose::start_control_thread());
+  CHECK(gcr::interpose::start_agent_thread());
+  CHECK(gcr::interpose::start_agent_thread());
   CHECK(threads_named("gcr-control") == 1);
   CHECK(has_mailbox_fd());
 }
 
-TEST_CASE("a caller reaches the region manager's operations through the control thread") {
+TEST_CASE("a caller reaches the region manager's operations through the agent thread") {
   ensure_started();
   auto c = control::Client::connect(getpid(), 5s);
   if (!c) FAIL(c.error().message);
@@ -224,7 +224,7 @@ TEST_CASE("a forked child drops the mailbox and is not managed") {
   if (child == 0) {
     int code = 0;
     if (has_mailbox_fd()) code |= 1;
-    Status s = gcr::interpose::start_control_thread();
+    Status s = gcr::interpose::start_agent_thread();
     if (s || s.error().code != Errc::unsupported) code |= 2;
     if (threads_named("gcr-control") != 0) code |= 4;
     _exit(code);
