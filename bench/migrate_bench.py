@@ -233,6 +233,7 @@ def main():
                    "GCR_WORK_DIR=" + os.path.join(dest_dir, "work"), "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G",
                    gcrd, "--socket", os.path.join(work, "dest", "gcrd.sock"), "--detach", "--listen", DEST,
                    "--token-file", token, "--store", os.path.join(dest_dir, "store"),
+                   "--allow-uids", "0",  # the benchmark's processes are root's
                    *(["--containers", bundles_b, "--runtime", runc_b] if a.container else []),
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 log = os.path.join(work, f"run-{fp}-{mode}.log")

@@ -627,7 +627,7 @@ Status restore(RestoreOptions o, Context& ctx) {
 }
 
 struct DaemonOptions {
-  std::string listen, token_file, containers, runtime;
+  std::string listen, token_file, containers, runtime, allow_uids;
 };
 
 Status daemon(const DaemonOptions& o, Context& ctx) {
@@ -653,6 +653,10 @@ Status daemon(const DaemonOptions& o, Context& ctx) {
         named ? location.directory : store::Store::default_root().parent_path() / "served";
     args.insert(args.end(),
                 {"--listen", o.listen, "--token-file", o.token_file, "--store", served.string()});
+    if (!o.allow_uids.empty()) args.insert(args.end(), {"--allow-uids", o.allow_uids});
+  } else if (!o.allow_uids.empty()) {
+    return Error{Errc::invalid_argument,
+                 "--allow-uids says whom other hosts' processes may run as: it needs --listen"};
   }
   if (!o.containers.empty()) {
     if (o.listen.empty())
@@ -804,8 +808,14 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("HOST:PORT");
   d->add_option("--token-file", dopt.token_file,
                 "With --listen: the token other hosts must present (a file of 32+ characters, "
-                "mode 0600); it lets them restore processes here as gcrd's user")
+                "mode 0600); it lets them store checkpoints here and restore processes as the "
+                "users --allow-uids names")
       ->type_name("FILE");
+  d->add_option("--allow-uids", dopt.allow_uids,
+                "With --listen: the users (uids, ranges: 0,1000-1999) a process restored for "
+                "another host may run as; by default none. Uid 0 allows root, capabilities and "
+                "group 0 too (docs/security.md)")
+      ->type_name("LIST");
   d->add_option("--containers", dopt.containers,
                 "With --listen: restore containers migrated here (gcr migrate --container), "
                 "container NAME only from the bundle DIR/NAME prepared on this host")

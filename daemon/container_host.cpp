@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "container_runtime.h"
+#include "gcr/criu_creds.h"
 #include "gcr/store.h"
 #include "gcr/trusted_path.h"
 #include "images_archive.h"
@@ -88,6 +89,9 @@ Result<std::map<std::string, std::string>> restore_container_here(
   GCR_TRY_ASSIGN(ImagesSent got, receive_images(client_fd, images_fd.get(), kImagesLimit)
                                      .context("receiving the container's images"));
   const std::string receive_ns = ns_since(t_receive);
+  // Note [Who a peer may run]: who the container's processes would be, before runc runs them.
+  GCR_TRY_ASSIGN(auto creds, criu::read_image_creds(images));
+  GCR_TRY(criu::check_peer_may_run(creds, host.peer_uids).context("container " + name));
   GCR_TRY_ASSIGN(store::CheckpointId cid,
                  st.resolve(id).context("the container's device memory in this host's store"));
   GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));

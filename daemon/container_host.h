@@ -12,9 +12,12 @@
 // removed once the runtime is done with them. The checkpoint stays in the store.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "gcr/criu.h"
@@ -28,6 +31,7 @@ struct ContainerHost {
   std::filesystem::path bundles;  // --containers DIR; empty: no container restores
   std::string runtime;            // --runtime (default runc)
   std::filesystem::path socket;   // this gcrd's socket, for the plugin in the runtime's CRIU
+  std::set<uid_t> peer_uids;      // --allow-uids: Note [Who a peer may run] (gcr/criu_creds.h)
 };
 
 // The restore_container request: reads the images from `client_fd` (images_archive.h), then

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct DaemonOptions {
   std::string listen_address;      // --listen (for the log)
   std::string token;               // --token-file's token, with --listen
   std::filesystem::path served_store;  // the store served to other hosts, with --listen
+  std::set<uid_t> peer_uids;  // --allow-uids: Note [Who a peer may run] in gcr/criu_creds.h
   bool warm_up = true;  // warm the GPU and CRIU's probe at start (a unit test leaves them cold)
   std::chrono::seconds drain_limit{60};  // Note [gcrd stops cleanly]
 };

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "daemon.h"
+#include "gcr/criu_creds.h"
 #include "gcr/private_dir.h"
 #include "gcr/store.h"
 #include "gcr/unique_fd.h"
@@ -103,6 +104,15 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
       o.containers.bundles = fs::absolute(argv[++i]);
     } else if (a == "--runtime" && i + 1 < argc) {
       o.containers.runtime = argv[++i];
+    } else if (a == "--allow-uids" && i + 1 < argc) {
+      auto uids = criu::parse_uid_list(argv[++i]);
+      if (!uids) {
+        std::fprintf(stderr, "gcrd: --allow-uids: %s\n", uids.error().message.c_str());
+        exit_code = 2;
+        return false;
+      }
+      o.peer_uids = std::move(uids).value();
+      o.containers.peer_uids = o.peer_uids;
     } else if (a == "--socket" && i + 1 < argc) {
       o.socket_path = argv[++i];
     } else if (a == "--detach") {
@@ -110,12 +120,16 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: gcrd [--socket PATH] [--detach] [--listen HOST:PORT --token-file FILE [--store "
-          "DIR] [--containers DIR [--runtime RUNC]]]\n  gcr's daemon; normally started by gcr on "
+          "DIR] [--allow-uids LIST] [--containers DIR [--runtime RUNC]]]\n  gcr's daemon; normally "
+          "started by gcr on "
           "demand, or by systemd (gcrd.socket, which hands it the socket). SIGTERM stops it once "
           "the requests in progress are answered.\n  --listen: also "
           "serve other hosts over TCP (the destination of gcr migrate), authenticated by the "
           "token in FILE (0600), writing into and restoring from the store DIR (default: "
-          "'served' beside gcrd's default store, never that store itself).\n  --containers: also "
+          "'served' beside gcrd's default store, never that store itself).\n  --allow-uids: the "
+          "users (uids and ranges: 0,1000-1999) a process restored for another host may run as; "
+          "by default none (a peer's images say who their process is: docs/security.md).\n"
+          "  --containers: also "
           "restore containers migrated here (gcr migrate "
           "--container), container NAME only from the bundle DIR/NAME, with RUNC (default: runc "
           "in PATH).\n");

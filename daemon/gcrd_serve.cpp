@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "daemon.h"
 #include "gcr/criu.h"
+#include "gcr/criu_creds.h"
 #include "gcr/process_tree.h"
 #include "gcr/restore_streams.h"
 #include "gcrd_protocol.h"
@@ -380,9 +381,16 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
   }
   req.client_uid = r.client_uid;
   if (geteuid() == 0) GCR_TRY(check_root_store(store_root(r.fields)));
-  if (r.from_network && req.inherit.empty())
-    GCR_TRY(open_files_for_peer(*st, f.name, req)
-                .context("opening the files of checkpoint " + f.name + " for its process"));
+  if (r.from_network) {
+    if (req.inherit.empty())
+      GCR_TRY(open_files_for_peer(*st, f.name, req)
+                  .context("opening the files of checkpoint " + f.name + " for its process"));
+    req.check_images = [&uids =
+                            d.options().peer_uids](const std::filesystem::path& images) -> Status {
+      GCR_TRY_ASSIGN(auto creds, criu::read_image_creds(images));
+      return criu::check_peer_may_run(creds, uids);
+    };
+  }
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
   return restore_reply(rep, req.eager);
 }

@@ -314,7 +314,8 @@ namespace {
 // reserve      every region allocated on its GPU (a restore that   the allocations are released and
 //              cannot get its memory fails before any process      the loader stopped (RAII, when
 //              exists), loading started (all of it: --eager)       the transaction ends)
-// materialize  CRIU's images; gcrd's server of host memory         the image directory goes
+// materialize  CRIU's images (for another host: who its process    the image directory goes
+//              would run as, checked); gcrd's server of host memory
 // criu         the process (every tree of a job) restored by CRIU  the restored processes are
 // killed
 //              with gcr's plugin, parked, guarded by a keeper      and waited for: none runs on
@@ -651,6 +652,7 @@ Status RestoreTransaction::materialize() {
     work_.emplace(std::move(w));
     GCR_TRY(host_pages_ ? reader_->materialize_files(work_->path(), host_pages_->left_out())
                         : reader_->materialize_files(work_->path()));
+    if (req_.check_images) GCR_TRY(req_.check_images(work_->path()));
   }
   record_phase(rep_, "materialize", tm);
   if (host_pages_) {

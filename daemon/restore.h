@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -42,6 +43,9 @@ struct RestoreRequest {
     UniqueFd fd;
   };
   std::vector<Inherited> inherit;
+  // Checks CRIU's images once they are on disk, before CRIU runs (a restore for another host:
+  // Note [Who a peer may run] in gcr/criu_creds.h).
+  std::function<Status(const std::filesystem::path& images)> check_images;
   // Who asks: anyone but root restores only checkpoints whose META owner_uid is theirs.
   uid_t client_uid = 0;
   // Set when CRIU is a container runtime's (Note [CRIU run by someone else] in checkpoint.h): once

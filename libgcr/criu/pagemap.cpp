@@ -1,6 +1,7 @@
-// parse_pagemap: see gcr/criu_pagemap.h. A protobuf reader for the two messages only: varints and
-// the wire types CRIU's messages use; unknown fields are skipped as protobuf says.
+// parse_pagemap: see gcr/criu_pagemap.h.
 #include "gcr/criu_pagemap.h"
+
+#include "criu/protobuf_reader.h"
 
 #include <cstring>
 #include <optional>
@@ -12,78 +13,6 @@ namespace {
 constexpr std::uint32_t kCommonMagic = 0x54564319;   // IMG_COMMON_MAGIC
 constexpr std::uint32_t kPagemapMagic = 0x56084025;  // PAGEMAP_MAGIC
 
-class Bytes {
- public:
-  explicit Bytes(std::span<const std::byte> b) : b_(b) {}
-  bool empty() const { return at_ == b_.size(); }
-  std::size_t at() const { return at_; }
-
-  std::optional<std::uint32_t> u32() {
-    if (b_.size() - at_ < 4) return std::nullopt;
-    std::uint32_t v;
-    std::memcpy(&v, b_.data() + at_, 4);  // CRIU writes host order; gcr runs little-endian
-    at_ += 4;
-    return v;
-  }
-  std::optional<std::uint64_t> varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (at_ == b_.size()) return std::nullopt;
-      auto c = static_cast<std::uint8_t>(b_[at_++]);
-      v |= static_cast<std::uint64_t>(c & 0x7f) << shift;
-      if (!(c & 0x80)) return v;
-    }
-    return std::nullopt;
-  }
-  bool skip(std::uint64_t n) {
-    if (b_.size() - at_ < n) return false;
-    at_ += static_cast<std::size_t>(n);
-    return true;
-  }
-  std::optional<Bytes> take(std::uint64_t n) {
-    if (b_.size() - at_ < n) return std::nullopt;
-    Bytes sub(b_.subspan(at_, static_cast<std::size_t>(n)));
-    at_ += static_cast<std::size_t>(n);
-    return sub;
-  }
-
- private:
-  std::span<const std::byte> b_;
-  std::size_t at_ = 0;
-};
-
-// Calls field(number, value) for each varint field of a message; skips the other wire types.
-template <typename F>
-bool for_each_varint(Bytes msg, F&& field) {
-  while (!msg.empty()) {
-    auto key = msg.varint();
-    if (!key) return false;
-    std::uint64_t number = *key >> 3;
-    switch (*key & 7) {
-      case 0: {
-        auto v = msg.varint();
-        if (!v) return false;
-        field(number, *v);
-        break;
-      }
-      case 1:
-        if (!msg.skip(8)) return false;
-        break;
-      case 2: {
-        auto n = msg.varint();
-        if (!n || !msg.skip(*n)) return false;
-        break;
-      }
-      case 5:
-        if (!msg.skip(4)) return false;
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
-
 Error bad(const std::string& what) {
   return Error{Errc::corrupt_image, "pagemap image: " + what};
 }
@@ -91,7 +20,7 @@ Error bad(const std::string& what) {
 }  // namespace
 
 Result<Pagemap> parse_pagemap(std::span<const std::byte> image) {
-  Bytes in(image);
+  ProtoBytes in(image);
   auto m1 = in.u32(), m2 = in.u32();
   if (!m1 || !m2 || *m1 != kCommonMagic || *m2 != kPagemapMagic) return bad("not one (magic)");
   Pagemap pm;

@@ -8,6 +8,8 @@
 #      one, from memory mostly staged on its GPU during pre-copy; the source is gone
 #   b. a wrong token: refused before the process is touched; it runs on here
 #   c. the destination cannot restore (too little GPU memory there): the source runs on
+#   c2. a destination started without --allow-uids refuses a process of root's (its images say
+#      who it would run as); the source runs on
 #   d. the destination gcrd killed after the commit, before it restores: the source runs on
 #   e. the migrate command killed after the commit: the destination runs it, the source is gone
 #   f. a process not under gcr: refused, it runs on
@@ -116,6 +118,15 @@ grep -q "process $P runs on" "$T/c.err" || fail "the failure does not say the pr
 kill -0 "$P" || fail "the source is gone after a failed migration"
 ends_once "$T/c.log"
 echo "ok: $(tail -n 1 "$T/c.err" | cut -c1-120)..."
+
+step "c2. a destination whose operator allowed no user (Note [Who a peer may run])"
+DEST_ALLOW_UIDS=none dest_gcrd c2
+start_job "$T/c2.log"
+if migrate > /dev/null 2> "$T/c2.err"; then fail "a destination that allows no user restored a root process"; fi
+grep -q "would run as uid 0" "$T/c2.err" || fail "the refusal does not say why: $(cat "$T/c2.err")"
+grep -q "process $P runs on" "$T/c2.err" || fail "the refusal does not say the process runs on: $(cat "$T/c2.err")"
+ends_once "$T/c2.log"
+echo "ok: $(grep -o "would run as uid 0[^;]*" "$T/c2.err" | head -n 1 | cut -c1-120)"
 
 step "d. the destination gcrd killed after the commit"
 migrate_to_commit d 20

@@ -42,17 +42,21 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/token"
 chmod 600 "$T/token"
 
 # dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store,
+# restoring processes of the uids in DEST_ALLOW_UIDS (default 0: the tests' processes are root's;
+# "none": no --allow-uids),
 # with the arguments in DEST_GCRD_ARGS besides; its log is $DEST_LOG.
 DEST_GCRD_ARGS=()
 no_dest_gcrd() { ! pgrep -f "gcrd --socket $T/dest" > /dev/null; }
 # start_dest_gcrd NAME [VAR=VALUE...]: one try, its error kept in $T/NAME/start.err.
 start_dest_gcrd() {
-  local name=$1
+  local name=$1 allow=(--allow-uids "${DEST_ALLOW_UIDS:-0}")
   shift
+  [[ ${DEST_ALLOW_UIDS:-0} == none ]] && allow=()
   nsenter --net="/run/netns/$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
     SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
     "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
-    --token-file "$T/token" --store "$T/$name/store" "${DEST_GCRD_ARGS[@]}" > /dev/null 2> "$T/$name/start.err" < /dev/null
+    --token-file "$T/token" --store "$T/$name/store" "${allow[@]}" \
+    "${DEST_GCRD_ARGS[@]}" > /dev/null 2> "$T/$name/start.err" < /dev/null
 }
 # A port the kernel still holds for a socket that is going is worth another try; nothing else is.
 port_still_held() { grep -q "in use" "$T/$1/start.err"; }
