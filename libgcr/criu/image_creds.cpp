@@ -10,8 +10,7 @@
 namespace gcr::criu {
 namespace {
 
-constexpr std::uint32_t kCommonMagic = 0x54564319;  // IMG_COMMON_MAGIC
-constexpr std::uint32_t kCoreMagic = 0x55053847;    // CORE_MAGIC
+constexpr std::uint32_t kCoreMagic = 0x55053847;  // CORE_MAGIC
 constexpr std::uint64_t kMaxCoreImage = 16u << 20;
 
 Error bad(const std::string& image, const std::string& what) {

@@ -10,7 +10,6 @@
 namespace gcr::criu {
 namespace {
 
-constexpr std::uint32_t kCommonMagic = 0x54564319;   // IMG_COMMON_MAGIC
 constexpr std::uint32_t kPagemapMagic = 0x56084025;  // PAGEMAP_MAGIC
 
 Error bad(const std::string& what) {

@@ -12,6 +12,8 @@
 
 namespace gcr::criu {
 
+inline constexpr std::uint32_t kCommonMagic = 0x54564319;  // IMG_COMMON_MAGIC, every image's first
+
 class ProtoBytes {
  public:
   explicit ProtoBytes(std::span<const std::byte> b) : b_(b) {}
