@@ -13,10 +13,32 @@ the same name) takes its place at link time; every other name forwards to the re
         1:  movl $i, %r11d
             jmp  gcr_trampoline_slow            # saves the argument registers, resolves/waits
 
+A name the rule says must be wrapped (forwarding_rule.py, Note [What may pass the gate
+unwrapped]) gets no trampoline, so that the library links only if C++ defines it; a refused name
+gets a stub that returns CUDA_ERROR_NOT_SUPPORTED through gcr_refused_call (refused.cpp).
+
 Input: driver_symbols.gen.inc (GCR_DRIVER_SYMBOL(name) lines). Output: an assembly file.
 """
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from forwarding_rule import classify  # noqa: E402
+
+
+def refusal_stub(i: int, name: str) -> list:
+    return [
+        f"  .globl {name}",
+        f"  .type {name},@function",
+        "  .balign 16",
+        f"{name}:",
+        "  .cfi_startproc",
+        f"  movl ${i}, %edi",
+        "  jmp gcr_refused_call",
+        "  .cfi_endproc",
+        f"  .size {name}, .-{name}",
+    ]
 
 
 def main() -> None:
@@ -36,6 +58,12 @@ def main() -> None:
         "  .text",
     ]
     for i, name in enumerate(names):
+        kind = classify(name)
+        if kind == "wrap":
+            continue
+        if kind == "refuse":
+            lines += refusal_stub(i, name)
+            continue
         lines += [
             f"  .weak {name}",
             f"  .type {name},@function",

@@ -36,6 +36,11 @@ void note_ipc_blocker(const char* what) {
   ++g_ipc_uses[what];
 }
 
+void forget_ipc_blocker(const char* what) {
+  std::lock_guard lock(g_ipc_mu);
+  if (auto it = g_ipc_uses.find(what); it != g_ipc_uses.end() && it->second > 0) --it->second;
+}
+
 std::vector<std::string> ipc_blockers() {
   std::lock_guard lock(g_ipc_mu);
   std::vector<std::string> out;
@@ -73,6 +78,27 @@ CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool* pool, void* handle,
       "cuMemPoolImportFromShareableHandle",
       "another process's memory pool was imported (cuMemPoolImportFromShareableHandle)", pool,
       handle, type, flags);
+}
+
+// Memory of another API (Vulkan, a dma-buf): outside gcr's regions, and not something the driver's
+// checkpoint can carry either, so it blocks a checkpoint for as long as the process holds it.
+constexpr const char* kExternalMemoryBlocker =
+    "the process imported external memory (cuImportExternalMemory)";
+
+CUresult cuImportExternalMemory(CUexternalMemory* memory,
+                                const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* description) {
+  return forward_noting<decltype(&::cuImportExternalMemory)>(
+      "cuImportExternalMemory", kExternalMemoryBlocker, memory, description);
+}
+
+CUresult cuDestroyExternalMemory(CUexternalMemory memory) {
+  static const auto real = real_fn<decltype(&::cuDestroyExternalMemory)>("cuDestroyExternalMemory");
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_unmanaged) return real(memory);
+  GateScope gate;
+  CUresult r = real(memory);
+  if (r == CUDA_SUCCESS) forget_ipc_blocker(kExternalMemoryBlocker);
+  return r;
 }
 
 }  // extern "C"

@@ -422,6 +422,16 @@ GCR_WRAP2(cuMemcpyDtoHAsync_v2, _ptsz, (void* d, CUdeviceptr s, size_t n, CUstre
           (d, s, n, st),
           (touch_range_read(s, n), host_written(reinterpret_cast<std::uint64_t>(d), n)))
 
+// Copies between device memory and CUDA arrays: the array is the driver's, the device side gcr's.
+GCR_WRAP2(cuMemcpyAtoD_v2, _ptds, (CUdeviceptr d, CUarray a, size_t o, size_t n), (d, a, o, n),
+          mark_range_written(d, n))
+GCR_WRAP2(cuMemcpyDtoA_v2, _ptds, (CUarray a, size_t o, CUdeviceptr s, size_t n), (a, o, s, n),
+          touch_range_read(s, n))
+// Decompression writes where its parameter array says: every region may be written.
+GCR_WRAP2(cuMemBatchDecompressAsync, _ptsz,
+          (CUmemDecompressParams * p, size_t n, unsigned f, size_t* e, CUstream st),
+          (p, n, f, e, st), mark_all_written())
+
 GCR_WRAP2(cuMemcpyAtoH_v2, _ptds, (void* d, CUarray a, size_t o, size_t n), (d, a, o, n),
           host_written(reinterpret_cast<std::uint64_t>(d), n))
 GCR_WRAP2(cuMemcpyAtoHAsync_v2, _ptsz, (void* d, CUarray a, size_t o, size_t n, CUstream st),
@@ -513,6 +523,7 @@ using MemcpyBatch_12_8 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_
                                       CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream);
 using Memcpy3DBatch_12_8 = CUresult (*)(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,
                                         unsigned long long, CUstream);
+using Launch = CUresult (*)(CUfunction);
 using LaunchGrid = CUresult (*)(CUfunction, int, int);
 using LaunchGridAsync = CUresult (*)(CUfunction, int, int, CUstream);
 using LaunchMultiDevice = CUresult (*)(CUDA_LAUNCH_PARAMS*, unsigned, unsigned);
@@ -548,6 +559,7 @@ GCR_WRAP_TYPED2(legacy::Memcpy3DBatch_12_8, cuMemcpy3DBatchAsync, _ptsz,
 GCR_WRAP_TYPED2(decltype(&::cuMemcpy3DBatchAsync_v2), cuMemcpy3DBatchAsync_v2, _ptsz,
                 (size_t n, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long f, CUstream st),
                 (n, ops, f, st), mark_all_written())
+GCR_WRAP_TYPED(legacy::Launch, cuLaunch, (CUfunction fn), (fn), mark_all_written())
 GCR_WRAP_TYPED(legacy::LaunchGrid, cuLaunchGrid, (CUfunction fn, int w, int h), (fn, w, h),
                mark_all_written())
 GCR_WRAP_TYPED(legacy::LaunchGridAsync, cuLaunchGridAsync,

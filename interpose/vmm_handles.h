@@ -95,6 +95,7 @@ inline constexpr const char* kExportedMemoryBlocker =
 inline constexpr const char* kOpenedMemoryBlocker =
     "the process maps another process's device memory (cuIpcOpenMemHandle)";
 void note_ipc_blocker(const char* what);
+void forget_ipc_blocker(const char* what);  // one use of `what` ended
 // The share keys of a region exported through cuIpcGetMemHandle (none: not exported), and their
 // refresh at unpark (Note [Shared regions]: a region never exported is left alone); park closes
 // the cached export fds.

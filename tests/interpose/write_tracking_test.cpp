@@ -179,6 +179,21 @@ TEST_CASE("copies and memsets mark exactly their destination's region", "[track]
   CHECK(t.dirty_set() == "a");
 }
 
+// Entry points the rule makes gcr wrap (Note [What may pass the gate unwrapped]) although simgpu
+// has no CUDA arrays: the mark comes before the driver's answer, so a copy the driver refuses
+// still marks its destination (a wasted copy at the next checkpoint, never a missed one).
+TEST_CASE("a copy out of a CUDA array marks its destination; one into an array marks nothing",
+          "[track]") {
+  require_under_gcr();
+  Tracked t;
+  t.new_epoch();
+  (void)cuMemcpyAtoD(t.b, nullptr, 0, 4096);
+  CHECK(t.dirty_set() == "b");
+  t.new_epoch();
+  (void)cuMemcpyDtoA(nullptr, 0, t.c, 4096);
+  CHECK(t.dirty_set() == "none");
+}
+
 // The track child (buffers a, b, c from cuMemAlloc, d its own VMM mapping) under `env`: after a
 // new epoch, `command`'s launch leaves the buffers `want_dirty` dirty ("none" for none).
 void check_child_tracking(const std::vector<std::string>& env, const std::string& command,
