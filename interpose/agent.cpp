@@ -20,6 +20,7 @@
 #include "agent_ops.h"
 #include "cut.h"
 #include "gcr/control.h"
+#include "locks.h"
 
 namespace gcr::interpose {
 namespace {
@@ -84,8 +85,12 @@ ctl::Handler& handler() {
   return *h;
 }
 
-std::mutex g_start_mu;       // start_agent_thread, and the fork hooks
-bool g_fork_locked = false;  // guarded by g_start_mu: agent_prepare_fork took it
+// Starting the agent thread, and the fork hooks that keep it from starting across a fork.
+struct AgentStart {
+  RankedMutex mu{LockRank::agent_start};
+  bool fork_locked GCR_GUARDED_BY(mu) = false;  // agent_prepare_fork took mu
+};
+AgentStart g_agent_start;
 std::atomic<ctl::Server*> g_server{nullptr};
 std::atomic<bool> g_forked_child{false};
 
@@ -101,7 +106,7 @@ Status start_agent_thread() {
     return make_error(Errc::unsupported,
                       "this process was forked from a gcr-managed process without exec; gcr does "
                       "not manage it");
-  std::lock_guard lock(g_start_mu);
+  MutexLock lock(g_agent_start.mu);
   if (g_server.load(std::memory_order_acquire)) return ok();
 
   ctl::ServerOptions options;
@@ -127,26 +132,26 @@ Status start_agent_thread() {
   return ok();
 }
 
-void agent_prepare_fork() noexcept {
-  g_start_mu.lock();
-  g_fork_locked = true;
+void agent_prepare_fork() noexcept GCR_NO_THREAD_SAFETY_ANALYSIS {
+  g_agent_start.mu.lock();
+  g_agent_start.fork_locked = true;
   if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->prepare_fork();
 }
 
-void agent_after_fork_parent() noexcept {
-  if (!g_fork_locked) return;
+void agent_after_fork_parent() noexcept GCR_NO_THREAD_SAFETY_ANALYSIS {
+  if (!g_agent_start.fork_locked) return;
   if (ctl::Server* s = g_server.load(std::memory_order_acquire)) s->after_fork_parent();
-  g_fork_locked = false;
-  g_start_mu.unlock();
+  g_agent_start.fork_locked = false;
+  g_agent_start.mu.unlock();
 }
 
-void agent_after_fork_child() noexcept {
+void agent_after_fork_child() noexcept GCR_NO_THREAD_SAFETY_ANALYSIS {
   g_forked_child.store(true, std::memory_order_release);
   // The Server object is left allocated: the parent's thread, which owned it, is not here.
   if (ctl::Server* s = g_server.exchange(nullptr)) s->after_fork_child();
-  if (g_fork_locked) {
-    g_fork_locked = false;
-    g_start_mu.unlock();
+  if (g_agent_start.fork_locked) {
+    g_agent_start.fork_locked = false;
+    g_agent_start.mu.unlock();
   }
 }
 

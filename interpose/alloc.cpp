@@ -220,7 +220,7 @@ CUresult alloc_sync(CUdeviceptr* dptr, std::uint64_t bytes) {
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice dev;
   if (CUresult r = current_device(&dev)) return r;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   reap_async_frees(false);
   return alloc_device(bytes, static_cast<std::uint32_t>(dev), false, dptr);
 }
@@ -234,7 +234,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstrea
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUdevice dev;
   if (CUresult r = stream_device(stream, ptsz, &dev)) return r;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   if (auto it = g_pool_devices.find(pool); pool && it != g_pool_devices.end())
     dev = static_cast<CUdevice>(it->second);
   reap_async_frees(false);
@@ -244,7 +244,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstrea
 
 void note_pool(CUmemoryPool pool, int device) {
   if (!pool) return;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   g_pool_devices[pool] = static_cast<std::uint32_t>(device);
 }
 
@@ -252,7 +252,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz,
                     CUresult (*forward)(CUdeviceptr, CUstream)) {
   const RealDriver* real = real_driver();
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     if (!owns_allocation(dptr)) return forward(dptr, stream);
   }
   if (stream_capturing(stream, ptsz)) {
@@ -269,7 +269,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool ptsz,
     real->cuEventDestroy_v2(ev);
     return r;
   }
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   g_pending.push_back({ev, dptr});
   return CUDA_SUCCESS;
 }
@@ -307,13 +307,13 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (g_unmanaged || dptr == 0) return real->cuMemFree_v2(dptr);
   GateScope gate;
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     if (!owns_allocation(dptr)) return real->cuMemFree_v2(dptr);
   }
   // cuMemFree synchronizes; unmapping does not, so work still queued could touch freed memory.
   if (CUresult r = real->cuCtxSynchronize(); r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_CONTEXT)
     return r;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   return free_device(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -392,7 +392,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   if (g_unmanaged) return real(pool);
   GateScope gate;
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     g_pool_devices.erase(pool);
   }
   return real(pool);
@@ -428,7 +428,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dp
   if (g_unmanaged) return real->cuMemGetAddressRange_v2(base, size, dptr);
   GateScope gate;
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     CUdeviceptr b = 0;
     std::uint64_t s = 0;
     if (find_allocation(dptr, &b, &s)) {
@@ -446,7 +446,7 @@ static void patch_range_attribute(CUpointer_attribute attr, void* data, CUdevice
     return;
   std::uint64_t range[2];  // start, size
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     CUdeviceptr start = 0;
     if (!find_allocation(ptr, &start, &range[1])) return;
     range[0] = start;
@@ -493,7 +493,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   GateScope gate;
   if (addr != 0 || flags != 0 || !ptr || size == 0 || size % kGranule)
     return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   if (ensure_arena() != CUDA_SUCCESS)
     return real->cuMemAddressReserve(ptr, size, alignment, addr, flags);
   std::uint64_t align = alignment > kGranule ? alignment : kGranule;
@@ -511,7 +511,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   if (g_unmanaged) return real->cuMemAddressFree(ptr, size);
   GateScope gate;
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     if (g_user_reservations.erase(ptr)) {
       arena_give(ptr, size);
       return CUDA_SUCCESS;

@@ -5,18 +5,21 @@
 
 #include <cstdint>
 
+#include "regions.h"
+
 namespace gcr::interpose {
 
-// With g_region_mu held.
-CUresult alloc_device(std::uint64_t bytes, std::uint32_t device, bool async, CUdeviceptr* out);
+CUresult alloc_device(std::uint64_t bytes, std::uint32_t device, bool async, CUdeviceptr* out)
+    GCR_REQUIRES(g_region_mu);
 // Frees an allocation made by alloc_device (the caller has drained work that may use it).
 // False if `address` is not the start of one.
-bool free_device(CUdeviceptr address);
-bool owns_allocation(CUdeviceptr address);
+bool free_device(CUdeviceptr address) GCR_REQUIRES(g_region_mu);
+bool owns_allocation(CUdeviceptr address) GCR_REQUIRES(g_region_mu);
 // The allocation holding address: its start and size. False if none.
-bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size);
+bool find_allocation(CUdeviceptr address, CUdeviceptr* base, std::uint64_t* size)
+    GCR_REQUIRES(g_region_mu);
 // Frees the stream-ordered frees whose streams have passed them; all of them when drained.
-void reap_async_frees(bool all);
+void reap_async_frees(bool all) GCR_REQUIRES(g_region_mu);
 std::uint64_t requested_bytes();
 
 // Note [Pinned host memory is gcr's] (host_alloc.cpp): with GCR_PARK_PINNED=1, at park the driver

@@ -50,9 +50,13 @@ std::atomic<cow::TableHeader*> g_table{nullptr};
 std::size_t g_table_bytes = 0;  // agent thread only
 std::atomic<int> g_users{0};    // application threads reading g_table
 std::vector<Copy> g_copies;     // by entry; sized by op_cow_begin before g_table is published
-int g_handover = -1;     // gcrd's socket for copies (Note [Copies handed over]); set with g_table
-std::mutex g_stream_mu;  // guards g_streams
-std::map<CUcontext, CUstream> g_streams;  // a private stream per context for the copies
+int g_handover = -1;  // gcrd's socket for copies (Note [Copies handed over]); set with g_table
+// A private stream per context for the copies.
+struct CopyStreams {
+  RankedMutex mu{LockRank::copy_streams};
+  std::map<CUcontext, CUstream> by_context GCR_GUARDED_BY(mu);
+};
+CopyStreams g_copy_streams;
 
 class TableUse {
  public:
@@ -79,12 +83,12 @@ void release_copy(const RealDriver* real, Copy& c) {
 }
 
 CUstream copy_stream(const RealDriver* real, CUcontext ctx) {
-  std::lock_guard lock(g_stream_mu);
-  auto it = g_streams.find(ctx);
-  if (it != g_streams.end()) return it->second;
+  MutexLock lock(g_copy_streams.mu);
+  auto it = g_copy_streams.by_context.find(ctx);
+  if (it != g_copy_streams.by_context.end()) return it->second;
   CUstream s = nullptr;
   if (real->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
-  g_streams[ctx] = s;
+  g_copy_streams.by_context[ctx] = s;
   return s;
 }
 
@@ -235,7 +239,7 @@ Status op_cow_begin(UniqueFd table_fd, UniqueFd handover, std::uint32_t count) {
                  "cow_begin: the table's header does not match (magic, version "
                  "or count): use the gcrd that matches this process's gcr"};
   }
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   std::map<std::uint64_t, std::uint32_t> by_address;
   for (std::uint32_t id : live_region_ids()) by_address[g_regions[id].address] = id;
   cow::Entry* entries = cow::entries(table);
@@ -322,7 +326,7 @@ void op_cow_end() {
     cow::futex_wake_all(&entries[i].state);
   }
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     for (std::uint32_t id : live_region_ids()) g_regions[id].cow_entry.store(0);
   }
   g_table.store(nullptr, std::memory_order_seq_cst);

@@ -60,11 +60,14 @@ struct Registration {
   CUcontext ctx = nullptr;   // current at registration (a range not portable is that context's)
 };
 
-// Not the launch path: a lock of its own.
-std::mutex g_host_mu;
-std::map<std::uint64_t, HostDma> g_host_dma;
-bool g_host_dma_overflow = false;
-std::map<std::uint64_t, Registration> g_registered;
+// The program's pinned host memory, under a lock of its own (not the launch path).
+struct HostMemory {
+  RankedMutex mu{LockRank::host_memory};
+  std::map<std::uint64_t, HostDma> dma GCR_GUARDED_BY(mu);
+  bool dma_overflow GCR_GUARDED_BY(mu) = false;
+  std::map<std::uint64_t, Registration> registered GCR_GUARDED_BY(mu);
+};
+HostMemory g_host;
 
 constexpr unsigned kOwnedRegisterFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
 
@@ -125,29 +128,29 @@ std::uint64_t page_bytes() {
   return page;
 }
 
-// With g_host_mu held.
-void note_host_dma(std::uint64_t p, std::uint64_t bytes, bool allocated) {
+// With g_host.mu held.
+void note_host_dma(std::uint64_t p, std::uint64_t bytes, bool allocated) GCR_REQUIRES(g_host.mu) {
   if (!p || bytes == 0) return;
-  auto [it, added] = g_host_dma.try_emplace(p, HostDma{bytes, allocated});
+  auto [it, added] = g_host.dma.try_emplace(p, HostDma{bytes, allocated});
   if (!added) {
     it->second.bytes = std::max(it->second.bytes, bytes);
     it->second.allocated = it->second.allocated && allocated;
   }
-  if (g_host_dma.size() > control::kMaxHostDmaRanges) {
-    g_host_dma.erase(it);
-    g_host_dma_overflow = true;
+  if (g_host.dma.size() > control::kMaxHostDmaRanges) {
+    g_host.dma.erase(it);
+    g_host.dma_overflow = true;
   }
 }
 
-void forget_host_dma(std::uint64_t p) {
-  auto it = g_host_dma.find(p);
-  if (it != g_host_dma.end() && it->second.allocated) g_host_dma.erase(it);
+void forget_host_dma(std::uint64_t p) GCR_REQUIRES(g_host.mu) {
+  auto it = g_host.dma.find(p);
+  if (it != g_host.dma.end() && it->second.allocated) g_host.dma.erase(it);
 }
 
-// gcr's own allocation holding p, with g_host_mu held.
-const Registration* owned_at(std::uint64_t p) {
-  auto it = g_registered.upper_bound(p);
-  if (it == g_registered.begin()) return nullptr;
+// gcr's own allocation holding p, with g_host.mu held.
+const Registration* owned_at(std::uint64_t p) GCR_REQUIRES(g_host.mu) {
+  auto it = g_host.registered.upper_bound(p);
+  if (it == g_host.registered.begin()) return nullptr;
   --it;
   return it->second.owned && p < it->first + it->second.bytes ? &it->second : nullptr;
 }
@@ -170,10 +173,10 @@ CUresult host_alloc(void** pp, size_t bytes, unsigned flags) {
   }
   const auto a = reinterpret_cast<std::uint64_t>(p);
   {
-    std::lock_guard lock(g_host_mu);
+    MutexLock lock(g_host.mu);
     CUcontext ctx = nullptr;
     real_driver()->cuCtxGetCurrent(&ctx);
-    g_registered[a] = Registration{size, kOwnedRegisterFlags, flags, true, true, ctx};
+    g_host.registered[a] = Registration{size, kOwnedRegisterFlags, flags, true, true, ctx};
     note_host_dma(a, size, true);
   }
   pinned_add(a, size);
@@ -186,7 +189,7 @@ CUresult driver_allocated(CUresult r, void** pp, size_t bytes) {
   if (r != CUDA_SUCCESS || !pp || !*pp) return r;
   const auto a = reinterpret_cast<std::uint64_t>(*pp);
   {
-    std::lock_guard lock(g_host_mu);
+    MutexLock lock(g_host.mu);
     note_host_dma(a, bytes, true);
   }
   pinned_add(a, bytes);
@@ -197,10 +200,10 @@ CUresult driver_allocated(CUresult r, void** pp, size_t bytes) {
 
 control::HostDmaRanges op_host_dma() {
   control::HostDmaRanges out;
-  std::lock_guard lock(g_host_mu);
-  out.overflow = g_host_dma_overflow;
+  MutexLock lock(g_host.mu);
+  out.overflow = g_host.dma_overflow;
   out.touched = pinned_writes_seen();  // Note [Device writes to pinned host memory] (pinned.h)
-  for (const auto& [address, range] : g_host_dma) out.ranges.push_back({address, range.bytes});
+  for (const auto& [address, range] : g_host.dma) out.ranges.push_back({address, range.bytes});
   return out;
 }
 
@@ -210,9 +213,11 @@ control::HostDmaRanges op_host_dma() {
 void park_host_memory() {
   if (!park_pinned()) return;
   const RealDriver* real = real_driver();
-  std::lock_guard lock(g_host_mu);
+  MutexLock lock(g_host.mu);
   std::size_t parked = 0;
-  for (auto& [address, r] : g_registered) {
+  for (auto& entry : g_host.registered) {
+    const std::uint64_t address = entry.first;  // named, not bound: lambdas below capture it
+    Registration& r = entry.second;
     if (!r.live) continue;
     CUresult result =
         in_context(r, [&] { return real->cuMemHostUnregister(reinterpret_cast<void*>(address)); });
@@ -229,8 +234,10 @@ void park_host_memory() {
 
 void unpark_host_memory() {
   const RealDriver* real = real_driver();
-  std::lock_guard lock(g_host_mu);
-  for (auto& [address, r] : g_registered) {
+  MutexLock lock(g_host.mu);
+  for (auto& entry : g_host.registered) {
+    const std::uint64_t address = entry.first;  // named, not bound: lambdas below capture it
+    Registration& r = entry.second;
     if (r.live) continue;
     CUresult result = in_context(r, [&] {
       return real->cuMemHostRegister_v2(reinterpret_cast<void*>(address), r.bytes, r.flags);
@@ -264,10 +271,10 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   g_host_registered.store(true, std::memory_order_relaxed);  // for a 1.3 gcrd's status
   const auto a = reinterpret_cast<std::uint64_t>(p);
   {
-    std::lock_guard lock(g_host_mu);
+    MutexLock lock(g_host.mu);
     CUcontext ctx = nullptr;
     real->cuCtxGetCurrent(&ctx);
-    g_registered[a] = Registration{bytes, flags, 0, false, true, ctx};
+    g_host.registered[a] = Registration{bytes, flags, 0, false, true, ctx};
     note_host_dma(a, bytes, false);
   }
   // Read-only: devices only read it. I/O memory: another device's registers, not host memory.
@@ -282,15 +289,15 @@ CUresult cuMemHostUnregister(void* p) {
   GateScope gate;
   const auto a = reinterpret_cast<std::uint64_t>(p);
   {
-    std::lock_guard lock(g_host_mu);
-    if (auto it = g_registered.find(a); it != g_registered.end() && it->second.owned)
+    MutexLock lock(g_host.mu);
+    if (auto it = g_host.registered.find(a); it != g_host.registered.end() && it->second.owned)
       return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;  // as the driver says of its allocations
   }
   CUresult r = real->cuMemHostUnregister(p);
   if (r != CUDA_SUCCESS) return r;
   {
-    std::lock_guard lock(g_host_mu);
-    g_registered.erase(a);
+    MutexLock lock(g_host.mu);
+    g_host.registered.erase(a);
   }
   pinned_remove(a);
   return r;
@@ -325,15 +332,15 @@ CUresult cuMemFreeHost(void* p) {
   const auto a = reinterpret_cast<std::uint64_t>(p);
   std::uint64_t owned_bytes = 0;
   {
-    std::lock_guard lock(g_host_mu);
-    if (auto it = g_registered.find(a); it != g_registered.end() && it->second.owned)
+    MutexLock lock(g_host.mu);
+    if (auto it = g_host.registered.find(a); it != g_host.registered.end() && it->second.owned)
       owned_bytes = it->second.bytes;
   }
   if (!owned_bytes) {
     CUresult r = real->cuMemFreeHost(p);
     if (r == CUDA_SUCCESS) {
       pinned_remove(a);
-      std::lock_guard lock(g_host_mu);
+      MutexLock lock(g_host.mu);
       forget_host_dma(a);
     }
     return r;
@@ -345,8 +352,8 @@ CUresult cuMemFreeHost(void* p) {
   pinned_remove(a);
   real->cuMemHostUnregister(p);
   ::munmap(p, owned_bytes);
-  std::lock_guard lock(g_host_mu);
-  g_registered.erase(a);
+  MutexLock lock(g_host.mu);
+  g_host.registered.erase(a);
   forget_host_dma(a);
   return CUDA_SUCCESS;
 }
@@ -357,7 +364,7 @@ CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
   if (g_unmanaged) return real->cuMemHostGetFlags(flags, p);
   GateScope gate;
   {
-    std::lock_guard lock(g_host_mu);
+    MutexLock lock(g_host.mu);
     if (const Registration* r = owned_at(reinterpret_cast<std::uint64_t>(p))) {
       if (!flags) return CUDA_ERROR_INVALID_VALUE;
       *flags = r->alloc_flags;

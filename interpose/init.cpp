@@ -19,15 +19,18 @@ namespace {
 
 std::once_flag g_start_once;
 
-void atfork_prepare() {
+// The fork hooks hold the region lock from prepare to parent or child, which the analysis cannot
+// follow across functions.
+
+void atfork_prepare() GCR_NO_THREAD_SAFETY_ANALYSIS {
   agent_prepare_fork();
   g_region_mu.lock();
 }
-void atfork_parent() {
+void atfork_parent() GCR_NO_THREAD_SAFETY_ANALYSIS {
   g_region_mu.unlock();
   agent_after_fork_parent();
 }
-void atfork_child() {
+void atfork_child() GCR_NO_THREAD_SAFETY_ANALYSIS {
   g_region_mu.unlock();
   // The driver is unusable in a forked child of a CUDA process; gcr steps aside until exec.
   g_unmanaged = true;

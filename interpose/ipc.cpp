@@ -8,14 +8,19 @@
 
 #include "alloc.h"
 #include "gate.h"
+#include "locks.h"
 #include "real_driver.h"
 #include "vmm_handles.h"
 
 namespace gcr::interpose {
 namespace {
 
-std::mutex g_ipc_mu;
-std::map<std::string, int> g_ipc_uses;  // what the process did, and how often it still holds it
+// What the process shares with others, and how often it still holds each: the blockers.
+struct Sharing {
+  RankedMutex mu{LockRank::sharing};
+  std::map<std::string, int> uses GCR_GUARDED_BY(mu);
+};
+Sharing g_sharing;
 
 // Forwards a sharing call; when it succeeds, what it did is a blocker from then on.
 template <typename Fn, typename... Args>
@@ -32,19 +37,20 @@ CUresult forward_noting(const char* name, const char* blocker, Args... args) {
 }  // namespace
 
 void note_ipc_blocker(const char* what) {
-  std::lock_guard lock(g_ipc_mu);
-  ++g_ipc_uses[what];
+  MutexLock lock(g_sharing.mu);
+  ++g_sharing.uses[what];
 }
 
 void forget_ipc_blocker(const char* what) {
-  std::lock_guard lock(g_ipc_mu);
-  if (auto it = g_ipc_uses.find(what); it != g_ipc_uses.end() && it->second > 0) --it->second;
+  MutexLock lock(g_sharing.mu);
+  if (auto it = g_sharing.uses.find(what); it != g_sharing.uses.end() && it->second > 0)
+    --it->second;
 }
 
 std::vector<std::string> ipc_blockers() {
-  std::lock_guard lock(g_ipc_mu);
+  MutexLock lock(g_sharing.mu);
   std::vector<std::string> out;
-  for (const auto& [what, n] : g_ipc_uses)
+  for (const auto& [what, n] : g_sharing.uses)
     if (n > 0) out.push_back(what);
   return out;
 }

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "alloc.h"
@@ -57,12 +58,19 @@ struct Opened {
   int count = 0;
 };
 
-std::mutex g_mu;
-std::map<std::uint32_t, int> g_exported_fds;  // region id -> fd exported for IPC (owner side)
-std::map<std::uint32_t, std::vector<std::uint64_t>> g_export_keys;  // Note [Shared regions]
-std::map<std::uint32_t, int> g_parked_exports;  // region id -> the fd number it had before park
-std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, Opened>
-    g_opened;  // importer: by owner pid, inode, region address and offset
+// Regions shared through CUDA IPC, as their owner and as an importer.
+struct IpcMemory {
+  RankedMutex mu{LockRank::ipc_memory};
+  // Owner side: region id -> the fd exported for IPC; its share keys (Note [Shared regions]);
+  // the fd number it had before a park.
+  std::map<std::uint32_t, int> exported_fds GCR_GUARDED_BY(mu);
+  std::map<std::uint32_t, std::vector<std::uint64_t>> export_keys GCR_GUARDED_BY(mu);
+  std::map<std::uint32_t, int> parked_exports GCR_GUARDED_BY(mu);
+  // Importer side: by owner pid, inode, region address and offset.
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, Opened> opened
+      GCR_GUARDED_BY(mu);
+};
+IpcMemory g_ipc;
 
 // The owner's fd, as a file of this process: pidfd_getfd (needs ptrace rights over the owner),
 // else /proc/PID/fd/N (an open of the file itself: simgpu's memfds).
@@ -80,10 +88,10 @@ int take_fd(pid_t pid, int fd) {
 CUresult open_token(CUdeviceptr* ptr, const Token& t) {
   const RealDriver* real = real_driver();
   if (t.pid == static_cast<std::uint32_t>(getpid())) return CUDA_ERROR_INVALID_CONTEXT;
-  std::lock_guard region_lock(g_region_mu);  // before g_mu, as everywhere
-  std::lock_guard lock(g_mu);
+  MutexLock region_lock(g_region_mu);  // before g_ipc.mu, as everywhere
+  MutexLock lock(g_ipc.mu);
   auto key = std::make_tuple(t.pid, t.inode, t.region_address, t.offset);
-  if (auto it = g_opened.find(key); it != g_opened.end()) {
+  if (auto it = g_ipc.opened.find(key); it != g_ipc.opened.end()) {
     ++it->second.count;
     *ptr = it->second.base + t.offset;
     return CUDA_SUCCESS;
@@ -143,7 +151,7 @@ CUresult open_token(CUdeviceptr* ptr, const Token& t) {
   }
   ++v->mappings;
   mark_region_shared(id);
-  g_opened[key] = Opened{va, t.region_size, t.offset, 1};
+  g_ipc.opened[key] = Opened{va, t.region_size, t.offset, 1};
   *ptr = va + t.offset;
   return CUDA_SUCCESS;
 }
@@ -167,42 +175,43 @@ CUresult open_memory(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags, co
 }  // namespace
 
 std::size_t ipc_memory_opened() {
-  std::lock_guard lock(g_mu);
-  return g_opened.size();
+  MutexLock lock(g_ipc.mu);
+  return g_ipc.opened.size();
 }
 
 void ipc_forget_region(std::uint32_t region_id) {
-  std::lock_guard lock(g_mu);
-  g_export_keys.erase(region_id);
-  if (auto it = g_exported_fds.find(region_id); it != g_exported_fds.end()) {
+  MutexLock lock(g_ipc.mu);
+  g_ipc.export_keys.erase(region_id);
+  if (auto it = g_ipc.exported_fds.find(region_id); it != g_ipc.exported_fds.end()) {
     ::close(it->second);
-    g_exported_fds.erase(it);
+    g_ipc.exported_fds.erase(it);
   }
 }
 
 std::vector<std::uint64_t> ipc_export_keys(std::uint32_t region_id) {
-  std::lock_guard lock(g_mu);
-  auto it = g_export_keys.find(region_id);
-  return it == g_export_keys.end() ? std::vector<std::uint64_t>{} : it->second;
+  MutexLock lock(g_ipc.mu);
+  auto it = g_ipc.export_keys.find(region_id);
+  return it == g_ipc.export_keys.end() ? std::vector<std::uint64_t>{} : it->second;
 }
 
 void ipc_set_export_key(std::uint32_t region_id, std::uint64_t key) {
-  std::lock_guard lock(g_mu);
-  if (auto it = g_export_keys.find(region_id); it != g_export_keys.end()) it->second = {key};
+  MutexLock lock(g_ipc.mu);
+  if (auto it = g_ipc.export_keys.find(region_id); it != g_ipc.export_keys.end())
+    it->second = {key};
 }
 
 void ipc_close_exports() {
-  std::lock_guard lock(g_mu);
-  for (auto& [id, fd] : g_exported_fds) {
+  MutexLock lock(g_ipc.mu);
+  for (auto& [id, fd] : g_ipc.exported_fds) {
     ::close(fd);
-    g_parked_exports[id] = fd;
+    g_ipc.parked_exports[id] = fd;
   }
-  g_exported_fds.clear();
+  g_ipc.exported_fds.clear();
 }
 
 void ipc_reopen_exports() {
-  std::lock_guard lock(g_mu);
-  for (auto& [id, number] : g_parked_exports) {
+  MutexLock lock(g_ipc.mu);
+  for (auto& [id, number] : g_ipc.parked_exports) {
     const Region& reg = g_regions[id];
     if (reg.kind == RegionKind::free || !reg.handle) continue;
     int fresh = -1;
@@ -217,10 +226,35 @@ void ipc_reopen_exports() {
       ::close(fresh);
       fd = number;
     }
-    g_exported_fds[id] = fd;
-    add_share_key(g_export_keys[id], share_key_of_fd(fd));
+    g_ipc.exported_fds[id] = fd;
+    add_share_key(g_ipc.export_keys[id], share_key_of_fd(fd));
   }
-  g_parked_exports.clear();
+  g_ipc.parked_exports.clear();
+}
+
+// Closes gcr's mapping of another process's memory at ptr (one use of it); nullopt when ptr is
+// not one gcr opened.
+static std::optional<CUresult> close_opened(CUdeviceptr ptr) GCR_REQUIRES(g_region_mu, g_ipc.mu) {
+  for (auto it = g_ipc.opened.begin(); it != g_ipc.opened.end(); ++it) {
+    Opened& o = it->second;
+    if (ptr != o.base + o.offset) continue;
+    if (--o.count > 0) return CUDA_SUCCESS;
+    const RealDriver* d = real_driver();
+    // As the driver's close: work still queued on the memory finishes first.
+    if (CUresult r = d->cuCtxSynchronize(); r != CUDA_SUCCESS) {
+      ++o.count;
+      return r;
+    }
+    d->cuMemUnmap(o.base, o.size);
+    for (std::uint32_t id : unregister_user_regions(o.base, o.size)) {
+      if (VirtualAllocation* v = valloc_by_id(id); v && v->mappings) --v->mappings;
+      valloc_release_if_unused(id);
+    }
+    arena_give(o.base, o.size);
+    g_ipc.opened.erase(it);
+    return CUDA_SUCCESS;
+  }
+  return std::nullopt;
 }
 
 extern "C" {
@@ -230,7 +264,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged || !handle) return real(handle, ptr);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   CUdeviceptr base = 0;
   std::uint64_t size = 0;
   if (!in_arena(ptr) || !find_allocation(ptr, &base, &size)) {
@@ -241,18 +275,18 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (base != ptr) return CUDA_ERROR_INVALID_VALUE;  // as the driver: the allocation's start
   std::uint32_t id = g_arena.granule_region[(base - g_arena.base) / kGranule].load();
   const Region& reg = g_regions[id];
-  std::lock_guard ipc_lock(g_mu);
-  int& fd = g_exported_fds[id];
+  MutexLock ipc_lock(g_ipc.mu);
+  int& fd = g_ipc.exported_fds[id];
   if (!fd) {
     if (CUresult r = real_driver()->cuMemExportToShareableHandle(
             &fd, reg.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
-      g_exported_fds.erase(id);
+      g_ipc.exported_fds.erase(id);
       return r;
     }
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  add_share_key(g_export_keys[id], share_key_of_fd(fd));
+  add_share_key(g_ipc.export_keys[id], share_key_of_fd(fd));
   mark_region_shared(id);
   if (reg.kind == RegionKind::slab) shared_range_add(base, base + size);
   Token t{};
@@ -282,29 +316,11 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real(ptr);
   GateScope gate;
-  std::unique_lock region_lock(g_region_mu);
-  std::unique_lock lock(g_mu);
-  for (auto it = g_opened.begin(); it != g_opened.end(); ++it) {
-    Opened& o = it->second;
-    if (ptr != o.base + o.offset) continue;
-    if (--o.count > 0) return CUDA_SUCCESS;
-    const RealDriver* d = real_driver();
-    // As the driver's close: work still queued on the memory finishes first.
-    if (CUresult r = d->cuCtxSynchronize(); r != CUDA_SUCCESS) {
-      ++o.count;
-      return r;
-    }
-    d->cuMemUnmap(o.base, o.size);
-    for (std::uint32_t id : unregister_user_regions(o.base, o.size)) {
-      if (VirtualAllocation* v = valloc_by_id(id); v && v->mappings) --v->mappings;
-      valloc_release_if_unused(id);
-    }
-    arena_give(o.base, o.size);
-    g_opened.erase(it);
-    return CUDA_SUCCESS;
+  {
+    MutexLock region_lock(g_region_mu);
+    MutexLock lock(g_ipc.mu);
+    if (std::optional<CUresult> r = close_opened(ptr)) return *r;
   }
-  lock.unlock();
-  region_lock.unlock();
   return real(ptr);  // a driver's own mapping
 }
 

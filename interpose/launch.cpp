@@ -51,7 +51,7 @@ struct FuncInfo {
 // Lock-free for readers: slots are written once, under g_func_mu, and never change.
 constexpr std::size_t kFuncSlots = 1 << 14;
 std::array<std::atomic<const FuncInfo*>, kFuncSlots> g_funcs{};
-std::mutex g_func_mu;
+RankedMutex g_func_mu{LockRank::functions};
 const FuncInfo kUnknown{};
 
 std::size_t slot_of(CUfunction f) {
@@ -147,7 +147,7 @@ const FuncInfo* func_info(CUfunction f) {
     if (!fi) break;
     if (fi->function == f) return fi;
   }
-  std::lock_guard lock(g_func_mu);
+  MutexLock lock(g_func_mu);
   for (std::size_t probe = 0; probe < 64; ++probe) {
     auto& slot = g_funcs[(s + probe) & (kFuncSlots - 1)];
     const FuncInfo* fi = slot.load(std::memory_order_acquire);

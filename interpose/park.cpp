@@ -43,7 +43,8 @@ struct KeptExport {
 };
 std::vector<KeptExport> g_kept_exports;
 
-std::vector<KeptExport> find_kept_exports(const std::vector<ParkedRegion>& parked) {
+std::vector<KeptExport> find_kept_exports(const std::vector<ParkedRegion>& parked)
+    GCR_REQUIRES(g_region_mu) {
   std::map<std::uint64_t, std::uint32_t> by_key;
   for (std::uint32_t id : live_region_ids()) {
     const Region& reg = g_regions[id];
@@ -70,7 +71,7 @@ std::vector<KeptExport> find_kept_exports(const std::vector<ParkedRegion>& parke
 }
 
 // Re-exports each kept fd's allocation onto the same fd number (its close-on-exec flag kept).
-void refresh_kept_exports() {
+void refresh_kept_exports() GCR_REQUIRES(g_region_mu) {
   const RealDriver* real = real_driver();
   for (const KeptExport& k : g_kept_exports) {
     VirtualAllocation* v = valloc_by_id(k.allocation);
@@ -103,7 +104,7 @@ Error call_error(const char* what, CUresult r, std::uint64_t address = 0) {
   return Error{Errc::driver, msg};
 }
 
-std::vector<std::string> blockers_locked() {
+std::vector<std::string> blockers_locked() GCR_REQUIRES(g_region_mu) {
   std::vector<std::string> out = valloc_blockers();
   for (std::string& why : ipc_blockers()) out.push_back(std::move(why));
   return out;
@@ -129,8 +130,8 @@ Status drain_all(unsigned timeout_ms) {
   std::vector<CUcontext> contexts = known_contexts();
   if (timeout_ms == 0) return synchronize_contexts(contexts);
   struct Drain {
-    std::mutex mu;
-    std::condition_variable cv;
+    RankedMutex mu{LockRank::drain};
+    std::condition_variable_any cv;
     bool done = false;
     Status result = ok();
   };
@@ -138,7 +139,7 @@ Status drain_all(unsigned timeout_ms) {
   try {
     std::thread([drain, contexts = std::move(contexts)] {
       Status s = synchronize_contexts(contexts);
-      std::lock_guard lock(drain->mu);
+      MutexLock lock(drain->mu);
       drain->result = std::move(s);
       drain->done = true;
       drain->cv.notify_all();
@@ -176,7 +177,7 @@ Status op_quiesce(unsigned timeout_ms) {
     gate_open();
     return s;
   }
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   reap_async_frees(true);  // every stream is drained: their frees are done
   g_state = ProcessState::quiesced;
   return ok();
@@ -199,7 +200,7 @@ std::string hex_address(std::uint64_t address) {
 }
 
 // Why the process cannot be parked now, or ok (caller holds g_region_mu).
-Status check_parkable_locked() {
+Status check_parkable_locked() GCR_REQUIRES(g_region_mu) {
   std::vector<std::string> why = blockers_locked();
   if (why.empty()) return ok();
   std::string msg = "the process cannot be checkpointed now: " + why[0];
@@ -208,7 +209,7 @@ Status check_parkable_locked() {
 }
 
 // Allocations the program has mapped nowhere get an arena address, so that they park as regions.
-Status hold_unmapped_allocations() {
+Status hold_unmapped_allocations() GCR_REQUIRES(g_region_mu) {
   for (std::uint32_t allocation : valloc_unmapped()) {
     const VirtualAllocation* v = valloc_by_id(allocation);
     auto device = static_cast<std::uint32_t>(v->prop.location.id);
@@ -223,7 +224,7 @@ Status hold_unmapped_allocations() {
 // A region's memory as an fd. A user region's handle is retained into `user_handles`.
 Result<ParkedRegion> export_region(
     const RealDriver* real, std::uint32_t id, Region& reg, std::uint64_t epoch,
-    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles) {
+    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles) GCR_REQUIRES(g_region_mu) {
   CUmemGenericAllocationHandle h = reg.handle;
   if (reg.allocation) {
     const VirtualAllocation* v = valloc_by_id(reg.allocation);
@@ -246,7 +247,8 @@ Result<ParkedRegion> export_region(
 
 // Lets go of an exported region's memory: its fd holds it now.
 void release_region(const RealDriver* real, std::uint32_t id, Region& reg,
-                    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles) {
+                    std::map<std::uint32_t, CUmemGenericAllocationHandle>& user_handles)
+    GCR_REQUIRES(g_region_mu) {
   if (reg.kind == RegionKind::held) {
     // mapped nowhere: only the handle holds it
   } else if (CUresult r = real->cuMemUnmap(reg.address, reg.size)) {
@@ -273,11 +275,11 @@ Result<std::vector<ParkedRegion>> op_park() {
   if (g_state != ProcessState::quiesced)
     return Error{Errc::invalid_argument, "park needs a quiesced process (send quiesce first)"};
   const RealDriver* real = real_driver();
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   GCR_TRY(check_parkable_locked());
   std::vector<ParkedRegion> out;
   std::map<std::uint32_t, CUmemGenericAllocationHandle> user_handles;
-  auto undo = [&] {
+  auto undo = [&]() GCR_REQUIRES(g_region_mu) {
     for (auto& [id, h] : user_handles) real->cuMemRelease(h);
     out.clear();  // closes the exported fds
     drop_held_regions();
@@ -313,7 +315,7 @@ namespace {
 // Imports a parked region's fd and maps it back where it was (a held region is mapped nowhere).
 Status import_region(const RealDriver* real, std::uint32_t id, Region& reg, const ParkedRegion& p,
                      std::map<std::uint32_t, CUmemGenericAllocationHandle>& handles,
-                     std::vector<std::uint32_t>& mapped) {
+                     std::vector<std::uint32_t>& mapped) GCR_REQUIRES(g_region_mu) {
   CUmemGenericAllocationHandle h = 0;
   void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(p.fd.get()));
   if (CUresult r = real->cuMemImportFromShareableHandle(&h, os_handle,
@@ -339,7 +341,7 @@ Status import_region(const RealDriver* real, std::uint32_t id, Region& reg, cons
 
 // The region holds its memory through `handle` again (imported from `fd`).
 void adopt_handle(const RealDriver* real, std::uint32_t id, Region& reg,
-                  CUmemGenericAllocationHandle handle, int fd) {
+                  CUmemGenericAllocationHandle handle, int fd) GCR_REQUIRES(g_region_mu) {
   // Note [Shared regions]: every view of a shared allocation is given the same fd back.
   const std::uint64_t key = share_key_of_fd(fd);
   if (reg.allocation) {
@@ -365,7 +367,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
   if (g_state != ProcessState::parked)
     return Error{Errc::invalid_argument, "unpark needs a parked process"};
   const RealDriver* real = real_driver();
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   std::map<std::uint64_t, ParkedRegion*> given;
   for (ParkedRegion& p : regions) given[p.region.address] = &p;
   std::vector<std::uint32_t> ids = live_region_ids();
@@ -402,7 +404,7 @@ Status op_unpark(std::vector<ParkedRegion> regions) {
 }
 
 std::vector<ShareRecord> op_shares() {
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   std::vector<ShareRecord> out;
   for (std::uint32_t id : live_region_ids()) {
     const Region& reg = g_regions[id];
@@ -421,7 +423,7 @@ std::vector<ShareRecord> op_shares() {
 }
 
 std::vector<std::string> op_blockers() {
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   return blockers_locked();
 }
 
@@ -435,7 +437,7 @@ Status op_new_epoch(const std::string& checkpoint_id) {
 }
 
 std::vector<std::uint64_t> op_touch_order() {
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   std::vector<std::uint64_t> out;
   std::uint32_t n = std::min(g_touch_count.load(), kTouchLog);
   std::vector<bool> seen(kMaxRegions, false);
@@ -449,7 +451,7 @@ std::vector<std::uint64_t> op_touch_order() {
 }
 
 std::vector<RegionRecord> op_regions() {
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   std::vector<RegionRecord> out;
   std::uint64_t epoch = g_epoch.load();
   for (std::uint32_t id : live_region_ids()) {
@@ -472,7 +474,7 @@ StatusInfo op_status() {
     s.region_bytes += r.size;
     if (r.flags & kRegionDirty) s.dirty_bytes += r.size;
   }
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   s.requested_bytes = requested_bytes();
   return s;
 }

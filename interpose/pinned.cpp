@@ -1,5 +1,6 @@
 // Note [Device writes to pinned host memory] (pinned.h).
 #include "pinned.h"
+#include "locks.h"
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -35,16 +36,21 @@ struct PinnedTable {
   std::vector<PinnedRange*> by_start;
 };
 
-std::mutex g_mu;                                     // writers: add, remove, arm
-std::vector<std::unique_ptr<PinnedRange>> g_ranges;  // with g_mu
+// The writers' side (add, remove, arm); readers go through g_table.
+struct PinnedWriters {
+  RankedMutex mu{LockRank::pinned};
+  std::vector<std::unique_ptr<PinnedRange>> ranges GCR_GUARDED_BY(mu);
+  // The process whose memory the last cut protected (its start time, /proc/self/stat): a
+  // restored process is another, whose memory CRIU gave back unprotected, though this state came
+  // back too.
+  std::uint64_t cut_incarnation GCR_GUARDED_BY(mu) = 0;
+};
+PinnedWriters g_pinned;
 std::atomic<PinnedTable*> g_table{nullptr};
 std::atomic<int> g_readers{0};
 // Every armed range lies within [g_armed_lo, g_armed_hi): most addresses are turned away by two
 // loads, without looking at the table.
 std::atomic<std::uint64_t> g_armed_lo{~0ull}, g_armed_hi{0};
-// The process whose memory the last cut protected (its start time, /proc/self/stat): a restored
-// process is another, whose memory CRIU gave back unprotected, though this state came back too.
-std::uint64_t g_cut_incarnation = 0;  // with g_mu
 
 std::uint64_t incarnation() {
   std::FILE* f = std::fopen("/proc/self/stat", "re");
@@ -74,11 +80,11 @@ void disarm(PinnedRange& r) {
     g_pinned_armed.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-// Publishes a table of the current ranges (with g_mu held) and frees the old one once no reader
-// can hold it.
-void publish(std::vector<std::unique_ptr<PinnedRange>> retired = {}) {
+// Publishes a table of the current ranges (with g_pinned.mu held) and frees the old one once no
+// reader can hold it.
+void publish(std::vector<std::unique_ptr<PinnedRange>> retired = {}) GCR_REQUIRES(g_pinned.mu) {
   auto next = std::make_unique<PinnedTable>();
-  for (const auto& r : g_ranges) next->by_start.push_back(r.get());
+  for (const auto& r : g_pinned.ranges) next->by_start.push_back(r.get());
   std::sort(next->by_start.begin(), next->by_start.end(),
             [](const PinnedRange* a, const PinnedRange* b) { return a->start < b->start; });
   PinnedTable* old = g_table.exchange(next.release(), std::memory_order_seq_cst);
@@ -199,7 +205,7 @@ bool covered(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& maps, s
   return it != maps.begin() && std::prev(it)->first <= start && std::prev(it)->second >= end;
 }
 
-// With g_mu held, and no device write under way (the gate is closed, or the range is new).
+// With g_pinned.mu held, and no device write under way (the gate is closed, or the range is new).
 void arm(PinnedRange& r, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& maps) {
   if (!covered(maps, r.start & ~(page_bytes() - 1), r.end)) {
     disarm(r);
@@ -244,7 +250,7 @@ void pinned_before_write_all() noexcept {
 
 void pinned_add(std::uint64_t address, std::uint64_t bytes) {
   if (bytes == 0) return;
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_pinned.mu);
   auto r = std::make_unique<PinnedRange>();
   r->start = address;
   r->end = address + bytes;
@@ -252,21 +258,21 @@ void pinned_add(std::uint64_t address, std::uint64_t bytes) {
   r->pages = ((r->end + page - 1) & ~(page - 1)) / page - r->start / page;
   r->done = std::make_unique<std::atomic<std::uint64_t>[]>((r->pages + 63) / 64);
   // Memory registered now may have been host memory at the last cut, so protected since.
-  if (g_cut_incarnation && g_cut_incarnation == incarnation() &&
+  if (g_pinned.cut_incarnation && g_pinned.cut_incarnation == incarnation() &&
       !g_pinned_unseen.load(std::memory_order_relaxed))
     arm(*r, writable_mappings());
-  g_ranges.push_back(std::move(r));
+  g_pinned.ranges.push_back(std::move(r));
   publish();
 }
 
 void pinned_remove(std::uint64_t address) {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_pinned.mu);
   std::vector<std::unique_ptr<PinnedRange>> retired;
-  for (auto it = g_ranges.begin(); it != g_ranges.end();) {
+  for (auto it = g_pinned.ranges.begin(); it != g_pinned.ranges.end();) {
     if ((*it)->start == address) {
       disarm(**it);
       retired.push_back(std::move(*it));
-      it = g_ranges.erase(it);
+      it = g_pinned.ranges.erase(it);
     } else {
       ++it;
     }
@@ -275,19 +281,19 @@ void pinned_remove(std::uint64_t address) {
 }
 
 void pinned_arm() noexcept {
-  std::lock_guard lock(g_mu);
-  g_cut_incarnation = incarnation();
+  MutexLock lock(g_pinned.mu);
+  g_pinned.cut_incarnation = incarnation();
   // Device writes gcr cannot see have run: gcrd gives pinned memory the 1.4 care instead.
-  if (g_ranges.empty() || g_pinned_unseen.load(std::memory_order_relaxed)) return;
+  if (g_pinned.ranges.empty() || g_pinned_unseen.load(std::memory_order_relaxed)) return;
   auto maps = writable_mappings();
-  for (const auto& r : g_ranges) arm(*r, maps);
+  for (const auto& r : g_pinned.ranges) arm(*r, maps);
 }
 
 void pinned_check_incarnation() noexcept {
-  std::lock_guard lock(g_mu);
-  if (g_cut_incarnation == incarnation()) return;
-  g_cut_incarnation = 0;
-  for (const auto& r : g_ranges) disarm(*r);
+  MutexLock lock(g_pinned.mu);
+  if (g_pinned.cut_incarnation == incarnation()) return;
+  g_pinned.cut_incarnation = 0;
+  for (const auto& r : g_pinned.ranges) disarm(*r);
 }
 
 void pinned_unseen_write() noexcept {

@@ -20,7 +20,7 @@ Region* g_regions = nullptr;
 std::atomic<std::uint64_t> g_epoch{1};
 std::atomic<bool> g_all_dirty{false};
 std::atomic<bool> g_host_registered{false};
-std::mutex g_region_mu;
+RankedMutex g_region_mu{LockRank::regions};
 std::atomic<std::uint32_t> g_touch_count{0};
 std::atomic<std::uint32_t> g_touch_log[kTouchLog];
 
@@ -32,11 +32,16 @@ void note_first_touch(std::uint32_t id, std::uint64_t epoch) noexcept {
 
 namespace {
 
-std::map<std::uint64_t, std::uint64_t> g_arena_free;  // free ranges by address
-std::vector<std::uint32_t> g_free_ids;                // recycled region ids
-std::uint32_t g_next_id = 1;
-std::set<CUcontext> g_contexts;
-std::mutex g_ctx_mu;
+std::map<std::uint64_t, std::uint64_t> g_arena_free
+    GCR_GUARDED_BY(g_region_mu);                                    // free ranges by address
+std::vector<std::uint32_t> g_free_ids GCR_GUARDED_BY(g_region_mu);  // recycled region ids
+std::uint32_t g_next_id GCR_GUARDED_BY(g_region_mu) = 1;
+// The contexts the program has used, under a lock of their own.
+struct Contexts {
+  RankedMutex mu{LockRank::contexts};
+  std::set<CUcontext> known GCR_GUARDED_BY(mu);
+};
+Contexts g_contexts;
 
 void* map_zeroed(std::uint64_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -44,7 +49,7 @@ void* map_zeroed(std::uint64_t bytes) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-std::uint32_t new_id() {
+std::uint32_t new_id() GCR_REQUIRES(g_region_mu) {
   if (!g_free_ids.empty()) {
     std::uint32_t id = g_free_ids.back();
     g_free_ids.pop_back();
@@ -60,7 +65,7 @@ void set_granules(std::uint64_t address, std::uint64_t size, std::uint32_t id) {
 }
 
 // Takes a region out of the table (its memory is the caller's business) and recycles its id.
-void free_slot(std::uint32_t id) {
+void free_slot(std::uint32_t id) GCR_REQUIRES(g_region_mu) {
   Region& reg = g_regions[id];
   set_granules(reg.address, reg.size, 0);
   reg.cow_entry.store(0);  // gcrd reads the cut's bytes from its own import
@@ -319,18 +324,18 @@ bool region_dirty(const Region& r, std::uint64_t since_epoch) {
 
 void note_context(CUcontext ctx) {
   if (!ctx) return;
-  std::lock_guard lock(g_ctx_mu);
-  g_contexts.insert(ctx);
+  MutexLock lock(g_contexts.mu);
+  g_contexts.known.insert(ctx);
 }
 
 void forget_context(CUcontext ctx) {
-  std::lock_guard lock(g_ctx_mu);
-  g_contexts.erase(ctx);
+  MutexLock lock(g_contexts.mu);
+  g_contexts.known.erase(ctx);
 }
 
 std::vector<CUcontext> known_contexts() {
-  std::lock_guard lock(g_ctx_mu);
-  return {g_contexts.begin(), g_contexts.end()};
+  MutexLock lock(g_contexts.mu);
+  return {g_contexts.known.begin(), g_contexts.known.end()};
 }
 
 }  // namespace gcr::interpose

@@ -26,6 +26,7 @@
 
 #include "agent_ops.h"
 #include "cow.h"
+#include "locks.h"
 #include "pinned.h"
 
 namespace gcr::interpose {
@@ -147,35 +148,38 @@ inline void mark_all_written() {
 }
 
 // The region manager's lock: held by allocation, free, park and unpark; never by launches.
-extern std::mutex g_region_mu;
+extern RankedMutex g_region_mu;
 
 // Reserves the arena on first use (needs a current context for the device query).
-CUresult ensure_arena();
+CUresult ensure_arena() GCR_REQUIRES(g_region_mu);
 // Maps a new region of `size` bytes (a multiple of kGranule) on `device`; returns its id.
-CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind,
-                       std::uint32_t* id);
+CUresult create_region(std::uint64_t size, std::uint32_t device, RegionKind kind, std::uint32_t* id)
+    GCR_REQUIRES(g_region_mu);
 // Unmaps and releases a region (the caller has drained the device work that may use it).
-void destroy_region(std::uint32_t id);
+void destroy_region(std::uint32_t id) GCR_REQUIRES(g_region_mu);
 // Registers a mapping the program made itself (its own cuMemMap) as a region; `allocation` is the
 // VirtualAllocation it maps (0: a handle gcr does not virtualize).
 std::uint32_t register_user_region(std::uint64_t address, std::uint64_t size, std::uint64_t offset,
-                                   std::uint32_t device, std::uint32_t allocation);
+                                   std::uint32_t device, std::uint32_t allocation)
+    GCR_REQUIRES(g_region_mu);
 // Gives an unmapped allocation of the program an arena address for a park (RegionKind::held): 0 if
 // the arena is full. drop_held_regions forgets them all and gives their addresses back.
 std::uint32_t register_held_region(std::uint64_t size, std::uint32_t device,
-                                   std::uint32_t allocation);
-void drop_held_regions();
+                                   std::uint32_t allocation) GCR_REQUIRES(g_region_mu);
+void drop_held_regions() GCR_REQUIRES(g_region_mu);
 // Forgets the program's mappings inside [address, address + size); returns the allocations they
 // mapped (one entry per mapping).
-std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::uint64_t size);
+std::vector<std::uint32_t> unregister_user_regions(std::uint64_t address, std::uint64_t size)
+    GCR_REQUIRES(g_region_mu);
 // The arena's free address ranges: carve (deterministic first fit) and give back.
-bool arena_take(std::uint64_t size, std::uint64_t align, std::uint64_t* out);
-void arena_give(std::uint64_t address, std::uint64_t size);
+bool arena_take(std::uint64_t size, std::uint64_t align, std::uint64_t* out)
+    GCR_REQUIRES(g_region_mu);
+void arena_give(std::uint64_t address, std::uint64_t size) GCR_REQUIRES(g_region_mu);
 bool in_arena(std::uint64_t addr);
 
-std::vector<std::uint32_t> live_region_ids();  // with g_region_mu held
+std::vector<std::uint32_t> live_region_ids() GCR_REQUIRES(g_region_mu);  // with g_region_mu held
 // Marks a region as shared with other processes (with g_region_mu held).
-void mark_region_shared(std::uint32_t id);
+void mark_region_shared(std::uint32_t id) GCR_REQUIRES(g_region_mu);
 // Note [Shared memory written job-wide]
 // A checkpoint of a job stores a shared allocation again only when some process may have written
 // it since the last one: each view's dirty epoch, ORed over the job by gcrd. A communication
@@ -186,7 +190,7 @@ void mark_region_shared(std::uint32_t id);
 inline constexpr std::uint32_t kMaxSharedIds = 4096;
 void mark_shared_written();
 // The region holding addr, or 0 (with g_region_mu held; any address, in the arena or not).
-std::uint32_t region_id_at(std::uint64_t addr);
+std::uint32_t region_id_at(std::uint64_t addr) GCR_REQUIRES(g_region_mu);
 bool region_dirty(const Region& r, std::uint64_t since_epoch);
 
 // The contexts the program has used (primary or created), for draining at quiesce.

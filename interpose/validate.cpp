@@ -20,7 +20,7 @@ namespace gcr::interpose {
 namespace {
 
 struct Profile {
-  std::mutex mu;
+  RankedMutex mu{LockRank::validation};
   std::string path;
   std::unordered_set<std::string> kernels;
 };
@@ -43,7 +43,7 @@ Profile& profile() {
 // Appends a kernel to the profile file (once per name).
 void record(const std::string& kernel) {
   Profile& p = profile();
-  std::lock_guard lock(p.mu);
+  MutexLock lock(p.mu);
   if (!p.kernels.insert(kernel).second || p.path.empty()) return;
   int fd = ::open(p.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -71,9 +71,9 @@ std::optional<store::ChunkId> hash_region(std::uint64_t address, std::uint64_t s
 
 // Once per (kernel, region) in a process: a kernel in a loop would say it every launch.
 bool first_report(const std::string& kernel, std::uint64_t address) {
-  static std::mutex mu;
+  static RankedMutex mu{LockRank::validation};
   static auto* seen = new std::unordered_set<std::string>;  // immortal
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   return seen->insert(kernel + "@" + std::to_string(address)).second;
 }
 
@@ -90,7 +90,7 @@ std::string readable(const std::string& kernel) {
 
 bool profiled_as_writing_all(const std::string& kernel_name) {
   Profile& p = profile();
-  std::lock_guard lock(p.mu);
+  MutexLock lock(p.mu);
   return p.kernels.contains(kernel_name);
 }
 
@@ -100,7 +100,7 @@ LaunchValidation::LaunchValidation(CUfunction f, void** params, void** extra) {
   kernel_ = w.kernel.empty() ? "(unnamed kernel)" : w.kernel;
   std::vector<std::pair<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>>> regions;
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     for (std::uint32_t id : live_region_ids()) {
       const Region& r = g_regions[id];
       if (r.parked || r.kind == RegionKind::held) continue;

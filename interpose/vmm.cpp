@@ -15,7 +15,7 @@ namespace gcr::interpose {
 namespace {
 
 // The region holding addr, or null (g_region_mu held).
-const Region* region_at(std::uint64_t addr) {
+const Region* region_at(std::uint64_t addr) GCR_REQUIRES(g_region_mu) {
   for (std::uint32_t id : live_region_ids()) {
     const Region& r = g_regions[id];
     if (addr - r.address < r.size) return &r;
@@ -39,7 +39,7 @@ CUresult map_array_async(CUarrayMapInfo* infos, unsigned count, CUstream stream,
   GateScope gate;
   std::vector<CUarrayMapInfo> real_infos(infos, infos + count);
   {
-    std::lock_guard lock(g_region_mu);
+    MutexLock lock(g_region_mu);
     for (CUarrayMapInfo& info : real_infos) {
       if (info.memHandleType != CU_MEM_HANDLE_TYPE_GENERIC ||
           !is_virtual_handle(info.memHandle.memHandle))
@@ -86,7 +86,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
     r = real->cuMemCreate(&h, size, prop, flags);
   if (r != CUDA_SUCCESS) return r;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   *handle = valloc_add(h, size, *prop, AllocationOrigin::created);
   return CUDA_SUCCESS;
 }
@@ -96,7 +96,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged || !is_virtual_handle(handle)) return real->cuMemRelease(handle);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   VirtualAllocation* v = valloc_find(handle);
   if (!v || v->program_refs == 0) return CUDA_ERROR_INVALID_VALUE;
   --v->program_refs;
@@ -111,7 +111,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   if (g_unmanaged) return real->cuMemMap(ptr, size, offset, handle, flags);
   // A region mapped while parked would be one that unpark was not given: wait at the gate.
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   if (is_virtual_handle(handle)) {
     VirtualAllocation* v = valloc_find(handle);
     if (!v) return CUDA_ERROR_INVALID_VALUE;
@@ -140,7 +140,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged) return real->cuMemUnmap(ptr, size);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   if (CUresult r = real->cuMemUnmap(ptr, size)) return r;
   for (std::uint32_t id : unregister_user_regions(ptr, size)) {
     if (VirtualAllocation* v = valloc_by_id(id); v && v->mappings) --v->mappings;
@@ -154,7 +154,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_unmanaged || !handle) return real->cuMemRetainAllocationHandle(handle, addr);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   const Region* r = region_at(reinterpret_cast<std::uint64_t>(addr));
   if (r && r->kind == RegionKind::user && r->allocation) {
     VirtualAllocation* v = valloc_by_id(r->allocation);
@@ -175,7 +175,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
   if (g_unmanaged || !is_virtual_handle(handle))
     return real->cuMemGetAllocationPropertiesFromHandle(prop, handle);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   const VirtualAllocation* v = valloc_find(handle);
   if (!v || !prop) return CUDA_ERROR_INVALID_VALUE;
   *prop = v->prop;  // what the program asked for, without the handle type gcr added
@@ -189,7 +189,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   if (g_unmanaged || !is_virtual_handle(handle))
     return real->cuMemExportToShareableHandle(shareable, handle, type, flags);
   GateScope gate;
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   VirtualAllocation* v = valloc_find(handle);
   if (!v) return CUDA_ERROR_INVALID_VALUE;
   if (!(v->prop.requestedHandleTypes & type)) return CUDA_ERROR_INVALID_VALUE;
@@ -212,7 +212,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   if (CUresult r = real->cuMemImportFromShareableHandle(&h, os_handle, type)) return r;
   CUmemAllocationProp prop{};
   (void)real->cuMemGetAllocationPropertiesFromHandle(&prop, h);
-  std::lock_guard lock(g_region_mu);
+  MutexLock lock(g_region_mu);
   *handle = valloc_add(h, 0, prop, AllocationOrigin::imported);
   if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
     add_share_key(valloc_find(*handle)->share_keys,

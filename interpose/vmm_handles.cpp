@@ -14,8 +14,9 @@
 namespace gcr::interpose {
 namespace {
 
-std::map<std::uint32_t, VirtualAllocation> g_allocations;
-std::uint32_t g_next_allocation = 1;  // never reused: a stale handle stays invalid
+std::map<std::uint32_t, VirtualAllocation> g_allocations GCR_GUARDED_BY(g_region_mu);
+std::uint32_t g_next_allocation GCR_GUARDED_BY(g_region_mu) =
+    1;  // never reused: a stale handle stays invalid
 
 std::string hex(std::uint64_t v) {
   char b[24];

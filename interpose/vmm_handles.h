@@ -42,6 +42,8 @@
 #include <string>
 #include <vector>
 
+#include "regions.h"
+
 namespace gcr::interpose {
 
 inline constexpr std::uint64_t kVirtualHandleTag = 0x6763'7200'0000'0000ull;  // "gcr\0"
@@ -65,7 +67,7 @@ std::uint64_t share_key_of_fd(int fd);
 // Adds a key (once), dropping the oldest past the protocol's limit.
 void add_share_key(std::vector<std::uint64_t>& keys, std::uint64_t key);
 // Marks every region mapping the allocation as shared.
-void valloc_mark_shared(std::uint32_t id);
+void valloc_mark_shared(std::uint32_t id) GCR_REQUIRES(g_region_mu);
 
 inline bool is_virtual_handle(CUmemGenericAllocationHandle h) {
   return (h & kVirtualHandleTagMask) == kVirtualHandleTag;
@@ -73,20 +75,21 @@ inline bool is_virtual_handle(CUmemGenericAllocationHandle h) {
 
 // A new allocation holding `real`, with one program reference; returns its handle.
 CUmemGenericAllocationHandle valloc_add(CUmemGenericAllocationHandle real, std::uint64_t size,
-                                        const CUmemAllocationProp& prop, AllocationOrigin origin);
+                                        const CUmemAllocationProp& prop, AllocationOrigin origin)
+    GCR_REQUIRES(g_region_mu);
 // The allocation a handle names (null for a stale or foreign value), and by id.
-VirtualAllocation* valloc_find(CUmemGenericAllocationHandle handle);
-VirtualAllocation* valloc_by_id(std::uint32_t id);
-std::uint32_t valloc_id(CUmemGenericAllocationHandle handle);
-CUmemGenericAllocationHandle valloc_handle(std::uint32_t id);
+VirtualAllocation* valloc_find(CUmemGenericAllocationHandle handle) GCR_REQUIRES(g_region_mu);
+VirtualAllocation* valloc_by_id(std::uint32_t id) GCR_REQUIRES(g_region_mu);
+std::uint32_t valloc_id(CUmemGenericAllocationHandle handle) GCR_REQUIRES(g_region_mu);
+CUmemGenericAllocationHandle valloc_handle(std::uint32_t id) GCR_REQUIRES(g_region_mu);
 // Releases the real handle and forgets the allocation once nothing holds or maps it.
-void valloc_release_if_unused(std::uint32_t id);
+void valloc_release_if_unused(std::uint32_t id) GCR_REQUIRES(g_region_mu);
 
 // The allocations the program holds that are mapped nowhere (they park as RegionKind::held).
-std::vector<std::uint32_t> valloc_unmapped();
+std::vector<std::uint32_t> valloc_unmapped() GCR_REQUIRES(g_region_mu);
 
 // What stands in the way of a checkpoint now (Note [Virtual allocation handles]).
-std::vector<std::string> valloc_blockers();
+std::vector<std::string> valloc_blockers() GCR_REQUIRES(g_region_mu);
 
 // Sharing through CUDA IPC and memory pools, counted by the wrappers in ipc.cpp and
 // ipc_memory.cpp (Note [IPC memory under gcr]).
