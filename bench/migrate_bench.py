@@ -19,6 +19,11 @@ With --container the program runs in a runc container (under `gcr run` inside it
 the bundle: --containers); stop-and-copy is the same command with --rounds 0 (runc checkpoint,
 the whole checkpoint over, runc restore there).
 
+Each mode runs twice by default (--encryption both): over gcrd-net/3's TLS, as always, and with
+GCR_NET_PLAINTEXT=1 on both ends (a benchmark hook that skips TLS after the proofs; gcrd accepts
+it only when started with it), so that what encryption costs a migration is measured in the same
+run (Note [An encrypted channel] in gcrd-net/net_tls.h).
+
 Downtime: the last step line the source wrote -> the first step line the destination wrote,
 less one step period (the program's step delay plus its compute); total: the command's wall time.
 Goal printed beside the figures: downtime that does not grow with the footprint, and at the
@@ -26,7 +31,7 @@ largest footprint at least 20x below stop-and-copy's. Nothing is asserted; exit 
 migration failed.
 
   bench/migrate_bench.py [--build DIR] [--footprints 256M,1G,4G | --quick] [--link shaped|unshaped]
-                         [--container] [--json FILE]
+                         [--container] [--encryption both|on|off] [--json FILE]
 
 Root, CRIU, iproute2 (and runc for --container). Results: bench/results/migrate-<time>.json.
 """
@@ -182,6 +187,8 @@ def main():
                     help=f"shaped: tbf {RATE} and {DELAY_US} us each way (default); unshaped: the bare veth")
     ap.add_argument("--container", action="store_true",
                     help="the program in a runc container, moved with gcr migrate --container")
+    ap.add_argument("--encryption", choices=("both", "on", "off"), default="both",
+                    help="both: each mode over TLS and in clear (GCR_NET_PLAINTEXT=1), in one run")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -223,23 +230,26 @@ def main():
         link = measure_link(to)
         print(f"link: {a.link}, round trip {link['rtt_ms']} ms, bulk {link['bulk_gbit_s']} Gbit/s (measured)", flush=True)
         for fp in fps:
-            for mode in ("gcr", "stop-and-copy"):
-                dest_dir = os.path.join(work, f"dest-{fp}-{mode}")
+            clear = {"both": (False, True), "on": (False,), "off": (True,)}[a.encryption]
+            for mode, plaintext in [(m, c) for m in ("gcr", "stop-and-copy") for c in clear]:
+                label = mode + (" plaintext" if plaintext else "")
+                hook = ["GCR_NET_PLAINTEXT=1"] if plaintext else []
+                dest_dir = os.path.join(work, f"dest-{fp}-{label.replace(' ', '-')}")
                 os.makedirs(dest_dir)
                 sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work + "/dest", check=False)
                 time.sleep(0.2)
                 # nsenter --net, not ip netns exec (which remounts /sys: runc would find no cgroups)
                 sh("nsenter", "--net=/run/netns/" + NS, "env", "LD_LIBRARY_PATH=" + os.path.join(build, "simgpu"),
-                   "GCR_WORK_DIR=" + os.path.join(dest_dir, "work"), "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G",
+                   "GCR_WORK_DIR=" + os.path.join(dest_dir, "work"), "SIMGPU_DEVICES=1", "SIMGPU_MEMORY=12G", *hook,
                    gcrd, "--socket", os.path.join(work, "dest", "gcrd.sock"), "--detach", "--listen", DEST,
                    "--token-file", token, "--store", os.path.join(dest_dir, "store"),
                    "--allow-uids", "0",  # the benchmark's processes are root's
                    *(["--containers", bundles_b, "--runtime", runc_b] if a.container else []),
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                log = os.path.join(work, f"run-{fp}-{mode}.log")
+                log = os.path.join(work, f"run-{fp}-{label.replace(' ', '-')}.log")
                 watch = LogWatch(log)
                 program = [mlp, "--steps", "1000000", "--step-delay-ms", str(STEP_DELAY_MS), "--footprint", fp]
-                name = f"mb-{fp}-{mode}".lower()
+                name = f"mb-{fp}-{label.replace(' ', '-')}".lower()
                 if a.container:
                     bundle = os.path.join(work, name)
                     # tests/integration/containers/make_bundle.py: the tests' bundle, with this
@@ -262,12 +272,13 @@ def main():
                 if mode == "stop-and-copy":
                     args += ["--rounds", "0"]
                 t0 = time.monotonic()
-                r = subprocess.run(args, env=env, capture_output=True, text=True)
+                r = subprocess.run(args, env=dict(env, GCR_NET_PLAINTEXT="1") if plaintext else env,
+                                   capture_output=True, text=True)
                 total = time.monotonic() - t0
                 if proc:
                     proc.wait()
                 if r.returncode != 0:
-                    print(f"{mode} {fp}: gcr migrate failed: {r.stderr.strip()}", file=sys.stderr)
+                    print(f"{label} {fp}: gcr migrate failed: {r.stderr.strip()}", file=sys.stderr)
                     failed = True
                     watch.stop = True
                     continue
@@ -285,7 +296,8 @@ def main():
                 if a.container:
                     for rt in (["runc"], [runc_b]):
                         sh(*rt, "delete", "-f", name, check=False, capture_output=True)
-                row = {"mode": mode + (" container" if a.container else ""), "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
+                row = {"mode": mode + (" container" if a.container else ""), "encrypted": not plaintext,
+                       "footprint": fp, "downtime_ms": round(downtime * 1000, 1),
                        "total_ms": round(total * 1000, 1), "step_period_ms": round(period * 1000, 1),
                        "rounds": report.get("rounds"), "sent_while_stopped": report.get("last_sent_bytes"),
                        "reported_downtime_ms": round(report.get("downtime_ns", 0) / 1e6, 1),
@@ -294,7 +306,7 @@ def main():
                                 if k.endswith("_ns") and k not in ("downtime_ns", "total_ns")},
                        "destination_restore": report.get("destination_restore", {})}
                 rows.append(row)
-                print(f"{row['mode']:24s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
+                print(f"{label + (' container' if a.container else ''):34s} {fp:5s} downtime {row['downtime_ms']:8.1f} ms  total {row['total_ms']:8.1f} ms  "
                       f"rounds {row['rounds']}  sent while stopped {row['sent_while_stopped'] or 0:>11} B", flush=True)
     finally:
         if a.container:
@@ -311,9 +323,20 @@ def main():
     print("\nstop-and-copy / gcr migrate downtime (goal: >= 20x at the largest footprint, flat in the footprint)")
     for fp in fps:
         g = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith("gcr")), None)
-        s = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith("stop-and-copy")), None)
+        s = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith("stop-and-copy")
+                  and r["encrypted"] == g["encrypted"]), None) if g else None
         if g and s and g["downtime_ms"] > 0:
             print(f"  {fp:5s} {s['downtime_ms'] / g['downtime_ms']:.1f}x  ({s['downtime_ms']:.0f} vs {g['downtime_ms']:.0f} ms)")
+    if a.encryption == "both":
+        print("\nencrypted / plaintext (gcrd-net/3's TLS against GCR_NET_PLAINTEXT=1, same run)")
+        for fp in fps:
+            for mode in ("gcr", "stop-and-copy"):
+                on = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith(mode) and r["encrypted"]), None)
+                off = next((r for r in rows if r["footprint"] == fp and r["mode"].startswith(mode) and not r["encrypted"]), None)
+                if on and off and off["downtime_ms"] > 0 and off["total_ms"] > 0:
+                    print(f"  {mode:14s} {fp:5s} downtime {on['downtime_ms'] / off['downtime_ms']:.2f}x "
+                          f"({on['downtime_ms']:.0f} vs {off['downtime_ms']:.0f} ms), total "
+                          f"{on['total_ms'] / off['total_ms']:.2f}x ({on['total_ms']:.0f} vs {off['total_ms']:.0f} ms)")
     result = {"bench": "migrate", "when": datetime.datetime.utcnow().isoformat() + "Z", "cpus": os.cpu_count(),
               "link": dict(link, kind=(f"veth, tc tbf {RATE} both ends, delay_relay {DELAY_US} us each way"
                                        if relay else "veth, unshaped")),

@@ -20,12 +20,13 @@
 #include "gcr/human_output.h"
 #include "gcr/json.h"
 #include "gcr/restore_streams.h"
+#include "gcr/settings.h"
+#include "gcr/stream_pull.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "paths.h"
 #include "remote.h"
-#include "stream_pull.h"
 
 namespace gcr::cli {
 namespace {
@@ -358,7 +359,7 @@ Status checkpoint(const CheckpointOptions& o, Context& ctx) {
 
 // The files the restored process gets for its streams and logs (restore_streams.h), opened here
 // with the caller's rights, from the checkpoint's record of what it had open.
-// arriving: o.name is the id of a checkpoint still arriving from a bucket (stream_pull.h).
+// arriving: o.name is the id of a checkpoint still arriving from a bucket (gcr/stream_pull.h).
 Result<criu::StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx, bool arriving) {
   GCR_TRY_ASSIGN(auto store, ctx.open_store());
   store::CheckpointId id;
@@ -392,7 +393,7 @@ Result<criu::StreamPlan> plan_restore_streams(RestoreOptions o, Context& ctx, bo
 struct RestoreFetch {
   std::optional<store::LocatedName> located;
   std::unique_ptr<store::Backend> remote;
-  std::unique_ptr<StreamedPull> streamed;  // after remote: it uses it until destroyed
+  std::unique_ptr<store::StreamedPull> streamed;  // after remote: it uses it until destroyed
   std::optional<store::TransferReport> pulled;
 
   bool arriving() const { return streamed && streamed->arriving(); }
@@ -419,12 +420,11 @@ Status fetch_into_cache(RestoreOptions& o, Context& ctx, RestoreFetch& fetch) {
   if (!fetch.located) return ok();
   const store::LocatedName& located = *fetch.located;
   GCR_TRY_ASSIGN(fetch.remote, open_location(located.store, /*create=*/false));
-  const char* stream_env = std::getenv("GCR_STREAM_RESTORE");
-  bool stream = !o.eager && !(stream_env != nullptr && std::string(stream_env) == "0");
+  bool stream = !o.eager && settings().stream_restore;  // GCR_STREAM_RESTORE=0: as --eager
   if (stream) {
     auto id = store::resolve_checkpoint(*fetch.remote, located.name);
     if (!id) return fetch.error(std::move(id).error());
-    auto started = StreamedPull::start(*fetch.remote, *id);
+    auto started = store::StreamedPull::start(*fetch.remote, *id);
     if (!started) return fetch.error(std::move(started).error());
     fetch.streamed = std::move(started).value();
     if (Status s = fetch.streamed->files_ready(); !s) return fetch.error(std::move(s).error());
@@ -601,7 +601,7 @@ Status restore(RestoreOptions o, Context& ctx) {
     return Error{Errc::invalid_argument, "--log goes with --detach"};
   // From a bucket: the checkpoint is brought into the bucket's cache store (what is not there
   // yet) and restored from there as from any local store; without --eager, streamed
-  // (stream_pull.h): the restore starts once the CRIU files are in, while the regions arrive.
+  // (gcr/stream_pull.h): the restore starts once the CRIU files are in, while the regions arrive.
   RestoreFetch fetch;
   GCR_TRY_ASSIGN(fetch.located, locate_in_bucket(o.name, ctx));
   GCR_TRY(fetch_into_cache(o, ctx, fetch));

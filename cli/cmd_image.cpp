@@ -31,11 +31,11 @@
 #include "gcr/process_tree.h"
 #include "gcr/store.h"
 #include "remote.h"
-#include "store/backend_list.h"
-#include "store/bucket_gc.h"
-#include "store/bucket_usage.h"
-#include "store/bucket_verify.h"
-#include "store/transfer.h"
+#include "gcr/store_backend_list.h"
+#include "gcr/bucket_gc.h"
+#include "gcr/bucket_usage.h"
+#include "gcr/bucket_verify.h"
+#include "gcr/store_transfer.h"
 
 namespace gcr::cli {
 namespace {

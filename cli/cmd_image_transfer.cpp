@@ -1,5 +1,5 @@
 // gcr image push / pull: copy a checkpoint between two stores, moving only the chunks the
-// destination lacks (store/transfer.h). Either side may be a local directory, a bucket, or the
+// destination lacks (gcr/store_transfer.h). Either side may be a local directory, a bucket, or the
 // store another host's gcrd serves (gcr://HOST:PORT, `gcr daemon --listen`).
 #include <CLI/CLI.hpp>
 
@@ -56,7 +56,7 @@ struct End {
   std::unique_ptr<store::Backend> backend;
   std::string text;     // as the user would write it
   std::string address;  // gcr://: HOST:PORT, and its token
-  std::string token;
+  gcrd::NetKey token;
 };
 
 constexpr std::string_view kGcrScheme = "gcr://";
@@ -67,7 +67,7 @@ Result<End> open_gcrd_end(const std::string& address, const TransferCliOptions& 
                  "gcr://" + address +
                      " is a gcrd's store over the network: give its token with --token-file FILE "
                      "(the file its gcr daemon --listen reads)"};
-  GCR_TRY_ASSIGN(std::string token, gcrd::read_token_file(o.token_file, false));
+  GCR_TRY_ASSIGN(gcrd::NetKey token, gcrd::read_client_key(o.token_file));
   auto backend = gcrd::open_net_backend(address, token);
   if (!backend) return std::move(backend).context("opening image store gcr://" + address).error();
   return End{std::move(backend).value(), "gcr://" + address, address, token};

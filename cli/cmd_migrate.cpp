@@ -3,7 +3,7 @@
 // Note [Migration]
 // Pre-copy, then a short stop. Each round is a --leave-running checkpoint into the local store
 // (incremental: write tracking's epochs hand each round exactly what was written since the one
-// before, a write during a round included) pushed to the destination's store (store/transfer.h:
+// before, a write during a round included) pushed to the destination's store (gcr/store_transfer.h:
 // chunks it already has are not sent). The process runs throughout; each round's stall is a live
 // checkpoint's. When a round found less than --converge changed, or after --rounds, the last
 // checkpoint stops the process and gcrd holds it stopped (CheckpointRequest::hold): the last
@@ -50,13 +50,13 @@
 #include "gcr/human_output.h"
 #include "gcr/json.h"
 #include "gcr/process_tree.h"
+#include "gcr/store_transfer.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "images_archive.h"
 #include "net_store.h"
 #include "paths.h"
 #include "remote.h"
-#include "store/transfer.h"
 
 namespace gcr::cli {
 namespace {
@@ -117,7 +117,7 @@ std::uint64_t since(Clock::time_point t) {
 // listening socket while the kernel frees its memory (a connection is accepted, then reset, even
 // before the hello is sent): asked again. One that answers, or a host that cannot be reached for
 // 3 s (or within net_timeout(): a link cut), is not gone.
-bool destination_gone(const std::string& to, const std::string& token) {
+bool destination_gone(const std::string& to, const gcrd::NetKey& token) {
   const auto until = Clock::now() + std::chrono::seconds(3);
   for (int attempt = 0;; ++attempt) {
     if (attempt && Clock::now() >= until) return false;
@@ -143,7 +143,7 @@ Status send_word(int fd, const char* word) {
 // Both ends of a migration's data: the local store its rounds checkpoint into, the destination's
 // store they are pushed to.
 struct Endpoints {
-  std::string token;
+  gcrd::NetKey token;
   store::StoreLocation location;
   std::unique_ptr<store::Backend> dest, local;
   // What the destination holds, as the rounds left it: the stop's push reads no index there.
@@ -196,7 +196,7 @@ void json_rounds(JsonWriter& j, const std::vector<Round>& rounds) {
 // migration]): gcrd stores their device memory and runs no CRIU.
 Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool device_only,
                                     Endpoints& ends, const Say& say, MigrateTrace& mt) {
-  const std::string& token = ends.token;
+  const gcrd::NetKey& token = ends.token;
   const store::StoreLocation& location = ends.location;
   GCR_TRY_ASSIGN(std::uint64_t converge, parse_size(o.converge));
   std::vector<Round> rounds;
@@ -252,7 +252,7 @@ Result<std::unique_ptr<Endpoints>> open_endpoints(const MigrateOptions& o, Conte
   if (auto converge = parse_size(o.converge); !converge) return std::move(converge).error();
   auto e = std::make_unique<Endpoints>();
   e->bars = !o.json && ctx.stderr_tty;
-  GCR_TRY_ASSIGN(e->token, gcrd::read_token_file(o.token_file, false));
+  GCR_TRY_ASSIGN(e->token, gcrd::read_client_key(o.token_file));
   GCR_TRY_ASSIGN(e->location, ctx.store_location());
   if (e->location.is_s3())
     return Error{Errc::unsupported,
@@ -285,8 +285,9 @@ struct DestinationRestore {
 
 // After the commit: asks the destination to restore checkpoint `id`. On a failure gcrd here
 // (`conn`) resumes the process, or ends it when it may run at the destination.
-Result<DestinationRestore> restore_at_destination(const MigrateOptions& o, const std::string& token,
-                                                  int conn, const std::string& id, const Say& say) {
+Result<DestinationRestore> restore_at_destination(const MigrateOptions& o,
+                                                  const gcrd::NetKey& token, int conn,
+                                                  const std::string& id, const Say& say) {
   auto rconn = gcrd::net_connect(o.to, token, "request");
   if (!rconn)  // never asked: it cannot run there
     return resume_source(conn, o.pid, std::move(rconn).error());
@@ -560,7 +561,7 @@ struct ContainerRestore {
 // Asks the destination to restore the container from checkpoint `id` and the images. A failure
 // restores it here, unless the destination may run it.
 Result<ContainerRestore> restore_container_at_destination(const ContainerImages& c,
-                                                          const std::string& token,
+                                                          const gcrd::NetKey& token,
                                                           const std::string& id, const Say& say) {
   const MigrateOptions& o = c.o;
   auto rconn = gcrd::net_connect(o.to, token, "request");

@@ -18,6 +18,7 @@
 #include "gcr/control.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
+#include "gcr/settings.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "paths.h"
@@ -107,7 +108,7 @@ Status run_program(const RunOptions& o, Context& ctx) {
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old)
     libpath += ":" + std::string(old);
   setenv("LD_LIBRARY_PATH", libpath.c_str(), 1);
-  if (simulated && std::getenv("GCR_QUIET") == nullptr)
+  if (simulated && !settings().quiet)
     std::fprintf(stderr, "gcr: no NVIDIA driver found; running on simgpu (%s)\n", driver.c_str());
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));

@@ -15,7 +15,7 @@
 #include "gcr/human_output.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
-#include "io/file.h"
+#include "gcr/file.h"
 
 namespace gcr::cli {
 namespace {

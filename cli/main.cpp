@@ -23,6 +23,7 @@
 #include "exit_codes.h"
 #include "gcr/human_output.h"
 #include "gcr/manifest.h"
+#include "gcr/settings.h"
 #include "gcr/store.h"
 
 #ifndef GCR_VERSION
@@ -140,7 +141,7 @@ int run_command(Context& ctx) {
 int main(int argc, char** argv) {
   using namespace gcr::cli;
   Context ctx;
-  if (const char* s = std::getenv("GCR_STORE")) ctx.env_store = s;
+  ctx.env_store = gcr::settings().store;  // parses the environment: its warnings come first
   ctx.stdout_tty = ::isatty(STDOUT_FILENO) == 1;
   ctx.stderr_tty = ::isatty(STDERR_FILENO) == 1;
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "gcr/settings.h"
 #include "gcr/trusted_path.h"
 
 namespace gcr::cli {
@@ -29,7 +30,7 @@ fs::path self_dir() {
 }
 
 Result<fs::path> interposer_path() {
-  if (auto p = env_path_for_root("GCR_INTERPOSER")) return *p;
+  if (auto p = path_for_root("GCR_INTERPOSER", settings().interposer)) return *p;
   fs::path d = self_dir();
   return first_existing({d / "../interpose/libcuda.so.1", d / "../lib/gcr/libcuda.so.1"},
                         "gcr's interposer", "build gcr (scripts/setup.sh) or set GCR_INTERPOSER");
@@ -37,7 +38,7 @@ Result<fs::path> interposer_path() {
 
 Result<fs::path> real_driver_path(bool* simulated) {
   if (simulated) *simulated = false;
-  if (auto p = env_path_for_root("GCR_REAL_LIBCUDA")) return *p;
+  if (auto p = path_for_root("GCR_REAL_LIBCUDA", settings().real_libcuda)) return *p;
   for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
                         "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"})
     if (readable(p)) return fs::path(p);
@@ -49,7 +50,7 @@ Result<fs::path> real_driver_path(bool* simulated) {
 }
 
 Result<fs::path> gcrd_path() {
-  if (auto p = env_path_for_root("GCR_GCRD")) return *p;
+  if (auto p = path_for_root("GCR_GCRD", settings().gcrd)) return *p;
   fs::path d = self_dir();
   return first_existing({d / "gcrd", d / "../libexec/gcr/gcrd"}, "gcrd",
                         "build gcr, reinstall it, or set GCR_GCRD");

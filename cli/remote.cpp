@@ -7,13 +7,16 @@
 #include <cstdlib>
 
 #include "gcr/human_output.h"
-#include "store/remote_cache.h"
+#include "gcr/remote_cache.h"
+#include "gcr/settings.h"
 
 namespace gcr::cli {
 
 std::filesystem::path cache_dir() {
-  return store::default_cache_dir_from(std::getenv("GCR_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"),
-                                       std::getenv("HOME"), ::geteuid());
+  const auto& configured = settings().cache_dir;  // GCR_CACHE_DIR
+  return store::default_cache_dir_from(configured ? configured->c_str() : nullptr,
+                                       std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"),
+                                       ::geteuid());
 }
 
 Result<std::unique_ptr<store::Backend>> open_location(const store::StoreLocation& location,
@@ -58,8 +61,8 @@ Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::strin
 }
 
 void trim_cache(const std::filesystem::path& cache_store, const store::CheckpointId& keep) {
-  auto removed = store::trim_cache_store(
-      cache_store, store::cache_max_bytes_from(std::getenv("GCR_CACHE_MAX_BYTES")), keep);
+  // Bounded by GCR_CACHE_MAX_BYTES.
+  auto removed = store::trim_cache_store(cache_store, settings().cache_max_bytes, keep);
   if (!removed) {
     std::fprintf(stderr, "gcr: warning: trimming the cache %s: %s\n", cache_store.c_str(),
                  removed.error().message.c_str());

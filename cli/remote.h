@@ -1,7 +1,7 @@
-// Remote stores from the command line (store/backend.h, store/transfer.h): `gcr image push/pull`,
-// and what `gcr checkpoint` and `gcr restore` do around gcrd when the store is a bucket. gcrd
-// only ever opens local directories: a checkpoint into s3://… is written by gcrd into the
-// bucket's local cache store, then uploaded from here (new chunks only); a restore from s3://…
+// Remote stores from the command line (gcr/store_backend.h, gcr/store_transfer.h): `gcr image
+// push/pull`, and what `gcr checkpoint` and `gcr restore` do around gcrd when the store is a
+// bucket. gcrd only ever opens local directories: a checkpoint into s3://… is written by gcrd into
+// the bucket's local cache store, then uploaded from here (new chunks only); a restore from s3://…
 // pulls the checkpoint into that cache store (missing chunks only), then gcrd restores from it.
 // The transfers run in this process, with the caller's credentials.
 #pragma once
@@ -12,9 +12,9 @@
 #include <string>
 
 #include "context.h"
+#include "gcr/store_backend.h"
 #include "gcr/store_location.h"
-#include "store/backend.h"
-#include "store/transfer.h"
+#include "gcr/store_transfer.h"
 
 namespace gcr::cli {
 
@@ -37,7 +37,7 @@ Result<store::TransferReport> push_from_cache(store::Backend& remote, const std:
 Result<store::TransferReport> pull_into_cache(store::Backend& remote, std::string_view name,
                                               bool progress);
 
-// Keeps the cache store within GCR_CACHE_MAX_BYTES (remote_cache.h); problems are warnings.
+// Keeps the cache store within GCR_CACHE_MAX_BYTES (gcr/remote_cache.h); problems are warnings.
 void trim_cache(const std::filesystem::path& cache_store, const store::CheckpointId& keep);
 
 }  // namespace gcr::cli

@@ -18,7 +18,9 @@ namespace gcr::criu_plugin {
 namespace {
 
 std::filesystem::path socket_of(const Config& c) {
-  return c.gcrd_socket.empty() ? gcrd::default_socket_path() : std::filesystem::path(c.gcrd_socket);
+  // The plugin reads GCR_GCRD_SOCKET itself (config.cpp), never gcr's settings.
+  return c.gcrd_socket.empty() ? gcrd::default_socket_path(std::nullopt)
+                               : std::filesystem::path(c.gcrd_socket);
 }
 
 void send_text(int fd, const std::string& line) {

@@ -26,6 +26,7 @@
 #include "device.h"
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
+#include "gcr/settings.h"
 #include "job.h"
 #include "lineage.h"
 #include "pause_point.h"
@@ -249,8 +250,7 @@ Status ask_members(std::vector<Member>& members, std::string& claimed,
 }
 
 bool pinned_frozen_asked() {
-  const char* v = std::getenv("GCR_PINNED_FROZEN");
-  return v && std::string_view(v) == "1";
+  return settings().pinned_frozen;  // GCR_PINNED_FROZEN=1
 }
 
 // The manifest's META for a gcr checkpoint of the job.

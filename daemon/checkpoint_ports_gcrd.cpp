@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "gcr/settings.h"
 #include "proc_info.h"
 
 namespace gcr::gcrd {
@@ -145,8 +146,7 @@ Status store_criu_images(store::CheckpointWriter& w, const fs::path& dir) {
 // Note [CRIU started before the cut] (gcr/criu.h); GCR_CRIU_EARLY=0 starts it after the park, as
 // gcr did before (bench/ckpt_bench.py compares the two).
 bool start_criu_early() {
-  const char* v = std::getenv("GCR_CRIU_EARLY");
-  return !v || std::string_view(v) != "0";
+  return settings().criu_early;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "container_runtime.h"
 #include "gcr/criu_creds.h"
+#include "gcr/settings.h"
 #include "gcr/store.h"
 #include "gcr/trusted_path.h"
 #include "images_archive.h"
@@ -35,7 +36,7 @@ std::string ns_since(Clock::time_point t) {
 // The driver this gcrd runs on, for the plugin in the runtime's CRIU: GCR_REAL_LIBCUDA when gcr
 // started gcrd, else the library that holds the cuInit gcrd resolved.
 std::string own_driver() {
-  if (auto d = env_path_for_root("GCR_REAL_LIBCUDA")) return d->string();
+  if (auto d = path_for_root("GCR_REAL_LIBCUDA", settings().real_libcuda)) return d->string();
   Dl_info info{};
   void* sym = ::dlsym(RTLD_DEFAULT, "cuInit");
   if (sym && ::dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/')
@@ -68,8 +69,9 @@ Status check_container(const ContainerHost& host, const std::map<std::string, st
 }  // namespace
 
 Result<std::map<std::string, std::string>> restore_container_here(
-    const ContainerHost& host, const criu::Tools& tools, store::Store& st,
-    const std::map<std::string, std::string>& f, int client_fd, const Progress& progress) {
+    const ContainerHost& host, const std::set<uid_t>& peer_uids, const criu::Tools& tools,
+    store::Store& st, const std::map<std::string, std::string>& f, int client_fd,
+    const Progress& progress) {
   // What is refused is refused before anything touches disk: the images are then read and
   // dropped (a peer still sending would otherwise have its connection reset, and never read why).
   const std::string name = f.count("name") ? f.at("name") : "";
@@ -91,7 +93,7 @@ Result<std::map<std::string, std::string>> restore_container_here(
   const std::string receive_ns = ns_since(t_receive);
   // Note [Who a peer may run]: who the container's processes would be, before runc runs them.
   GCR_TRY_ASSIGN(auto creds, criu::read_image_creds(images));
-  GCR_TRY(criu::check_peer_may_run(creds, host.peer_uids).context("container " + name));
+  GCR_TRY(criu::check_peer_may_run(creds, peer_uids).context("container " + name));
   GCR_TRY_ASSIGN(store::CheckpointId cid,
                  st.resolve(id).context("the container's device memory in this host's store"));
   GCR_TRY_ASSIGN(fs::path binary, find_container_runtime(host.runtime));

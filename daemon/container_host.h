@@ -31,15 +31,16 @@ struct ContainerHost {
   std::filesystem::path bundles;  // --containers DIR; empty: no container restores
   std::string runtime;            // --runtime (default runc)
   std::filesystem::path socket;   // this gcrd's socket, for the plugin in the runtime's CRIU
-  std::set<uid_t> peer_uids;      // --allow-uids: Note [Who a peer may run] (gcr/criu_creds.h)
 };
 
 // The restore_container request: reads the images from `client_fd` (images_archive.h), then
-// restores container f["name"] from checkpoint f["id"] of `st` (the served store, at f["store"]).
+// restores container f["name"] from checkpoint f["id"] of `st` (the served store, at f["store"]),
+// if its processes are of `peer_uids` (Note [Who a peer may run] in gcr/criu_creds.h).
 // Replies pid=, container=, images_bytes=, time.receive_ns=, time.restore_ns=.
 using Progress = std::function<void(const std::string&)>;
 Result<std::map<std::string, std::string>> restore_container_here(
-    const ContainerHost& host, const criu::Tools& tools, store::Store& st,
-    const std::map<std::string, std::string>& f, int client_fd, const Progress& progress);
+    const ContainerHost& host, const std::set<uid_t>& peer_uids, const criu::Tools& tools,
+    store::Store& st, const std::map<std::string, std::string>& f, int client_fd,
+    const Progress& progress);
 
 }  // namespace gcr::gcrd

@@ -262,24 +262,28 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
     }
     ~Handshake() { end(); }
   } handshake{*this, address};
-  auto verb = net_accept(fd.get(), options_.token, std::chrono::seconds(10));
+  auto channel = net_accept(std::move(fd), options_.net_keys, std::chrono::seconds(10));
   handshake.end();
-  if (!verb) {
-    if (auto line =
-            refusals_log_.admit("refused a connection from " + peer + ": " + verb.error().message))
+  if (!channel) {
+    if (auto line = refusals_log_.admit("refused a connection from " + peer + ": " +
+                                        channel.error().message))
       log(*line);
     return;
   }
-  if (*verb == "request") return handle_request(fd, geteuid(), true);
+  fd = std::move(channel->fd);  // the plain end of the encrypted channel (net_tls.h)
+  const NetKey& key = *channel->peer;
+  if (!key.name.empty()) peer += " (key " + key.name + ")";
+  PeerScope scope = scope_of(key);
+  if (channel->verb == "request") return handle_request(fd, geteuid(), true, std::move(scope));
   store::BackendOptions o;
   o.create = true;
-  auto backend = store::open_dir_backend(options_.served_store, o);
+  auto backend = store::open_dir_backend(scope.store, o);
   if (!backend) {
     send_error(fd.get(), backend.error());
     return;
   }
   InFlight counted(*this);
-  log("serving the store " + options_.served_store.string() + " to " + peer);
+  log("serving the store " + scope.store.string() + " to " + peer);
   serve_net_store(fd.get(), **backend);
 } catch (const std::exception& e) {  // bad_alloc on a huge payload, say: this connection only
   log("a connection from " + peer + " failed: " + e.what());
@@ -288,11 +292,21 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
 // One gcrd/1 request on fd from a client of uid `client_uid`. From the network (Note [Network
 // trust] in net_store.h): ping, stage, restore and restore_container only, on the served store
 // whatever the request says.
-void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network) {
+PeerScope Daemon::scope_of(const NetKey& key) const {
+  PeerScope scope;
+  scope.store =
+      key.name.empty() ? options_.served_store : options_.served_store / "peers" / key.name;
+  scope.uids = key.allow_uids.value_or(options_.peer_uids);
+  return scope;
+}
+
+void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network,
+                            PeerScope peer) {
   Request r;
   r.client_uid = client_uid;
   r.client_fd = fd.get();
   r.from_network = from_network;
+  r.peer_uids = std::move(peer.uids);
   std::string line = read_request(fd.get(), r.files);
   InFlight counted(*this);  // Note [gcrd stops cleanly]: what was read is answered
   auto sp1 = line.find(' ');
@@ -316,7 +330,7 @@ void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_netw
                             "restore_container only"});
       return;
     }
-    r.fields["store"] = options_.served_store.string();
+    r.fields["store"] = peer.store.string();
   }
   log(std::string("request from ") +
       (from_network ? "the network" : "uid " + std::to_string(client_uid)) + ": " + r.verb + " " +

@@ -28,6 +28,7 @@
 #include "gcr/unique_fd.h"
 #include "gcrd_requests.h"
 #include "log_budget.h"
+#include "peer_keys.h"
 #include "work_registry.h"
 
 namespace gcr::gcrd {
@@ -38,7 +39,7 @@ struct DaemonOptions {
   std::filesystem::path self_dir;  // gcrd's own directory: gcr-keeper, CRIU's plugin
   ContainerHost containers;        // --containers, --runtime
   std::string listen_address;      // --listen (for the log)
-  std::string token;               // --token-file's token, with --listen
+  PeerKeys net_keys;  // --token-file's keys, with --listen (Note [Per-peer keys], peer_keys.h)
   std::filesystem::path served_store;  // the store served to other hosts, with --listen
   std::set<uid_t> peer_uids;  // --allow-uids: Note [Who a peer may run] in gcr/criu_creds.h
   bool warm_up = true;  // warm the GPU and CRIU's probe at start (a unit test leaves them cold)
@@ -62,6 +63,17 @@ struct Request {
   int client_fd = -1;  // for replies beyond the last (the plugin, a migration's hold)
   std::function<void(const std::string&)> progress;
   bool from_network = false;
+  // From the network: the users its processes may be (the peer key's allow-uids, else
+  // --allow-uids; Note [Who a peer may run]).
+  std::set<uid_t> peer_uids;
+};
+
+// What a network peer reaches (Note [Per-peer keys] in peer_keys.h): its store (the served store,
+// or with a key of its own `<served>/peers/<name>`, so that peers never see each other's
+// checkpoints) and the users its processes may be.
+struct PeerScope {
+  std::filesystem::path store;
+  std::set<uid_t> uids;
 };
 
 class Daemon {
@@ -89,7 +101,8 @@ class Daemon {
   void accept_loop(int listener, bool network);
   void handle_client(UniqueFd fd);
   void handle_network_client(UniqueFd fd, std::string address, std::string peer) noexcept;
-  void handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network);
+  void handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network, PeerScope peer = {});
+  PeerScope scope_of(const NetKey& key) const;
   // In-flight requests, counted so that stop() can wait for them.
   class InFlight;
   void begin_request();

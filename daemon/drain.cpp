@@ -1,6 +1,7 @@
 // The drain of a checkpoint's device memory into the store (drain.h).
 #include "drain.h"
 
+#include "gcr/settings.h"
 #include "hex_address.h"
 #include "pace.h"
 #include "staging.h"
@@ -56,7 +57,7 @@ class RegionDrain {
         take_copy_(take_copy),
         progress_(progress),
         gone_(gone),
-        pacer_("GCR_DRAIN_MIB_PER_S") {}
+        pacer_(settings().drain_mib_per_s) {}
 
   // The process is stopped: nothing writes the originals.
   Status stopped(std::span<const DrainRegion> regions) {

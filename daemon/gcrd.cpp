@@ -32,6 +32,7 @@
 #include "daemon.h"
 #include "gcr/criu_creds.h"
 #include "gcr/private_dir.h"
+#include "gcr/settings.h"
 #include "gcr/store.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
@@ -112,7 +113,6 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
         return false;
       }
       o.peer_uids = std::move(uids).value();
-      o.containers.peer_uids = o.peer_uids;
     } else if (a == "--socket" && i + 1 < argc) {
       o.socket_path = argv[++i];
     } else if (a == "--detach") {
@@ -126,9 +126,12 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
           "the requests in progress are answered.\n  --listen: also "
           "serve other hosts over TCP (the destination of gcr migrate), authenticated by the "
           "token in FILE (0600), writing into and restoring from the store DIR (default: "
-          "'served' beside gcrd's default store, never that store itself).\n  --allow-uids: the "
-          "users (uids and ranges: 0,1000-1999) a process restored for another host may run as; "
-          "by default none (a peer's images say who their process is: docs/security.md).\n"
+          "'served' beside gcrd's default store, never that store itself). FILE holds one token "
+          "every host shares, or a line 'peer NAME SECRET [allow-uids=LIST]' per host "
+          "(docs/security.md).\n  --allow-uids: the "
+          "users (uids and ranges: 0,1000-1999) a process restored for another host may run as, "
+          "where its peer line names none; by default none (a peer's images say who their "
+          "process is).\n"
           "  --containers: also "
           "restore containers migrated here (gcr migrate "
           "--container), container NAME only from the bundle DIR/NAME, with RUNC (default: runc "
@@ -192,10 +195,11 @@ bool detach_into_log(const UniqueFd& socket_dir, const fs::path& socket_path) {
 
 int main(int argc, char** argv) {
   DaemonOptions o;
-  o.socket_path = default_socket_path();
   bool detach = false;
   fs::path token_file;
   if (int rc = 0; !parse_arguments(argc, argv, o, detach, token_file, rc)) return rc;
+  // gcr starts gcrd with --socket and --detach: then the settings' warnings go to gcrd.log, below.
+  if (o.socket_path.empty()) o.socket_path = default_socket_path();
   std::error_code ec;
   o.self_dir = fs::canonical("/proc/self/exe", ec).parent_path();
   o.containers.socket = fs::absolute(o.socket_path);
@@ -207,13 +211,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gcrd: --listen needs --token-file (docs/security.md)\n");
       return 2;
     }
-    auto t = read_token_file(token_file, true);
+    auto t = read_peer_keys(token_file);
     auto l = t ? listen_tcp(o.listen_address) : Result<UniqueFd>(t.error());
     if (!l) {
       std::fprintf(stderr, "gcrd: %s\n", l.error().message.c_str());
       return 1;
     }
-    o.token = std::move(t).value();
+    o.net_keys = std::move(t).value();
     network = std::move(l).value();
     // Other hosts get a store of their own, never this gcrd's users' checkpoints.
     if (o.served_store.empty())
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
     listener = std::move(l).value();
     if (detach && !detach_into_log(socket_dir, o.socket_path)) return 1;
   }
+  (void)gcr::settings();  // parsed now, its warnings at the log's start (gcr/settings.h)
   Daemon daemon(std::move(o));
   daemon.stop_on_signals();
   return daemon.run(std::move(listener), std::move(network));

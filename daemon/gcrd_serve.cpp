@@ -238,7 +238,8 @@ Result<Fields> serve_criu_restore(Daemon& d, Request& r) {
 Result<Fields> serve_restore_container(Daemon& d, Request& r) {
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
   GCR_TRY_ASSIGN(auto st, request_store(r));
-  return restore_container_here(d.options().containers, tools, *st, r.fields, r.client_fd,
+  const std::set<uid_t>& uids = r.from_network ? r.peer_uids : d.options().peer_uids;
+  return restore_container_here(d.options().containers, uids, tools, *st, r.fields, r.client_fd,
                                 r.progress);
 }
 
@@ -385,8 +386,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     if (req.inherit.empty())
       GCR_TRY(open_files_for_peer(*st, f.name, req)
                   .context("opening the files of checkpoint " + f.name + " for its process"));
-    req.check_images = [&uids =
-                            d.options().peer_uids](const std::filesystem::path& images) -> Status {
+    req.check_images = [&uids = r.peer_uids](const std::filesystem::path& images) -> Status {
       GCR_TRY_ASSIGN(auto creds, criu::read_image_creds(images));
       return criu::check_peer_may_run(creds, uids);
     };

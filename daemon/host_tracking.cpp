@@ -12,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -23,6 +22,7 @@
 #include <fcntl.h>
 
 #include "gcr/result.h"
+#include "gcr/settings.h"
 
 namespace gcr::gcrd {
 
@@ -100,15 +100,11 @@ bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
   return true;
 }
 
-// GCR_HOST_TRACK_BLOCK: how much memory one fault unprotects (a power of two, at least a page;
-// default 2 MiB).
+// GCR_HOST_TRACK_BLOCK (Settings::host_track_block_bytes): how much memory one fault unprotects
+// (a power of two, at least a page; default 2 MiB).
 std::uint64_t tracking_block(std::uint64_t page) {
-  std::uint64_t block = 2u << 20;
-  if (const char* v = std::getenv("GCR_HOST_TRACK_BLOCK"); v && *v) {
-    char* end = nullptr;
-    unsigned long long b = std::strtoull(v, &end, 0);
-    if (end && *end == '\0' && b >= page && (b & (b - 1)) == 0) block = b;
-  }
+  std::uint64_t block = settings().host_track_block_bytes;
+  if (block < page) block = 2u << 20;
   return std::max(block, page);
 }
 

@@ -12,10 +12,11 @@
 #include <utility>
 
 #include "gcr/background.h"
+#include "gcr/settings.h"
+#include "gcr/store_workers.h"
 #include "pace.h"
 #include "piece_cache.h"
 #include "staging.h"
-#include "store/workers.h"
 
 namespace gcr::gcrd {
 namespace {
@@ -207,7 +208,7 @@ class Loader::Pass {
         cache_(cache),
         checkpoint_(std::move(checkpoint)),
         copier_(gpu, l.behind_, l.background_),
-        pace_("GCR_LOAD_MIB_PER_S"),
+        pace_(settings().load_mib_per_s),
         offset_(l.items_.size(), 0),
         done_(l.items_.size(), false),
         remaining_(l.items_.size()) {}

@@ -13,9 +13,9 @@
 // the restore's critical path needs: on 2 cores the process resumed 24-34 ms after the restore
 // began with the loader held back, 40-61 ms with it competing. So until CRIU is done, and while
 // nothing waits for a region, the loader's own two threads run at SCHED_IDLE (CPU time nothing
-// else wants; so do the store's workers for its reads, store/workers.h, and simgpu's copies, Note
-// [A copy engine takes no CPU]) and hand the device its copies in slices of kBehindSliceBytes, so
-// that a copy the device has started never holds the CPU long. Not while another restore of the
+// else wants; so do the store's workers for its reads, gcr/store_workers.h, and simgpu's copies,
+// Note [A copy engine takes no CPU]) and hand the device its copies in slices of kBehindSliceBytes,
+// so that a copy the device has started never holds the CPU long. Not while another restore of the
 // checkpoint shares its pieces (PieceCache): that one may be waiting for a piece this one reads.
 // Where gcrd could not leave SCHED_IDLE again (no CAP_SYS_NICE), the loader does not yield.
 //

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -13,14 +12,8 @@ namespace gcr::gcrd {
 
 class Pace {
  public:
-  // Reads MiB/s from the environment variable `name`; 0 or unset: no bound.
-  explicit Pace(const char* name) {
-    const char* s = std::getenv(name);
-    if (!s || !*s) return;
-    char* end = nullptr;
-    unsigned long long mib = std::strtoull(s, &end, 10);
-    if (end && *end == 0) bytes_per_s_ = mib << 20;
-  }
+  // At most `mib_per_s` MiB/s (Settings::drain_mib_per_s or load_mib_per_s); 0: no bound.
+  explicit Pace(std::uint64_t mib_per_s) : bytes_per_s_(mib_per_s << 20) {}
 
   // Waits until `done_bytes` are due, or until urgent() says something cannot wait.
   void wait(std::uint64_t done_bytes, const std::function<bool()>& urgent) const {
@@ -36,7 +29,7 @@ class Pace {
   }
 
  private:
-  std::uint64_t bytes_per_s_ = 0;
+  std::uint64_t bytes_per_s_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -1,7 +1,9 @@
 // Named pause points, for tests that kill gcr, gcrd or CRIU at a known phase of a request
-// (tests/integration/failure). GCR_GCRD_PAUSE_AT=NAME[:SECONDS], read once, makes gcrd log
-// "gcrd: paused at NAME" to its stderr (gcrd.log) when it reaches point NAME, then sleep SECONDS
-// (default 30) and go on. Without the variable a pause point costs one compare.
+// (tests/integration/failure). GCR_GCRD_PAUSE_AT=NAME[:SECONDS], parsed once into
+// Settings::test_hooks (gcr/settings.h, which reports a NAME not in gcr::kGcrdPausePoints), makes
+// gcrd log "gcrd: paused at NAME" to its stderr (gcrd.log) when it reaches point NAME, then sleep
+// SECONDS (default 30) and go on. Without the variable a pause point costs one compare. A point
+// added here is added to kGcrdPausePoints (gcr/test_hooks.h) too.
 //
 // Points, in the order a --leave-running checkpoint reaches them:
 //   request    gcrd.cpp: a request is read, nothing is done yet (not ping or stage)
@@ -29,34 +31,21 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 #include <string_view>
+
+#include "gcr/settings.h"
 
 namespace gcr::gcrd {
 
 inline void pause_point(std::string_view name) {
-  struct Spec {
-    std::string name;
-    unsigned seconds = 30;
-  };
-  static const Spec spec = [] {
-    Spec s;
-    const char* v = std::getenv("GCR_GCRD_PAUSE_AT");
-    if (!v || !*v) return s;
-    std::string text = v;
-    auto colon = text.find(':');
-    s.name = text.substr(0, colon);
-    if (colon != std::string::npos)
-      s.seconds = static_cast<unsigned>(std::strtoul(text.c_str() + colon + 1, nullptr, 10));
-    return s;
-  }();
-  if (spec.name.empty() || name != spec.name) return;
-  std::fprintf(stderr, "gcrd: paused at %s for %u s (GCR_GCRD_PAUSE_AT)\n", spec.name.c_str(),
-               spec.seconds);
+  const TestHooks& hooks = settings().test_hooks;
+  if (hooks.gcrd_pause_at.empty() || name != hooks.gcrd_pause_at) return;
+  const auto seconds = static_cast<unsigned>(hooks.gcrd_pause.count());
+  std::fprintf(stderr, "gcrd: paused at %s for %u s (GCR_GCRD_PAUSE_AT)\n",
+               hooks.gcrd_pause_at.c_str(), seconds);
   std::fflush(stderr);
-  for (unsigned left = spec.seconds; left > 0;) left = ::sleep(left);
-  std::fprintf(stderr, "gcrd: going on after %s\n", spec.name.c_str());
+  for (unsigned left = seconds; left > 0;) left = ::sleep(left);
+  std::fprintf(stderr, "gcrd: going on after %s\n", hooks.gcrd_pause_at.c_str());
   std::fflush(stderr);
 }
 

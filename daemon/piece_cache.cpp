@@ -1,8 +1,9 @@
 // The piece cache (piece_cache.h).
 #include "piece_cache.h"
 
-#include <cstdlib>
 #include <cstring>
+
+#include "gcr/settings.h"
 
 namespace gcr::gcrd {
 
@@ -12,9 +13,7 @@ PieceCache& PieceCache::instance() {
 }
 
 PieceCache::PieceCache() {
-  capacity_ = 1024ull << 20;
-  if (const char* s = std::getenv("GCR_PIECE_CACHE_MIB"); s && *s)
-    capacity_ = std::strtoull(s, nullptr, 10) << 20;
+  capacity_ = settings().piece_cache_bytes;  // GCR_PIECE_CACHE_MIB
 }
 
 void PieceCache::join(const std::string& checkpoint) {

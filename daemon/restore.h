@@ -6,7 +6,8 @@
 // [On-demand restore] in gcr/cow_table.h). With `eager`, everything is loaded before CRIU runs.
 // A load that fails after the process exists (a chunk found corrupt) kills the restored process:
 // it never runs on bytes it did not get. --stop-copy images restore the baseline way (CRIU brings
-// the device memory back in the process's pages and the driver copies it to the GPU).
+// the device memory back in the process's pages and the driver copies it to the GPU). The phases,
+// their undos and the invariants: Note [Restore phases] in restore_txn.h.
 #pragma once
 
 #include <sys/types.h>

@@ -3,11 +3,11 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "gcr/settings.h"
 #include "loader.h"
 
 namespace gcr::gcrd {
@@ -30,12 +30,7 @@ bool g_expiry_running = false;
 
 // GCR_STAGE_HOLD_S (default 600): how long staged memory waits for the restore of its migration.
 std::chrono::seconds stage_hold() {
-  static const std::chrono::seconds hold = [] {
-    const char* v = std::getenv("GCR_STAGE_HOLD_S");
-    long long s = v ? std::atoll(v) : 0;
-    return std::chrono::seconds(s >= 1 && s <= 86'400 ? s : 600);
-  }();
-  return hold;
+  return settings().stage_hold;
 }
 
 // Frees staged memory no restore took within stage_hold() (a migration given up, a source gone):

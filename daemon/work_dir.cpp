@@ -17,6 +17,7 @@
 #include "gcr/chunk_id.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
+#include "gcr/settings.h"
 #include "gcr/trusted_path.h"
 
 namespace gcr::gcrd {
@@ -25,8 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool keep_work() {
-  const char* keep = std::getenv("GCR_KEEP_WORK");
-  return keep && *keep == '1';
+  return settings().test_hooks.keep_work;  // GCR_KEEP_WORK=1
 }
 
 // ckpt-<12 hex digits> or restore-<...>: a name create() gives (".ckpt-<hex>.new" is one being
@@ -64,9 +64,7 @@ std::uint64_t mem_available() {
 
 // Note [Dumping into memory]: the memory root, if there is one to use.
 std::optional<fs::path> memory_root() {
-  const char* m = std::getenv("GCR_MEMORY_WORK_DIR");
-  if (!m || !*m || std::string(m) == "off") return std::nullopt;
-  return fs::path(m);
+  return settings().memory_work_dir;  // GCR_MEMORY_WORK_DIR, not "off"
 }
 
 // Makes purpose-<hex> in root (a private directory, opened as root_fd), locked; see create().
@@ -106,7 +104,7 @@ std::uint64_t resident_bytes(const std::vector<pid_t>& pids) {
 }
 
 fs::path work_root() {
-  if (const char* w = std::getenv("GCR_WORK_DIR"); w && *w) return w;
+  if (const auto& w = settings().work_dir) return *w;
   if (geteuid() == 0) return "/var/lib/gcr/work";
   if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return fs::path(x) / "gcr/work";
   return "/var/tmp/gcr-" + std::to_string(geteuid());
@@ -168,7 +166,7 @@ std::map<std::string, std::string> driver_env() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cuInit), &info) && info.dli_fname && info.dli_fname[0] == '/')
     env["GCR_REAL_LIBCUDA"] = info.dli_fname;
-  else if (auto r = env_path_for_root("GCR_REAL_LIBCUDA"))
+  else if (auto r = path_for_root("GCR_REAL_LIBCUDA", settings().real_libcuda))
     env["GCR_REAL_LIBCUDA"] = r->string();
   // gcrd runs this CRIU itself: its plugin must not turn back to gcrd (Note [CRIU run by someone
   // else] in checkpoint.h), whatever gcr.conf says.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gcr/private_dir.h"
+#include "gcr/settings.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_protocol.h"
 
@@ -23,7 +24,11 @@ namespace gcr::gcrd {
 namespace fs = std::filesystem;
 
 fs::path default_socket_path() {
-  if (const char* s = std::getenv("GCR_GCRD_SOCKET"); s && *s) return s;
+  return default_socket_path(settings().gcrd_socket);
+}
+
+fs::path default_socket_path(const std::optional<fs::path>& configured) {
+  if (configured && !configured->empty()) return *configured;
   if (geteuid() == 0) return "/run/gcr/gcrd.sock";
   if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return fs::path(x) / "gcr/gcrd.sock";
   return "/tmp/gcr-" + std::to_string(geteuid()) + "/gcrd.sock";

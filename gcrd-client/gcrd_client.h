@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,12 @@
 
 namespace gcr::gcrd {
 
-// GCR_GCRD_SOCKET, else /run/gcr/gcrd.sock for root, else $XDG_RUNTIME_DIR/gcr/gcrd.sock, else
-// /tmp/gcr-<uid>/gcrd.sock.
+// GCR_GCRD_SOCKET (Settings::gcrd_socket, gcr/settings.h), else /run/gcr/gcrd.sock for root,
+// else $XDG_RUNTIME_DIR/gcr/gcrd.sock, else /tmp/gcr-<uid>/gcrd.sock.
 std::filesystem::path default_socket_path();
+// The same with `configured` for GCR_GCRD_SOCKET: for a program that reads its own configuration
+// (the CRIU plugin), without parsing gcr's.
+std::filesystem::path default_socket_path(const std::optional<std::filesystem::path>& configured);
 
 // Connects to gcrd at `socket`, starting `gcrd_binary` (detached, with `env`) when nothing
 // listens there yet, and waits up to 10 s for it.

@@ -46,15 +46,39 @@ Result<std::string> fresh_nonce() {
   return hex(n.data(), n.size());
 }
 
-std::string proof(const std::string& token, const char* role, const std::string& verb,
+// The name a key goes by in what is signed: "-" for the bare token.
+std::string signed_name(const NetKey& key) {
+  return key.name.empty() ? "-" : key.name;
+}
+
+std::string proof(const NetKey& key, const char* role, const std::string& verb,
                   const std::string& client_nonce, const std::string& server_nonce) {
-  const std::string message =
-      std::string(kNetProtocol) + " " + role + " " + verb + " " + client_nonce + " " + server_nonce;
+  const std::string& token = key.secret;
+  const std::string message = std::string(kNetProtocol) + " " + role + " " + verb + " " +
+                              signed_name(key) + " " + client_nonce + " " + server_nonce;
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
   return hex(mac, len);
+}
+
+SessionKey session_key(const NetKey& key, const std::string& verb, const std::string& client_nonce,
+                       const std::string& server_nonce) {
+  const std::string& token = key.secret;
+  const std::string message = std::string(kNetProtocol) + " tls " + verb + " " + signed_name(key) +
+                              " " + client_nonce + " " + server_nonce;
+  SessionKey out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(), &len);
+  return out;
+}
+
+// What is signed for the verb: a session without TLS (the benchmark hook) says so, so that a
+// "tls=0" added on the path fails the proofs instead of turning encryption off.
+std::string signed_verb(const std::string& verb, bool plaintext) {
+  return plaintext ? verb + "/plaintext" : verb;
 }
 
 bool same_time_equal(const std::string& a, const std::string& b) {
@@ -136,11 +160,15 @@ std::string field(const std::map<std::string, std::string>& f, const char* key) 
 
 }  // namespace
 
-Status prove_token(int fd, const std::string& token, const std::string& verb,
-                   Clock::time_point deadline) {
+Result<SessionKey> prove_token(int fd, const NetKey& token, const std::string& plain_verb,
+                               Clock::time_point deadline, bool plaintext) {
   GCR_TRY_ASSIGN(std::string mine, fresh_nonce());
+  std::map<std::string, std::string> first{{"nonce", mine}};
+  if (!token.name.empty()) first["key"] = token.name;
+  if (plaintext) first["tls"] = "0";
   GCR_TRY(send_handshake_line(
-      fd, std::string(kNetProtocol) + " " + verb + " " + encode_fields({{"nonce", mine}})));
+      fd, std::string(kNetProtocol) + " " + plain_verb + " " + encode_fields(first)));
+  const std::string verb = signed_verb(plain_verb, plaintext);
   GCR_TRY_ASSIGN(std::string line, line_before(fd, deadline, "the peer's challenge"));
   if (auto refusal = fields_after(line, "error")) {  // "error <errc> <message>"
     const auto sp = line.find(' ', 6);
@@ -156,12 +184,13 @@ Status prove_token(int fd, const std::string& token, const std::string& verb,
     return Error{Errc::permission_denied,
                  "wrong token: the peer could not prove it holds ours (another token file on one "
                  "side, or not gcrd on that port); nothing that proves ours was sent to it"};
-  return send_handshake_line(
-      fd, encode_fields({{"proof", proof(token, "client", verb, mine, theirs)}}));
+  GCR_TRY(send_handshake_line(
+      fd, encode_fields({{"proof", proof(token, "client", verb, mine, theirs)}})));
+  return session_key(token, verb, mine, theirs);
 }
 
-Result<std::string> check_token_proof(int fd, const std::string& token,
-                                      std::chrono::milliseconds limit) {
+Result<TokenProven> check_token_proof(int fd, const PeerKeys& keys, std::chrono::milliseconds limit,
+                                      bool allow_plaintext) {
   const auto deadline = Clock::now() + limit;
   auto refuse = [&](Errc code, const std::string& why) -> Error {
     (void)send_handshake_line(
@@ -174,21 +203,34 @@ Result<std::string> check_token_proof(int fd, const std::string& token,
   if (line.substr(0, sp1) != kNetProtocol)
     return refuse(Errc::unsupported, std::string("this gcrd speaks ") + kNetProtocol +
                                          ": upgrade gcr on the host that connects");
-  const std::string verb = sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 - sp1 - 1);
-  if (verb != "store" && verb != "request")
-    return refuse(Errc::invalid_argument, "unknown verb '" + verb + "'");
-  const std::string theirs =
-      field(decode_fields(sp2 == std::string::npos ? "" : line.substr(sp2 + 1)), "nonce");
+  const std::string plain_verb =
+      sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 - sp1 - 1);
+  if (plain_verb != "store" && plain_verb != "request")
+    return refuse(Errc::invalid_argument, "unknown verb '" + plain_verb + "'");
+  const auto first = decode_fields(sp2 == std::string::npos ? "" : line.substr(sp2 + 1));
+  const bool plaintext = field(first, "tls") == "0";
+  if (plaintext && !allow_plaintext)
+    return refuse(Errc::permission_denied,
+                  "this gcrd requires TLS (GCR_NET_PLAINTEXT=1 is a benchmark hook both ends set)");
+  const std::string verb = signed_verb(plain_verb, plaintext);
+  const std::string theirs = field(first, "nonce");
   if (!is_nonce(theirs)) return refuse(Errc::protocol, "no nonce of 64 hex digits");
+  // Note [Per-peer keys]: a name this gcrd does not know is answered as a wrong proof would be,
+  // after a challenge signed with a key of nobody's (names cannot be probed).
+  const NetKey* found = keys.find(field(first, "key"));
+  auto unguessable = fresh_nonce();
+  const NetKey nobody{"?", unguessable ? *unguessable : std::string(64, 'x'), std::nullopt};
+  const NetKey& token = found ? *found : nobody;
   GCR_TRY_ASSIGN(std::string mine, fresh_nonce());
   GCR_TRY(send_handshake_line(
       fd, "challenge " + encode_fields({{"nonce", mine},
                                         {"proof", proof(token, "server", verb, theirs, mine)}})));
   GCR_TRY_ASSIGN(std::string answer, line_before(fd, deadline, "proof"));
   const std::string given = field(decode_fields(answer), "proof");
-  if (!same_time_equal(given, proof(token, "client", verb, theirs, mine)))
+  if (!found || !same_time_equal(given, proof(token, "client", verb, theirs, mine)))
     return refuse(Errc::permission_denied, "wrong token");
-  return verb;
+  return TokenProven{plain_verb, session_key(token, verb, theirs, mine), deadline, found,
+                     plaintext};
 }
 
 }  // namespace gcr::gcrd

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <vector>
 
+#include "gcr/settings.h"
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "net_handshake.h"
@@ -176,7 +177,7 @@ Result<std::map<std::string, std::string>> read_reply(Conn& c, std::vector<std::
 
 class NetBackend final : public store::Backend {
  public:
-  NetBackend(std::string address, std::string token)
+  NetBackend(std::string address, NetKey token)
       : address_(std::move(address)), token_(std::move(token)), name_("gcr://" + address_) {}
 
   const std::string& name() const override { return name_; }
@@ -283,50 +284,17 @@ class NetBackend final : public store::Backend {
     return reply;
   }
 
-  std::string address_, token_, name_;
+  std::string address_;
+  NetKey token_;
+  std::string name_;
   std::mutex mu_;
   std::vector<UniqueFd> idle_;
 };
 
 }  // namespace
 
-Result<std::string> read_token_file(const std::filesystem::path& path, bool for_server) {
-  // What is checked is what is read: the open file, not the path a second time.
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd) return errno_error("token file " + path.string());
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return errno_error("token file " + path.string());
-  if (!S_ISREG(st.st_mode))
-    return Error{Errc::invalid_argument, "token file " + path.string() + " is not a regular file"};
-  if (for_server && ((st.st_mode & 077) != 0 || st.st_uid != ::geteuid()))
-    return Error{Errc::permission_denied,
-                 "token file " + path.string() +
-                     " must belong to gcrd's user and be readable by it alone (chmod 600): whoever "
-                     "reads it may restore processes here"};
-  char buf[4096];
-  ssize_t n;
-  do {
-    n = ::pread(fd.get(), buf, sizeof buf, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return errno_error("reading token file " + path.string());
-  std::string token(buf, static_cast<std::size_t>(n));
-  token = token.substr(0, token.find('\n'));
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  if (token.size() < 32)
-    return Error{Errc::invalid_argument,
-                 "token file " + path.string() +
-                     " holds fewer than 32 characters; make one with: head -c 32 /dev/urandom | "
-                     "xxd -p -c 64 > FILE"};
-  return token;
-}
-
 std::chrono::milliseconds net_timeout() {
-  static const std::chrono::milliseconds t = [] {
-    const char* v = std::getenv("GCR_NET_TIMEOUT_MS");
-    long long ms = v ? std::atoll(v) : 0;
-    return std::chrono::milliseconds(ms >= 500 && ms <= 3'600'000 ? ms : 15'000);
-  }();
-  return t;
+  return settings().net_timeout;  // GCR_NET_TIMEOUT_MS
 }
 
 void watch_peer(int fd) {
@@ -366,7 +334,7 @@ int connect_within(int fd, const sockaddr* addr, socklen_t len) {
 
 }  // namespace
 
-Result<UniqueFd> net_connect(const std::string& address, const std::string& token,
+Result<UniqueFd> net_connect(const std::string& address, const NetKey& token,
                              const std::string& verb) {
   std::string host = address, port;
   if (!host.empty() && host[0] == '[') {
@@ -405,12 +373,16 @@ Result<UniqueFd> net_connect(const std::string& address, const std::string& toke
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   watch_peer(fd.get());
-  GCR_TRY(prove_token(fd.get(), token, verb, std::chrono::steady_clock::now() + net_timeout())
-              .context("gcrd at " + address));
-  return fd;
+  const auto deadline = std::chrono::steady_clock::now() + net_timeout();
+  const bool plaintext = settings().test_hooks.net_plaintext;  // a benchmark's rows in clear
+  GCR_TRY_ASSIGN(
+      SessionKey key,
+      prove_token(fd.get(), token, verb, deadline, plaintext).context("gcrd at " + address));
+  if (plaintext) return fd;
+  return start_tls(std::move(fd), TlsRole::client, key, deadline).context("gcrd at " + address);
 }
 
-Result<std::uint64_t> net_stage(const std::string& address, const std::string& token,
+Result<std::uint64_t> net_stage(const std::string& address, const NetKey& token,
                                 const std::string& name) {
   GCR_TRY_ASSIGN(UniqueFd fd, net_connect(address, token, "request"));
   GCR_TRY_ASSIGN(auto reply, call(fd.get(), "stage", {{"name", name}}, nullptr));
@@ -418,14 +390,19 @@ Result<std::uint64_t> net_stage(const std::string& address, const std::string& t
 }
 
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
-                                                         const std::string& token) {
+                                                         const NetKey& token) {
   auto backend = std::make_unique<NetBackend>(address, token);
   GCR_TRY(status_of(backend->list("tags")).context("reaching the store of gcrd at " + address));
   return std::unique_ptr<store::Backend>(std::move(backend));
 }
 
-Result<std::string> net_accept(int fd, const std::string& token, std::chrono::milliseconds limit) {
-  return check_token_proof(fd, token, limit);
+Result<NetChannel> net_accept(UniqueFd fd, const PeerKeys& keys, std::chrono::milliseconds limit) {
+  GCR_TRY_ASSIGN(TokenProven proven,
+                 check_token_proof(fd.get(), keys, limit, settings().test_hooks.net_plaintext));
+  if (proven.plaintext) return NetChannel{std::move(proven.verb), std::move(fd), proven.peer};
+  GCR_TRY_ASSIGN(UniqueFd plain,
+                 start_tls(std::move(fd), TlsRole::server, proven.key, proven.deadline));
+  return NetChannel{std::move(proven.verb), std::move(plain), proven.peer};
 }
 
 namespace {
@@ -464,9 +441,15 @@ struct NetOp {
   std::string key;
   std::uint64_t len = 0;
 
+  // Note [Network trust]: nothing sent names a path on this host, errors included (the served
+  // store's directory becomes "the store").
   Status fail(const Error& e) {
+    std::string message = e.message;
+    const std::string& root = store.name();
+    for (std::size_t at; !root.empty() && (at = message.find(root)) != std::string::npos;)
+      message.replace(at, root.size(), "the store");
     return c.send("error " + std::to_string(static_cast<int>(e.code)) + " " +
-                  encode_value(e.message) + "\n");
+                  encode_value(message) + "\n");
   }
   std::string text(const char* k) const {
     auto it = f.find(k);

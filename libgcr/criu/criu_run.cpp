@@ -29,6 +29,7 @@
 #include "gcr/criu.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
+#include "gcr/settings.h"
 #include "gcr/trusted_path.h"
 #include "gcr/unique_fd.h"
 
@@ -146,7 +147,7 @@ bool kernel_at_least(int major, int minor) {
 
 Result<Tools> find_tools(const fs::path& self_dir) {
   Tools t;
-  if (auto c = env_path_for_root("GCR_CRIU")) t.criu = *c;
+  if (auto c = path_for_root("GCR_CRIU", settings().criu)) t.criu = *c;
   std::vector<fs::path> roots = {self_dir, self_dir.parent_path(),
                                  self_dir.parent_path().parent_path()};
   // A build tree's .deps/criu (set-up's build), an install's lib/gcr/criu (cmake/install.cmake).
@@ -166,7 +167,7 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{Errc::not_found,
                  "CRIU not found; run scripts/setup.sh (it builds CRIU 4.2 into .deps/criu) or set "
                  "GCR_CRIU"};
-  if (auto d = env_path_for_root("GCR_CRIU_PLUGIN_DIR")) t.plugin_dir = *d;
+  if (auto d = path_for_root("GCR_CRIU_PLUGIN_DIR", settings().criu_plugin_dir)) t.plugin_dir = *d;
   for (const fs::path& r : roots)
     for (const char* dir : {"criu-plugin", "lib/gcr/criu-plugin"})
       if (t.plugin_dir.empty() && fs::exists(r / dir / "gcr_criu_plugin.so"))
@@ -175,15 +176,11 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{
         Errc::not_found,
         "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
-  auto off = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::string_view(v) == "0";
-  };
-  t.cow_dump = !off("GCR_CRIU_COW_DUMP") && knows_option(t.criu, "--cow-dump");
+  t.cow_dump = settings().criu_cow_dump && knows_option(t.criu, "--cow-dump");
   // Before 6.13 mremap() kept the write protection of the pages it moved, which then read as
   // unchanged at their new address whatever was written there since ("mm: clear uffd-wp PTE/PMD
   // state on mremap()"); --cow-track would take them from the parent.
-  t.cow_track = t.cow_dump && !off("GCR_CRIU_COW_TRACK") && kernel_at_least(6, 13) &&
+  t.cow_track = t.cow_dump && settings().criu_cow_track && kernel_at_least(6, 13) &&
                 knows_option(t.criu, "--cow-track");
   t.cow_dma = t.cow_dump && knows_option(t.criu, "--cow-dma");
   return t;
@@ -640,8 +637,7 @@ pid_t find_restored_in_namespace(pid_t unshare_pid, const fs::path& ready_file) 
 }
 
 bool lazy_pages_available(const Tools& tools) {
-  if (const char* v = std::getenv("GCR_CRIU_LAZY_PAGES"); v && std::string_view(v) == "0")
-    return false;
+  if (!settings().criu_lazy_pages) return false;  // GCR_CRIU_LAZY_PAGES=0
   static std::mutex mu;
   static std::map<std::string, bool> known;
   std::lock_guard lock(mu);

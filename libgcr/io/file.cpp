@@ -1,5 +1,5 @@
 // Small-file helpers: see file.h.
-#include "io/file.h"
+#include "gcr/file.h"
 
 #include <fcntl.h>
 #include <sys/random.h>

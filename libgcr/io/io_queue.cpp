@@ -1,19 +1,15 @@
 // Picks the IoQueue backend, and the iovec bookkeeping both backends share.
-#include <cstdlib>
 #include <cstring>
 
+#include "gcr/settings.h"
 #include "io/io_queue.h"
 
 namespace gcr::io {
 namespace {
 
-// GCR_NO_URING=1 forces the blocking backend, so that tests exercise both. Read once.
+// GCR_NO_URING=1 forces the blocking backend, so that tests exercise both (gcr/settings.h).
 bool uring_forbidden_by_env() {
-  static const bool forbidden = [] {
-    const char* v = std::getenv("GCR_NO_URING");
-    return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-  }();
-  return forbidden;
+  return settings().test_hooks.no_uring;
 }
 
 }  // namespace

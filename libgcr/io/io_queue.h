@@ -1,7 +1,7 @@
 // IoQueue: many reads and writes at file offsets in flight at once, and their completions. The
 // store's one door to the disk for bulk data (pack records, source files, materialized images):
 // io_uring (uring.cpp) when the kernel lets us, else plain preadv/pwritev (blocking.cpp).
-// Small metadata files (indexes, manifests, tags) go through io/file.h instead.
+// Small metadata files (indexes, manifests, tags) go through gcr/file.h instead.
 //
 // Not thread-safe: one queue per writer, reader or job, used by one thread at a time.
 #pragma once

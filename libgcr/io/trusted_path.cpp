@@ -65,10 +65,10 @@ bool only_root_can_change(const std::filesystem::path& path) {
   return !sticky_parent || !is_dir;  // a sticky directory itself is anyone's to fill
 }
 
-std::optional<std::filesystem::path> env_path_for_root(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  std::filesystem::path p = v;
+std::optional<std::filesystem::path> path_for_root(
+    const char* name, const std::optional<std::filesystem::path>& value) {
+  if (!value || value->empty()) return std::nullopt;
+  const std::filesystem::path& p = *value;
   if (::geteuid() != 0) return p;
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(p, ec);
@@ -81,8 +81,14 @@ std::optional<std::filesystem::path> env_path_for_root(const char* name) {
         stderr,
         "gcr: %s=%s ignored: as root, gcr runs or loads only what only root can change "
         "(owned by root, in directories others cannot write, through links of root's alone)\n",
-        name, v);
+        name, p.c_str());
   return std::nullopt;
+}
+
+std::optional<std::filesystem::path> env_path_for_root(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return path_for_root(name, std::filesystem::path(v));
 }
 
 }  // namespace gcr

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "gcr/store.h"
+#include "gcr/store_workers.h"
 #include "store/compress.h"
 #include "store/layout.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 

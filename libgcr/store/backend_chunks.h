@@ -1,7 +1,8 @@
-// The chunks of a store seen through its Backend (backend.h), for transfers, bucket gc and bucket
-// verify: the object keys of packs, indexes, gc's marks and manifests; which packs are sealed and
-// which gc has marked; every chunk the sealed packs hold (their indexes read in parallel); and the
-// check of one record read back (header against the index, codec, XXH3-128 against the chunk id).
+// The chunks of a store seen through its Backend (gcr/store_backend.h), for transfers, bucket gc
+// and bucket verify: the object keys of packs, indexes, gc's marks and manifests; which packs are
+// sealed and which gc has marked; every chunk the sealed packs hold (their indexes read in
+// parallel); and the check of one record read back (header against the index, codec, XXH3-128
+// against the chunk id).
 #pragma once
 
 #include <algorithm>
@@ -15,7 +16,7 @@
 #include "gcr/chunk_id.h"
 #include "gcr/manifest.h"
 #include "gcr/result.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
 #include "store/pack_format.h"
 
 namespace gcr::store {

@@ -1,7 +1,7 @@
-// The local-directory Backend (backend.h): today's store layout, written the way the store's own
-// writer writes (docs/image-format.md §5): a file is complete and fsynced in tmp/ before it gets
-// its name, and its directory is fsynced after. create_only names a file with link(2), which fails
-// when the name exists, where rename(2) would replace it.
+// The local-directory Backend (gcr/store_backend.h): today's store layout, written the way the
+// store's own writer writes (docs/image-format.md §5): a file is complete and fsynced in tmp/
+// before it gets its name, and its directory is fsynced after. create_only names a file with
+// link(2), which fails when the name exists, where rename(2) would replace it.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,9 +14,8 @@
 #include <ctime>
 
 #include "gcr/chunk_id.h"
-
-#include "io/file.h"
-#include "store/backend.h"
+#include "gcr/file.h"
+#include "gcr/store_backend.h"
 #include "store/gc_lock.h"
 #include "store/layout.h"
 

@@ -1,5 +1,5 @@
-// Listing a Backend's checkpoints: see backend_list.h.
-#include "store/backend_list.h"
+// Listing a Backend's checkpoints: see gcr/store_backend_list.h.
+#include "gcr/store_backend_list.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,6 @@
-// The S3 Backend (backend.h): a store's objects under s3://BUCKET/PREFIX/, named as the files of a
-// store directory are (docs/image-format.md §8). create_only is a PUT with If-None-Match: *.
+// The S3 Backend (gcr/store_backend.h): a store's objects under s3://BUCKET/PREFIX/, named as the
+// files of a store directory are (docs/image-format.md §8). create_only is a PUT with
+// If-None-Match: *.
 //
 // Opening checks the STORE marker (creating it, once, when asked: the conditional PUT makes two
 // concurrent first writers agree), then checks that the bucket honours If-None-Match by putting
@@ -10,10 +11,11 @@
 // in the bucket's cache directory (remote_cache.h: idx/<P>.idx) and read from there next time.
 #include <cstdlib>
 
-#include "io/file.h"
-#include "store/backend.h"
+#include "gcr/file.h"
+#include "gcr/remote_cache.h"
+#include "gcr/settings.h"
+#include "gcr/store_backend.h"
 #include "store/layout.h"
-#include "store/remote_cache.h"
 #include "store/s3_client.h"
 
 namespace gcr::store {
@@ -160,7 +162,7 @@ class S3Backend final : public Backend {
 
 Result<std::unique_ptr<Backend>> open_s3_backend(const StoreLocation& location,
                                                  const BackendOptions& options) {
-  GCR_TRY_ASSIGN(S3Config config, load_s3_config([](const char* n) { return std::getenv(n); }));
+  GCR_TRY_ASSIGN(S3Config config, load_s3_config(env_lookup));
   std::filesystem::path cache;
   if (!options.cache_dir.empty()) {
     cache = remote_cache_dir(options.cache_dir, config.endpoint, location);

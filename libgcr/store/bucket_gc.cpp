@@ -1,5 +1,5 @@
 // gc of a bucket store: see bucket_gc.h (Note [Bucket gc and writers]).
-#include "store/bucket_gc.h"
+#include "gcr/bucket_gc.h"
 
 #include <algorithm>
 #include <map>
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "gcr/manifest.h"
+#include "gcr/store_workers.h"
 #include "store/backend_chunks.h"
 #include "store/layout.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 namespace {

@@ -1,16 +1,16 @@
 // Usage of a Backend store: see bucket_usage.h.
-#include "store/bucket_usage.h"
+#include "gcr/bucket_usage.h"
 
 #include <algorithm>
 #include <map>
 #include <unordered_set>
 
 #include "gcr/manifest.h"
+#include "gcr/store_workers.h"
 #include "store/backend_chunks.h"
 #include "store/layout.h"
 #include "store/pack_format.h"
 #include "store/usage.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 

@@ -1,5 +1,5 @@
 // verify of a Backend store: see bucket_verify.h.
-#include "store/bucket_verify.h"
+#include "gcr/bucket_verify.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "gcr/manifest.h"
+#include "gcr/store_backend_list.h"
+#include "gcr/store_transfer.h"
+#include "gcr/store_workers.h"
 #include "store/backend_chunks.h"
-#include "store/backend_list.h"
 #include "store/layout.h"
 #include "store/manifests.h"
-#include "store/transfer.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 namespace {

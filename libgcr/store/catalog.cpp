@@ -7,7 +7,7 @@
 #include <mutex>
 #include <set>
 
-#include "io/file.h"
+#include "gcr/file.h"
 
 namespace gcr::store {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/fetch.h"
 #include "store/gc_lock.h"
 #include "store/incoming.h"

@@ -15,7 +15,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/chunker.h"
 #include "store/commit.h"
 #include "store/file_chunks.h"

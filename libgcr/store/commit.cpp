@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/fault.h"
 
 namespace gcr::store {

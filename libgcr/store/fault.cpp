@@ -1,43 +1,15 @@
-// GCR_FAULT crash points: see fault.h.
+// GCR_FAULT crash points: see fault.h. The variables are parsed with the rest (gcr/settings.h),
+// which reports a name that is no crash point.
 #include "store/fault.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <optional>
-#include <string>
+
+#include "gcr/settings.h"
 
 namespace gcr::store {
-namespace {
-
-constexpr Fault kAll[] = {
-    Fault::after_pack_create,   Fault::after_chunk_write,      Fault::after_pack_sync,
-    Fault::after_index_rename,  Fault::before_manifest_rename, Fault::after_manifest_rename,
-    Fault::after_tag_rename,    Fault::gc_after_rewrite,       Fault::gc_after_index_delete,
-    Fault::transfer_after_pack, Fault::transfer_before_check,  Fault::transfer_after_stage};
-
-std::optional<Fault> named_by(const char* variable) {
-  const char* v = std::getenv(variable);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  for (Fault f : kAll) {
-    if (fault_name(f) == v) return f;
-  }
-  // A misspelt name would otherwise make a crash test pass without crashing anything.
-  std::string known;
-  for (Fault f : kAll) known += " " + std::string(fault_name(f));
-  std::fprintf(stderr, "gcr: %s='%s' names no crash point (known:%s); ignored\n", variable, v,
-               known.c_str());
-  return std::nullopt;
-}
-
-std::optional<Fault> configured() {
-  static const std::optional<Fault> fault = named_by("GCR_FAULT");
-  return fault;
-}
-
-}  // namespace
 
 std::string_view fault_name(Fault f) {
   switch (f) {
@@ -70,14 +42,13 @@ std::string_view fault_name(Fault f) {
 }
 
 void fault_point(Fault f) {
-  if (configured() == f) ::_exit(kFaultExitCode);
+  if (settings().test_hooks.fault == f) ::_exit(kFaultExitCode);
 }
 
 void pause_point(Fault f) {
-  static const std::optional<Fault> pause = named_by("GCR_PAUSE");
-  if (pause != f) return;
-  const char* file = std::getenv("GCR_PAUSE_FILE");
-  if (file == nullptr || *file == '\0') return;
+  const TestHooks& hooks = settings().test_hooks;
+  if (hooks.pause != f || !hooks.pause_file) return;
+  const char* file = hooks.pause_file->c_str();
   if (FILE* out = std::fopen(file, "w")) {
     std::fprintf(out, "%d\n", static_cast<int>(::getpid()));
     std::fclose(out);

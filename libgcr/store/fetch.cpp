@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/hash.h"
 
 namespace gcr::store {

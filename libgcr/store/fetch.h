@@ -13,7 +13,7 @@
 #include "io/io_queue.h"
 #include "store/pack_format.h"
 #include "store/pack_reader.h"
-#include "store/workers.h"
+#include "gcr/store_workers.h"
 
 namespace gcr::store {
 

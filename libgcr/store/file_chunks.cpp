@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/chunker.h"
 
 namespace gcr::store {

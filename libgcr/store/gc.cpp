@@ -18,8 +18,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gcr/file.h"
 #include "gcr/unique_fd.h"
-#include "io/file.h"
 #include "store/commit.h"
 #include "store/fault.h"
 #include "store/fetch.h"

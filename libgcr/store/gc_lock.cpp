@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "io/file.h"
+#include "gcr/file.h"
 
 namespace gcr::store {
 

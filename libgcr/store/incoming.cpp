@@ -5,11 +5,11 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
+#include "gcr/file.h"
+#include "gcr/settings.h"
 #include "gcr/unique_fd.h"
-#include "io/file.h"
 #include "store/gc_lock.h"
 #include "store/store_state.h"
 
@@ -20,12 +20,9 @@ std::filesystem::path incoming_dir(const Layout& layout) {
   return layout.root / "incoming";
 }
 
-std::chrono::seconds idle_limit() {
-  if (const char* v = std::getenv("GCR_ARRIVAL_IDLE_S")) {
-    long s = std::strtol(v, nullptr, 10);
-    if (s > 0) return std::chrono::seconds(s);
-  }
-  return std::chrono::seconds(60);
+// StoreOptions::arrival_idle, else GCR_ARRIVAL_IDLE_S (default 60 s).
+std::chrono::seconds idle_limit(const StoreOptions& options) {
+  return options.arrival_idle.count() > 0 ? options.arrival_idle : settings().arrival_idle;
 }
 
 bool path_exists(const std::filesystem::path& p) {
@@ -133,7 +130,7 @@ Status ArrivalWatch::await_chunk(StoreState& state, const CheckpointId& checkpoi
   // Usually the pack came with an earlier chunk's wait: no need to read packs/ again (and what
   // fails here, a pack gone since, is looked at again below with the catalog brought up to date).
   if (auto known = look(/*refresh=*/false); known && *known) return ok();
-  const auto idle = idle_limit();
+  const auto idle = idle_limit(state.options);
   auto last_arrival = std::chrono::steady_clock::now();
   std::size_t packs_seen = state.catalog.pack_count();
   std::string what = "checkpoint " + checkpoint.hex() + ": chunk " + chunk.hex();

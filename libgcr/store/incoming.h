@@ -43,7 +43,7 @@ Result<Manifest> load_incoming_manifest(const Layout& layout, const CheckpointId
 class ArrivalWatch {
  public:
   // Calls found() after each catalog refresh until it returns true (or an error). Gives up after
-  // 60 s without a new pack (GCR_ARRIVAL_IDLE_S overrides).
+  // 60 s without a new pack (StoreOptions::arrival_idle, else GCR_ARRIVAL_IDLE_S, overrides).
   Status await_chunk(StoreState& state, const CheckpointId& checkpoint, const ChunkId& chunk,
                      const std::function<Result<bool>()>& found);
 

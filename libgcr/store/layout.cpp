@@ -8,8 +8,8 @@
 
 #include <cerrno>
 
+#include "gcr/file.h"
 #include "gcr/store.h"
-#include "io/file.h"
 
 namespace gcr::store {
 

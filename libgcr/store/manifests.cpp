@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "gcr/file.h"
 #include "gcr/store.h"
-#include "io/file.h"
 
 namespace gcr::store {
 

@@ -12,7 +12,7 @@
 
 #include <algorithm>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "store/fault.h"
 
 namespace gcr::store {

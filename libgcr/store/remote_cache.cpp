@@ -1,5 +1,5 @@
-// The cache of remote stores: see remote_cache.h.
-#include "store/remote_cache.h"
+// The cache of remote stores: see gcr/remote_cache.h.
+#include "gcr/remote_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "gcr/file.h"
 #include "gcr/store.h"
-#include "io/file.h"
 #include "store/layout.h"
 
 namespace gcr::store {
@@ -28,38 +28,6 @@ std::filesystem::path remote_cache_dir(const std::filesystem::path& cache_dir,
                                  std::as_bytes(std::span(text.data(), text.size())));
   }
   return dir;
-}
-
-std::uint64_t cache_max_bytes_from(const char* text) {
-  constexpr std::uint64_t kDefault = 20ull << 30;
-  if (text == nullptr || *text == '\0') return kDefault;
-  std::string s = text;
-  std::uint64_t unit = 1;
-  switch (s.back()) {
-    case 'K':
-    case 'k':
-      unit = 1ull << 10;
-      break;
-    case 'M':
-    case 'm':
-      unit = 1ull << 20;
-      break;
-    case 'G':
-    case 'g':
-      unit = 1ull << 30;
-      break;
-    case 'T':
-    case 't':
-      unit = 1ull << 40;
-      break;
-    default:
-      break;
-  }
-  if (unit != 1) s.pop_back();
-  if (s.empty() || s.size() > 15 || s.find_first_not_of("0123456789") != std::string::npos) {
-    return kDefault;
-  }
-  return std::stoull(s) * unit;
 }
 
 void touch_cached_checkpoint(const std::filesystem::path& store, const CheckpointId& id) {

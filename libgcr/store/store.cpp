@@ -8,7 +8,8 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "io/file.h"
+#include "gcr/file.h"
+#include "gcr/settings.h"
 #include "store/checkpoint_reader.h"
 #include "store/checkpoint_writer.h"
 #include "store/commit.h"
@@ -22,8 +23,12 @@
 namespace gcr::store {
 
 std::filesystem::path Store::default_root() {
-  return default_root_from(std::getenv("GCR_STORE"), std::getenv("XDG_DATA_HOME"),
-                           std::getenv("HOME"), ::geteuid());
+  return default_root(settings());
+}
+
+std::filesystem::path Store::default_root(const Settings& settings) {
+  return default_root_from(settings.store ? settings.store->c_str() : nullptr,
+                           std::getenv("XDG_DATA_HOME"), std::getenv("HOME"), ::geteuid());
 }
 
 Result<std::shared_ptr<Store>> Store::open(StoreOptions options, bool create) {

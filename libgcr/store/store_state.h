@@ -8,7 +8,7 @@
 #include "io/io_queue.h"
 #include "store/catalog.h"
 #include "store/layout.h"
-#include "store/workers.h"
+#include "gcr/store_workers.h"
 
 namespace gcr::store {
 

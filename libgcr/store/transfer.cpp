@@ -1,5 +1,5 @@
-// Transfer: see transfer.h.
-#include "store/transfer.h"
+// Transfer: see gcr/store_transfer.h.
+#include "gcr/store_transfer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,13 +12,13 @@
 
 #include "gcr/manifest.h"
 #include "gcr/store.h"
+#include "gcr/store_backend_list.h"
+#include "gcr/store_workers.h"
 #include "store/backend_chunks.h"
-#include "store/backend_list.h"
 #include "store/compress.h"
 #include "store/fault.h"
 #include "store/layout.h"
 #include "store/pack_format.h"
-#include "store/workers.h"
 
 namespace gcr::store {
 namespace {

@@ -1,5 +1,5 @@
-// WorkerPool: see workers.h.
-#include "store/workers.h"
+// WorkerPool: see gcr/store_workers.h.
+#include "gcr/store_workers.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -62,7 +62,7 @@ void WorkerPool::worker() {
         continue;
       }
     }
-    BackgroundScope in_class;  // a background job's class (workers.h)
+    BackgroundScope in_class;  // a background job's class (gcr/store_workers.h)
     in_class.set(job->background);
     run(*job);
   }

@@ -1,5 +1,5 @@
 // Threads that give the CPU to a critical path while it runs (Note [Loading behind the restore] in
-// daemon/loader.h; the store's workers, store/workers.h): SCHED_IDLE, which gets only CPU
+// daemon/loader.h; the store's workers, gcr/store_workers.h): SCHED_IDLE, which gets only CPU
 // time nothing else wants.
 #pragma once
 

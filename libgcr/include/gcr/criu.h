@@ -160,7 +160,7 @@ Status restore(const Tools& tools, const RestoreOptions& options);
 // same images: the tasks run at once, a page they touch first is copied in when touched, and the
 // daemon copies the rest in the background and exits when all is in. The daemon holds the only
 // copy of those pages until then: should it die early, the kernel fills what is left with zeros,
-// so its end is watched and the restored tasks are killed when it failed (restore.cpp). Used when
+// so its end is watched and the restored tasks are killed when it failed (daemon/restore_txn.cpp). Used when
 // `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off. gcrd has the
 // daemon ask it for the pages instead of reading images (RestoreOptions::lazy_pages_socket; Note
 // [Host memory from the store] in daemon/host_pages.h).

@@ -26,6 +26,10 @@
 #include "gcr/manifest.h"
 #include "gcr/result.h"
 
+namespace gcr {
+struct Settings;  // gcr/settings.h
+}
+
 namespace gcr::store {
 
 struct StoreOptions {
@@ -36,6 +40,9 @@ struct StoreOptions {
   unsigned queue_depth = 32;                     // I/O requests in flight
   unsigned worker_threads = 0;                   // hashing/compression; 0 = number of CPUs
   std::uint64_t pack_target_bytes = 1ull << 30;  // a writer starts a new pack past this size
+  // A reader of a checkpoint still arriving (store/incoming.h) gives up after this long without a
+  // new pack; 0: Settings::arrival_idle (GCR_ARRIVAL_IDLE_S, gcr/settings.h).
+  std::chrono::seconds arrival_idle{0};
 };
 
 // One entry of `gcr image ls`.
@@ -81,8 +88,10 @@ class CheckpointReader;
 
 class Store {
  public:
-  // GCR_STORE, else $XDG_DATA_HOME/gcr/store (~/.local/share/gcr/store); root: /var/lib/gcr/store.
+  // GCR_STORE (Settings::store, of settings() or of `settings`; gcr/settings.h), else
+  // $XDG_DATA_HOME/gcr/store (~/.local/share/gcr/store); root: /var/lib/gcr/store.
   static std::filesystem::path default_root();
+  static std::filesystem::path default_root(const Settings& settings);
   // Opens a store; with create, makes it (0700) when missing. Fails on a directory that is not a
   // store, or a store of a newer major format.
   static Result<std::shared_ptr<Store>> open(StoreOptions options, bool create);

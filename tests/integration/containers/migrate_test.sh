@@ -128,6 +128,40 @@ grep -q "process $P runs on" "$T/c2.err" || fail "the refusal does not say the p
 ends_once "$T/c2.log"
 echo "ok: $(grep -o "would run as uid 0[^;]*" "$T/c2.err" | head -n 1 | cut -c1-120)"
 
+step "c3. a key per peer, each with its users (Note [Per-peer keys] in gcrd-net/peer_keys.h)"
+key() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+K_ALPHA=$(key)
+K_BETA=$(key)
+printf '# the hosts that migrate here\npeer alpha %s allow-uids=0\npeer beta %s allow-uids=65534\n' \
+  "$K_ALPHA" "$K_BETA" > "$T/peers"
+printf 'peer alpha %s\n' "$K_ALPHA" > "$T/alpha.key"
+printf 'peer beta %s\n' "$K_BETA" > "$T/beta.key"
+printf 'peer gamma %s\n' "$K_BETA" > "$T/gamma.key"  # beta's secret under a name the host lacks
+chmod 600 "$T/peers" "$T/alpha.key" "$T/beta.key" "$T/gamma.key"
+DEST_TOKEN_FILE=$T/peers DEST_ALLOW_UIDS=none dest_gcrd c3
+start_job "$T/c3.log"
+if "$GCR" migrate "$P" --to "$DEST" --token-file "$T/beta.key" > /dev/null 2> "$T/c3.err"; then
+  fail "peer beta, whose key allows uid 65534 only, had a root process restored"
+fi
+grep -q "would run as uid 0" "$T/c3.err" || fail "the refusal does not say why: $(cat "$T/c3.err")"
+grep -q "process $P runs on" "$T/c3.err" || fail "the refusal does not say the process runs on: $(cat "$T/c3.err")"
+ends_once "$T/c3.log"
+"$GCR" image pull "gcr://$DEST/no-such-checkpoint" --token-file "$T/gamma.key" > /dev/null 2> "$T/c3-gamma.err" &&
+  fail "a key under a name the destination does not know was served"
+grep -q "wrong token" "$T/c3-gamma.err" || fail "an unknown key's refusal does not say why: $(cat "$T/c3-gamma.err")"
+"$GCR" image pull "gcr://$DEST/no-such-checkpoint" --token-file "$T/alpha.key" > /dev/null 2> "$T/c3-alpha.err" &&
+  fail "a pull of a checkpoint that is not there succeeded"
+grep -q "no checkpoint named" "$T/c3-alpha.err" || fail "peer alpha was not served: $(cat "$T/c3-alpha.err")"
+grep -q "(key beta)" "$DEST_LOG" || fail "the destination's log does not name the peer's key: $(tail -n 5 "$DEST_LOG")"
+# Each peer a store of its own: what beta pushed is beta's, alpha does not see it.
+beta_id=$(ls "$T/c3/store/peers/beta/manifests" 2> /dev/null | head -n 1)
+[[ -n $beta_id ]] || fail "beta's push is not in beta's own store: $(ls -R "$T/c3/store" | head -n 20)"
+"$GCR" image pull "gcr://$DEST/${beta_id%%.*}" --token-file "$T/alpha.key" > /dev/null 2> "$T/c3-alpha2.err" &&
+  fail "peer alpha pulled peer beta's checkpoint"
+grep -q "no checkpoint\|No such file" "$T/c3-alpha2.err" || fail "alpha's pull of beta's checkpoint failed otherwise: $(cat "$T/c3-alpha2.err")"
+grep -q "$T/c3" "$T/c3-alpha2.err" && fail "the destination's error names a path there: $(cat "$T/c3-alpha2.err")"
+echo "ok: beta refused a root process, gamma's name refused as a wrong token, alpha served, beta's checkpoint not alpha's"
+
 step "d. the destination gcrd killed after the commit"
 migrate_to_commit d 20
 ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest-d" || true

@@ -43,7 +43,7 @@ chmod 600 "$T/token"
 
 # dest_gcrd NAME [VAR=VALUE...]: a fresh destination gcrd in the namespace, store $T/NAME/store,
 # restoring processes of the uids in DEST_ALLOW_UIDS (default 0: the tests' processes are root's;
-# "none": no --allow-uids),
+# "none": no --allow-uids), with the keys of DEST_TOKEN_FILE (default $T/token),
 # with the arguments in DEST_GCRD_ARGS besides; its log is $DEST_LOG.
 DEST_GCRD_ARGS=()
 no_dest_gcrd() { ! pgrep -f "gcrd --socket $T/dest" > /dev/null; }
@@ -55,7 +55,7 @@ start_dest_gcrd() {
   nsenter --net="/run/netns/$NS" env LD_LIBRARY_PATH="$BUILD/simgpu" GCR_WORK_DIR="$T/$name/work" \
     SIMGPU_DEVICES=1 SIMGPU_MEMORY=1G "$@" \
     "$BUILD/bin/gcrd" --socket "$T/dest-$name/gcrd.sock" --detach --listen "$DEST" \
-    --token-file "$T/token" --store "$T/$name/store" "${allow[@]}" \
+    --token-file "${DEST_TOKEN_FILE:-$T/token}" --store "$T/$name/store" "${allow[@]}" \
     "${DEST_GCRD_ARGS[@]}" > /dev/null 2> "$T/$name/start.err" < /dev/null
 }
 # A port the kernel still holds for a socket that is going is worth another try; nothing else is.

@@ -1,17 +1,14 @@
 #!/usr/bin/env python3
 """A network peer of gcrd --listen for the security tests (docs/protocol.md §14; Note [Proving the
-token] in gcrd-net/net_handshake.h): an honest client, a squatter on gcrd's port, a recording
-relay and a replayer.
+token] in gcrd-net/net_handshake.h): a squatter on gcrd's port, a recording relay and a
+replayer. The honest client is gcr itself (its handshake ends in TLS, Note [An encrypted channel]).
 
-  net_peer.py ping PORT TOKEN_FILE           the handshake, then "gcrd/1 ping"; prints the reply
   net_peer.py squat PORT CAPTURE             takes one connection on PORT, answers its first line
                                              with a made-up challenge, keeps what it was sent
   net_peer.py record PORT TARGET CAPTURE     relays one connection from PORT to TARGET (a port on
                                              127.0.0.1), keeping what the client sent
   net_peer.py replay PORT CAPTURE            sends CAPTURE to PORT; prints what comes back
 """
-import hashlib
-import hmac
 import os
 import select
 import socket
@@ -29,24 +26,6 @@ def read_line(s):
             break
         data += chunk
     return data.decode().strip()
-
-
-def proof(token, role, verb, client_nonce, server_nonce):
-    message = "gcrd-net/2 %s %s %s %s" % (role, verb, client_nonce, server_nonce)
-    return hmac.new(token.encode(), message.encode(), hashlib.sha256).hexdigest()
-
-
-def ping(port, token_file):
-    token = open(token_file).read().strip()
-    s = socket.create_connection((HOST, int(port)), timeout=20)
-    mine = os.urandom(32).hex()
-    s.sendall(("gcrd-net/2 request nonce=%s\n" % mine).encode())
-    challenge = dict(f.split("=", 1) for f in read_line(s).split()[1:])
-    if challenge.get("proof") != proof(token, "server", "request", mine, challenge["nonce"]):
-        sys.exit("the server's proof is wrong")
-    s.sendall(("proof=%s\ngcrd/1 ping\n" % proof(token, "client", "request", mine,
-                                                  challenge["nonce"])).encode())
-    print(read_line(s))
 
 
 def accept_one(port, capture):
@@ -120,4 +99,4 @@ def replay(port, capture):
 
 
 if __name__ == "__main__":
-    {"ping": ping, "squat": squat, "record": record, "replay": replay}[sys.argv[1]](*sys.argv[2:])
+    {"squat": squat, "record": record, "replay": replay}[sys.argv[1]](*sys.argv[2:])

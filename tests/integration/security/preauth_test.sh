@@ -61,9 +61,10 @@ wait_until 30 test -e "$T/drip.started" || fail "the dripping peer did not start
 
 step "the peer with the token, from 127.0.0.1, while they drip"
 t0=$(date +%s%N)
-answer=$(/usr/bin/python3 "$(dirname "$0")/net_peer.py" ping "$PORT" "$T/token") || true
+# Served: the store answers that it holds no such checkpoint (a refusal would say why it refused).
+answer=$("$GCR" image pull "gcr://127.0.0.1:$PORT/no-such-checkpoint" --token-file "$T/token" 2>&1) || true
 ms=$((($(date +%s%N) - t0) / 1000000))
-[[ $answer == ok* ]] || bad "the peer with the token was not served while another dripped: '$answer' after $ms ms"
+[[ $answer == *"no checkpoint named"* ]] || bad "the peer with the token was not served while another dripped: '$answer' after $ms ms"
 echo "served in $ms ms: $answer"
 
 wait "$DRIP" || true

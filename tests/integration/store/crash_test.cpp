@@ -8,7 +8,7 @@ using namespace gcr::store;
 using namespace gcr::store::itest;
 
 TEST_CASE("a writer killed at any moment leaves every committed checkpoint intact", "[crash]") {
-  TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "store";
   auto scratch = dir.path() / "scratch";
   // A first checkpoint, written to completion, also times a whole run.

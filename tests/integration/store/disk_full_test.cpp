@@ -55,7 +55,7 @@ void check_nothing_half_visible(const std::filesystem::path& root) {
 }  // namespace
 
 TEST_CASE("a full disk gives a clear error and leaves no half checkpoint", "[disk_full]") {
-  TempDir dir;
+  ScratchDir dir;
   auto mnt = dir.path() / "tiny";
   TmpfsMount tmpfs(mnt, "4m");
   if (!tmpfs.mounted()) {

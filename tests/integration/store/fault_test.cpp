@@ -16,7 +16,7 @@ TEST_CASE("a writer that dies at any named step leaves the store consistent", "[
                         Point{"before-manifest-rename", false},
                         Point{"after-manifest-rename", true}, Point{"after-tag-rename", true});
   INFO("GCR_FAULT=" << point.name);
-  TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "store";
   auto scratch = dir.path() / "scratch";
   auto first = run_writer({"write", root, "1", "1024", scratch, "-", "first"});
@@ -39,7 +39,7 @@ TEST_CASE("a writer that dies at any named step leaves the store consistent", "[
 TEST_CASE("a gc that dies while rewriting or deleting a pack loses nothing", "[fault]") {
   auto point = GENERATE("gc-after-rewrite", "gc-after-index-delete");
   INFO("GCR_FAULT=" << point);
-  TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "store";
   auto scratch = dir.path() / "scratch";
   // The second checkpoint shares a quarter of the first one's region and most of its page

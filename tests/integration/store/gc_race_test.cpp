@@ -37,7 +37,7 @@ CheckpointId write_here(Store& store, std::uint64_t seed, std::uint32_t kib,
 }  // namespace
 
 TEST_CASE("gc in a loop beside a writer thread never loses a committed chunk", "[gc_race]") {
-  TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "store";
   StoreOptions o;
   o.root = root;
@@ -77,7 +77,7 @@ TEST_CASE("gc in a loop beside a writer thread never loses a committed chunk", "
 }
 
 TEST_CASE("gc in a loop beside writer processes never loses a committed chunk", "[gc_race]") {
-  TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "store";
   REQUIRE(run_writer({"write", root, "1", "512", dir.path() / "s0"}).code == 0);
   std::atomic<bool> done{false};

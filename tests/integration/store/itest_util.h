@@ -20,27 +20,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "scratch_dir.h"
 #include "store_content.h"
 
 extern char** environ;
 
 namespace gcr::store::itest {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gcr-store-itest-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 struct ChildResult {
   bool exited = false;

@@ -74,7 +74,7 @@ TEST_CASE("a store the writer may not write gives a permission error naming the 
     WARN("skipped: needs root to run a writer as another user");
     return;
   }
-  TempDir dir;
+  ScratchDir dir;
   ::chmod(dir.path().c_str(), 0755);  // nobody may pass through to the store
   auto root = dir.path() / "store";
   REQUIRE(run_writer({"write", root, "1", "256", dir.path() / "scratch"}).code == 0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gcr/criu_creds.h"
+#include "scratch_dir.h"
 
 using namespace gcr;
 using namespace gcr::criu;
@@ -57,19 +58,10 @@ std::string core_image(const Creds& c) {
   return u32(0x54564319) + u32(0x55053847) + u32(static_cast<std::uint32_t>(core.size())) + core;
 }
 
-struct Images {
-  fs::path dir;
-  Images() {
-    std::string t = (fs::temp_directory_path() / "gcr-creds-test.XXXXXX").string();
-    dir = mkdtemp(t.data());
-  }
-  ~Images() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+struct Images : ScratchDir {
   void add(const std::string& name, const std::string& bytes) {
-    fs::create_directories((dir / name).parent_path());
-    std::ofstream(dir / name, std::ios::binary) << bytes;
+    fs::create_directories((path() / name).parent_path());
+    std::ofstream(path() / name, std::ios::binary) << bytes;
   }
 };
 
@@ -80,7 +72,7 @@ TEST_CASE("the credentials of every thread, a job's trees included") {
   im.add("core-10.img", core_image({}));
   im.add("tree-20/core-21.img", core_image({.uid = 1001, .gid = 100, .groups = {100, 27}}));
   im.add("pagemap-10.img", "not a core image");
-  auto creds = read_image_creds(im.dir);
+  auto creds = read_image_creds(im.path());
   REQUIRE(creds);
   REQUIRE(creds->size() == 2);
   for (const ThreadCreds& c : *creds) {
@@ -100,7 +92,7 @@ TEST_CASE("the credentials of every thread, a job's trees included") {
 TEST_CASE("a peer runs only the users the operator allowed") {
   Images im;
   im.add("core-10.img", core_image({}));
-  auto user = read_image_creds(im.dir);
+  auto user = read_image_creds(im.path());
   REQUIRE(user);
   CHECK(check_peer_may_run(*user, {1000}));
   CHECK(check_peer_may_run(*user, *parse_uid_list("0,900-1100")));
@@ -111,7 +103,7 @@ TEST_CASE("a peer runs only the users the operator allowed") {
 
   Images root;
   root.add("core-1.img", core_image({.uid = 0, .gid = 0, .cap_eff = {0xffffffff, 0x1ff}}));
-  auto r = read_image_creds(root.dir);
+  auto r = read_image_creds(root.path());
   REQUIRE(r);
   CHECK((*r)[0].capabilities);
   CHECK_FALSE(check_peer_may_run(*r, {1000}));
@@ -120,7 +112,7 @@ TEST_CASE("a peer runs only the users the operator allowed") {
   Images caps;  // an allowed user that would hold capabilities, or be in group 0
   caps.add("core-2.img", core_image({.cap_eff = {1u << 21}}));
   caps.add("core-3.img", core_image({.groups = {0}}));
-  auto c = read_image_creds(caps.dir);
+  auto c = read_image_creds(caps.path());
   REQUIRE(c);
   auto refused = check_peer_may_run(*c, {1000});
   REQUIRE_FALSE(refused);
@@ -129,16 +121,16 @@ TEST_CASE("a peer runs only the users the operator allowed") {
 
 TEST_CASE("images that say nothing of who runs are refused") {
   Images empty;
-  CHECK_FALSE(read_image_creds(empty.dir));
+  CHECK_FALSE(read_image_creds(empty.path()));
   Images bad;
   bad.add("core-1.img", u32(0x54564319) + u32(0x55053847) + u32(1000) + "cut");
-  auto r = read_image_creds(bad.dir);
+  auto r = read_image_creds(bad.path());
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::corrupt_image);
   Images nocreds;
   const std::string core = field(1, 1);
   nocreds.add("core-1.img", u32(0x54564319) + u32(0x55053847) + u32(2) + core);
-  CHECK_FALSE(read_image_creds(nocreds.dir));
+  CHECK_FALSE(read_image_creds(nocreds.path()));
 }
 
 TEST_CASE("uid lists") {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "gcr/criu.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace gcr;
@@ -55,15 +56,12 @@ exit 1
 )";
 
 struct Fixture {
-  fs::path dir;
+  ScratchDir dir;
   criu::Tools tools;
   criu::RestoreOptions ro;
   criu::LazyPages lazy;  // ro.lazy_pages: every case restores lazily
   pid_t restored = 0;
   Fixture(bool with_plugin) {
-    std::string tmpl = (fs::temp_directory_path() / "gcr-restore-start.XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()));
-    dir = tmpl;
     fs::create_directories(dir / "images");
     fs::create_directories(dir / "plugins");
     if (with_plugin) std::ofstream(dir / "plugins" / "gcr_criu_plugin.so") << "";
@@ -77,10 +75,6 @@ struct Fixture {
     setenv("FAKE_LOG", (dir / "log").c_str(), 1);
     unsetenv("FAKE_DAEMON");
     unsetenv("FAKE_PLUGIN");
-  }
-  ~Fixture() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
   std::string log() const {
     std::ifstream in(dir / "log");

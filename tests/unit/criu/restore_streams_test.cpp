@@ -10,21 +10,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.h"
+
 using namespace gcr;
 using namespace gcr::criu;
 using criu::FileKind;
 using criu::OpenFile;
 
 namespace {
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char t[] = "/tmp/gcr-streams-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 OpenFile file(pid_t pid, int fd, FileKind kind, const std::string& path, int flags,
               std::uint64_t size = 0, bool external = true) {
@@ -82,8 +75,8 @@ TEST_CASE("a corrupt META files line is an error, not a guess") {
 }
 
 TEST_CASE("a grown log is appended to as it is now") {
-  TempDir d;
-  std::string log = (d.path / "train.log").string();
+  ScratchDir d;
+  std::string log = (d / "train.log").string();
   std::ofstream(log) << "what the original wrote after the checkpoint\n";
   auto plan = plan_streams({file(10, 1, FileKind::regular, log, O_WRONLY, 5),
                             file(10, 2, FileKind::regular, log, O_WRONLY, 5)},
@@ -96,16 +89,16 @@ TEST_CASE("a grown log is appended to as it is now") {
 }
 
 TEST_CASE("a log rotated away is created again") {
-  TempDir d;
-  std::string log = (d.path / "gone.log").string();
+  ScratchDir d;
+  std::string log = (d / "gone.log").string();
   auto plan = plan_streams({file(10, 1, FileKind::regular, log, O_WRONLY | O_APPEND, 5)}, 10, {});
   REQUIRE(plan);
   CHECK(std::filesystem::exists(log));
 }
 
 TEST_CASE("a read file that changed is refused by name, unless accepted") {
-  TempDir d;
-  std::string data = (d.path / "data.bin").string();
+  ScratchDir d;
+  std::string data = (d / "data.bin").string();
   std::ofstream(data) << "0123456789";
   std::vector<OpenFile> files = {file(10, 4, FileKind::regular, data, O_RDONLY, 4)};
   auto refused = plan_streams(files, 10, {});
@@ -130,27 +123,27 @@ TEST_CASE("a read file that changed is refused by name, unless accepted") {
 }
 
 TEST_CASE("a file made a link since the checkpoint is refused, whatever its size") {
-  TempDir d;
-  std::string data = (d.path / "data.bin").string(), other = (d.path / "other.bin").string();
+  ScratchDir d;
+  std::string data = (d / "data.bin").string(), other = (d / "other.bin").string();
   std::ofstream(other) << "0123456789";
   REQUIRE(symlink(other.c_str(), data.c_str()) == 0);
   auto plan = plan_streams({file(10, 4, FileKind::regular, data, O_RDONLY, 10)}, 10, {});
   REQUIRE_FALSE(plan);
   CHECK(plan.error().message.find("symbolic link") != std::string::npos);
   // A directory on the way made a link: the same.
-  std::filesystem::create_directory(d.path / "real");
-  std::ofstream((d.path / "real" / "f").string()) << "0123456789";
-  std::filesystem::create_directory_symlink(d.path / "real", d.path / "dir");
-  std::string via = (d.path / "dir" / "f").string();
+  std::filesystem::create_directory(d / "real");
+  std::ofstream((d / "real" / "f").string()) << "0123456789";
+  std::filesystem::create_directory_symlink(d / "real", d / "dir");
+  std::string via = (d / "dir" / "f").string();
   auto through = plan_streams({file(10, 4, FileKind::regular, via, O_RDONLY, 10)}, 10, {});
   REQUIRE_FALSE(through);
   CHECK(through.error().message.find("symbolic link") != std::string::npos);
 }
 
 TEST_CASE("a mapped file is handed over unless only root can change its path") {
-  TempDir d;
-  std::filesystem::permissions(d.path, std::filesystem::perms::all);  // anyone may make names here
-  std::string data = (d.path / "weights.bin").string();
+  ScratchDir d;
+  std::filesystem::permissions(d.path(), std::filesystem::perms::all);  // anyone may add names
+  std::string data = (d / "weights.bin").string();
   std::ofstream(data) << "0123456789";
   OpenFile mine = file(10, -1, FileKind::regular, data, O_RDWR, 10);
   OpenFile libc = file(10, -1, FileKind::regular, "/bin/sh", O_RDONLY, 0);
@@ -170,9 +163,9 @@ TEST_CASE("a mapped file is handed over unless only root can change its path") {
 }
 
 TEST_CASE("a terminal shared by stdin, stdout and stderr gets what stdout gets") {
-  TempDir d;
+  ScratchDir d;
   StreamOptions o;
-  o.stdout_file = (d.path / "out.log").string();
+  o.stdout_file = (d / "out.log").string();
   auto plan = plan_streams({file(10, 0, FileKind::terminal, "/dev/pts/3", O_RDWR),
                             file(10, 1, FileKind::terminal, "/dev/pts/3", O_RDWR),
                             file(10, 2, FileKind::terminal, "/dev/pts/3", O_RDWR)},
@@ -183,10 +176,10 @@ TEST_CASE("a terminal shared by stdin, stdout and stderr gets what stdout gets")
 }
 
 TEST_CASE("--detach: stdin /dev/null, stdout to the log") {
-  TempDir d;
+  ScratchDir d;
   StreamOptions o;
   o.detach = true;
-  o.detach_log = (d.path / "detached.log").string();
+  o.detach_log = (d / "detached.log").string();
   auto plan = plan_streams({file(10, 0, FileKind::pipe, "pipe:[1]", O_RDONLY),
                             file(10, 1, FileKind::pipe, "pipe:[2]", O_WRONLY)},
                            10, o);
@@ -213,11 +206,11 @@ TEST_CASE("a pipe within the tree is left to CRIU") {
 
 TEST_CASE("root opens a recorded path as the process's owner, never as root") {
   if (geteuid() != 0) return;  // the case exists only for root
-  TempDir d;
+  ScratchDir d;
   // A directory only root may write: the target a symlink on the recorded path would lead to.
-  std::filesystem::path rootonly = d.path / "rootonly";
+  std::filesystem::path rootonly = d / "rootonly";
   std::filesystem::create_directory(rootonly);
-  chmod(d.path.c_str(), 0755);
+  chmod(d.path().c_str(), 0755);
   chmod(rootonly.c_str(), 0755);
   std::string log = (rootonly / "train.log").string();
   StreamOptions o;
@@ -233,7 +226,7 @@ TEST_CASE("root opens a recorded path as the process's owner, never as root") {
   REQUIRE(mine);
   CHECK(std::filesystem::exists(o.stdout_file));
   // A file the owner may create is created as the owner.
-  std::filesystem::path shared = d.path / "shared";
+  std::filesystem::path shared = d / "shared";
   std::filesystem::create_directory(shared);
   chmod(shared.c_str(), 0777);
   std::string theirs = (shared / "theirs.log").string();

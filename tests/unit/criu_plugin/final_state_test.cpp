@@ -5,23 +5,20 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "scratch_dir.h"
 
 using namespace gcr::criu_plugin;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/gcr-final-state.XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+// A scratch directory for CRIU configuration files (and a $HOME holding them).
+struct ConfigDir : ScratchDir {
   std::string write(const std::string& name, const std::string& text) {
-    std::string p = path + "/" + name;
+    std::string p = path() / name;
     std::ofstream(p) << text;
     return p;
   }
@@ -44,19 +41,18 @@ TEST_CASE("GCR_LEAVE_RUNNING decides when set, whatever the command line says") 
 }
 
 TEST_CASE("-R, --leave-running, -s and --leave-stopped on the command line keep the tasks") {
-  TempDir home;  // no ~/.criu/default.conf in it
+  ConfigDir home;  // no ~/.criu/default.conf in it
   for (const char* opt : {"-R", "--leave-running", "-s", "--leave-stopped"}) {
     INFO(opt);
-    CHECK(guess_final_state(std::nullopt, with(kDump, {opt}), home.path, "").state ==
+    CHECK(guess_final_state(std::nullopt, with(kDump, {opt}), home.path(), "").state ==
           FinalState::kept);
   }
-  CHECK(
-      guess_final_state(std::nullopt, with(kDump, {"--no-default-config"}), home.path, "").state ==
-      FinalState::killed);
+  CHECK(guess_final_state(std::nullopt, with(kDump, {"--no-default-config"}), home.path(), "")
+            .state == FinalState::killed);
 }
 
 TEST_CASE("leave-running in a configuration file CRIU reads keeps the tasks") {
-  TempDir dir;
+  ConfigDir dir;
   std::string keeps = dir.write("keeps.conf", "# comment\n  tcp-established\nleave-running\n");
   std::string plain = dir.write("plain.conf", "tcp-established\n# leave-running\n");
   auto argv = with(kDump, {"--no-default-config"});
@@ -68,10 +64,10 @@ TEST_CASE("leave-running in a configuration file CRIU reads keeps the tasks") {
   CHECK(guess_final_state(std::nullopt, with(kDump, {"--config=" + keeps}), "", "").state ==
         FinalState::kept);
   // ~/.criu/default.conf, unless --no-default-config
-  std::system(("mkdir -p '" + dir.path + "/.criu'").c_str());
+  std::filesystem::create_directories(dir / ".criu");
   dir.write(".criu/default.conf", "--leave-stopped\n");
-  CHECK(guess_final_state(std::nullopt, kDump, dir.path, "").state == FinalState::kept);
-  CHECK(guess_final_state(std::nullopt, argv, dir.path, "").state == FinalState::killed);
+  CHECK(guess_final_state(std::nullopt, kDump, dir.path(), "").state == FinalState::kept);
+  CHECK(guess_final_state(std::nullopt, argv, dir.path(), "").state == FinalState::killed);
 }
 
 TEST_CASE("criu over RPC (swrk, service) cannot be read, and counts as unknown") {

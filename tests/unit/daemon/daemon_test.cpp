@@ -14,6 +14,7 @@
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
 #include "gcrd_requests.h"
+#include "scratch_dir.h"
 
 using namespace gcr;
 using namespace gcr::gcrd;
@@ -25,8 +26,6 @@ namespace {
 class RunningDaemon {
  public:
   RunningDaemon() {
-    char tmpl[] = "/tmp/gcr-daemon-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
     DaemonOptions o;
     o.socket_path = dir_ / "gcrd.sock";
     o.warm_up = false;
@@ -34,6 +33,7 @@ class RunningDaemon {
     UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
+    REQUIRE(o.socket_path.native().size() < sizeof addr.sun_path);  // a long $TMPDIR does not fit
     std::strcpy(addr.sun_path, o.socket_path.c_str());
     REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     REQUIRE(::listen(listener.get(), 8) == 0);
@@ -41,11 +41,7 @@ class RunningDaemon {
     thread_ = std::thread(
         [this, l = std::move(listener)]() mutable { exit_code_ = daemon_->run(std::move(l)); });
   }
-  ~RunningDaemon() {
-    stop();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  ~RunningDaemon() { stop(); }
   int stop() {
     if (thread_.joinable()) {
       daemon_->stop();
@@ -62,7 +58,7 @@ class RunningDaemon {
   Daemon& daemon() { return *daemon_; }
 
  private:
-  fs::path dir_;
+  ScratchDir dir_;  // first: it outlives the daemon that serves a socket in it
   std::unique_ptr<Daemon> daemon_;
   std::thread thread_;
   int exit_code_ = -1;

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-#include "io/file.h"
+#include "gcr/file.h"
 #include "io/io_queue.h"
 
 using namespace gcr;

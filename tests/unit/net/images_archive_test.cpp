@@ -15,24 +15,13 @@
 #include "container_runtime.h"
 #include "gcr/unique_fd.h"
 #include "images_archive.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace gcr;
 using namespace gcr::gcrd;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "gcr-images-test.XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -69,22 +58,22 @@ Result<ImagesSent> receive_raw(const std::string& raw, const fs::path& into,
 }  // namespace
 
 TEST_CASE("an images directory arrives byte for byte, files only") {
-  TempDir from, to;
+  ScratchDir from, to;
   std::mt19937 rng(7);
   std::string big(3 << 20, '\0');
   for (char& c : big) c = static_cast<char>(rng());
-  write_file(from.path / "pages-1.img", big);
-  write_file(from.path / "empty.img", "");
-  write_file(from.path / "gcr-checkpoint", "format=1\nid=00\n");
-  write_file(from.path / "name with spaces%.img", "x");
-  fs::create_directory(from.path / "subdir");
-  write_file(from.path / "subdir" / "inside.img", "not sent");
-  fs::create_symlink("/etc/passwd", from.path / "link.img");
+  write_file(from / "pages-1.img", big);
+  write_file(from / "empty.img", "");
+  write_file(from / "gcr-checkpoint", "format=1\nid=00\n");
+  write_file(from / "name with spaces%.img", "x");
+  fs::create_directory(from / "subdir");
+  write_file(from / "subdir" / "inside.img", "not sent");
+  fs::create_symlink("/etc/passwd", from / "link.img");
 
   Pair p;
   Result<ImagesSent> sent = Error{Errc::internal, "not run"};
-  std::thread sender([&] { sent = send_images(p.a.get(), from.path); });
-  UniqueFd dir(::open(to.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::thread sender([&] { sent = send_images(p.a.get(), from.path()); });
+  UniqueFd dir(::open(to.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   auto got = receive_images(p.b.get(), dir.get(), 64 << 20);
   sender.join();
   REQUIRE(sent);
@@ -92,22 +81,22 @@ TEST_CASE("an images directory arrives byte for byte, files only") {
   CHECK(got->files == 4);
   CHECK(got->bytes == big.size() + 1 + 15);
   CHECK(sent->bytes == got->bytes);
-  CHECK(read_file(to.path / "pages-1.img") == big);
-  CHECK(fs::file_size(to.path / "empty.img") == 0);
-  CHECK(read_file(to.path / "name with spaces%.img") == "x");
-  CHECK_FALSE(fs::exists(to.path / "subdir"));
-  CHECK_FALSE(fs::exists(to.path / "link.img"));
+  CHECK(read_file(to / "pages-1.img") == big);
+  CHECK(fs::file_size(to / "empty.img") == 0);
+  CHECK(read_file(to / "name with spaces%.img") == "x");
+  CHECK_FALSE(fs::exists(to / "subdir"));
+  CHECK_FALSE(fs::exists(to / "link.img"));
 }
 
 TEST_CASE("a hostile peer's images land nowhere else") {
-  TempDir outer;
-  fs::create_directory(outer.path / "in");
-  const fs::path in = outer.path / "in";
+  ScratchDir outer;
+  fs::create_directory(outer / "in");
+  const fs::path in = outer / "in";
   SECTION("a name that climbs out") {
     auto got = receive_raw("file name=..%2Fescaped size=1\nx", in);
     REQUIRE_FALSE(got);
     CHECK(got.error().code == Errc::protocol);
-    CHECK_FALSE(fs::exists(outer.path / "escaped"));
+    CHECK_FALSE(fs::exists(outer / "escaped"));
   }
   SECTION("a name with a directory") {
     auto got = receive_raw("file name=a%2Fb size=1\nx", in);
@@ -115,10 +104,10 @@ TEST_CASE("a hostile peer's images land nowhere else") {
     CHECK(got.error().code == Errc::protocol);
   }
   SECTION("a name that is there already (a symlink planted by an earlier send)") {
-    fs::create_symlink(outer.path / "target", in / "planted");
+    fs::create_symlink(outer / "target", in / "planted");
     auto got = receive_raw("file name=planted size=1\nx", in);
     REQUIRE_FALSE(got);
-    CHECK_FALSE(fs::exists(outer.path / "target"));
+    CHECK_FALSE(fs::exists(outer / "target"));
   }
   SECTION("more bytes than the limit") {
     auto got = receive_raw("file name=a size=2000\n" + std::string(2000, 'a'), in, 1000);

@@ -1,6 +1,6 @@
-// gc, verify and rm of a store through its Backend (store/bucket_gc.h, bucket_verify.h,
-// backend_list.h), as they run on a bucket, here on a local directory opened as a Backend (the
-// same objects; a bucket is tests/integration/s3's): marks before deletion, the grace period,
+// gc, verify and rm of a store through its Backend (gcr/bucket_gc.h, bucket_verify.h,
+// store_backend_list.h), as they run on a bucket, here on a local directory opened as a Backend
+// (the same objects; a bucket is tests/integration/s3's): marks before deletion, the grace period,
 // a writer that skips marked packs, and a writer whose packs gc takes between its dedup and its
 // commit (Note [Bucket gc and writers]).
 #include <fcntl.h>
@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "store/backend.h"
-#include "store/backend_list.h"
-#include "store/bucket_gc.h"
-#include "store/bucket_usage.h"
-#include "store/bucket_verify.h"
-#include "store/transfer.h"
+#include "gcr/bucket_gc.h"
+#include "gcr/bucket_usage.h"
+#include "gcr/bucket_verify.h"
+#include "gcr/store_backend.h"
+#include "gcr/store_backend_list.h"
+#include "gcr/store_transfer.h"
 #include "test_util.h"
 
 using namespace gcr;
@@ -56,7 +56,7 @@ std::size_t count_with(const fs::path& dir, const std::string& suffix) {
 
 // A "bucket": a store filled by copying checkpoints from a local store, as push does.
 struct Bucket {
-  test::TempDir dir;
+  ScratchDir dir;
   std::shared_ptr<Store> local = test::open_store(dir.path() / "local");
   std::unique_ptr<Backend> from = nullptr;
   std::unique_ptr<Backend> to = nullptr;
@@ -312,7 +312,7 @@ TEST_CASE("verify of a Backend store finds a damaged record and a lost pack", "[
 }
 
 TEST_CASE("a tag moves by compare-and-swap", "[bucket]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto b = test::dir_backend(dir.path() / "s");
   auto text = [](const char* s) { return test::as_bytes(std::string(s)); };
   REQUIRE(b->put_if("tags/t", text("a\n"), ""));

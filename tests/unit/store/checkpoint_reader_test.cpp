@@ -26,7 +26,7 @@ const ObjectEntry& find(const Manifest& m, ObjectKind kind, const std::string& n
 }  // namespace
 
 TEST_CASE("regions, files and blobs read back bit-exact", "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions opts;
   opts.chunk_bytes = 64 * 1024;  // many chunks per region, fast
   auto store = test::open_store(dir.path() / "s", opts);
@@ -98,7 +98,7 @@ TEST_CASE("regions, files and blobs read back bit-exact", "[reader]") {
 }
 
 TEST_CASE("a file with trailing zero pages materializes to its full size", "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   auto data = test::random_bytes(100000, 5);
   data.resize(3 << 20);  // zeros after the data: zero chunks, never written
@@ -115,7 +115,7 @@ TEST_CASE("a file with trailing zero pages materializes to its full size", "[rea
 }
 
 TEST_CASE("many files materialize in parallel", "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   auto w = store->begin_checkpoint({}, std::nullopt);
   std::vector<std::vector<std::byte>> contents;
@@ -135,7 +135,7 @@ TEST_CASE("many files materialize in parallel", "[reader]") {
 }
 
 TEST_CASE("an object from another checkpoint's manifest is refused", "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   auto w = store->begin_checkpoint({}, std::nullopt);
   auto data = test::random_bytes(1000, 1);
@@ -150,7 +150,7 @@ TEST_CASE("an object from another checkpoint's manifest is refused", "[reader]")
 
 TEST_CASE("a region stored piece by piece has the chunks of one stored at once, and reads back",
           "[store][writer]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions o;
   o.chunk_bytes = 64 << 10;
   auto store = test::open_store(dir.path() / "s", o);
@@ -196,7 +196,7 @@ TEST_CASE("a region stored piece by piece has the chunks of one stored at once, 
 }
 
 TEST_CASE("materialize leaves out the ranges it is told to, as holes", "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions opts;
   opts.chunk_bytes = 64 * 1024;
   auto store = test::open_store(dir.path() / "s", opts);
@@ -251,7 +251,7 @@ std::pair<std::uint64_t, std::uint64_t> resident_bytes(const std::filesystem::pa
 
 TEST_CASE("prefetch reads what is asked into the page cache, and reads stay bit-exact",
           "[reader]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions opts;
   opts.chunk_bytes = 64 * 1024;
   auto store = test::open_store(dir.path() / "s", opts);

@@ -37,7 +37,7 @@ void check_reads_back(Store& store, const Committed& c) {
 }  // namespace
 
 TEST_CASE("gc on a clean store deletes nothing", "[gc]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions o;
   o.chunk_bytes = kChunk;
   auto store = test::open_store(dir.path() / "s", o);
@@ -51,7 +51,7 @@ TEST_CASE("gc on a clean store deletes nothing", "[gc]") {
 }
 
 TEST_CASE("gc deletes packs no checkpoint needs and rewrites packs mostly dead", "[gc]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   StoreOptions o;
   o.chunk_bytes = kChunk;
@@ -88,7 +88,7 @@ TEST_CASE("gc deletes packs no checkpoint needs and rewrites packs mostly dead",
 }
 
 TEST_CASE("gc keeps chunks a later checkpoint took from a removed parent", "[gc]") {
-  test::TempDir dir;
+  ScratchDir dir;
   StoreOptions o;
   o.chunk_bytes = kChunk;
   auto store = test::open_store(dir.path() / "s", o);
@@ -103,7 +103,7 @@ TEST_CASE("gc keeps chunks a later checkpoint took from a removed parent", "[gc]
 }
 
 TEST_CASE("gc removes tags that name removed checkpoints", "[gc]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);
   auto a = commit_region(*store, test::random_bytes(1000, 1));

@@ -8,11 +8,11 @@
 #include <fstream>
 #include <thread>
 
-#include "store/backend.h"
+#include "gcr/store_backend.h"
+#include "gcr/store_transfer.h"
 #include "store/backend_chunks.h"
 #include "store/incoming.h"
 #include "store/layout.h"
-#include "store/transfer.h"
 #include "test_util.h"
 
 using namespace gcr;
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Source {
-  test::TempDir dir;
+  ScratchDir dir;
   std::shared_ptr<Store> store = test::open_store(dir.path() / "a");
   std::vector<std::byte> data = test::random_bytes(6 << 20, 77);
   CheckpointId id;
@@ -111,10 +111,12 @@ TEST_CASE("a reader stops waiting when the transfer failed or ended", "[incoming
     CHECK_THAT(s.error().message, Catch::Contains("ended before it came"));
   }
   SECTION("nothing arrives") {
-    ::setenv("GCR_ARRIVAL_IDLE_S", "1", 1);
+    StoreOptions quick;  // as GCR_ARRIVAL_IDLE_S=1 would
+    quick.arrival_idle = std::chrono::seconds(1);
+    auto impatient = test::open_store(dest, quick)->open_checkpoint(src.id, true);
+    REQUIRE(impatient);
     auto t0 = std::chrono::steady_clock::now();
-    Status s = (*reader)->read(region, 0, out);
-    ::unsetenv("GCR_ARRIVAL_IDLE_S");
+    Status s = (*impatient)->read(region, 0, out);
     REQUIRE(!s);
     CHECK(s.error().code == Errc::timeout);
     CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::seconds(1));

@@ -31,7 +31,7 @@ std::uint64_t pack_bytes_on_disk(const std::filesystem::path& root) {
 }  // namespace
 
 TEST_CASE("zero chunks and repeats within a checkpoint are counted, not stored", "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = small_chunk_store(dir.path() / "s");
   auto a = test::random_bytes(4 * kChunk, 1);
   std::vector<std::byte> region = a;
@@ -67,7 +67,7 @@ TEST_CASE(
     "the next checkpoint of a process dedups against its lineage, another's against the "
     "store",
     "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = small_chunk_store(root);
   auto v1 = test::random_bytes(8 * kChunk, 1);
@@ -137,7 +137,7 @@ TEST_CASE(
 
 TEST_CASE("a region unchanged since the parent is taken from it without reading any data",
           "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = small_chunk_store(dir.path() / "s");
   auto v = test::random_bytes(3 * kChunk, 1);
   v.resize(v.size() + kChunk);                            // a zero chunk
@@ -164,7 +164,7 @@ TEST_CASE("a region unchanged since the parent is taken from it without reading 
 }
 
 TEST_CASE("incompressible data is stored raw with only a probe; text is compressed", "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);
   auto noise = test::random_bytes(4 << 20, 1);
@@ -200,7 +200,7 @@ TEST_CASE("incompressible data is stored raw with only a probe; text is compress
 }
 
 TEST_CASE("page images dedup across checkpoints when a page is inserted", "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   auto pages = test::random_bytes(8 << 20, 1);
   test::write_file(dir.path() / "p1", pages);
@@ -222,7 +222,7 @@ TEST_CASE("page images dedup across checkpoints when a page is inserted", "[dedu
 }
 
 TEST_CASE("a writer dropped without commit leaves nothing visible and no pack behind", "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);
   {
@@ -236,7 +236,7 @@ TEST_CASE("a writer dropped without commit leaves nothing visible and no pack be
 }
 
 TEST_CASE("a writer splits its data over packs of the target size", "[dedup]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   StoreOptions o;
   o.pack_target_bytes = 1 << 20;

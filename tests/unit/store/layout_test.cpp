@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "gcr/settings.h"
 #include "store/layout.h"
 #include "test_util.h"
 
@@ -21,9 +22,11 @@ TEST_CASE("the default store is GCR_STORE, then /var/lib for root, then XDG, the
   CHECK(default_root_from(nullptr, nullptr, "/home/u", 1000) == "/home/u/.local/share/gcr/store");
   CHECK(default_root_from(nullptr, "relative", "/home/u", 1000) ==
         "/home/u/.local/share/gcr/store");
-  setenv("GCR_STORE", "/tmp/from-env", 1);
-  CHECK(Store::default_root() == "/tmp/from-env");
-  unsetenv("GCR_STORE");
+  // GCR_STORE is read once per program (gcr/settings.h): a parse of a stand-in environment.
+  Settings s = parse_settings(
+      [](const char* n) { return std::string_view(n) == "GCR_STORE" ? "/tmp/from-env" : nullptr; },
+      nullptr);
+  CHECK(Store::default_root(s) == "/tmp/from-env");
 }
 
 TEST_CASE("hostile names are never tags", "[layout][hostile]") {
@@ -53,7 +56,7 @@ TEST_CASE("id file names are exactly 32 lowercase hex digits and the extension",
 }
 
 TEST_CASE("a new store is private: directories 0700, files 0600", "[layout]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "deep" / "store";
   auto store = test::open_store(root);
   auto w = store->begin_checkpoint({}, std::nullopt);
@@ -74,7 +77,7 @@ TEST_CASE("a new store is private: directories 0700, files 0600", "[layout]") {
 }
 
 TEST_CASE("a directory that is not a store is refused, as is a newer store format", "[layout]") {
-  test::TempDir dir;
+  ScratchDir dir;
   std::ofstream(dir.path() / "precious.txt") << "not a store";
   auto r = Store::open({.root = dir.path()}, true);
   REQUIRE_FALSE(r);

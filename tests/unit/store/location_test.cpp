@@ -79,7 +79,7 @@ TEST_CASE("the cache is GCR_CACHE_DIR, then /var/cache for root, then XDG, then 
 }
 
 TEST_CASE("writers creating one new store at once all succeed", "[location][store]") {
-  test::TempDir dir;
+  ScratchDir dir;
   for (int round = 0; round < 20; ++round) {
     auto root = dir.path() / ("s" + std::to_string(round));
     // Processes, as two gcrd requests or two `gcr checkpoint`s would be.

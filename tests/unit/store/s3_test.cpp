@@ -6,7 +6,7 @@
 #include <fstream>
 #include <map>
 
-#include "store/remote_cache.h"
+#include "gcr/remote_cache.h"
 #include "store/s3_client.h"
 #include "store/s3_config.h"
 #include "test_util.h"
@@ -26,7 +26,7 @@ GetEnv env_of(std::map<std::string, std::string>& vars) {
 }  // namespace
 
 TEST_CASE("S3 settings come from the environment first, then the profile files", "[s3]") {
-  test::TempDir dir;
+  ScratchDir dir;
   std::filesystem::create_directories(dir.path() / ".aws");
   std::ofstream(dir.path() / ".aws" / "config")
       << "[default]\nregion = eu-west-1\n[profile lab]\nregion = lab-1\n"
@@ -65,7 +65,7 @@ TEST_CASE("S3 settings come from the environment first, then the profile files",
 }
 
 TEST_CASE("no credentials anywhere is an error naming where to put them", "[s3]") {
-  test::TempDir dir;
+  ScratchDir dir;
   std::map<std::string, std::string> vars{{"HOME", dir.path().string()}};
   auto c = load_s3_config(env_of(vars));
   REQUIRE_FALSE(c);
@@ -125,12 +125,4 @@ TEST_CASE("S3's two ways of writing a time read the same", "[s3]") {
   CHECK(s3_parse_time("1970-01-01T00:00:00Z") == 0);
   CHECK(!s3_parse_time("yesterday"));
   CHECK(!s3_parse_time(""));
-}
-
-TEST_CASE("the cache size limit reads units", "[s3][cache]") {
-  CHECK(cache_max_bytes_from(nullptr) == 20ull << 30);
-  CHECK(cache_max_bytes_from("512M") == 512ull << 20);
-  CHECK(cache_max_bytes_from("2g") == 2ull << 30);
-  CHECK(cache_max_bytes_from("4096") == 4096);
-  CHECK(cache_max_bytes_from("lots") == 20ull << 30);
 }

@@ -24,7 +24,7 @@ CheckpointId commit_one(Store& store, std::uint64_t seed, std::optional<std::str
 
 TEST_CASE("checkpoints are found by tag, by full id and by a unique prefix of 8+ digits",
           "[store]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   CheckpointId a = commit_one(*store, 1, "job-7");
   CheckpointId b = commit_one(*store, 2);
@@ -42,7 +42,7 @@ TEST_CASE("checkpoints are found by tag, by full id and by a unique prefix of 8+
 }
 
 TEST_CASE("hostile names never reach outside the store", "[store][hostile]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);
   CheckpointId a = commit_one(*store, 1);
@@ -74,7 +74,7 @@ TEST_CASE("hostile names never reach outside the store", "[store][hostile]") {
 }
 
 TEST_CASE("hostile file and blob names are refused by the writer", "[store][hostile]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   test::write_file(dir.path() / "src", test::as_bytes("data"));
   for (const std::string& bad :
@@ -91,7 +91,7 @@ TEST_CASE("hostile file and blob names are refused by the writer", "[store][host
 TEST_CASE(
     "list shows checkpoints with their tags, meta and stats; remove drops them and their tags",
     "[store]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   CheckpointId a = commit_one(*store, 1, "first");
   CheckpointId b = commit_one(*store, 2);
@@ -118,7 +118,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a manifest whose id differs from its file name is refused", "[store][hostile]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   auto store = test::open_store(root);
   CheckpointId a = commit_one(*store, 1);
@@ -135,7 +135,7 @@ TEST_CASE("a manifest whose id differs from its file name is refused", "[store][
 }
 
 TEST_CASE("a writer knows its checkpoint's id before it commits", "[store]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "s");
   auto w = store->begin_checkpoint({}, std::nullopt);
   REQUIRE(w);

@@ -1,5 +1,5 @@
-// Helpers for the store's tests: a temporary directory, deterministic test data, and reading a
-// whole object back.
+// Helpers for the store's tests: deterministic test data, and reading a whole object back. A
+// test's store lives in a ScratchDir (tests/scratch_dir.h).
 #pragma once
 
 #include <stdlib.h>
@@ -14,27 +14,10 @@
 #include <vector>
 
 #include "gcr/store.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
+#include "scratch_dir.h"
 
 namespace gcr::store::test {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gcr-store-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Incompressible bytes from a seed.
 inline std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
@@ -69,7 +52,7 @@ inline std::shared_ptr<Store> open_store(const std::filesystem::path& root,
   return *s;
 }
 
-// A store directory opened as a Backend (store/backend.h), made when missing.
+// A store directory opened as a Backend (gcr/store_backend.h), made when missing.
 inline std::unique_ptr<gcr::store::Backend> dir_backend(const std::filesystem::path& root) {
   gcr::store::BackendOptions o;
   o.create = true;

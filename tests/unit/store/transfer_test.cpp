@@ -1,14 +1,14 @@
-// Transfers between two stores (store/transfer.h), both local directories here (an S3 endpoint is
-// tests/integration/s3's): only missing chunks move, the manifest arrives unchanged and last, a
+// Transfers between two stores (gcr/store_transfer.h), both local directories here (an S3 endpoint
+// is tests/integration/s3's): only missing chunks move, the manifest arrives unchanged and last, a
 // damaged record is refused, and the cache store stays within its limit.
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <unordered_map>
 
-#include "store/backend.h"
-#include "store/remote_cache.h"
-#include "store/transfer.h"
+#include "gcr/remote_cache.h"
+#include "gcr/store_backend.h"
+#include "gcr/store_transfer.h"
 #include "test_util.h"
 
 using namespace gcr;
@@ -34,7 +34,7 @@ CheckpointId commit_regions(Store& store, std::vector<std::uint64_t> seeds,
 }  // namespace
 
 TEST_CASE("a transfer moves only the chunks the destination lacks", "[transfer]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto src = test::open_store(dir.path() / "a");
   CheckpointId one = commit_regions(*src, {2, 3}, "one");
   CheckpointId two = commit_regions(*src, {2, 4}, "two");
@@ -73,7 +73,7 @@ TEST_CASE("a transfer moves only the chunks the destination lacks", "[transfer]"
 
 TEST_CASE("what an earlier transfer left in the destination stands in for its indexes",
           "[transfer]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto src = test::open_store(dir.path() / "a");
   CheckpointId one = commit_regions(*src, {2, 3});
   CheckpointId two = commit_regions(*src, {2, 4});
@@ -108,7 +108,7 @@ TEST_CASE("what an earlier transfer left in the destination stands in for its in
 }
 
 TEST_CASE("a damaged record in the source is refused, and nothing is committed", "[transfer]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto src = test::open_store(dir.path() / "a");
   CheckpointId one = commit_regions(*src, {2});
   for (const auto& e : std::filesystem::directory_iterator(dir.path() / "a" / "packs")) {
@@ -127,7 +127,7 @@ TEST_CASE("a damaged record in the source is refused, and nothing is committed",
 
 TEST_CASE("the cache store is trimmed to its limit, least recently used first",
           "[transfer][cache]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto store = test::open_store(dir.path() / "c");
   CheckpointId a = commit_regions(*store, {10});
   CheckpointId b = commit_regions(*store, {12});

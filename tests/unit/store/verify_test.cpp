@@ -26,7 +26,7 @@ void flip_byte(const std::filesystem::path& path, std::uint64_t offset) {
 
 TEST_CASE("a flipped byte in a pack is found by verify, naming checkpoint, object and chunk",
           "[verify]") {
-  test::TempDir dir;
+  ScratchDir dir;
   auto root = dir.path() / "s";
   StoreOptions o;
   o.chunk_bytes = 64 * 1024;

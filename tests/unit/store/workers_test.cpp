@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "gcr/background.h"
-#include "store/workers.h"
+#include "gcr/store_workers.h"
 
 using namespace gcr::store;
 

@@ -25,9 +25,6 @@ namespace gcr::store {
 std::filesystem::path remote_cache_dir(const std::filesystem::path& cache_dir,
                                        std::string_view endpoint, const StoreLocation& location);
 
-// GCR_CACHE_MAX_BYTES: "20G", "512M", "4096K" or bytes; default 20 GiB.
-std::uint64_t cache_max_bytes_from(const char* text);
-
 // Marks a checkpoint of the cache store as just used (its manifest's mtime).
 void touch_cached_checkpoint(const std::filesystem::path& store, const CheckpointId& id);
 

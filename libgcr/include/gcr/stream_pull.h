@@ -3,27 +3,28 @@
 // and blobs first, then its device regions in first-touch order, then the rest. gcrd starts the
 // restore once the files are in (files_ready) and, loading the regions on demand, waits for
 // each chunk that has not arrived yet. The process runs long before the whole checkpoint is here.
+// In gcr_remote, with the other transfers (gcr/store_transfer.h); `gcr restore` of an s3:// name.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "gcr/result.h"
-#include "store/backend.h"
-#include "store/transfer.h"
+#include "gcr/store_backend.h"
+#include "gcr/store_transfer.h"
 
-namespace gcr::cli {
+namespace gcr::store {
 
 class StreamedPull {
  public:
   // Starts bringing checkpoint `id` of `remote` into its cache store. When the cache holds it
   // committed already there is nothing to stream (arriving() is false).
-  static Result<std::unique_ptr<StreamedPull>> start(store::Backend& remote,
-                                                     const store::CheckpointId& id);
+  static Result<std::unique_ptr<StreamedPull>> start(Backend& remote, const CheckpointId& id);
   ~StreamedPull();  // cancels the pull unless finish() was called, and waits for it
   StreamedPull(const StreamedPull&) = delete;
   StreamedPull& operator=(const StreamedPull&) = delete;
@@ -32,24 +33,23 @@ class StreamedPull {
   // Blocks until the CRIU files and blobs are in the cache, or the pull failed (its error).
   Status files_ready();
   // Blocks until the pull is done (committed in the cache); what it moved.
-  Result<store::TransferReport> finish();
+  Result<TransferReport> finish();
   // Stops the pull before its next pack (the restore failed: no one waits for the rest).
   void cancel() { cancel_.store(true); }
 
  private:
   StreamedPull() = default;
-  void run(store::Backend& remote, std::unique_ptr<store::Backend> local,
-           store::TransferOptions options);
+  void run(Backend& remote, std::unique_ptr<Backend> local, TransferOptions options);
 
-  store::CheckpointId id_;
+  CheckpointId id_;
   std::filesystem::path cache_store_;
   bool arriving_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   bool files_in_ = false, done_ = false;
-  std::optional<Result<store::TransferReport>> result_;
+  std::optional<Result<TransferReport>> result_;
   std::atomic<bool> cancel_{false};
   std::thread thread_;
 };
 
-}  // namespace gcr::cli
+}  // namespace gcr::store

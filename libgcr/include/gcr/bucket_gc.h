@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "gcr/result.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
 
 namespace gcr::store {
 

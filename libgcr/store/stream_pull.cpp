@@ -1,63 +1,63 @@
-// A restore streamed from a bucket: see stream_pull.h.
-#include "stream_pull.h"
+// A restore streamed from a bucket: see gcr/stream_pull.h.
+#include "gcr/stream_pull.h"
+
+#include <unistd.h>
 
 #include "gcr/manifest.h"
-#include "remote.h"
+#include "gcr/remote_cache.h"
 #include "store/backend_chunks.h"
 #include "store/incoming.h"
 #include "store/layout.h"
-#include "store/remote_cache.h"
 
-namespace gcr::cli {
+namespace gcr::store {
 namespace {
 
 // Stage 0: the chunks of the CRIU files and blobs (what the restore reads before anything runs);
 // stage 1: the device regions' chunks, first-touched regions first, each region in order.
-std::vector<std::vector<store::ChunkId>> stages_of(const store::Manifest& m) {
-  std::vector<std::vector<store::ChunkId>> stages(2);
-  auto chunks_of = [&](const store::ObjectEntry& o, std::vector<store::ChunkId>& into) {
+std::vector<std::vector<ChunkId>> stages_of(const Manifest& m) {
+  std::vector<std::vector<ChunkId>> stages(2);
+  auto chunks_of = [&](const ObjectEntry& o, std::vector<ChunkId>& into) {
     for (std::uint64_t k = 0; k < o.chunk_count && o.first_chunk + k < m.chunks.size(); ++k) {
-      const store::ChunkRef& c = m.chunks[o.first_chunk + k];
+      const ChunkRef& c = m.chunks[o.first_chunk + k];
       if (!c.zero) into.push_back(c.id);
     }
   };
-  std::vector<const store::ObjectEntry*> regions;
-  for (const store::ObjectEntry& o : m.objects) {
-    if (o.kind == store::ObjectKind::device_region) {
+  std::vector<const ObjectEntry*> regions;
+  for (const ObjectEntry& o : m.objects) {
+    if (o.kind == ObjectKind::device_region) {
       regions.push_back(&o);
     } else {
       chunks_of(o, stages[0]);
     }
   }
-  for (std::size_t i : store::first_touch_order(m, regions)) chunks_of(*regions[i], stages[1]);
+  for (std::size_t i : first_touch_order(m, regions)) chunks_of(*regions[i], stages[1]);
   return stages;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote,
-                                                          const store::CheckpointId& id) {
+Result<std::unique_ptr<StreamedPull>> StreamedPull::start(Backend& remote, const CheckpointId& id) {
   std::unique_ptr<StreamedPull> pull(new StreamedPull());
   pull->id_ = id;
-  pull->cache_store_ = cache_store_of(remote);
-  store::BackendOptions options;
+  pull->cache_store_ = remote.local_cache() / "store";  // the bucket's cache store (remote_cache.h)
+  BackendOptions options;
   options.create = true;
   // Held open (and with it gc.lock, shared) until the pull ends: the cache's gc, which would take
   // packs no committed manifest names, waits.
-  GCR_TRY_ASSIGN(auto local, store::open_dir_backend(pull->cache_store_, options));
-  store::Layout layout{pull->cache_store_};
+  GCR_TRY_ASSIGN(auto local, open_dir_backend(pull->cache_store_, options));
+  Layout layout{pull->cache_store_};
   if (::access(layout.manifest(id).c_str(), F_OK) == 0) return pull;  // cached: restore as is
 
-  GCR_TRY_ASSIGN(auto bytes, remote.get(store::manifest_key(id), store::kMaxManifestBytes));
-  GCR_TRY_ASSIGN(store::Manifest m, store::decode_manifest(bytes, "manifest " + id.hex() + " (" +
-                                                                      remote.name() + ")"));
+  GCR_TRY_ASSIGN(auto bytes, remote.get(manifest_key(id), kMaxManifestBytes));
+  GCR_TRY_ASSIGN(Manifest m,
+                 decode_manifest(bytes, "manifest " + id.hex() + " (" + remote.name() + ")"));
   if (m.id != id) {
     return make_error(Errc::corrupt_image, "manifest " + id.hex() + " (" + remote.name() +
                                                ") holds checkpoint " + m.id.hex());
   }
-  GCR_TRY(store::announce_incoming(layout, id, bytes));
+  GCR_TRY(announce_incoming(layout, id, bytes));
   pull->arriving_ = true;
-  store::TransferOptions t;
+  TransferOptions t;
   t.stages = stages_of(m);
   t.cancel = &pull->cancel_;
   StreamedPull* self = pull.get();
@@ -72,15 +72,14 @@ Result<std::unique_ptr<StreamedPull>> StreamedPull::start(store::Backend& remote
   return pull;
 }
 
-void StreamedPull::run(store::Backend& remote, std::unique_ptr<store::Backend> local,
-                       store::TransferOptions options) {
-  auto r = store::copy_checkpoint(remote, *local, id_, options);
-  store::Layout layout{cache_store_};
+void StreamedPull::run(Backend& remote, std::unique_ptr<Backend> local, TransferOptions options) {
+  auto r = copy_checkpoint(remote, *local, id_, options);
+  Layout layout{cache_store_};
   if (r) {
-    store::incoming_done(layout, id_);
-    store::touch_cached_checkpoint(cache_store_, id_);
+    incoming_done(layout, id_);
+    touch_cached_checkpoint(cache_store_, id_);
   } else {
-    store::incoming_failed(layout, id_, r.error().message);
+    incoming_failed(layout, id_, r.error().message);
   }
   local.reset();  // gc.lock: the cache's gc may run again
   std::lock_guard lock(mu_);
@@ -102,9 +101,9 @@ Status StreamedPull::files_ready() {
   return ok();
 }
 
-Result<store::TransferReport> StreamedPull::finish() {
+Result<TransferReport> StreamedPull::finish() {
   if (!arriving_) {
-    store::TransferReport r;
+    TransferReport r;
     r.id = id_;
     r.already_there = true;
     return r;
@@ -113,4 +112,4 @@ Result<store::TransferReport> StreamedPull::finish() {
   return *result_;
 }
 
-}  // namespace gcr::cli
+}  // namespace gcr::store

@@ -11,7 +11,7 @@
 
 #include "gcr/result.h"
 #include "gcr/store.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
 
 namespace gcr::store {
 

@@ -7,7 +7,7 @@
 //
 // A checkpoint is committed by one create-only write of its manifest (rename locally, PUT with
 // If-None-Match: * on a bucket); everything it names is written, and complete, before. Moving
-// checkpoints between backends is transfer.h's. The local store's own writer and reader
+// checkpoints between backends is store_transfer.h's. The local store's own writer and reader
 // (checkpoint_writer.cpp, checkpoint_reader.cpp) work on the directory directly.
 //
 // Thread-safety: every method may be called from several threads at once.

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "gcr/store.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
 
 namespace gcr::store {
 

@@ -1,12 +1,12 @@
-// Transfer: copies one checkpoint from a store to another, whichever their homes (backend.h):
-// `gcr image push/pull`, a checkpoint written to a bucket (staged in a local store first) and a
-// restore from one (pulled into a local cache store first). Only chunks the destination lacks
-// move: it lists the destination's pack indexes first (dedup across machines), then reads the
-// missing chunks' records from the source with ranged reads, many at once, and checks each one
-// (record header against the index, codec, XXH3-128 against the chunk id) before writing it:
-// no damaged byte crosses. The records go, unchanged, into new packs of the destination (each
-// pack, then its index), and the manifest, byte for byte, last, with one create-only write: the
-// checkpoint exists there from that write on, and an interrupted transfer leaves only packs no
+// Transfer: copies one checkpoint from a store to another, whichever their homes
+// (gcr/store_backend.h): `gcr image push/pull`, a checkpoint written to a bucket (staged in a local
+// store first) and a restore from one (pulled into a local cache store first). Only chunks the
+// destination lacks move: it lists the destination's pack indexes first (dedup across machines),
+// then reads the missing chunks' records from the source with ranged reads, many at once, and
+// checks each one (record header against the index, codec, XXH3-128 against the chunk id) before
+// writing it: no damaged byte crosses. The records go, unchanged, into new packs of the destination
+// (each pack, then its index), and the manifest, byte for byte, last, with one create-only write:
+// the checkpoint exists there from that write on, and an interrupted transfer leaves only packs no
 // manifest names (gc's). Run again, it finds what arrived and moves the rest (resumable).
 #pragma once
 
@@ -20,7 +20,7 @@
 
 #include "gcr/chunk_id.h"
 #include "gcr/result.h"
-#include "store/backend.h"
+#include "gcr/store_backend.h"
 
 namespace gcr::store {
 
