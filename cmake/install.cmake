@@ -35,6 +35,7 @@ set(GCR_BUNDLED_CRIU "${CMAKE_SOURCE_DIR}/.deps/criu/sbin/criu" CACHE FILEPATH "
 if(GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}")
   add_custom_command(
     OUTPUT ${CMAKE_BINARY_DIR}/criu-bundle/criu
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/criu-bundle
     COMMAND ${CMAKE_STRIP} -o ${CMAKE_BINARY_DIR}/criu-bundle/criu ${GCR_BUNDLED_CRIU}
     DEPENDS ${GCR_BUNDLED_CRIU}
     COMMENT "gcr's CRIU, stripped, for the install")
@@ -55,6 +56,8 @@ install(CODE "
 # The man page, from the help texts of the installed binary's commands.
 add_custom_command(
   OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1.gz ${CMAKE_BINARY_DIR}/man/changelog.gz
+  # Ninja makes an output's directory itself; Make does not.
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
           $<TARGET_FILE:gcr_cli> ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man/gcr.1
   COMMAND gzip -9nf ${CMAKE_BINARY_DIR}/man/gcr.1

@@ -71,14 +71,23 @@ def record(port, target, capture):
         if not ready:
             break
         for s in ready:
-            data = s.recv(65536)
+            try:
+                data = s.recv(65536)
+            except ConnectionResetError:  # a TLS end that exits with the peer's bytes unread
+                data = b""
             if not data:
-                open_ends[s].shutdown(socket.SHUT_WR)
+                try:
+                    open_ends[s].shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
                 del open_ends[s]
                 continue
             if s is c:
                 sent += data
-            open_ends[s].sendall(data)
+            try:
+                open_ends[s].sendall(data)
+            except OSError:
+                pass
     open(capture, "wb").write(sent)
 
 

@@ -9,26 +9,12 @@
 #include <cstring>
 #include <random>
 
+#include "fake_fds.h"
+
 namespace gcr::gcrd::test {
 namespace {
 
 constexpr std::uint64_t kRegionBytes = 64 * 1024;
-
-UniqueFd memfd_with(std::span<const std::byte> bytes) {
-  UniqueFd fd(::memfd_create("fake-device", MFD_CLOEXEC));
-  if (fd && ::pwrite(fd.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
-    fd.reset();
-  return fd;
-}
-
-UniqueFd dup_fd(int fd) {
-  return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-}
-
-std::uint64_t inode_of(int fd) {
-  struct stat st {};
-  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
-}
 
 Error injected(const std::string& name) {
   return Error{Errc::io_error, "injected: " + name};

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <random>
 
+#include "fake_fds.h"
+
 #include "gcr/manifest.h"
 #include "job.h"
 
@@ -25,28 +27,6 @@ constexpr pid_t kOtherTree = 2000;   // the root of a job's other tree
 constexpr pid_t kNamespace = 5000;   // a new PID namespace: gcrd sees pid P as P - kRoot + this
 constexpr pid_t kRuntimePid = 7000;  // what a container runtime restores, as gcrd sees it
 constexpr pid_t kCriu = 9000;        // the CRIUs, as they are spawned
-
-UniqueFd memfd_with(std::span<const std::byte> bytes) {
-  UniqueFd fd(::memfd_create("fake-device", MFD_CLOEXEC));
-  if (fd && ::pwrite(fd.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
-    fd.reset();
-  return fd;
-}
-
-UniqueFd dup_fd(int fd) {
-  return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-}
-
-std::uint64_t inode_of(int fd) {
-  struct stat st {};
-  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
-}
-
-std::vector<std::byte> bytes_of(int fd, std::size_t size) {
-  std::vector<std::byte> out(size);
-  if (::pread(fd, out.data(), size, 0) != static_cast<ssize_t>(size)) out.clear();
-  return out;
-}
 
 std::vector<std::byte> seeded(std::size_t n, std::uint64_t seed) {
   std::vector<std::byte> out(n);
