@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "locks.h"
+
 namespace gcr::interpose {
 namespace {
 
@@ -49,13 +51,18 @@ Config load() {
   c.small_bytes = parse_bytes(std::getenv("GCR_SMALL_BYTES"), c.small_bytes);
   if (const char* s = std::getenv("GCR_LOG")) c.log = *s && *s != '0';
   if (const char* s = std::getenv("GCR_COW_COPY")) c.cow_copy = !(*s == '0' && !s[1]);
+  if (const char* s = std::getenv("GCR_LOCK_ORDER")) c.lock_order_abort = !std::strcmp(s, "abort");
   return c;
 }
 
 }  // namespace
 
 const Config& config() {
-  static const Config c = load();
+  static const Config c = [] {
+    Config loaded = load();
+    lock_order_abort_on_violation(loaded.lock_order_abort);
+    return loaded;
+  }();
   return c;
 }
 

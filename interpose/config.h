@@ -15,6 +15,8 @@
 //                      one region at a time); 0: the write waits until gcrd has read it (for a
 //                      GPU without room for copies)
 //   GCR_LOG            1: log each region allocation and control operation to stderr
+//   GCR_LOCK_ORDER     abort: a lock taken against Note [Lock order] (locks.h) aborts the program
+//                      after it is reported (default: reported once, the program runs on)
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ struct Config {
   std::uint64_t small_bytes = 1u << 20;
   bool cow_copy = true;
   bool log = false;
+  bool lock_order_abort = false;
 };
 
 const Config& config();

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 namespace gcr::interpose {
 namespace {
@@ -22,9 +21,10 @@ unsigned bit(LockRank rank) {
   return 1u << static_cast<unsigned>(rank);
 }
 
+std::atomic<bool> g_abort{false};  // GCR_LOCK_ORDER=abort, from the configuration (config.h)
+
 [[gnu::noinline, gnu::cold]] void report(LockRank taken, unsigned held_later) noexcept {
-  const char* abort_env = std::getenv("GCR_LOCK_ORDER");  // only here: never on a good path
-  const bool abort_now = abort_env && std::strcmp(abort_env, "abort") == 0;
+  const bool abort_now = g_abort.load(std::memory_order_relaxed);
   if (!(g_reported.fetch_or(bit(taken)) & bit(taken)) || abort_now) {
     unsigned held = static_cast<unsigned>(__builtin_ctz(held_later));
     std::fprintf(stderr,
@@ -42,6 +42,10 @@ void lock_order_acquire(LockRank rank) noexcept {
   if (t_held & at_or_after) [[unlikely]]
     report(rank, t_held & at_or_after);
   t_held |= bit(rank);
+}
+
+void lock_order_abort_on_violation(bool abort) noexcept {
+  g_abort.store(abort, std::memory_order_relaxed);
 }
 
 void lock_order_release(LockRank rank) noexcept {

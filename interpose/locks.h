@@ -24,7 +24,8 @@
 //   so touching guarded state without its lock fails the build;
 // - every acquisition checks the ranks this thread holds (a bit set in thread-local storage, two
 //   instructions): taking a rank at or before one held is reported once on stderr, naming both,
-//   and aborts the program when GCR_LOCK_ORDER=abort (scripts/test.sh sets it for every test).
+//   and aborts the program when GCR_LOCK_ORDER=abort (read with the interposer's configuration,
+//   config.h; scripts/test.sh sets it for every test).
 #pragma once
 
 #include <mutex>
@@ -63,6 +64,8 @@ enum class LockRank : unsigned {
 // Called by RankedMutex around the real lock and unlock (locks.cpp).
 void lock_order_acquire(LockRank rank) noexcept;
 void lock_order_release(LockRank rank) noexcept;
+// Whether a violation aborts the program after it is reported (config(): GCR_LOCK_ORDER=abort).
+void lock_order_abort_on_violation(bool abort) noexcept;
 
 class GCR_CAPABILITY("mutex") RankedMutex {
  public:

@@ -21,7 +21,8 @@ struct Outcome {
   std::string stderr_text;
 };
 
-Outcome in_child(const char* lock_order_env, const std::function<void()>& body) {
+// `abort`: as the interposer's configuration sets it for GCR_LOCK_ORDER=abort.
+Outcome in_child(bool abort, const std::function<void()>& body) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   pid_t pid = ::fork();
@@ -29,10 +30,7 @@ Outcome in_child(const char* lock_order_env, const std::function<void()>& body) 
   if (pid == 0) {
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
-    if (lock_order_env)
-      ::setenv("GCR_LOCK_ORDER", lock_order_env, 1);
-    else
-      ::unsetenv("GCR_LOCK_ORDER");
+    gcr::interpose::lock_order_abort_on_violation(abort);
     body();
     ::_exit(0);
   }
@@ -53,7 +51,7 @@ void regions_then_host(RankedMutex& regions, RankedMutex& host) {
 }  // namespace
 
 TEST_CASE("locks taken in the written order pass silently") {
-  Outcome o = in_child("abort", [] {
+  Outcome o = in_child(true, [] {
     RankedMutex regions{LockRank::regions}, host{LockRank::host_memory};
     regions_then_host(regions, host);
     MutexLock again(host);  // after the pair is released, any order
@@ -64,7 +62,7 @@ TEST_CASE("locks taken in the written order pass silently") {
 }
 
 TEST_CASE("a lock taken against the order is reported once, naming both, and runs on") {
-  Outcome o = in_child(nullptr, [] {
+  Outcome o = in_child(false, [] {
     RankedMutex regions{LockRank::regions}, host{LockRank::host_memory};
     for (int i = 0; i < 3; ++i) {
       MutexLock a(host);
@@ -77,7 +75,7 @@ TEST_CASE("a lock taken against the order is reported once, naming both, and run
 }
 
 TEST_CASE("under GCR_LOCK_ORDER=abort a lock against the order aborts") {
-  Outcome o = in_child("abort", [] {
+  Outcome o = in_child(true, [] {
     RankedMutex start{LockRank::agent_start}, regions{LockRank::regions};
     MutexLock a(regions);
     MutexLock b(start);
@@ -88,7 +86,7 @@ TEST_CASE("under GCR_LOCK_ORDER=abort a lock against the order aborts") {
 }
 
 TEST_CASE("two locks of one rank may not nest") {
-  Outcome o = in_child("abort", [] {
+  Outcome o = in_child(true, [] {
     RankedMutex one{LockRank::validation}, two{LockRank::validation};
     MutexLock a(one);
     MutexLock b(two);
