@@ -233,8 +233,9 @@ def main():
             clear = {"both": (False, True), "on": (False,), "off": (True,)}[a.encryption]
             for mode, plaintext in [(m, c) for m in ("gcr", "stop-and-copy") for c in clear]:
                 label = mode + (" plaintext" if plaintext else "")
+                slug = f"{fp}-{label.replace(' ', '-')}"
                 hook = ["GCR_NET_PLAINTEXT=1"] if plaintext else []
-                dest_dir = os.path.join(work, f"dest-{fp}-{label.replace(' ', '-')}")
+                dest_dir = os.path.join(work, f"dest-{slug}")
                 os.makedirs(dest_dir)
                 sh("ip", "netns", "exec", NS, "pkill", "-9", "-f", "gcrd --socket " + work + "/dest", check=False)
                 time.sleep(0.2)
@@ -246,10 +247,10 @@ def main():
                    "--allow-uids", "0",  # the benchmark's processes are root's
                    *(["--containers", bundles_b, "--runtime", runc_b] if a.container else []),
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                log = os.path.join(work, f"run-{fp}-{label.replace(' ', '-')}.log")
+                log = os.path.join(work, f"run-{slug}.log")
                 watch = LogWatch(log)
                 program = [mlp, "--steps", "1000000", "--step-delay-ms", str(STEP_DELAY_MS), "--footprint", fp]
-                name = f"mb-{fp}-{label.replace(' ', '-')}".lower()
+                name = f"mb-{slug}".lower()
                 if a.container:
                     bundle = os.path.join(work, name)
                     # tests/integration/containers/make_bundle.py: the tests' bundle, with this

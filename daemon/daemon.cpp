@@ -289,9 +289,6 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
   log("a connection from " + peer + " failed: " + e.what());
 }
 
-// One gcrd/1 request on fd from a client of uid `client_uid`. From the network (Note [Network
-// trust] in net_store.h): ping, stage, restore and restore_container only, on the served store
-// whatever the request says.
 PeerScope Daemon::scope_of(const NetKey& key) const {
   PeerScope scope;
   scope.store =
@@ -300,6 +297,9 @@ PeerScope Daemon::scope_of(const NetKey& key) const {
   return scope;
 }
 
+// One gcrd/1 request on fd from a client of uid `client_uid`. From the network (Note [Network
+// trust] in net_store.h): ping, stage, restore and restore_container only, on the peer's store
+// (PeerScope) whatever the request says.
 void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_network,
                             PeerScope peer) {
   Request r;

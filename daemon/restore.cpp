@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <set>
-#include <string_view>
 
 #include "gcr/settings.h"
 #include "lineage.h"

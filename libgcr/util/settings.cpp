@@ -5,6 +5,7 @@
 
 #include <errno.h>  // program_invocation_short_name
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -37,27 +38,10 @@ std::optional<std::uint64_t> decimal_or_hex(std::string_view s) {
 // A number of bytes, or of KiB, MiB, GiB or TiB with K, M, G or T (either case) after it.
 std::optional<std::uint64_t> bytes_with_unit(std::string_view s) {
   if (s.empty()) return std::nullopt;
-  std::uint64_t unit = 1;
-  switch (s.back()) {
-    case 'K':
-    case 'k':
-      unit = 1ull << 10;
-      break;
-    case 'M':
-    case 'm':
-      unit = 1ull << 20;
-      break;
-    case 'G':
-    case 'g':
-      unit = 1ull << 30;
-      break;
-    case 'T':
-    case 't':
-      unit = 1ull << 40;
-      break;
-    default:
-      break;
-  }
+  constexpr std::string_view kUnits = "KMGT";  // 2^10, 2^20, 2^30, 2^40
+  const std::size_t at =
+      kUnits.find(static_cast<char>(std::toupper(static_cast<unsigned char>(s.back()))));
+  const std::uint64_t unit = at == std::string_view::npos ? 1 : 1ull << (10 * (at + 1));
   if (unit != 1) s.remove_suffix(1);
   auto n = unsigned_number(s);
   if (!n || *n > kMaxU64 / unit) return std::nullopt;
