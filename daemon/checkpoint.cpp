@@ -266,6 +266,7 @@ std::map<std::string, std::string> job_meta(const CheckpointRequest& req, const 
     meta["job_trees"] = encode_job_trees(in.trees);
     if (!in.trees.sockets.empty()) meta["job_sockets"] = encode_job_sockets(in.trees);
   }
+  if (!in.trees.tcp.empty()) meta["job_tcp"] = encode_job_tcp(in.trees.tcp.connections);
   return meta;
 }
 
@@ -290,6 +291,9 @@ Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointReque
     GCR_TRY_ASSIGN(in.plan.shared, find_shared(in.members, tree, job_scope));
   }
   const bool external = req.external_criu || req.device_only;
+  // Note [TCP within a job] (job_tcp.h): gcr's own dump carries the connections whose two ends it
+  // takes (the driver's checkpoint and a runtime's CRIU do not).
+  if (!external && !req.stop_copy && !in.members.empty() && !req.tcp_close) carry_tcp(in.trees);
   if (external && in.members.empty()) {
     // Not under gcr: the runtime's CRIU and the plugin's driver steps do it all (the baseline).
     in.route = Inspection::Route::none;
@@ -350,7 +354,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (in.route == Inspection::Route::stop_copy)
     return checkpoint_stop_copy(store, tools, req, in.trees.all, progress, "stop-copy");
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
-  MemberSessions sessions(in.members, in.plan.shared, *gpu);
+  MemberSessions sessions(in.members, in.plan.shared, in.trees.tcp, *gpu);
   // Note [Host memory tracked between checkpoints]: host memory pinned for DMA, per member, asked
   // now (a member that cannot say is not tracked at all) and again once the GPU is idle (parked).
   GCR_TRY_ASSIGN(in.plan.pinned, ask_pinned(sessions, in.plan.registered, in.plan.pinned_frozen));

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "gcr/settings.h"
@@ -41,10 +42,12 @@ Result<std::unique_ptr<HeldMemory>> import_into(Gpu& gpu, int fd, std::uint64_t 
   return std::unique_ptr<HeldMemory>(std::make_unique<ImportedMemory>(gpu, std::move(m)));
 }
 
-std::vector<std::string> dump_arguments(const criu::ProcessTree& tree,
+std::vector<std::string> dump_arguments(const criu::ProcessTree& tree, const JobTrees& job,
                                         const CheckpointRequest& req) {
   auto args = tree.dump_arguments();
   if (req.tcp_close) args.push_back("--tcp-close");
+  if (!job.tcp.empty())
+    for (std::string& a : tcp_criu_arguments()) args.push_back(std::move(a));
   return args;
 }
 
@@ -88,7 +91,7 @@ Result<criu::DumpOptions> tree_dump_options(const criu::DumpOptions& common, con
   o.leave_running = false;
   o.leave_stopped = true;
   o.cow_dump = false;
-  o.extra_args = dump_arguments(job.trees[k], req);
+  o.extra_args = dump_arguments(job.trees[k], job, req);
   for (std::string& a : cross_socket_arguments(job, k)) o.extra_args.push_back(std::move(a));
   if (k > 0) {
     o.image_dir = common.image_dir / tree_images_dir(innermost_pid(o.pid));
@@ -103,9 +106,12 @@ Result<criu::DumpOptions> tree_dump_options(const criu::DumpOptions& common, con
 // here), each leaving its tasks stopped; then, with all of them stopped, nothing may be in flight
 // between them. A failure lets every tree dumped so far go on (stopped tasks would not answer gcrd
 // giving their memory back); the CRIUs not let go end with nothing frozen.
+// `before_going_on`: what the stopped trees need before they run (Note [TCP within a job]).
 Status dump_trees(const criu::Tools& tools, const criu::DumpOptions& common, const JobTrees& job,
-                  const CheckpointRequest& req, std::vector<criu::StartedDump>& started) {
+                  const CheckpointRequest& req, std::vector<criu::StartedDump>& started,
+                  const std::function<void()>& before_going_on) {
   auto let_go = [&](std::size_t dumped) {
+    before_going_on();
     for (std::size_t k = 0; k < dumped; ++k) continue_tree(job.trees[k].root);
   };
   for (std::size_t k = 0; k < job.trees.size(); ++k) {
@@ -154,9 +160,10 @@ bool start_criu_early() {
 // --- MemberSessions ------------------------------------------------------------------------------
 
 MemberSessions::MemberSessions(std::vector<Member>& members, std::vector<SharedAllocation> shared,
-                               Gpu& gpu)
+                               CarriedTcp tcp, Gpu& gpu)
     : members_(members),
       shared_(std::move(shared)),
+      tcp_(std::move(tcp)),
       gpu_(gpu),
       open_(members.size(), true),
       locks_(members.size()),
@@ -209,7 +216,7 @@ void receive_copies(int socket, std::map<std::uint32_t, UniqueFd>& into) {
 }  // namespace
 
 Status MemberSessions::cut(std::chrono::milliseconds timeout, const Progress& progress) {
-  return reach_cut(members_, shared_, timeout, progress);
+  return reach_cut(members_, shared_, tcp_, timeout, progress);
 }
 
 void MemberSessions::end_cut() {
@@ -317,7 +324,7 @@ Result<bool> CriuDumper::prepare(const PinnedHostMemory& pinned, const Progress&
   // gcr-keeper), the process goes on instead of being lost with its checkpoint.
   options_ = criu::DumpOptions{req_.pid,           work_->path(),
                                req_.leave_running, !req_.leave_running,
-                               driver_env(),       dump_arguments(trees_.all, req_)};
+                               driver_env(),       dump_arguments(trees_.all, trees_, req_)};
   options_.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
   // Ibid.: pinned host memory, written after park, read by CRIU in the freeze.
   if (req_.leave_running && tools_.cow_dma && !several_) {
@@ -386,14 +393,20 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
   // Note [Pages written after the resume] (gcr/criu.h): a CRIU that writes the pages after the
   // process runs again has let it go before it ends; it is waited for before its images are
   // stored.
+  if (Status s = lock_tcp(); !s) {
+    tracking_.reset();
+    return std::move(s).error();
+  }
   Status dumped = ok();
   if (early_ && req_.leave_running && tools_.cow_dump)
     criu_running_ = early_->go_until_released(&dumped);
   else if (several_)
-    dumped = dump_trees(tools_, options_, trees_, req_, early_trees_);
+    dumped = dump_trees(tools_, options_, trees_, req_, early_trees_, [this] { end_tcp_repair(); });
   else
     dumped = early_ ? early_->go_and_wait() : criu::dump(tools_, options_);
+  tcp_lock_.release();  // every end is dumped
   if (!dumped) {
+    end_tcp_repair();  // a tree CRIU left stopped before failing goes on
     // CRIU has ended: whatever it was handed is served again, or its protection ends, before
     // anything waits on the process (which may wait on a protected page). CRIU's plugin unlocks
     // the process when a dump fails, unless CRIU itself died: the give-back undoes that first.
@@ -403,7 +416,27 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
   return DumpOutcome{!req_.leave_running || several_};
 }
 
+// Note [TCP within a job] (job_tcp.h): the carried sockets of the trees a dump will leave stopped
+// are taken first (their processes still run), then the connections locked.
+Status CriuDumper::lock_tcp() {
+  if (trees_.tcp.empty()) return ok();
+  if (!req_.leave_running || several_) {
+    GCR_TRY_ASSIGN(RepairedSockets r, RepairedSockets::take(trees_.tcp.ends));
+    repaired_.emplace(std::move(r));
+  }
+  GCR_TRY_ASSIGN(tcp_lock_, TcpLock::engage(req_.pid, trees_.tcp.connections));
+  return ok();
+}
+
+// The lock first, so that the window probe of each socket leaving repair mode gets through.
+void CriuDumper::end_tcp_repair() {
+  tcp_lock_.release();
+  if (repaired_) repaired_->end_repair();
+  repaired_.reset();
+}
+
 void CriuDumper::continue_trees() {
+  end_tcp_repair();
   continue_tree(req_.pid);
   for (pid_t root : req_.job_pids) continue_tree(root);
 }

@@ -16,13 +16,15 @@
 #include "job.h"
 #include "keeper.h"
 #include "lineage.h"
+#include "tcp_lock.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
 
 class MemberSessions final : public JobSessions {
  public:
-  MemberSessions(std::vector<Member>& members, std::vector<SharedAllocation> shared, Gpu& gpu);
+  MemberSessions(std::vector<Member>& members, std::vector<SharedAllocation> shared, CarriedTcp tcp,
+                 Gpu& gpu);
   std::size_t size() const override { return members_.size(); }
   pid_t pid(std::size_t m) const override { return members_[m].pid; }
   Status cut(std::chrono::milliseconds timeout, const Progress& progress) override;
@@ -59,6 +61,7 @@ class MemberSessions final : public JobSessions {
  private:
   std::vector<Member>& members_;
   const std::vector<SharedAllocation> shared_;  // for the cut (a copy: the plan moves on)
+  const CarriedTcp tcp_;                        // ibid.
   Gpu& gpu_;
   std::vector<bool> open_;
   // Each closed session's lock, held from close() to reopen() or give_back(): nobody else
@@ -113,6 +116,8 @@ class CriuDumper final : public Dumper {
 
  private:
   void stop_tracking(bool forget);
+  Status lock_tcp();
+  void end_tcp_repair();
   const criu::Tools& tools_;
   const CheckpointRequest& req_;
   const JobTrees& trees_;
@@ -127,6 +132,9 @@ class CriuDumper final : public Dumper {
   std::optional<criu::StartedDump> early_;
   std::vector<criu::StartedDump> early_trees_;
   bool criu_running_ = false;  // let the process go, still writing host memory (--cow-dump)
+  // Note [TCP within a job] (job_tcp.h): held from before the first dump until every tree is.
+  TcpLock tcp_lock_;
+  std::optional<RepairedSockets> repaired_;  // the carried sockets of trees left stopped
 };
 
 // A container runtime's CRIU (Note [CRIU run by someone else]), or none (a device-only round).

@@ -213,10 +213,11 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
 }
 
 Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
-                 std::chrono::milliseconds timeout,
+                 const CarriedTcp& tcp, std::chrono::milliseconds timeout,
                  const std::function<void(const std::string&)>& progress) {
-  if (shared.empty()) return ok();
-  // Members linked by a shared allocation count their communication launches together.
+  // Members linked by a shared allocation, or by a TCP connection (through their processes'
+  // sockets: a stream memory operation on host memory that a thread relays to the peer is a
+  // communication launch), count their communication launches together.
   Groups g;
   g.parent.resize(members.size());
   std::iota(g.parent.begin(), g.parent.end(), 0);
@@ -226,6 +227,19 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
       g.join(v.member, a.views[0].member);
       sharing.insert(v.member);
     }
+  if (!tcp.empty()) {
+    // Every member that holds a carried socket; the connections' ends by address are not worth
+    // matching: a job's ranks connected by TCP are all one group.
+    std::optional<std::size_t> first;
+    for (const TcpEnd& e : tcp.ends)
+      for (std::size_t m = 0; m < members.size(); ++m)
+        if (members[m].pid == e.pid) {
+          if (!first) first = m;
+          g.join(m, *first);
+          sharing.insert(m);
+        }
+  }
+  if (sharing.size() < 2) return ok();
   std::map<std::size_t, control::CutCounts> counts;
   for (std::size_t m : sharing) {
     auto c = members[m].client.cut(control::CutOp::begin);
@@ -471,6 +485,13 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots) {
     job.all.files.insert(job.all.files.end(), job.trees[k].files.begin(), job.trees[k].files.end());
   }
   return job;
+}
+
+void carry_tcp(JobTrees& job) {
+  std::vector<std::vector<criu::OpenFile>*> files;
+  for (criu::ProcessTree& t : job.trees) files.push_back(&t.files);
+  job.tcp = carry_tcp_within(files);
+  (void)carry_tcp_within({&job.all.files});  // the same files, in the union
 }
 
 std::vector<std::string> cross_socket_arguments(const JobTrees& job, std::size_t k) {

@@ -46,6 +46,7 @@
 #include "gcr/control.h"
 #include "gcr/process_tree.h"
 #include "gcr/result.h"
+#include "job_tcp.h"
 
 namespace gcr::gcrd {
 
@@ -77,10 +78,14 @@ struct JobTrees {
   std::vector<criu::ProcessTree> trees;  // one per pid asked, in that order
   criu::ProcessTree all;                 // their union: root trees[0].root, every pid and file
   std::vector<CrossSocket> sockets;      // each connection once
+  CarriedTcp tcp;                        // Note [TCP within a job] (job_tcp.h)
 };
 // Reads each root's tree. Refuses a root that is in another's tree (naming both). A unix socket
 // to another tree of the job is not external to its own (CrossSocket).
 Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots);
+// Note [TCP within a job] (job_tcp.h): the TCP connections both of whose ends the job holds are
+// carried (job.tcp), no longer external.
+void carry_tcp(JobTrees& job);
 // What `criu dump` of trees[k] needs beyond ProcessTree::dump_arguments: --external unix[INODE]
 // for each of its sockets to another tree.
 std::vector<std::string> cross_socket_arguments(const JobTrees& job, std::size_t k);
@@ -122,10 +127,11 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
                                                   const criu::ProcessTree& tree,
                                                   const std::string& scope = {});
 
-// Brings every group of members that share memory to a consistent cut (Note [A consistent cut]);
-// on timeout the cut ends and the error names the members that did not arrive.
+// Brings every group of members that share memory, or a TCP connection (`tcp`), to a consistent
+// cut (Note [A consistent cut]); on timeout the cut ends and the error names the members that did
+// not arrive.
 Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
-                 std::chrono::milliseconds timeout,
+                 const CarriedTcp& tcp, std::chrono::milliseconds timeout,
                  const std::function<void(const std::string&)>& progress);
 // Lets every member's held launches go (they meet the gate if it is closed).
 void end_cut(std::vector<Member>& members);

@@ -17,6 +17,7 @@
 #include "gcrd_protocol.h"
 #include "hex_address.h"
 #include "phase_clock.h"
+#include "tcp_lock.h"
 
 namespace gcr::gcrd {
 
@@ -216,6 +217,7 @@ Status RestoreTransaction::decode_job() {
   job_ = !job_members_.empty();
   GCR_TRY_ASSIGN(job_trees_, decode_job_trees(m.meta_or("job_trees")));
   GCR_TRY_ASSIGN(job_sockets_, decode_job_sockets(m.meta_or("job_sockets")));
+  GCR_TRY_ASSIGN(job_tcp_, decode_job_tcp(m.meta_or("job_tcp")));
   several_trees_ = job_trees_.size() > 1;
   if (several_trees_) {
     if (req_.external_criu)
@@ -523,6 +525,7 @@ Status RestoreTransaction::restore_with_criu() {
   ro.new_pid_namespace = rep_.new_pid_namespace;
   ro.shell_job = reader_->manifest().meta_or("shell_job") == "1";
   ro.tcp_close = reader_->manifest().meta_or("tcp_close") == "1";
+  ro.tcp_established = !job_tcp_.empty();
   if (host_pages_) ro.lazy_pages_socket = daemon_end_.get();
   ro.before_criu = [this] { ports_.pause("lazy-pages"); };
   GCR_TRY(run_criu(ro));
@@ -597,6 +600,16 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   ro.on_spawned = [this, ready = work_->path() / "restored.ready"](pid_t spawned) {
     follow_spawned(spawned, ready);
   };
+  // Note [TCP within a job] (job_tcp.h): no end may send before its peer is back.
+  TcpLock tcp_lock;
+  if (!job_tcp_.empty()) {
+    auto lock = TcpLock::engage(0, job_tcp_);
+    if (!lock) {
+      let_keeper_go();
+      return std::move(lock).error();
+    }
+    tcp_lock = std::move(lock).value();
+  }
   if (Status restored = ports_.criu.restore(ro, lazy_wanted_ ? &lazy_ : nullptr); !restored) {
     let_keeper_go();  // no process to guard
     if (host_pages_)
@@ -641,6 +654,7 @@ Status RestoreTransaction::restore_other_trees(const criu::RestoreOptions& first
     o.env = first.env;
     o.shell_job = job_trees_[k].shell_job;
     o.tcp_close = first.tcp_close;
+    o.tcp_established = first.tcp_established;
     o.inherit = first.inherit;
     pid_t restored = 0;
     o.restored_pid = &restored;

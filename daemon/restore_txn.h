@@ -174,6 +174,7 @@ class RestoreTransaction {
   std::string job_members_;
   std::vector<JobTree> job_trees_;
   std::vector<JobSocket> job_sockets_;
+  std::vector<TcpConnection> job_tcp_;  // Note [TCP within a job] (job_tcp.h)
   std::vector<SharedView> shared_views_;
   std::vector<control::RegionRecord> records_;
   std::vector<std::unique_ptr<DeviceRegion>> allocations_;

@@ -7,8 +7,10 @@
 // - A communication launch is a kernel launch with a parameter word pointing into a shared region
 //   (Region::shared), or one of a kernel named as communication (NCCL's `ncclDevKernel_*`, and the
 //   names in GCR_COMM_KERNELS, comma-separated substrings); and a stream memory operation (write,
-//   wait, or a batch of them) on shared memory: a peer's stream may wait on the write, or the
-//   wait on a peer's write, with no kernel between them. Each process counts them: `admitted`
+//   wait, or a batch of them) on shared memory or on host memory: a peer's stream may wait on the
+//   write, or the wait on a peer's write, with no kernel between them, and a value in host memory
+//   may be relayed to a peer by a thread of the process (a socket transport's proxy: Note [TCP
+//   within a job] in daemon/job_tcp.h). Each process counts them: `admitted`
 //   when let through the count, `issued` once the driver has them.
 // - The counts are compared across the job, so the ranks must count the same launches from their
 //   start: memory is shared (exported and imported) before any launch communicates through it, as

@@ -275,19 +275,26 @@ bool comm_launch(CUfunction f, void** params, void** extra) {
   return comm;
 }
 
-// Whether a batch of stream memory operations is a communication launch: one of them waits on
-// or writes shared memory (ibid.).
+// Whether a stream memory operation on `address` is a communication launch (ibid.): on shared
+// memory, or on host memory, whose value a thread of the process may relay to a peer (the proxy
+// of a socket transport: Note [TCP within a job] in daemon/job_tcp.h). Not the launch hot path.
+bool memop_comm(std::uint64_t address) {
+  if (!g_arena.base || !in_arena(address)) return true;  // mapped host memory (or imported)
+  return g_comm_possible.load(std::memory_order_relaxed) && in_shared_memory(address);
+}
+
+// Whether a batch of stream memory operations is a communication launch: one of them is (ibid.).
 bool comm_memops(unsigned count, const CUstreamBatchMemOpParams* ops) {
   if (!ops) return false;  // the driver refuses it
   for (unsigned i = 0; i < count; ++i) {
     switch (ops[i].operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-        if (in_shared_memory(ops[i].waitValue.address)) return true;
+        if (memop_comm(ops[i].waitValue.address)) return true;
         break;
       case CU_STREAM_MEM_OP_WRITE_VALUE_32:
       case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        if (in_shared_memory(ops[i].writeValue.address)) return true;
+        if (memop_comm(ops[i].writeValue.address)) return true;
         break;
       default:
         break;
@@ -468,24 +475,24 @@ GCR_WRAP2(cuMemsetD2D32Async, _ptsz,
 // A stream memory operation on shared memory is a communication launch (Note [A consistent cut]
 // in cut.h): a peer's stream may wait on this write, or this wait on a peer's write. Counted and
 // held like a kernel's, before the gate's scope.
-#define GCR_WRAP_MEMOP(fn_type, name, params, args, comm_test, mark)                    \
-  extern "C" CUresult name params {                                                     \
-    static const auto real = real_fn<fn_type>(#name);                                   \
-    if (!g_unmanaged) {                                                                 \
-      const bool comm = g_comm_possible.load(std::memory_order_relaxed) && (comm_test); \
-      if (comm) [[unlikely]]                                                            \
-        cut_admit();                                                                    \
-      CUresult issued;                                                                  \
-      {                                                                                 \
-        GateScope gate;                                                                 \
-        mark;                                                                           \
-        issued = real args;                                                             \
-      }                                                                                 \
-      if (comm) [[unlikely]]                                                            \
-        cut_issued();                                                                   \
-      return issued;                                                                    \
-    }                                                                                   \
-    return real args;                                                                   \
+#define GCR_WRAP_MEMOP(fn_type, name, params, args, comm_test, mark) \
+  extern "C" CUresult name params {                                  \
+    static const auto real = real_fn<fn_type>(#name);                \
+    if (!g_unmanaged) {                                              \
+      const bool comm = (comm_test);                                 \
+      if (comm) [[unlikely]]                                         \
+        cut_admit();                                                 \
+      CUresult issued;                                               \
+      {                                                              \
+        GateScope gate;                                              \
+        mark;                                                        \
+        issued = real args;                                          \
+      }                                                              \
+      if (comm) [[unlikely]]                                         \
+        cut_issued();                                                \
+      return issued;                                                 \
+    }                                                                \
+    return real args;                                                \
   }
 #define GCR_WRAP_MEMOP2(fn_type, name, suffix, params, args, comm_test, mark) \
   GCR_WRAP_MEMOP(fn_type, name, params, args, comm_test, mark)                \
@@ -493,16 +500,16 @@ GCR_WRAP2(cuMemsetD2D32Async, _ptsz,
 
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32_v2, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), mark_written(a))
+                memop_comm(a), mark_written(a))
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64_v2, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), mark_written(a))
+                memop_comm(a), mark_written(a))
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue32_v2), cuStreamWaitValue32_v2, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), (void)0)
+                memop_comm(a), (void)0)
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue64_v2), cuStreamWaitValue64_v2, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), (void)0)
+                memop_comm(a), (void)0)
 GCR_WRAP_MEMOP2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp_v2, _ptsz,
                 (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
                 comm_memops(n, p), mark_all_written())
@@ -535,16 +542,16 @@ using LaunchMultiDevice = CUresult (*)(CUDA_LAUNCH_PARAMS*, unsigned, unsigned);
 
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue32_v2), cuStreamWriteValue32, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), mark_written(a))
+                memop_comm(a), mark_written(a))
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWriteValue64_v2), cuStreamWriteValue64, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), mark_written(a))
+                memop_comm(a), mark_written(a))
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue32_v2), cuStreamWaitValue32, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint32_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), (void)0)
+                memop_comm(a), (void)0)
 GCR_WRAP_MEMOP2(decltype(&::cuStreamWaitValue64_v2), cuStreamWaitValue64, _ptsz,
                 (CUstream st, CUdeviceptr a, cuuint64_t v, unsigned f), (st, a, v, f),
-                in_shared_memory(a), (void)0)
+                memop_comm(a), (void)0)
 GCR_WRAP_MEMOP2(decltype(&::cuStreamBatchMemOp_v2), cuStreamBatchMemOp, _ptsz,
                 (CUstream st, unsigned n, CUstreamBatchMemOpParams* p, unsigned f), (st, n, p, f),
                 comm_memops(n, p), mark_all_written())

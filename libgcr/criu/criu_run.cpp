@@ -339,6 +339,8 @@ void restore_arguments(const RestoreOptions& o, std::vector<std::string>& argv,
   if (o.lazy_pages) argv.push_back("--lazy-pages");
   if (o.shell_job) argv.push_back("--shell-job");
   if (o.tcp_close) argv.push_back("--tcp-close");
+  if (o.tcp_established)
+    for (const char* a : {"--tcp-established", "--network-lock", "skip"}) argv.push_back(a);
   for (const auto& in : o.inherit) {
     argv.push_back("--inherit-fd");
     argv.push_back("fd[" + std::to_string(3 + extras.fds.size()) + "]:" + in.key);

@@ -123,6 +123,9 @@ struct RestoreOptions {
   bool new_pid_namespace = false;
   bool shell_job = false;  // the dump was a --shell-job one
   bool tcp_close = false;  // established TCP connections were dumped as closed
+  // Established TCP connections were dumped (--tcp-established); the caller locks them
+  // (--network-lock skip).
+  bool tcp_established = false;
   // Files the restored tasks get instead of what the image names (criu --inherit-fd): `fd` (the
   // caller's, left open) stands for the connection CRIU knows by `key` (gcr/process_tree.h).
   struct Inherited {

@@ -1,0 +1,98 @@
+// Note [TCP within a job] (job_tcp.h).
+#include "job_tcp.h"
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+namespace gcr::gcrd {
+
+std::string TcpAddress::text() const {
+  char b[32];
+  std::snprintf(b, sizeof b, "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff,
+                ip & 0xff, static_cast<unsigned>(port));
+  return b;
+}
+
+std::optional<TcpAddress> parse_tcp_address(const std::string& text) {
+  unsigned a, b, c, d, port;
+  char tail;
+  if (std::sscanf(text.c_str(), "%u.%u.%u.%u:%u%c", &a, &b, &c, &d, &port, &tail) != 5)
+    return std::nullopt;
+  if (a > 255 || b > 255 || c > 255 || d > 255 || port == 0 || port > 65535) return std::nullopt;
+  return TcpAddress{(a << 24) | (b << 16) | (c << 8) | d, static_cast<std::uint16_t>(port)};
+}
+
+namespace {
+
+using Key = std::tuple<std::uint32_t, std::uint16_t, std::uint32_t, std::uint16_t>;
+Key key_of(const TcpAddress& l, const TcpAddress& r) {
+  return {l.ip, l.port, r.ip, r.port};
+}
+
+// "LOCAL -> REMOTE" (criu::OpenFile::detail of a TCP socket).
+std::optional<TcpConnection> ends_of(const criu::OpenFile& f) {
+  auto arrow = f.detail.find(" -> ");
+  if (arrow == std::string::npos) return std::nullopt;
+  auto l = parse_tcp_address(f.detail.substr(0, arrow));
+  auto r = parse_tcp_address(f.detail.substr(arrow + 4));
+  if (!l || !r) return std::nullopt;
+  return TcpConnection{*l, *r};
+}
+
+}  // namespace
+
+CarriedTcp carry_tcp_within(std::vector<std::vector<criu::OpenFile>*> files) {
+  std::set<Key> seen;
+  for (auto* list : files)
+    for (const criu::OpenFile& f : *list)
+      if (f.kind == criu::FileKind::tcp_socket && f.external)
+        if (auto c = ends_of(f)) seen.insert(key_of(c->local, c->remote));
+  CarriedTcp out;
+  std::set<Key> recorded;
+  for (auto* list : files)
+    for (criu::OpenFile& f : *list) {
+      if (f.kind != criu::FileKind::tcp_socket || !f.external) continue;
+      auto c = ends_of(f);
+      if (!c || !seen.contains(key_of(c->remote, c->local))) continue;
+      f.external = false;
+      out.ends.push_back({f.pid, f.fd});
+      Key mine = key_of(c->local, c->remote), theirs = key_of(c->remote, c->local);
+      if (recorded.contains(mine) || recorded.contains(theirs)) continue;
+      recorded.insert(mine);
+      out.connections.push_back(*c);
+    }
+  return out;
+}
+
+std::string encode_job_tcp(const std::vector<TcpConnection>& connections) {
+  std::string out;
+  for (const TcpConnection& c : connections) out += c.local.text() + " " + c.remote.text() + "\n";
+  return out;
+}
+
+Result<std::vector<TcpConnection>> decode_job_tcp(const std::string& text) {
+  std::vector<TcpConnection> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    std::string l, r, rest;
+    f >> l >> r;
+    auto local = parse_tcp_address(l), remote = parse_tcp_address(r);
+    if (!local || !remote || (f >> rest))
+      return Error{Errc::corrupt_image, "manifest META job_tcp: a line reads '" +
+                                            line.substr(0, 60) + "', not 'IP:PORT IP:PORT' (IPv4)"};
+    out.push_back({*local, *remote});
+  }
+  return out;
+}
+
+std::vector<std::string> tcp_criu_arguments() {
+  return {"--tcp-established", "--network-lock", "skip"};
+}
+
+}  // namespace gcr::gcrd
