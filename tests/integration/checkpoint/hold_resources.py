@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Opens kernel resources a real program holds, then executes a command that inherits them.
 
-    hold_resources.py KIND[,KIND...] [--unix-peer PATH] -- COMMAND ARGS...
+    hold_resources.py KIND[,KIND...] [--unix-peer PATH] [--tcp-peer HOST:PORT] -- COMMAND ARGS...
 
-KINDs: eventfd timerfd signalfd inotify epoll tcp-listen tcp-established udp unix-pair
-unix-outside io_uring deleted-small deleted-large memfd. The fds stay open (inheritable) in
+KINDs: eventfd timerfd signalfd inotify epoll tcp-listen tcp-established (both ends held)
+tcp-outside (to --tcp-peer) udp unix-pair unix-outside io_uring deleted-small deleted-large memfd. The fds stay open (inheritable) in
 COMMAND, so a test can checkpoint a gcr-managed workload that holds them. Prints
 "hold: KIND fd N" for each on stderr.
 """
@@ -25,7 +25,7 @@ def check(fd, what):
     return fd
 
 
-def hold(kind, unix_peer):
+def hold(kind, unix_peer, tcp_peer=None):
     if kind == "eventfd":
         return os.eventfd(7)
     if kind == "timerfd":
@@ -73,6 +73,11 @@ def hold(kind, unix_peer):
         s.connect(unix_peer)
         keep.append(s)
         return s.fileno()
+    if kind == "tcp-outside":
+        host, port = tcp_peer.rsplit(":", 1)
+        c = socket.create_connection((host, int(port)))
+        keep.append(c)
+        return c.fileno()
     if kind == "io_uring":
         params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
         return check(libc.syscall(425, 4, params), "io_uring_setup")  # x86-64
@@ -93,10 +98,15 @@ def main():
         i = args.index("--unix-peer")
         unix_peer = args[i + 1]
         del args[i:i + 2]
+    tcp_peer = None
+    if "--tcp-peer" in args:
+        i = args.index("--tcp-peer")
+        tcp_peer = args[i + 1]
+        del args[i:i + 2]
     if len(args) < 3 or args[1] != "--":
         raise SystemExit(__doc__)
     for kind in args[0].split(","):
-        fd = hold(kind, unix_peer)
+        fd = hold(kind, unix_peer, tcp_peer)
         os.set_inheritable(fd, True)
         print(f"hold: {kind} fd {fd}", file=sys.stderr, flush=True)
     for obj in keep:  # both ends of a pair, a listener: all of it goes to COMMAND

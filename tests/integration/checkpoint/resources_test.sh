@@ -72,7 +72,19 @@ refused() {  # KIND PATTERN [hold options]: the checkpoint is refused up front, 
 }
 
 echo "== refused up front"
-refused tcp-established "is a TCP connection"
+python3 - "$T/tcp-peer.port" <<'EOF' &
+import os, socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+c, _ = s.accept()
+time.sleep(60)
+EOF
+pids+=("$!")
+wait_until 10 test -s "$T/tcp-peer.port" || fail "the outside TCP server did not start"
+refused tcp-outside "is a TCP connection" --tcp-peer "127.0.0.1:$(cat "$T/tcp-peer.port")"
 refused io_uring "io_uring"
 refused deleted-large "deleted while open"
 python3 - "$T/peer.sock" <<'EOF' &
@@ -86,6 +98,11 @@ EOF
 pids+=("$!")
 for _ in $(seq 1 200); do [[ -S $T/peer.sock ]] && break; sleep 0.02; done
 refused unix-outside "unix socket connected to pid" --unix-peer "$T/peer.sock"
+
+echo "== an established connection both of whose ends the process holds is carried"
+P=$(start "$T/tcp-in.log" tcp-established)
+pids+=("$P")
+round_trip "$P" "$T/tcp-in.log" tcp-in "an established TCP connection within the process"
 
 echo "== --tcp-close: an established connection is dumped as closed"
 P=$(start "$T/tcp.log" tcp-established)
