@@ -149,3 +149,26 @@ SIMT_KERNEL void mp_ring_allreduce(unsigned long long* data, unsigned long long 
   }
 }
 SIMT_TWIN(mp_ring_allreduce)
+
+// --transport tcp: folds a received piece (in pinned staging) into the data: adds it in during the
+// reduce-scatter (add != 0), copies it during the all-gather.
+SIMT_KERNEL void mp_accumulate(unsigned long long* data, const unsigned long long* in,
+                               unsigned long long n, int add) {
+  unsigned long long i = thread_index();
+  if (i >= n) return;
+  data[i] = add ? data[i] + in[i] : in[i];
+}
+SIMT_TWIN(mp_accumulate)
+
+// --ballast-mib: p[i] = splitmix64's finalizer of seed + (first + i) * golden, for i < n (p being
+// word `first` of the ballast): a function of the seed and the word's place only.
+SIMT_KERNEL void mp_ballast_write(unsigned long long* p, unsigned long long n,
+                                  unsigned long long first, unsigned long long seed) {
+  unsigned long long i = thread_index();
+  if (i >= n) return;
+  unsigned long long z = seed + (first + i) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  p[i] = z ^ (z >> 31);
+}
+SIMT_TWIN(mp_ballast_write)

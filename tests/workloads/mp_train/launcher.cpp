@@ -9,17 +9,17 @@
 #include <vector>
 
 #include "socket.h"
+#include "tcp_socket.h"
 
 namespace mp {
 
 namespace {
 
-pid_t spawn_rank(int rank, int argc, char** argv, const std::string& job) {
+pid_t spawn_rank(int rank, int argc, char** argv, const std::vector<std::string>& extra) {
   std::vector<std::string> args(argv, argv + argc);
   args.push_back("--rank");
   args.push_back(std::to_string(rank));
-  args.push_back("--job");
-  args.push_back(job);
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> c_args;
   for (std::string& a : args) c_args.push_back(a.data());
   c_args.push_back(nullptr);
@@ -42,10 +42,15 @@ int exit_status(int status) {
 
 }  // namespace
 
-int launch_ranks(int ranks, int argc, char** argv) {
-  const std::string job = std::to_string(::getpid());
+int launch_ranks(const Options& options, int argc, char** argv) {
+  const int ranks = options.ranks;
+  std::vector<std::string> extra{"--job", std::to_string(::getpid())};
+  if (is_tcp(options) && options.store.empty()) {
+    extra.push_back("--store");
+    extra.push_back("127.0.0.1:" + std::to_string(tcp_free_port()));
+  }
   std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) pids.push_back(spawn_rank(r, argc, argv, job));
+  for (int r = 0; r < ranks; ++r) pids.push_back(spawn_rank(r, argc, argv, extra));
   int result = 0;
   for (int left = ranks; left > 0; --left) {
     int status = 0;

@@ -1,7 +1,8 @@
 // mp_train: data-parallel training of mlp_train's MLP by --ranks processes that sum their
 // gradients with a ring all-reduce of their own, over device memory shared between the processes
-// and flags that kernels spin on (ring.h, mp_kernels.cu). Prints what mlp_train prints; the
-// checksum does not depend on --ranks (trainer.h). See ../README.md.
+// and flags that kernels spin on (ring.h, mp_kernels.cu), or with --transport tcp over TCP through
+// pinned staging and proxy threads (tcp_ring.h). Prints what mlp_train prints; the checksum does
+// not depend on --ranks (trainer.h). See ../README.md.
 #include <cerrno>
 
 #include "launcher.h"
@@ -13,7 +14,7 @@
 int main(int argc, char** argv) {
   wl::ms_since_start();
   mp::Options options = mp::parse_options(argc, argv);
-  if (options.ranks > 1 && options.rank < 0) return mp::launch_ranks(options.ranks, argc, argv);
+  if (options.ranks > 1 && options.rank < 0) return mp::launch_ranks(options, argc, argv);
 
   CU_CHECK(cuInit(0));
   CUdevice device;

@@ -6,8 +6,12 @@
 #include <thread>
 
 #include "../mlp/data.h"
+#include "ballast.h"
 #include "mp_kernels_fatbin.h"
 #include "ring.h"
+#include "step_log.h"
+#include "tcp_ring.h"
+#include "tcp_store.h"
 #include "workload_util.h"
 
 namespace mp {
@@ -27,6 +31,11 @@ CUdeviceptr alloc(std::size_t bytes) {
   CU_CHECK(cuMemAlloc(&p, bytes));
   return p;
 }
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 }  // namespace
 
 Kernels Kernels::load(CUmodule module) {
@@ -40,6 +49,8 @@ Kernels Kernels::load(CUmodule module) {
       wl::get_function(module, name::mp_mse_grad),
       wl::get_function(module, name::mp_from_fixed),
       wl::get_function(module, name::mp_ring_allreduce),
+      wl::get_function(module, name::mp_accumulate),
+      wl::get_function(module, name::mp_ballast_write),
   };
 }
 
@@ -84,13 +95,30 @@ Trainer::Trainer(const Options& o, const Kernels& k) : o_(o), k_(k) {
   host_batch_ = static_cast<float*>(host);
   CU_CHECK(cuMemHostAlloc(&host, sizeof(float), 0));
   host_loss_ = static_cast<float*>(host);
+  if (o.ballast_mib > 0)
+    ballast_ = std::make_unique<Ballast>(o.ballast_mib, rank, k.ballast_write, stream_);
   CU_CHECK(cuCtxSynchronize());
-  if (o.ranks > 1) ring_ = std::make_unique<Ring>(o, k.ring_allreduce, words_);
+  if (!o.step_log.empty()) step_log_ = std::make_unique<StepLog>(o.step_log);
+  if (is_tcp(o) && o.rank >= 0)
+    connect_tcp();
+  else if (o.ranks > 1)
+    ring_ = std::make_unique<Ring>(o, k.ring_allreduce, words_);
+}
+
+// Rank 0 serves the store; every rank keeps one connection to it for the run.
+void Trainer::connect_tcp() {
+  HostPort store;
+  parse_host_port(o_.store, &store);  // checked by parse_options
+  if (o_.rank == 0) store_server_ = std::make_unique<StoreServer>(store);
+  store_ = std::make_unique<StoreClient>(store, o_.rank, o_.connect_timeout_s * 1000);
+  if (o_.ranks > 1) tcp_ring_ = std::make_unique<TcpRing>(o_, *store_, k_.accumulate, words_);
 }
 
 Trainer::~Trainer() {
   cuCtxSynchronize();
   ring_.reset();
+  tcp_ring_.reset();
+  ballast_.reset();
   for (Layer& layer : layers_) {
     cuMemFree(layer.param);
     cuMemFree(layer.adam_m);
@@ -121,6 +149,7 @@ void Trainer::run() {
   const float total_outputs = static_cast<float>(o_.batch * kOutputDim);
   float loss = 0.0f;
   for (int s = 0; s < o_.steps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
     teacher.make_batch(static_cast<std::uint64_t>(s), o_.batch, x.data(), y.data());
     std::size_t nx = static_cast<std::size_t>(local_) * kInputDim;
     std::size_t ny = static_cast<std::size_t>(local_) * kOutputDim;
@@ -137,13 +166,20 @@ void Trainer::run() {
       std::printf("step %d loss %.9g t_ms %.1f\n", s, loss, wl::ms_since_start());
       std::fflush(stdout);
     }
+    double ms = ms_since(start);
     if (o_.step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
     }
+    ms += store_barrier(s);
+    if (step_log_) step_log_->add(s, ms);
   }
   CU_CHECK(cuCtxSynchronize());
   if (ring_) ring_->close();
+  if (tcp_ring_) tcp_ring_->close();
   std::uint64_t sum = checksum();
+  if (ballast_) {
+    std::printf("rank %d ballast %016" PRIx64 "\n", o_.rank < 0 ? 0 : o_.rank, ballast_->digest());
+  }
   if (o_.rank <= 0) {
     std::printf("final_loss %.9g\n", loss);
     std::printf("checksum %016" PRIx64 "\n", sum);
@@ -151,9 +187,27 @@ void Trainer::run() {
     std::printf("rank %d checksum %016" PRIx64 "\n", o_.rank, sum);
   }
   std::fflush(stdout);
+  leave_store();
+}
+
+// Every --store-every steps, after the step's delay: a rank that gets here first blocks in a
+// receive from the store until the last one arrives.
+double Trainer::store_barrier(int s) {
+  if (!store_ || o_.store_every == 0 || (s + 1) % o_.store_every != 0) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  store_->barrier("barrier/" + std::to_string(s), o_.ranks);
+  return ms_since(start);
+}
+
+// Hangs up on the store; rank 0 serves it until every rank has.
+void Trainer::leave_store() {
+  store_.reset();
+  if (store_server_) store_server_->finish(o_.connect_timeout_s * 1000);
+  store_server_.reset();
 }
 
 void Trainer::step(int s) {
+  if (ballast_) ballast_->rewrite(stream_, s);
   const int last = static_cast<int>(layers_.size()) - 1;
   for (int l = 0; l <= last; ++l) {
     const Layer& layer = layers_[l];
@@ -182,7 +236,7 @@ void Trainer::step(int s) {
           stream_, grad_[l], grad_[l + 1], layer.param, act_[l], local_, layer.n_in, layer.n_out));
     }
   }
-  if (ring_) {
+  if (ring_ || tcp_ring_) {
     const bool lag_step = o_.lag_rank >= 0 && s % kLagPeriod == 1;
     const bool lag = o_.rank == o_.lag_rank && lag_step;
     // Without the barrier the peers' all-reduce kernels are already spinning on this rank's
@@ -192,7 +246,10 @@ void Trainer::step(int s) {
     if (o_.memop_barrier) ring_->barrier(stream_);
     if (lag_step && o_.barrier_gap_ms)
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.barrier_gap_ms));
-    ring_->allreduce(stream_, fixed_);
+    if (ring_)
+      ring_->allreduce(stream_, fixed_);
+    else
+      tcp_ring_->allreduce(stream_, fixed_);
   }
   int words = static_cast<int>(words_);
   CU_CHECK(wl::launch(k_.from_fixed, wl::cover(words), stream_, grads_, fixed_, words));

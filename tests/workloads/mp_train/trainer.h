@@ -19,15 +19,23 @@
 
 namespace mp {
 
-inline constexpr int kMicroBatches = 12;  // divisible by every rank count, 1 to 4
+// Divisible by every rank count of the shared-memory transports (1 to 4); with tcp, up to 12
+// ranks hold one micro-batch or more each.
+inline constexpr int kMicroBatches = 12;
 
 struct Kernels {
   CUfunction linear_forward, linear_backward_input, adam_step;
   CUfunction backward_params, squared_error, mse_grad, from_fixed, ring_allreduce;
+  CUfunction accumulate, ballast_write;
   static Kernels load(CUmodule module);
 };
 
+class Ballast;
 class Ring;
+class StepLog;
+class StoreClient;
+class StoreServer;
+class TcpRing;
 
 class Trainer {
  public:
@@ -47,7 +55,10 @@ class Trainer {
     std::size_t count() const { return static_cast<std::size_t>(n_out) * (n_in + 1); }
   };
 
+  void connect_tcp();
   void step(int step);
+  double store_barrier(int step);  // the ms it took
+  void leave_store();
   std::uint64_t checksum() const;
 
   const Options& o_;
@@ -63,6 +74,11 @@ class Trainer {
   float* host_loss_ = nullptr;   // pinned: the summed squared error, after the all-reduce
   CUstream stream_ = nullptr;
   std::unique_ptr<Ring> ring_;
+  std::unique_ptr<StoreServer> store_server_;  // tcp, rank 0
+  std::unique_ptr<StoreClient> store_;         // tcp
+  std::unique_ptr<TcpRing> tcp_ring_;
+  std::unique_ptr<Ballast> ballast_;
+  std::unique_ptr<StepLog> step_log_;
   double beta1_power_ = 1.0, beta2_power_ = 1.0;
 };
 

@@ -13,6 +13,8 @@ bool parse_transport_choice(const std::string& text, TransportChoice* out) {
     *out = TransportChoice::kProxy;
   else if (text == "ipc")
     *out = TransportChoice::kIpc;
+  else if (text == "tcp")
+    *out = TransportChoice::kTcp;
   else
     return false;
   return true;
@@ -43,6 +45,7 @@ Transport transport_for(TransportChoice choice, int link, int part) {
     case TransportChoice::kIpc:
       return Transport::kIpc;
     case TransportChoice::kRotate:
+    case TransportChoice::kTcp:  // has no mailboxes: never asked
       break;
   }
   return static_cast<Transport>((part + link) % kTransports);

@@ -19,7 +19,8 @@ namespace mp {
 enum class Transport { kScm = 0, kPidfd = 1, kProxy = 2, kIpc = 3 };
 inline constexpr int kTransports = 4;
 
-enum class TransportChoice { kRotate, kScm, kPidfd, kProxy, kIpc };
+// kTcp is no mailbox transport: the ranks share no memory and talk over TCP (tcp_ring.h).
+enum class TransportChoice { kRotate, kScm, kPidfd, kProxy, kIpc, kTcp };
 
 bool parse_transport_choice(const std::string& text, TransportChoice* out);
 const char* transport_name(Transport t);

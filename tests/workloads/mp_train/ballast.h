@@ -1,0 +1,37 @@
+// --ballast-mib: device memory that makes a rank's footprint what a benchmark wants. Filled once
+// (a function of the rank), then one slice rewritten per step (a function of the rank and the
+// step), so an incremental checkpoint has a little to store; digest() fingerprints all of it.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace mp {
+
+class Ballast {
+ public:
+  // Allocates `mib` MiB and queues its fill on `stream`.
+  Ballast(std::uint64_t mib, int rank, CUfunction write_kernel, CUstream stream);
+  ~Ballast();
+  Ballast(const Ballast&) = delete;
+  Ballast& operator=(const Ballast&) = delete;
+
+  // Queues step `step`'s rewrite of a kSliceWords slice on `stream`.
+  void rewrite(CUstream stream, int step);
+  // FNV-1a 64 over its 64-bit words, in order (read back with the stream idle).
+  std::uint64_t digest() const;
+
+  static constexpr std::uint64_t kSliceWords = 8192;  // 64 KiB
+
+ private:
+  void write(CUstream stream, std::uint64_t first, std::uint64_t n, std::uint64_t seed);
+  std::uint64_t seed(std::uint64_t step) const;
+
+  CUfunction kernel_;
+  int rank_;
+  std::uint64_t words_;
+  CUdeviceptr base_ = 0;
+};
+
+}  // namespace mp
