@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "paths.h"
+#include "peer_keys.h"
 #include "remote.h"
 
 namespace gcr::cli {
@@ -35,6 +37,7 @@ namespace {
 const std::uint64_t kHostPage = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 
 struct CheckpointOptions {
+  std::vector<std::string> pid_args;  // as given: PID, or with --job PID@HOST:PORT
   std::vector<int> pids;
   std::string name;
   bool leave_running = false;
@@ -46,7 +49,52 @@ struct CheckpointOptions {
   bool tree = false;          // --tree: PID's tree (always taken; the flag only says so)
   bool job = false;           // --job: the pids' trees are one job
   std::vector<int> job_pids;  // with --job: every pid after the first (sent as job_pids)
+  // --job PID@HOST:PORT (Note [A job across hosts] in daemon/job_link.h): the other hosts' ranks,
+  // by their gcrd's address, and the key they accept (--token-file).
+  std::vector<std::pair<std::string, std::vector<int>>> remote;
+  std::string token_file;
+  double idle_s = 30;
 };
+
+// PID, or PID@HOST:PORT (a rank on the host whose gcrd listens at HOST:PORT).
+Status parse_pid_args(CheckpointOptions& o) {
+  o.pids.clear();
+  o.remote.clear();
+  for (const std::string& a : o.pid_args) {
+    auto at = a.find('@');
+    std::string pid_text = a.substr(0, at);
+    char* end = nullptr;
+    long pid = std::strtol(pid_text.c_str(), &end, 10);
+    if (pid_text.empty() || *end != '\0' || pid <= 0 || pid > (1 << 22))
+      return Error{Errc::invalid_argument, "'" + a + "' is not a pid (nor PID@HOST:PORT)"};
+    if (at == std::string::npos) {
+      o.pids.push_back(static_cast<int>(pid));
+      continue;
+    }
+    std::string where = a.substr(at + 1);
+    if (where.find(':') == std::string::npos)
+      return Error{
+          Errc::invalid_argument,
+          "'" + a + "': give the host's gcrd as HOST:PORT (what its gcr daemon --listen says)"};
+    auto it = std::find_if(o.remote.begin(), o.remote.end(),
+                           [&](const auto& r) { return r.first == where; });
+    if (it == o.remote.end()) it = o.remote.insert(o.remote.end(), {where, {}});
+    it->second.push_back(static_cast<int>(pid));
+  }
+  if (!o.remote.empty() && !o.job)
+    return Error{Errc::invalid_argument,
+                 "a process on another host (PID@HOST:PORT) is checkpointed as part of a job: "
+                 "add --job"};
+  if (!o.remote.empty() && o.pids.empty())
+    return Error{Errc::invalid_argument,
+                 "run gcr checkpoint --job on one of the job's hosts, naming at least one of its "
+                 "processes there as a plain PID: that host's gcrd coordinates the others"};
+  if (!o.remote.empty() && o.token_file.empty())
+    return Error{Errc::invalid_argument,
+                 "the job's other hosts need their token: --token-file FILE (the file their gcr "
+                 "daemon --listen reads)"};
+  return ok();
+}
 
 struct RestoreOptions {
   std::string name;
@@ -57,7 +105,9 @@ struct RestoreOptions {
   bool json = false;
   criu::StreamOptions streams;
   std::vector<std::string> accept_changed;
-  std::string log;    // --log: where --detach sends stdout and stderr
+  std::string log;         // --log: where --detach sends stdout and stderr
+  std::string token_file;  // a job across hosts: the key of its other hosts
+  double idle_s = 30;
   std::string trace;  // --trace FILE
 };
 
@@ -152,6 +202,19 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
     fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
   for (int p : o.job_pids)
     fields["job_pids"] += (fields["job_pids"].empty() ? "" : ",") + std::to_string(p);
+  if (!o.remote.empty()) {  // Note [A job across hosts] (daemon/job_link.h)
+    auto key = gcrd::read_client_key(o.token_file);
+    if (!key) return std::move(key).error();
+    fields["net_key_name"] = key->name;
+    fields["net_key"] = key->secret;
+    fields["idle_ms"] = std::to_string(static_cast<long long>(o.idle_s * 1000));
+    for (std::size_t k = 0; k < o.remote.size(); ++k) {
+      fields["remote." + std::to_string(k)] = o.remote[k].first;
+      std::string pids;
+      for (int p : o.remote[k].second) pids += (pids.empty() ? "" : ",") + std::to_string(p);
+      fields["remote_pids." + std::to_string(k)] = pids;
+    }
+  }
   // A bar for the storing with one pid only: several would draw over each other.
   ProgressLine bar(!o.json && ctx.stderr_tty && o.pids.size() == 1,
                    "pid " + std::to_string(o.pids[i]) + ": storing");
@@ -220,11 +283,17 @@ void print_checkpoints_json(const CheckpointOptions& o,
 std::string describe_checkpoint_headline(const CheckpointOptions& o,
                                          const std::map<std::string, std::string>& f) {
   std::string pids = field(f, "pid");
-  for (std::size_t k = 0; k < o.job_pids.size(); ++k)
-    pids += (k + 1 == o.job_pids.size() ? " and " : ", ") + std::to_string(o.job_pids[k]);
-  return "checkpoint " + field(f, "id").substr(0, 12) + " of pid" +
-         (o.job_pids.empty() ? " " : "s ") + pids + " (" + field(f, "kind") +
-         (o.job_pids.empty() ? "" : ", one job") + "): stall " +
+  std::vector<std::string> others;
+  for (int p : o.job_pids) others.push_back(std::to_string(p));
+  for (const auto& [where, ps] : o.remote)
+    for (int p : ps) others.push_back(std::to_string(p) + "@" + where);
+  for (std::size_t k = 0; k < others.size(); ++k)
+    pids += (k + 1 == others.size() ? " and " : ", ") + others[k];
+  std::string job = others.empty()     ? ""
+                    : o.remote.empty() ? ", one job"
+                                       : ", one job across " + field(f, "job_hosts") + " hosts";
+  return "checkpoint " + field(f, "id").substr(0, 12) + " of pid" + (others.empty() ? " " : "s ") +
+         pids + " (" + field(f, "kind") + job + "): stall " +
          format_duration(ns(field_u64(f, "time.stall_ns"))) + ", total " +
          format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
 }
@@ -312,11 +381,13 @@ Status first_checkpoint_error(
   return ok();
 }
 
-Status checkpoint(const CheckpointOptions& o, Context& ctx) {
+Status checkpoint(const CheckpointOptions& given, Context& ctx) {
+  CheckpointOptions o = given;
+  if (o.pids.empty() && !o.pid_args.empty()) GCR_TRY(parse_pid_args(o));
   if (o.pids.empty())
     return Error{Errc::invalid_argument, "no pid given: gcr checkpoint PID [PID...]"};
   if (o.job) {  // Note [A job of several trees] (daemon/job.h): one checkpoint of them all
-    if (o.pids.size() < 2)
+    if (o.pids.size() + o.remote.size() < 2)
       return Error{Errc::invalid_argument,
                    "--job checkpoints several process trees as one job: give the pid of each "
                    "(a job under one launcher is the launcher's tree: give its pid alone)"};
@@ -474,6 +545,13 @@ RestoreRequest restore_request(const RestoreOptions& o, Context& ctx,
   if (o.eager) req.fields["eager"] = "1";
   if (arriving) req.fields["arriving"] = "1";
   if (o.new_pid_namespace) req.fields["new_pid_namespace"] = "1";
+  if (!o.token_file.empty()) {  // Note [A job across hosts] (daemon/job_link.h)
+    if (auto key = gcrd::read_client_key(o.token_file)) {  // checked by restore() first
+      req.fields["net_key_name"] = key->name;
+      req.fields["net_key"] = key->secret;
+    }
+    req.fields["idle_ms"] = std::to_string(static_cast<long long>(o.idle_s * 1000));
+  }
   for (std::size_t i = 0; i < streams.inherit.size(); ++i) {
     req.fields["inherit." + std::to_string(i)] = streams.inherit[i].key;
     req.files.push_back(streams.inherit[i].fd.get());
@@ -571,6 +649,9 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
                           : "";
   if (!field(f, "job_pids").empty())  // Note [A job of several trees] (daemon/job.h)
     where += " with the job's other trees as pids " + field(f, "job_pids");
+  for (int i = 0; !field(f, "remote." + std::to_string(i)).empty(); ++i)
+    where += (i ? ", " : "; on host ") + field(f, "remote." + std::to_string(i)) + " as pids " +
+             field(f, "remote_pids." + std::to_string(i));
   // The process writes to our stdout now: the summary goes to stderr, out of its way.
   auto say = [shares_stdout](const std::string& text) {
     if (shares_stdout)
@@ -596,6 +677,7 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
 }
 
 Status restore(RestoreOptions o, Context& ctx) {
+  if (!o.token_file.empty()) GCR_TRY(gcrd::read_client_key(o.token_file).context("--token-file"));
   const auto command_start = std::chrono::steady_clock::now();
   if (!o.log.empty() && !o.streams.detach)
     return Error{Errc::invalid_argument, "--log goes with --detach"};
@@ -696,7 +778,10 @@ Result<UniqueFd> gcrd_connection() {
 void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   static CheckpointOptions co;
   auto* c = app.add_subcommand("checkpoint", "Checkpoint running processes into the image store");
-  c->add_option("pid", co.pids, "Processes to checkpoint (concurrently)")->required();
+  c->add_option("pid", co.pid_args,
+                "Processes to checkpoint (concurrently); with --job, PID@HOST:PORT for a process "
+                "on another host (its gcrd's --listen address)")
+      ->required();
   c->add_option("--name", co.name, "Tag the checkpoint (NAME-PID with several pids)")
       ->type_name("NAME");
   c->add_flag("--leave-running,-R", co.leave_running,
@@ -727,6 +812,16 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
               "The pids are the roots of process trees started apart (by hand, by a scheduler) "
               "that make one job: checkpoint them as one, with one consistent cut (one CRIU dump "
               "per tree; unix sockets between the trees are connected again on restore)");
+  c->add_option("--token-file", co.token_file,
+                "With --job PID@HOST:PORT: the key of the job's other hosts (the file their gcr "
+                "daemon --listen reads)")
+      ->type_name("FILE");
+  c->add_option("--host-timeout", co.idle_s,
+                "With --job PID@HOST:PORT: seconds another host may say nothing before it is taken "
+                "for gone and the checkpoint is abandoned everywhere")
+      ->type_name("SECONDS")
+      ->default_val(30)
+      ->check(CLI::Range(0.1, 3600.0));
   c->add_flag("--json", co.json, "Machine-readable output");
   c->footer(
       "Without --leave-running the process is gone once the checkpoint is committed.\n\n"
@@ -780,6 +875,16 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "FILE (Chrome/Perfetto JSON), and report when CRIU and gcr's gate let go of the "
                 "restored process; needs root for the kernel part")
       ->type_name("FILE");
+  r->add_option("--token-file", ro.token_file,
+                "A job across hosts (checkpointed with --job PID@HOST:PORT): the key of its other "
+                "hosts, each of which restores its part")
+      ->type_name("FILE");
+  r->add_option("--host-timeout", ro.idle_s,
+                "A job across hosts: seconds another host may say nothing before it is taken for "
+                "gone and the restore is abandoned everywhere")
+      ->type_name("SECONDS")
+      ->default_val(30)
+      ->check(CLI::Range(0.1, 3600.0));
   r->add_flag("--json", ro.json, "Machine-readable output");
   r->footer(
       "The restored process gets its original pid: on the host when it is free, else in a new "

@@ -28,6 +28,7 @@
 #include "gcr/process_tree.h"
 #include "gcr/settings.h"
 #include "job.h"
+#include "job_link.h"
 #include "lineage.h"
 #include "pause_point.h"
 #include "phase_clock.h"
@@ -267,6 +268,7 @@ std::map<std::string, std::string> job_meta(const CheckpointRequest& req, const 
     if (!in.trees.sockets.empty()) meta["job_sockets"] = encode_job_sockets(in.trees);
   }
   if (!in.trees.tcp.empty()) meta["job_tcp"] = encode_job_tcp(in.trees.tcp.connections);
+  for (const auto& [k, v] : req.extra_meta) meta[k] = v;
   return meta;
 }
 
@@ -293,7 +295,14 @@ Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointReque
   const bool external = req.external_criu || req.device_only;
   // Note [TCP within a job] (job_tcp.h): gcr's own dump carries the connections whose two ends it
   // takes (the driver's checkpoint and a runtime's CRIU do not).
-  if (!external && !req.stop_copy && !in.members.empty() && !req.tcp_close) carry_tcp(in.trees);
+  if (!external && !req.stop_copy && !in.members.empty() && !req.tcp_close) {
+    carry_tcp(in.trees);
+    // Note [A job across hosts] (job_link.h): the far ends the other hosts hold.
+    if (req.link) {
+      GCR_TRY_ASSIGN(auto across, req.link->carried(outward_tcp(in.trees)));
+      carry_tcp_listed(in.trees, across);
+    }
+  }
   if (external && in.members.empty()) {
     // Not under gcr: the runtime's CRIU and the plugin's driver steps do it all (the baseline).
     in.route = Inspection::Route::none;
@@ -325,6 +334,7 @@ Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointReque
   CheckpointPlan& plan = in.plan;
   plan.roots = roots;
   plan.several_trees = several_trees;
+  plan.cut_over_tcp = !in.trees.tcp.empty() || req.link;
   plan.job = in.members.size() > 1 || in.members[0].pid != tree.root || several_trees;
   plan.external = external;
   for (const Member& m : in.members) plan.owners.push_back(m.owner);
@@ -354,7 +364,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   if (in.route == Inspection::Route::stop_copy)
     return checkpoint_stop_copy(store, tools, req, in.trees.all, progress, "stop-copy");
   GCR_TRY_ASSIGN(Gpu * gpu, Gpu::get());
-  MemberSessions sessions(in.members, in.plan.shared, in.trees.tcp, *gpu);
+  MemberSessions sessions(in.members, in.plan.shared, in.trees.tcp, req.link, *gpu);
   // Note [Host memory tracked between checkpoints]: host memory pinned for DMA, per member, asked
   // now (a member that cannot say is not tracked at all) and again once the GPU is idle (parked).
   GCR_TRY_ASSIGN(in.plan.pinned, ask_pinned(sessions, in.plan.registered, in.plan.pinned_frozen));
@@ -390,7 +400,7 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
           work->set(pid, {"checkpoint", phase, tx.process_state()});
     });
   Status done = tx.prepare();
-  if (done) done = tx.commit();
+  if (done) done = req.decide ? req.decide(tx) : tx.commit();
   if (!done) {
     std::string journal;
     for (const std::string& line : tx.transaction().journal()) journal += "\n  " + line;

@@ -63,6 +63,12 @@ struct CheckpointRequest {
   // it now), false gives it its memory back and lets it run on.
   // `committed` is called when the client commits the process to the destination.
   std::function<bool(const std::string& id, const std::function<void()>& committed)> hold;
+  // A part of a job across hosts (Note [A job across hosts] in job_link.h): the other hosts are
+  // met there; null for a job on this host alone.
+  class JobLink* link = nullptr;
+  // Ibid.: what follows a prepared checkpoint (default: its commit), and META it adds.
+  std::function<Status(class CheckpointTransaction&)> decide;
+  std::map<std::string, std::string> extra_meta;
 };
 
 struct CheckpointReport {

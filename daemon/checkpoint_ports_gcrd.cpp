@@ -160,10 +160,11 @@ bool start_criu_early() {
 // --- MemberSessions ------------------------------------------------------------------------------
 
 MemberSessions::MemberSessions(std::vector<Member>& members, std::vector<SharedAllocation> shared,
-                               CarriedTcp tcp, Gpu& gpu)
+                               CarriedTcp tcp, JobLink* link, Gpu& gpu)
     : members_(members),
       shared_(std::move(shared)),
       tcp_(std::move(tcp)),
+      link_(link),
       gpu_(gpu),
       open_(members.size(), true),
       locks_(members.size()),
@@ -216,7 +217,7 @@ void receive_copies(int socket, std::map<std::uint32_t, UniqueFd>& into) {
 }  // namespace
 
 Status MemberSessions::cut(std::chrono::milliseconds timeout, const Progress& progress) {
-  return reach_cut(members_, shared_, tcp_, timeout, progress);
+  return reach_cut(members_, shared_, tcp_, link_, timeout, progress);
 }
 
 void MemberSessions::end_cut() {
@@ -307,7 +308,8 @@ CriuDumper::CriuDumper(const criu::Tools& tools, const CheckpointRequest& reques
       trees_(trees),
       key_(key),
       members_(std::move(members)),
-      several_(trees.trees.size() > 1) {}
+      // Note [A job across hosts]: a part's trees wait stopped until every host has dumped.
+      several_(trees.trees.size() > 1 || request.link) {}
 
 CriuDumper::~CriuDumper() = default;
 
@@ -393,9 +395,13 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
   // Note [Pages written after the resume] (gcr/criu.h): a CRIU that writes the pages after the
   // process runs again has let it go before it ends; it is waited for before its images are
   // stored.
-  if (Status s = lock_tcp(); !s) {
+  // Note [A job across hosts] (job_link.h): no host freezes a rank before every host's ranks
+  // are drained.
+  Status locked = req_.link ? req_.link->quiesced() : ok();
+  if (locked) locked = lock_tcp();
+  if (!locked) {
     tracking_.reset();
-    return std::move(s).error();
+    return std::move(locked).error();
   }
   Status dumped = ok();
   if (early_ && req_.leave_running && tools_.cow_dump)
@@ -404,7 +410,14 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
     dumped = dump_trees(tools_, options_, trees_, req_, early_trees_, [this] { end_tcp_repair(); });
   else
     dumped = early_ ? early_->go_and_wait() : criu::dump(tools_, options_);
-  tcp_lock_.release();  // every end is dumped
+  // Every end is dumped (on every host: ibid.) before any is unlocked.
+  if (dumped && req_.link)
+    if (Status met = req_.link->dumped(); !met) {
+      continue_trees();  // every tree here was dumped and waits stopped: on with them
+      tracking_.reset();
+      return std::move(met).error();
+    }
+  tcp_lock_.release();
   if (!dumped) {
     end_tcp_repair();  // a tree CRIU left stopped before failing goes on
     // CRIU has ended: whatever it was handed is served again, or its protection ends, before

@@ -14,6 +14,7 @@
 #include "gcr/criu.h"
 #include "host_tracking.h"
 #include "job.h"
+#include "job_link.h"
 #include "keeper.h"
 #include "lineage.h"
 #include "tcp_lock.h"
@@ -24,7 +25,7 @@ namespace gcr::gcrd {
 class MemberSessions final : public JobSessions {
  public:
   MemberSessions(std::vector<Member>& members, std::vector<SharedAllocation> shared, CarriedTcp tcp,
-                 Gpu& gpu);
+                 JobLink* link, Gpu& gpu);
   std::size_t size() const override { return members_.size(); }
   pid_t pid(std::size_t m) const override { return members_[m].pid; }
   Status cut(std::chrono::milliseconds timeout, const Progress& progress) override;
@@ -62,6 +63,7 @@ class MemberSessions final : public JobSessions {
   std::vector<Member>& members_;
   const std::vector<SharedAllocation> shared_;  // for the cut (a copy: the plan moves on)
   const CarriedTcp tcp_;                        // ibid.
+  JobLink* link_;                               // Note [A job across hosts] (job_link.h)
   Gpu& gpu_;
   std::vector<bool> open_;
   // Each closed session's lock, held from close() to reopen() or give_back(): nobody else

@@ -114,6 +114,20 @@ Status CheckpointTransaction::prepare_phases() {
   return tx_.run("drain", [&] { return drain(); });
 }
 
+Status CheckpointTransaction::commit_manifest_only() {
+  return after_failure(tx_.run("commit", [&] { return commit_manifest(); }));
+}
+
+Status CheckpointTransaction::finish_commit() {
+  GCR_TRY(after_failure(tx_.run("finish", [&] { return finish(); })));
+  tx_.commit();
+  return ok();
+}
+
+void CheckpointTransaction::set_meta(const std::string& key, const std::string& value) {
+  writer_->set_meta(key, value);
+}
+
 Status CheckpointTransaction::commit_phases() {
   GCR_TRY(tx_.run("commit", [&] { return commit_manifest(); }));
   GCR_TRY(tx_.run("finish", [&] { return finish(); }));
@@ -152,7 +166,7 @@ Status CheckpointTransaction::begin() {
 
 Status CheckpointTransaction::cut() {
   t_cut_ = Clock::now();
-  if (plan_.shared.empty()) return ok();
+  if (plan_.shared.empty() && !plan_.cut_over_tcp) return ok();
   GCR_TRY(ports_.sessions.cut(req_.quiesce_timeout, ports_.progress));
   record_phase(rep_, "cut", t_cut_);
   return ok();
@@ -542,6 +556,8 @@ Status CheckpointTransaction::commit_manifest() {
   rep_.id = info.id.hex();
   rep_.stats = info.stats;
   committed_ = std::move(info);
+  if (req_.link && !req_.tag)
+    tx_.on_undo("the job's part", [this] { (void)ports_.store.remove(committed_->id); });
   // Note [CRIU run by someone else]: device memory without a CRIU image of its process is of no
   // use, should the runtime's dump fail.
   if (plan_.external && !req_.device_only)

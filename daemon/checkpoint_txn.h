@@ -75,6 +75,9 @@ struct CheckpointPlan {
   std::vector<bool> registered;          // per member: it registered host memory
   PinnedHostMemory pinned;               // as asked before the cut
   bool pinned_frozen = false;            // GCR_PINNED_FROZEN=1
+  // Members linked by TCP (Note [TCP within a job]), or a part of a job across hosts (Note [A job
+  // across hosts]): the cut runs for them too.
+  bool cut_over_tcp = false;
   std::optional<store::CheckpointId> parent;
   std::map<std::string, std::string> meta;  // the manifest's META to begin with
 };
@@ -112,6 +115,12 @@ class CheckpointTransaction final : public Participant {
   // The manifest committed, and what follows (lineage, the end of a stopped process).
   Status commit() override;
   void abort() override { tx_.abort(); }
+  // The two halves of commit(), for a part of a job across hosts (Note [A job across hosts] in
+  // job_link.h): the manifest, as the request names it (a part: unnamed, and removed should the
+  // job abort, undo "the job's part"), then the rest.
+  Status commit_manifest_only();
+  Status finish_commit();
+  void set_meta(const std::string& key, const std::string& value);
 
   CheckpointReport& report() { return rep_; }
   // What the phase under way has made of the processes: "running", "quiesced", "parked",

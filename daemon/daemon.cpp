@@ -324,17 +324,20 @@ void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_netw
   r.fields = decode_fields(rest);
   if (from_network) {
     if (r.verb != "ping" && r.verb != "restore" && r.verb != "stage" &&
-        r.verb != "restore_container") {
+        r.verb != "restore_container" && r.verb != "job_part") {
       send_error(cfd, Error{Errc::permission_denied,
-                            "over the network gcrd serves ping, stage, restore and "
-                            "restore_container only"});
+                            "over the network gcrd serves ping, stage, restore, "
+                            "restore_container and job_part only"});
       return;
     }
     r.fields["store"] = peer.store.string();
   }
+  // A key a client hands gcrd for other hosts (Note [A job across hosts]) is never logged.
+  Fields shown = r.fields;
+  if (shown.count("net_key")) shown["net_key"] = "(hidden)";
   log(std::string("request from ") +
       (from_network ? "the network" : "uid " + std::to_string(client_uid)) + ": " + r.verb + " " +
-      rest);
+      encode_fields(shown));
   const bool quick = r.verb == "ping" || r.verb == "stage" || r.verb == "work";
   if (!quick) pause_point("request");
   auto result = serve(r);

@@ -90,7 +90,39 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
     return Error{Errc::invalid_argument, "device_only is for a --leave-running checkpoint"};
   if (c.hold && (c.leave_running || c.stop_copy))
     return Error{Errc::invalid_argument, "hold is for a checkpoint that stops the process"};
+  for (std::size_t i = 0; r.has("remote." + std::to_string(i)); ++i) {
+    const std::string n = std::to_string(i);
+    CheckpointFields::Remote h;
+    GCR_TRY_ASSIGN(h.address, r.text("remote." + n, 300));
+    GCR_TRY_ASSIGN(h.pids, r.pids("remote_pids." + n));
+    if (h.pids.empty()) return bad("remote_pids." + n, "names no process");
+    c.remote.push_back(std::move(h));
+  }
+  GCR_TRY_ASSIGN(c.net_key_name, r.text("net_key_name", 64));
+  GCR_TRY_ASSIGN(c.net_key, r.text("net_key", 4096));
+  GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
+  if (idle) c.idle = std::chrono::milliseconds(*idle);
+  if (!c.remote.empty() && (c.stop_copy || c.hold || c.device_only || c.tcp_close))
+    return Error{Errc::invalid_argument,
+                 "a job across hosts is checkpointed by gcr itself, live or stopping: not with "
+                 "stop_copy, hold, device_only or tcp_close"};
+  if (!c.remote.empty() && c.net_key.empty())
+    return Error{Errc::invalid_argument, "a job across hosts needs the key of its hosts (net_key)"};
   return c;
+}
+
+Result<JobPartFields> decode_job_part(const Fields& f) {
+  RequestFields r(f);
+  JobPartFields p;
+  GCR_TRY_ASSIGN(p.pids, r.pids("pids"));
+  if (p.pids.empty()) return bad("pids", "names no process");
+  GCR_TRY_ASSIGN(p.leave_running, r.flag("leave_running"));
+  GCR_TRY_ASSIGN(auto ms, r.integer("timeout_ms", 100, 3'600'000));
+  if (ms) p.timeout = std::chrono::milliseconds(*ms);
+  GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
+  if (idle) p.idle = std::chrono::milliseconds(*idle);
+  GCR_TRY_ASSIGN(p.job, r.text("job", 64));
+  return p;
 }
 
 Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
@@ -103,6 +135,11 @@ Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
   GCR_TRY_ASSIGN(out.eager, r.flag("eager"));
   GCR_TRY_ASSIGN(out.arriving, r.flag("arriving"));
   GCR_TRY_ASSIGN(out.new_pid_namespace, r.flag("new_pid_namespace"));
+  GCR_TRY_ASSIGN(out.job_part, r.flag("job_part"));
+  GCR_TRY_ASSIGN(out.net_key_name, r.text("net_key_name", 64));
+  GCR_TRY_ASSIGN(out.net_key, r.text("net_key", 4096));
+  GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
+  if (idle) out.idle = std::chrono::milliseconds(*idle);
   for (std::size_t i = 0; i < files; ++i) {
     const std::string key = "inherit." + std::to_string(i);
     GCR_TRY_ASSIGN(std::string k, r.text(key, 4096));

@@ -48,8 +48,27 @@ struct CheckpointFields {
   bool leave_running = false, stop_copy = false, tcp_close = false, device_only = false;
   bool hold = false;  // gcr migrate's last checkpoint waits for the destination
   std::chrono::milliseconds timeout{10'000};
+  // Note [A job across hosts] (job_link.h): the other hosts' ranks (remote.N "HOST:PORT",
+  // remote_pids.N "PID,PID"), the caller's key for them (net_key_name, net_key), and how long a
+  // silent host is waited for (idle_ms).
+  struct Remote {
+    std::string address;
+    std::vector<pid_t> pids;
+  };
+  std::vector<Remote> remote;
+  std::string net_key_name, net_key;
+  std::chrono::milliseconds idle{30'000};
 };
 Result<CheckpointFields> decode_checkpoint(const Fields& f);
+
+// verb job_part (Note [A job across hosts]): this host's part of a job's checkpoint.
+struct JobPartFields {
+  std::vector<pid_t> pids;
+  bool leave_running = false;
+  std::chrono::milliseconds timeout{10'000}, idle{30'000};
+  std::string job;
+};
+Result<JobPartFields> decode_job_part(const Fields& f);
 
 // verb restore
 struct RestoreFields {
@@ -58,6 +77,11 @@ struct RestoreFields {
   std::string device_map;  // as given; parse_device_map checks it
   bool eager = false, arriving = false, new_pid_namespace = false;
   std::vector<std::string> inherit;  // inherit.0 .. inherit.N-1: the key of file i
+  // Note [A job across hosts] (job_link.h): this host's part, for a coordinator (job_part); or,
+  // restoring a job, the key of its other hosts (net_key_name, net_key); idle_ms for both.
+  bool job_part = false;
+  std::string net_key_name, net_key;
+  std::chrono::milliseconds idle{30'000};
 };
 // `files`: how many files came with the request; each needs its inherit.N key.
 Result<RestoreFields> decode_restore(const Fields& f, std::size_t files);

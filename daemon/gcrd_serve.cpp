@@ -18,6 +18,7 @@
 #include "gcr/process_tree.h"
 #include "gcr/restore_streams.h"
 #include "gcrd_protocol.h"
+#include "job_serve.h"
 #include "pause_point.h"
 #include "restore.h"
 #include "staged.h"
@@ -322,8 +323,55 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
     req.hold = [fd = r.client_fd](const std::string& id, const std::function<void()>& on_commit) {
       return wait_for_migration(fd, id, on_commit);
     };
+  if (!f.remote.empty()) {  // Note [A job across hosts] (job_link.h): this gcrd coordinates
+    if (r.from_network)
+      return Error{Errc::permission_denied,
+                   "a job across hosts is coordinated from one of its hosts"};
+    std::vector<JobHost> hosts;
+    for (const auto& h : f.remote) hosts.push_back({h.address, h.pids});
+    NetKey key{f.net_key_name, f.net_key, std::nullopt};
+    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_across_hosts(*st, tools, req, hosts, key,
+                                                                 f.idle, r.progress, &d.work()));
+    Fields out = checkpoint_reply(rep);
+    out["job_hosts"] = std::to_string(hosts.size() + 1);
+    return out;
+  }
   GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, r.progress, &d.work()));
   return checkpoint_reply(rep);
+}
+
+// Note [A job across hosts] (job_link.h): this host's part, for the coordinator on the request's
+// connection. From the network, only processes of the users the peer may run (Note [Who a peer
+// may run]).
+Result<Fields> serve_job_part(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(JobPartFields f, decode_job_part(r.fields));
+  for (pid_t pid : f.pids) {
+    uid_t owner = owner_of(pid);
+    bool allowed =
+        r.from_network ? r.peer_uids.contains(owner) : (r.client_uid == 0 || owner == r.client_uid);
+    if (!allowed)
+      return Error{Errc::permission_denied,
+                   "process " + std::to_string(pid) + " is of a user this peer may not checkpoint"};
+  }
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  CheckpointRequest req;
+  req.pid = f.pids[0];
+  req.job_pids.assign(f.pids.begin() + 1, f.pids.end());
+  req.leave_running = f.leave_running;
+  req.quiesce_timeout = f.timeout;
+  req.extra_meta["job_id"] = f.job;
+  GCR_TRY_ASSIGN(CheckpointReport rep,
+                 checkpoint_part(*st, tools, req, r.client_fd, f.idle, r.progress, &d.work()));
+  return checkpoint_reply(rep);
+}
+
+// Note [A job across hosts] (job_link.h): the other hosts' parts of a job's checkpoint.
+Result<std::vector<JobPart>> job_parts_of(store::Store& st, const std::string& name) {
+  auto id = st.resolve(name);
+  if (!id) return std::vector<JobPart>{};  // the restore says what is wrong with the name
+  GCR_TRY_ASSIGN(store::Manifest m, st.read_manifest(*id));
+  return decode_job_parts(m.meta_or("job_parts"));
 }
 
 Fields restore_reply(const RestoreReport& rep, bool eager) {
@@ -343,6 +391,8 @@ Fields restore_reply(const RestoreReport& rep, bool eager) {
              {"host_served_bytes", std::to_string(rep.host_served_bytes)}};
   for (pid_t p : rep.tree_pids)  // Note [A job of several trees] (job.h)
     out["job_pids"] += (out["job_pids"].empty() ? "" : ",") + std::to_string(p);
+  for (std::size_t i = 0; i < rep.warnings.size(); ++i)
+    out["warning" + (i ? "." + std::to_string(i) : std::string())] = rep.warnings[i];
   for (const auto& [k, v] : rep.times_ns) out["time." + k + "_ns"] = std::to_string(v);
   for (const auto& [k, v] : rep.starts_ns) out["start." + k + "_ns"] = std::to_string(v);
   return out;
@@ -391,6 +441,30 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
       return criu::check_peer_may_run(creds, uids);
     };
   }
+  if (f.job_part) {  // Note [A job across hosts] (job_link.h): for the job's coordinator
+    GCR_TRY_ASSIGN(RestoreReport rep,
+                   restore_part(*st, tools, req, r.client_fd, f.idle, r.progress));
+    return restore_reply(rep, req.eager);
+  }
+  GCR_TRY_ASSIGN(std::vector<JobPart> parts, job_parts_of(*st, f.name));
+  if (!parts.empty()) {
+    if (f.net_key.empty())
+      return Error{Errc::invalid_argument,
+                   "checkpoint " + f.name + " is a job across " + std::to_string(parts.size() + 1) +
+                       " hosts: give their token with --token-file FILE (the file their gcr "
+                       "daemon --listen reads)"};
+    NetKey key{f.net_key_name, f.net_key, std::nullopt};
+    std::vector<RemoteRestored> remote;
+    GCR_TRY_ASSIGN(RestoreReport rep,
+                   restore_across_hosts(*st, tools, req, parts, key, f.idle, r.progress, &remote));
+    Fields out = restore_reply(rep, req.eager);
+    out["job_hosts"] = std::to_string(parts.size() + 1);
+    for (std::size_t i = 0; i < remote.size(); ++i) {
+      out["remote." + std::to_string(i)] = remote[i].address;
+      out["remote_pids." + std::to_string(i)] = remote[i].pids;
+    }
+    return out;
+  }
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
   return restore_reply(rep, req.eager);
 }
@@ -403,6 +477,7 @@ const std::map<std::string_view, Handler>& handlers() {
       {"ping", serve_ping},
       {"work", serve_work},
       {"checkpoint", serve_checkpoint},
+      {"job_part", serve_job_part},
       {"restore", serve_restore},
       {"stage", serve_stage},
       {"criu_dump", serve_criu_dump},

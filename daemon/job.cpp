@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "hex_address.h"
+#include "job_link.h"
 #include "proc_info.h"
 
 namespace gcr::gcrd {
@@ -213,7 +214,7 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
 }
 
 Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
-                 const CarriedTcp& tcp, std::chrono::milliseconds timeout,
+                 const CarriedTcp& tcp, JobLink* link, std::chrono::milliseconds timeout,
                  const std::function<void(const std::string&)>& progress) {
   // Members linked by a shared allocation, or by a TCP connection (through their processes'
   // sockets: a stream memory operation on host memory that a thread relays to the peer is a
@@ -239,7 +240,10 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
           sharing.insert(m);
         }
   }
-  if (sharing.size() < 2) return ok();
+  // Note [A job across hosts]: every host meets at the cut, ranks or not; the target is the job's.
+  if (!link && sharing.size() < 2) return ok();
+  if (link)
+    for (std::size_t m : sharing) g.join(m, *sharing.begin());
   std::map<std::size_t, control::CutCounts> counts;
   for (std::size_t m : sharing) {
     auto c = members[m].client.cut(control::CutOp::begin);
@@ -253,6 +257,16 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
   for (const auto& [m, c] : counts) {
     std::uint64_t& t = target[g.find(m)];
     t = std::max(t, c.admitted);
+  }
+  if (link) {
+    std::uint64_t here = target.empty() ? 0 : target.begin()->second;
+    auto job = link->cut_target(here);
+    if (!job) {
+      end_cut(members);
+      return std::move(job).context("the job's cut").error();
+    }
+    for (auto& [group, t] : target) t = *job;
+    if (sharing.empty()) return ok();
   }
   for (std::size_t m : sharing)
     if (auto c = members[m].client.cut(control::CutOp::target, target[g.find(m)]); !c) {
@@ -492,6 +506,20 @@ void carry_tcp(JobTrees& job) {
   for (criu::ProcessTree& t : job.trees) files.push_back(&t.files);
   job.tcp = carry_tcp_within(files);
   (void)carry_tcp_within({&job.all.files});  // the same files, in the union
+}
+
+std::vector<TcpConnection> outward_tcp(const JobTrees& job) {
+  std::vector<const std::vector<criu::OpenFile>*> files;
+  for (const criu::ProcessTree& t : job.trees) files.push_back(&t.files);
+  return outward_tcp(files);
+}
+
+void carry_tcp_listed(JobTrees& job, const std::vector<TcpConnection>& listed) {
+  std::vector<std::vector<criu::OpenFile>*> files;
+  for (criu::ProcessTree& t : job.trees) files.push_back(&t.files);
+  carry_listed(files, listed, job.tcp);
+  CarriedTcp union_ends;  // the same files, in the union
+  carry_listed({&job.all.files}, listed, union_ends);
 }
 
 std::vector<std::string> cross_socket_arguments(const JobTrees& job, std::size_t k) {

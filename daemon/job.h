@@ -86,6 +86,10 @@ Result<JobTrees> inspect_job_trees(const std::vector<pid_t>& roots);
 // Note [TCP within a job] (job_tcp.h): the TCP connections both of whose ends the job holds are
 // carried (job.tcp), no longer external.
 void carry_tcp(JobTrees& job);
+// The connections whose far end is on another host of the job (Note [A job across hosts] in
+// job_link.h): what this host's trees hold of them, and their carrying once the job agreed.
+std::vector<TcpConnection> outward_tcp(const JobTrees& job);
+void carry_tcp_listed(JobTrees& job, const std::vector<TcpConnection>& listed);
 // What `criu dump` of trees[k] needs beyond ProcessTree::dump_arguments: --external unix[INODE]
 // for each of its sockets to another tree.
 std::vector<std::string> cross_socket_arguments(const JobTrees& job, std::size_t k);
@@ -131,7 +135,7 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
 // cut (Note [A consistent cut]); on timeout the cut ends and the error names the members that did
 // not arrive.
 Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
-                 const CarriedTcp& tcp, std::chrono::milliseconds timeout,
+                 const CarriedTcp& tcp, class JobLink* link, std::chrono::milliseconds timeout,
                  const std::function<void(const std::string&)>& progress);
 // Lets every member's held launches go (they meet the gate if it is closed).
 void end_cut(std::vector<Member>& members);

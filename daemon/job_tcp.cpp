@@ -68,6 +68,34 @@ CarriedTcp carry_tcp_within(std::vector<std::vector<criu::OpenFile>*> files) {
   return out;
 }
 
+std::vector<TcpConnection> outward_tcp(
+    const std::vector<const std::vector<criu::OpenFile>*>& files) {
+  std::vector<TcpConnection> out;
+  std::set<Key> seen;
+  for (auto* list : files)
+    for (const criu::OpenFile& f : *list)
+      if (f.kind == criu::FileKind::tcp_socket && f.external)
+        if (auto c = ends_of(f); c && seen.insert(key_of(c->local, c->remote)).second)
+          out.push_back(*c);
+  return out;
+}
+
+void carry_listed(std::vector<std::vector<criu::OpenFile>*> files,
+                  const std::vector<TcpConnection>& listed, CarriedTcp& into) {
+  std::set<Key> wanted;
+  for (const TcpConnection& c : listed) wanted.insert(key_of(c.local, c.remote));
+  std::set<Key> recorded;
+  for (auto* list : files)
+    for (criu::OpenFile& f : *list) {
+      if (f.kind != criu::FileKind::tcp_socket || !f.external) continue;
+      auto c = ends_of(f);
+      if (!c || !wanted.contains(key_of(c->local, c->remote))) continue;
+      f.external = false;
+      into.ends.push_back({f.pid, f.fd});
+      if (recorded.insert(key_of(c->local, c->remote)).second) into.connections.push_back(*c);
+    }
+}
+
 std::string encode_job_tcp(const std::vector<TcpConnection>& connections) {
   std::string out;
   for (const TcpConnection& c : connections) out += c.local.text() + " " + c.remote.text() + "\n";

@@ -62,6 +62,15 @@ struct CarriedTcp {
 // job), marks those files as not external, and returns them.
 CarriedTcp carry_tcp_within(std::vector<std::vector<criu::OpenFile>*> files);
 
+// The TCP connections of `files` still external (their far end is not among them): for the other
+// hosts of a job to match (Note [A job across hosts] in job_link.h).
+std::vector<TcpConnection> outward_tcp(
+    const std::vector<const std::vector<criu::OpenFile>*>& files);
+// Carries `listed` (connections of outward_tcp the job holds at both ends) as carry_tcp_within
+// does, adding them to `into`.
+void carry_listed(std::vector<std::vector<criu::OpenFile>*> files,
+                  const std::vector<TcpConnection>& listed, CarriedTcp& into);
+
 std::string encode_job_tcp(const std::vector<TcpConnection>& connections);
 Result<std::vector<TcpConnection>> decode_job_tcp(const std::string& text);
 

@@ -53,12 +53,16 @@ struct RestoreRequest {
   // the device memory is allocated and loading, it lets that CRIU go on and returns the pid of the
   // root of the tasks it restored, after its restore ended well.
   std::function<Result<pid_t>()> external_criu;
+  // A part of a job across hosts (Note [A job across hosts] in job_link.h): its trees wait, their
+  // connections locked, until every host has restored its own.
+  class JobLink* link = nullptr;
 };
 
 struct RestoreReport {
   pid_t pid = 0;                 // as gcrd sees it
   pid_t original_pid = 0;        // the checkpoint's: the process's pid inside its namespace
   std::vector<pid_t> tree_pids;  // a job of several trees: the roots of the others (job.h)
+  std::vector<std::string> warnings;
   bool new_pid_namespace = false;
   std::string id;
   std::string kind;

@@ -16,6 +16,7 @@
 
 #include "gcrd_protocol.h"
 #include "hex_address.h"
+#include "job_link.h"
 #include "phase_clock.h"
 #include "tcp_lock.h"
 
@@ -629,6 +630,7 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   tx_.on_undo("the restored processes", [this] { end_restored(); });
   if (several_trees_)
     GCR_TRY(restore_other_trees(ro).context("the checkpoint's other process trees"));
+  if (req_.link) GCR_TRY(req_.link->restored().context("the job's other hosts"));
   return ok();
 }
 

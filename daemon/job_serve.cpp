@@ -1,0 +1,216 @@
+// Note [A job across hosts] (job_link.h): the coordinator's checkpoint and a part's.
+#include "job_serve.h"
+
+#include <openssl/rand.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "checkpoint_txn.h"
+#include "gcrd_protocol.h"
+#include "job_hosts.h"
+#include "net_store.h"
+
+namespace gcr::gcrd {
+
+std::string encode_job_parts(const std::vector<JobPart>& parts) {
+  std::string out;
+  for (const JobPart& p : parts) {
+    std::string pids;
+    for (pid_t pid : p.pids) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
+    out += p.address + " " + p.id + " " + pids + "\n";
+  }
+  return out;
+}
+
+Result<std::vector<JobPart>> decode_job_parts(const std::string& text) {
+  std::vector<JobPart> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    JobPart p;
+    std::string pids, rest;
+    f >> p.address >> p.id >> pids;
+    bool good = f && store::CheckpointId::from_hex(p.id).has_value() && !(f >> rest);
+    for (std::size_t at = 0; good && at < pids.size();) {
+      std::size_t comma = std::min(pids.find(',', at), pids.size());
+      long v = std::strtol(pids.substr(at, comma - at).c_str(), nullptr, 10);
+      good = v > 0;
+      p.pids.push_back(static_cast<pid_t>(v));
+      at = comma + 1;
+    }
+    if (!good || p.pids.empty())
+      return Error{Errc::corrupt_image, "manifest META job_parts: a line reads '" +
+                                            line.substr(0, 100) + "', not 'HOST:PORT ID PID,...'"};
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+namespace {
+
+std::string new_job_id() {
+  unsigned char b[8];
+  if (RAND_bytes(b, sizeof b) != 1) return "job";
+  char hex[17];
+  for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", b[i]);
+  return hex;
+}
+
+std::string pid_list(const std::vector<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
+  return out;
+}
+
+}  // namespace
+
+Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
+                                                 CheckpointRequest req,
+                                                 const std::vector<JobHost>& hosts,
+                                                 const NetKey& key, std::chrono::milliseconds idle,
+                                                 const Progress& progress, WorkRegistry* work) {
+  const std::string job = new_job_id();
+  std::vector<RemotePart> parts;
+  CoordinatorLink link(parts);
+  // Each host's part starts at once: it inspects its trees and meets the others at "tcp".
+  for (const JobHost& h : hosts) {
+    RemotePart p;
+    p.address = h.address;
+    p.pids = h.pids;
+    auto conn = net_connect(h.address, key, "request");
+    if (!conn) {
+      link.abort_all();
+      return std::move(conn).context("the job's host " + h.address).error();
+    }
+    p.conn = std::move(conn).value();
+    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + h.address, idle);
+    WireFields f{{"pids", pid_list(h.pids)},
+                 {"leave_running", req.leave_running ? "1" : "0"},
+                 {"timeout_ms", std::to_string(req.quiesce_timeout.count())},
+                 {"idle_ms", std::to_string(idle.count())},
+                 {"job", job}};
+    if (!send_line(p.conn.get(), std::string(kProtocol) + " job_part " + encode_fields(f))) {
+      link.abort_all();
+      return Error{Errc::unreachable, "the job's host " + h.address + " closed the connection"};
+    }
+    parts.push_back(std::move(p));
+  }
+  progress("checkpointing a job across " + std::to_string(hosts.size() + 1) + " hosts");
+  const std::string name = req.tag.value_or("job-" + job);
+  if (!req.tag) req.tag = name;
+  req.link = &link;
+  req.extra_meta["job_id"] = job;
+  bool committed = false;
+  req.decide = [&](CheckpointTransaction& tx) -> Status {
+    GCR_TRY(link.prepared().context("the job's other parts"));
+    std::vector<JobPart> stored;
+    for (const RemotePart& p : parts) stored.push_back({p.address, p.id, p.pids});
+    tx.set_meta("job_parts", encode_job_parts(stored));
+    GCR_TRY(tx.commit());  // the commit point: the job's manifest, naming every part
+    committed = true;
+    if (Status told = link.commit_all(name); !told) {
+      progress(told.error().message);
+      tx.report().warnings.push_back(told.error().message);
+    }
+    return ok();
+  };
+  auto rep = checkpoint_process(store, tools, req, progress, work);
+  if (!rep && !committed) link.abort_all();
+  return rep;
+}
+
+Result<CheckpointReport> checkpoint_part(store::Store& store, const criu::Tools& tools,
+                                         CheckpointRequest req, int fd,
+                                         std::chrono::milliseconds idle, const Progress& progress,
+                                         WorkRegistry* work) {
+  JobWire wire(fd, "the job's coordinator", idle);
+  PartLink link(wire);
+  req.link = &link;
+  req.tag.reset();  // named only once the job is committed
+  req.extra_meta["job_part"] = "1";
+  req.decide = [&](CheckpointTransaction& tx) -> Status {
+    GCR_TRY(tx.commit_manifest_only());
+    const std::string id = tx.report().id;
+    auto name = link.prepared(id);
+    if (!name) {
+      // In doubt: the job may have committed with this part in it. Kept unnamed (a restore of the
+      // job finds it by id); everything else is undone.
+      tx.transaction().forget_undo("the job's part");
+      tx.abort();
+      return Error{name.error().code, "this host's part is stored (checkpoint " + id.substr(0, 12) +
+                                          ", unnamed) but the coordinator was lost before it "
+                                          "decided; kept for a restore of the job: " +
+                                          name.error().message};
+    }
+    if (!*name) {
+      tx.abort();
+      return Error{Errc::busy, "the job's checkpoint was aborted (another host's part failed)"};
+    }
+    GCR_TRY_ASSIGN(store::CheckpointId cid, store.resolve(id));
+    GCR_TRY(store.tag(cid, **name));
+    return tx.finish_commit();
+  };
+  return checkpoint_process(store, tools, req, progress, work);
+}
+
+Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tools& tools,
+                                           RestoreRequest& req, const std::vector<JobPart>& parts,
+                                           const NetKey& key, std::chrono::milliseconds idle,
+                                           const Progress& progress,
+                                           std::vector<RemoteRestored>* restored) {
+  std::vector<RemotePart> remote;
+  CoordinatorLink link(remote);
+  for (const JobPart& part : parts) {
+    RemotePart p;
+    p.address = part.address;
+    auto conn = net_connect(part.address, key, "request");
+    if (!conn) {
+      link.abort_all();
+      return std::move(conn).context("the job's host " + part.address).error();
+    }
+    p.conn = std::move(conn).value();
+    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + part.address, idle);
+    WireFields f{{"name", part.id}, {"job_part", "1"}, {"idle_ms", std::to_string(idle.count())}};
+    if (!send_line(p.conn.get(), std::string(kProtocol) + " restore " + encode_fields(f))) {
+      link.abort_all();
+      return Error{Errc::unreachable, "the job's host " + part.address + " closed the connection"};
+    }
+    remote.push_back(std::move(p));
+  }
+  progress("restoring a job across " + std::to_string(parts.size() + 1) + " hosts");
+  req.link = &link;
+  auto rep = restore_checkpoint(store, tools, req, progress);
+  if (!rep) {
+    link.abort_all();
+    return rep;
+  }
+  // Every host met at "restored": each one's processes run; their replies say where.
+  std::string failed;
+  for (RemotePart& p : remote) {
+    auto r = p.wire->expect("ok");
+    if (!r) {
+      failed += (failed.empty() ? "" : "; ") + r.error().message;
+      continue;
+    }
+    std::string pids = (*r)["pid"];
+    if (!(*r)["job_pids"].empty()) pids += "," + (*r)["job_pids"];
+    if (restored) restored->push_back({p.address, pids});
+  }
+  if (!failed.empty())
+    rep->warnings.push_back("restored here, but not every other host said it ran its part: " +
+                            failed);
+  return rep;
+}
+
+Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools,
+                                   RestoreRequest& req, int fd, std::chrono::milliseconds idle,
+                                   const Progress& progress) {
+  JobWire wire(fd, "the job's coordinator", idle);
+  PartLink link(wire);
+  req.link = &link;
+  return restore_checkpoint(store, tools, req, progress);
+}
+
+}  // namespace gcr::gcrd

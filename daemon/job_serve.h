@@ -1,0 +1,67 @@
+// The two ends of a checkpoint of a job across hosts (Note [A job across hosts] in job_link.h):
+// the coordinator's (verb checkpoint with remote.N fields) and a part's (verb job_part).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "gcr/criu.h"
+#include "gcr/result.h"
+#include "gcr/store.h"
+#include "peer_keys.h"
+#include "restore.h"
+#include "work_registry.h"
+
+namespace gcr::gcrd {
+
+// Another host's ranks: its gcrd (HOST:PORT) and their roots there.
+struct JobHost {
+  std::string address;
+  std::vector<pid_t> pids;
+};
+
+// META job_parts: one line per other host's part, "HOST:PORT ID PID,PID".
+struct JobPart {
+  std::string address, id;
+  std::vector<pid_t> pids;
+};
+std::string encode_job_parts(const std::vector<JobPart>& parts);
+Result<std::vector<JobPart>> decode_job_parts(const std::string& text);
+
+// The coordinator: this host's part is `req` (its roots), the others are asked over gcrd-net with
+// `key`; a host silent for `idle` is taken for gone.
+Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
+                                                 CheckpointRequest req,
+                                                 const std::vector<JobHost>& hosts,
+                                                 const NetKey& key, std::chrono::milliseconds idle,
+                                                 const Progress& progress, WorkRegistry* work);
+
+// A part, for the coordinator at the other end of `fd` (the request's connection).
+Result<CheckpointReport> checkpoint_part(store::Store& store, const criu::Tools& tools,
+                                         CheckpointRequest req, int fd,
+                                         std::chrono::milliseconds idle, const Progress& progress,
+                                         WorkRegistry* work);
+
+// The coordinator's restore of a job (META job_parts `parts`): this host's part is `req`, each
+// other host restores its own (verb restore with job_part=1) and every host meets once its trees
+// are restored. The other hosts' pids are added to the report's tree_pids' companion `remote`.
+struct RemoteRestored {
+  std::string address;
+  std::string pids;  // its root and its other trees, comma-separated
+};
+Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tools& tools,
+                                           RestoreRequest& req, const std::vector<JobPart>& parts,
+                                           const NetKey& key, std::chrono::milliseconds idle,
+                                           const Progress& progress,
+                                           std::vector<RemoteRestored>* restored);
+
+// A part's restore, for the coordinator at the other end of `fd`.
+Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools,
+                                   RestoreRequest& req, int fd, std::chrono::milliseconds idle,
+                                   const Progress& progress);
+
+}  // namespace gcr::gcrd
