@@ -6,7 +6,8 @@
 #   launch_on I LOG CMD...  starts `gcr run -- CMD` on host I in the background of this shell,
 #                         output to LOG; sets P to its pid (the process itself, not a subshell)
 #   host_addr I           host I's address; host_gcrd I: its gcrd's HOST:PORT
-#   start_host_gcrd I     (again) host I's gcrd; host_log I: its log
+#   start_host_gcrd I [VAR=VALUE...]   (again) host I's gcrd, with VARs in its environment;
+#                         host_log I: its log
 #   cut_host I / mend_host I   every packet to and from host I dropped, silently (or no longer)
 #   remove_host I         host I gone: every process in it killed, its namespace deleted
 command -v ip > /dev/null || { echo "SKIP: ip (iproute2) is missing"; exit 77; }
@@ -36,11 +37,12 @@ launch_on() {
 host_gcrd_running() { pgrep -f "gcrd --socket $T/h$1/gcrd.sock" > /dev/null; }
 start_host_gcrd() {
   local i=$1 n
+  shift
   pkill -9 -f "gcrd --socket $T/h$i/gcrd.sock" 2> /dev/null || true
   wait_until 30 eval "! host_gcrd_running $i" || fail "host $i's old gcrd did not go"
   mkdir -p "$T/h$i"
   for ((n = 0; ; n++)); do
-    on_host "$i" "$BUILD/bin/gcrd" --socket "$T/h$i/gcrd.sock" --detach --listen "$(host_gcrd "$i")" \
+    on_host "$i" env "$@" "$BUILD/bin/gcrd" --socket "$T/h$i/gcrd.sock" --detach --listen "$(host_gcrd "$i")" \
       --token-file "$T/token" --store "$T/h$i/store" --allow-uids 0 > /dev/null 2> "$T/h$i/start.err" < /dev/null && break
     grep -q "in use" "$T/h$i/start.err" && ((n < 3000)) || fail "host $i's gcrd did not start: $(cat "$T/h$i/start.err")"
     sleep 0.02

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# A job across hosts (issue 35, Note [A job across hosts] in daemon/job_link.h): mp_train's ranks
+# started on their own on three hosts (network namespaces with a gcrd each, hosts.sh), talking
+# over TCP (--transport tcp: a store on rank 0 every rank keeps a connection to, a ring of
+# connections, proxy threads that relay what the streams wait on), checkpointed from host 0 with
+# `gcr checkpoint --job P0 P1@HOST1 P2@HOST2`:
+#   a: 3 ranks on 3 hosts, two --leave-running checkpoints at random moments (the second
+#      incremental); the job runs on and every rank ends with the single-process reference
+#      checksum; every host lists both; each restored on the same hosts ends so too;
+#   c: a checkpoint that ends the job, its restore, a live checkpoint of the restored job, and
+#      that one's restore: each run ends with the reference;
+#   b: faults before the commit: a participant's gcrd killed with the job parked in it, the
+#      coordinator's gcrd killed so, the link to a host cut while its part is quiesced (every
+#      packet dropped: --host-timeout ends the wait) -- each time the checkpoint fails, no host
+#      lists it, every rank runs on (nothing left parked, frozen or locked) and the job ends with
+#      the reference.
+#
+#   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=job-hosts
+source "$(dirname "$0")/../programs/lib.sh"
+command -v iptables-restore > /dev/null || { echo "SKIP: iptables-restore is missing"; exit 77; }
+NET=10.$((100 + $$ % 100)).$(($$ % 250))
+source "$(dirname "$0")/hosts.sh"
+trap 'rc=$?; cleanup_hosts; (exit $rc); cleanup' EXIT
+MP=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 240 --step-delay-ms 15 --ballast-mib 8)
+STORE_PORT=29500
+
+LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 240 --quiet > "$T/ref.log" 2>&1 ||
+  fail "reference: $(tail -n 3 "$T/ref.log")"
+REF=$(checksum_of "$T/ref.log")
+[[ -n $REF ]] || fail "the reference printed no checksum"
+rank_checksum() { awk '/checksum/ {c=$NF} END {print c}' "$1"; }
+rank_checksums() { grep -c checksum "$1" 2> /dev/null || true; }
+
+# start_job TAG N: ranks 0..N-1 on hosts 0..N-1, logs $T/TAG-rR.log; sets R (their pids).
+start_job() {
+  local tag=$1 n=$2 r
+  R=()
+  for ((r = 0; r < n; r++)); do
+    launch_on "$r" "$T/$tag-r$r.log" "${MP[@]}" --ranks "$n" --rank "$r" --store "$(host_addr 0):$STORE_PORT"
+    R+=("$P")
+  done
+}
+job_args() {  # the --job arguments of pids R from host 0
+  local r out=("${R[0]}")
+  for ((r = 1; r < ${#R[@]}; r++)); do out+=("${R[r]}@$(host_gcrd "$r")"); done
+  echo "${out[@]}"
+}
+checkpoint_job() {  # OUT ARGS...: from host 0, or fail with what it said
+  local out=$1
+  shift
+  on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" "$@" --json > "$out" 2> "$out.err" ||
+    fail "gcr checkpoint --job $*: $(cat "$out.err" "$out" | head -n 20)"
+}
+# Waits for every rank of TAG (N ranks) to end with one more checksum than BEFORE (a list), each REF.
+job_ends_right() {  # TAG N BEFORE...
+  local tag=$1 n=$2 r
+  shift 2
+  local before=("$@")
+  for ((r = 0; r < n; r++)); do
+    wait_until 120 eval "(( \$(rank_checksums $T/$tag-r$r.log) > ${before[r]:-0} ))" ||
+      fail "$tag: rank $r did not finish: $(tail -n 3 "$T/$tag-r$r.log")"
+    [[ $(rank_checksum "$T/$tag-r$r.log") == "$REF" ]] ||
+      fail "$tag: rank $r ended with $(rank_checksum "$T/$tag-r$r.log"), expected $REF"
+  done
+}
+counts_of() {  # TAG N: each rank's checksum lines so far
+  local r out=()
+  for ((r = 0; r < $2; r++)); do out+=("$(rank_checksums "$T/$1-r$r.log")"); done
+  echo "${out[@]}"
+}
+listed_on() {  # I NAME: host I lists checkpoint NAME
+  on_host "$1" "$GCR" image ls --json | python3 -c "import json,sys; sys.exit(0 if any('$2' in c.get('tags',[]) for c in json.load(sys.stdin)['checkpoints']) else 1)"
+}
+no_locks() {
+  local i
+  for ((i = 0; i < HOSTS; i++)); do
+    ! ip netns exec "$(host_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-" || return 1
+  done
+}
+# Restores NAME from host 0; sets R to the restored ranks' pids (rank order).
+restore_job() {  # NAME
+  on_host 0 "$GCR" restore "$1" --token-file "$T/token" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
+    fail "gcr restore $1: $(cat "$T/restore-$1.err" "$T/restore-$1.json" | head -n 20)"
+  R=("$(json_field pid < "$T/restore-$1.json")")
+  local i
+  for ((i = 0; ; i++)); do
+    local p
+    p=$(json_field "remote_pids.$i" < "$T/restore-$1.json")
+    [[ -n $p ]] || break
+    R+=("$p")
+    pids+=("$p")
+  done
+  pids+=("${R[0]}")
+  echo "ok: $1 restored as pids ${R[*]}"
+}
+
+echo "== a: 3 ranks on 3 hosts, two live checkpoints at random moments"
+start_job a 3
+first=$((RANDOM % 30 + 10))
+wait_steps "$T/a-r0.log" "$first"
+checkpoint_job "$T/a1.json" -R --name a1
+[[ $(json_field job_hosts < "$T/a1.json") == 3 ]] || fail "a1 spans $(json_field job_hosts < "$T/a1.json") hosts, expected 3"
+echo "ok: a1 at step ~$first, stall $(json_field time.stall_ns < "$T/a1.json") ns"
+wait_steps "$T/a-r0.log" $((first + 30 + RANDOM % 30))
+checkpoint_job "$T/a2.json" -R --name a2
+echo "ok: a2, stall $(json_field time.stall_ns < "$T/a2.json") ns"
+job_ends_right a 3 0 0 0
+echo "ok: the job ran on through both checkpoints and every rank ended with $REF"
+for i in 0 1 2; do
+  listed_on "$i" a1 && listed_on "$i" a2 || fail "host $i does not list a1 and a2: $(on_host "$i" "$GCR" image ls)"
+done
+no_locks || fail "a lock of gcrd's is left"
+for name in a1 a2; do
+  before=($(counts_of a 3))
+  restore_job "$name"
+  job_ends_right a 3 "${before[@]}"
+  echo "ok: $name restored on the same hosts; every rank ended with $REF"
+done
+
+echo "== c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
+start_job c 3
+wait_steps "$T/c-r0.log" $((RANDOM % 40 + 10))
+checkpoint_job "$T/c1.json" --name c1
+for p in "${R[@]}"; do wait_gone "$p" 30 || fail "c1: the job runs on after a checkpoint without -R"; done
+before=($(counts_of c 3))
+restore_job c1
+n=$(steps_in "$T/c-r0.log")
+wait_steps "$T/c-r0.log" $((n + 10 + RANDOM % 20))
+checkpoint_job "$T/c2.json" -R --name c2
+job_ends_right c 3 "${before[@]}"
+before=($(counts_of c 3))
+restore_job c2
+job_ends_right c 3 "${before[@]}"
+echo "ok: checkpoint, restore, checkpoint, restore: every rank ended with $REF"
+no_locks || fail "a lock of gcrd's is left"
+
+# A checkpoint that must fail before its commit, with host I's gcrd paused at PHASE and then
+# killed (or its link cut, with CUT=1); the job runs on and ends right, nothing is listed.
+fault() {  # TAG I PHASE
+  local tag=$1 i=$2 phase=$3
+  start_host_gcrd "$i" GCR_GCRD_PAUSE_AT="$phase:${PAUSE_S:-60}"
+  start_job "$tag" 2
+  wait_steps "$T/$tag-r0.log" $((RANDOM % 20 + 10))
+  on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" -R --name "$tag" --host-timeout 3 \
+    > "$T/$tag.out" 2>&1 &
+  local c=$!
+  wait_until 30 grep -q "paused at $phase" "$(host_log "$i")" ||
+    fail "$tag: host $i's gcrd did not reach $phase: $(tail -n 5 "$(host_log "$i")")"
+  if [[ ${CUT:-0} == 1 ]]; then
+    cut_host "$i"
+  else
+    pkill -9 -f "gcrd --socket $T/h$i/gcrd.sock"
+  fi
+  local rc=0
+  wait "$c" || rc=$?
+  [[ $rc != 0 ]] || fail "$tag: the checkpoint succeeded: $(cat "$T/$tag.out")"
+  if [[ ${CUT:-0} == 1 ]]; then
+    # The part on the cut host gives up on its coordinator too once its pause is over (its own
+    # wait times out), then the link comes back and the job's connections carry on.
+    wait_until 60 grep -q "job_part failed" "$(host_log "$i")" ||
+      fail "$tag: the part on the cut host did not give up: $(tail -n 5 "$(host_log "$i")")"
+    mend_host "$i"
+  fi
+  start_host_gcrd "$i"
+  job_ends_right "$tag" 2 0 0
+  for h in 0 1; do
+    ! listed_on "$h" "$tag" || fail "$tag: host $h lists the checkpoint that failed"
+  done
+  no_locks || fail "$tag: a lock of gcrd's is left"
+  echo "ok: $tag: refused ($(grep -m1 gcr: "$T/$tag.out" | cut -c1-150)); the job ran on and ended with $REF; nothing listed"
+}
+
+echo "== b: faults before the commit"
+fault b1 1 parked
+fault b2 0 parked
+CUT=1 PAUSE_S=5 fault b3 1 quiesced
+echo "PASS"
