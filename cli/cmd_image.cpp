@@ -25,17 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "gcr/bucket_gc.h"
+#include "gcr/bucket_usage.h"
+#include "gcr/bucket_verify.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
 #include "gcr/manifest.h"
 #include "gcr/process_tree.h"
 #include "gcr/store.h"
-#include "remote.h"
 #include "gcr/store_backend_list.h"
-#include "gcr/bucket_gc.h"
-#include "gcr/bucket_usage.h"
-#include "gcr/bucket_verify.h"
 #include "gcr/store_transfer.h"
+#include "remote.h"
 
 namespace gcr::cli {
 namespace {
@@ -314,7 +314,7 @@ std::string size_cell(const std::map<std::string, std::uint64_t>& stats, const c
 // ---------------------------------------------------------------------------------------------
 // gcr image ls
 
-Status image_ls(Context& ctx, bool json) {
+Status image_ls(Context& ctx, bool json, bool all) {
   GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
   std::vector<store::CheckpointInfo> infos;
   if (location.is_s3()) {
@@ -334,6 +334,12 @@ Status image_ls(Context& ctx, bool json) {
       return !owner.empty() && owner != me;
     });
   }
+  // Note [A job across hosts] (daemon/job_link.h): this host's part of a job is named once the job
+  // committed; one without a name is a job that aborted or is still in doubt.
+  if (!all)
+    std::erase_if(infos, [](const auto& info) {
+      return meta_str(info.meta, "job_part") == "1" && info.tags.empty();
+    });
   TagIndex tags = index_tags(infos);
 
   if (json) {
@@ -1142,8 +1148,12 @@ void register_image_commands(CLI::App& app, Context& ctx) {
     ls->add_flag(
         "--json", *json,
         "Print JSON: {store, checkpoints: [{id, tags, parent, created, meta, stats, ...}]}");
+    static bool all = false;
+    ls->add_flag("--all", all,
+                 "Also this host's parts of jobs across hosts that have no name: not committed "
+                 "(yet), or whose coordinator was lost before this host heard its decision");
     ls->fallthrough();
-    on_run(ls, ctx, [&ctx, json] { return image_ls(ctx, *json); });
+    on_run(ls, ctx, [&ctx, json] { return image_ls(ctx, *json, all); });
   }
   {
     auto o = std::make_shared<InspectOptions>();

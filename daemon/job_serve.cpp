@@ -10,6 +10,7 @@
 #include "gcrd_protocol.h"
 #include "job_hosts.h"
 #include "net_store.h"
+#include "pause_point.h"
 
 namespace gcr::gcrd {
 
@@ -110,6 +111,7 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
     tx.set_meta("job_parts", encode_job_parts(stored));
     GCR_TRY(tx.commit());  // the commit point: the job's manifest, naming every part
     committed = true;
+    pause_point("job-committed");
     if (Status told = link.commit_all(name); !told) {
       progress(told.error().message);
       tx.report().warnings.push_back(told.error().message);

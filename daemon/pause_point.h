@@ -23,6 +23,8 @@
 //   host-pages host_pages.cpp: gcrd's server of the host memory (Note [Host memory from the
 //              store]) got the lazy-pages daemon's first background request (CRIU is done); only
 //              that thread pauses, and no page is served meanwhile
+// and of a job across hosts' coordinator (Note [A job across hosts] in job_link.h):
+//   job-committed  job_serve.cpp: the job's manifest is committed, no part is told yet
 // and of a migration's destination:
 //   stage      gcrd.cpp: a pre-copy round's stage request is read, nothing is loaded yet (the
 //              source runs on, waiting for the answer)

@@ -45,7 +45,8 @@ inline constexpr Fault kAllFaults[] = {
 // GCR_GCRD_PAUSE_AT accepts. A point added to gcrd is added here too.
 inline constexpr std::string_view kGcrdPausePoints[] = {
     "request",    "quiesced", "parked",     "dumped",  "draining",   "reply",
-    "lazy-pages", "restored", "load-table", "loading", "host-pages", "stage"};
+    "lazy-pages", "restored", "load-table", "loading", "host-pages", "stage",
+    "job-committed"};
 
 struct TestHooks {
   // GCR_GCRD_PAUSE_AT=NAME[:SECONDS]: gcrd sleeps `gcrd_pause` at point NAME (one of

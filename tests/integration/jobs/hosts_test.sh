@@ -13,7 +13,11 @@
 #      coordinator's gcrd killed so, the link to a host cut while its part is quiesced (every
 #      packet dropped: --host-timeout ends the wait) -- each time the checkpoint fails, no host
 #      lists it, every rank runs on (nothing left parked, frozen or locked) and the job ends with
-#      the reference.
+#      the reference;
+#   d: faults after the commit (the coordinator paused once the job's manifest is committed):
+#      a participant's gcrd killed then (its part stays unnamed: the coordinator says so), or the
+#      coordinator's gcrd killed then (every part is left in doubt) -- the job runs on, host 0
+#      lists the checkpoint, and its restore ends with the reference.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
 set -euo pipefail
@@ -136,17 +140,20 @@ job_ends_right c 3 "${before[@]}"
 echo "ok: checkpoint, restore, checkpoint, restore: every rank ended with $REF"
 no_locks || fail "a lock of gcrd's is left"
 
+pauses_in() { grep -c "paused at $2" "$(host_log "$1")" 2> /dev/null || true; }  # I POINT
 # A checkpoint that must fail before its commit, with host I's gcrd paused at PHASE and then
 # killed (or its link cut, with CUT=1); the job runs on and ends right, nothing is listed.
 fault() {  # TAG I PHASE
   local tag=$1 i=$2 phase=$3
   start_host_gcrd "$i" GCR_GCRD_PAUSE_AT="$phase:${PAUSE_S:-60}"
+  local paused
+  paused=$(pauses_in "$i" "$phase")
   start_job "$tag" 2
   wait_steps "$T/$tag-r0.log" $((RANDOM % 20 + 10))
   on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" -R --name "$tag" --host-timeout 3 \
     > "$T/$tag.out" 2>&1 &
   local c=$!
-  wait_until 30 grep -q "paused at $phase" "$(host_log "$i")" ||
+  wait_until 30 eval "(( \$(pauses_in $i $phase) > $paused ))" ||
     fail "$tag: host $i's gcrd did not reach $phase: $(tail -n 5 "$(host_log "$i")")"
   if [[ ${CUT:-0} == 1 ]]; then
     cut_host "$i"
@@ -176,4 +183,41 @@ echo "== b: faults before the commit"
 fault b1 1 parked
 fault b2 0 parked
 CUT=1 PAUSE_S=5 fault b3 1 quiesced
+# A checkpoint whose coordinator (host 0) is paused once the job's manifest is committed, while
+# host I's gcrd is killed: the checkpoint stands, and restores.
+after_commit() {  # TAG I
+  local tag=$1 i=$2
+  start_host_gcrd 0 GCR_GCRD_PAUSE_AT="job-committed:${PAUSE_S:-60}"
+  local paused
+  paused=$(pauses_in 0 job-committed)
+  start_job "$tag" 2
+  wait_steps "$T/$tag-r0.log" $((RANDOM % 20 + 10))
+  on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" -R --name "$tag" --host-timeout 5 \
+    > "$T/$tag.out" 2>&1 &
+  local c=$!
+  wait_until 60 eval "(( \$(pauses_in 0 job-committed) > $paused ))" ||
+    fail "$tag: the coordinator did not commit: $(tail -n 5 "$(host_log 0)" "$T/$tag.out")"
+  pkill -9 -f "gcrd --socket $T/h$i/gcrd.sock"
+  local rc=0
+  wait "$c" || rc=$?
+  if ((i == 0)); then
+    [[ $rc != 0 ]] || fail "$tag: gcr checkpoint succeeded with its gcrd killed"
+  else
+    [[ $rc == 0 ]] || fail "$tag: the committed checkpoint failed: $(cat "$T/$tag.out")"
+    grep -q "not every host heard" "$T/$tag.out" || fail "$tag: no word of the host that did not hear: $(cat "$T/$tag.out")"
+  fi
+  start_host_gcrd "$i"
+  job_ends_right "$tag" 2 0 0
+  listed_on 0 "$tag" || fail "$tag: host 0 does not list the committed checkpoint"
+  local before
+  before=($(counts_of "$tag" 2))
+  restore_job "$tag"
+  job_ends_right "$tag" 2 "${before[@]}"
+  echo "ok: $tag: host $i's gcrd killed after the commit; the job ran on, and the checkpoint restored ends with $REF"
+}
+
+echo "== d: faults after the commit"
+PAUSE_S=4 after_commit d1 1
+PAUSE_S=30 after_commit d2 0
+start_host_gcrd 0
 echo "PASS"
