@@ -377,8 +377,10 @@ Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Too
   Dumper* dumper = nullptr;
   if (in.plan.external)
     dumper = &runtime.emplace(req);
-  else
+  else {
     dumper = &criu.emplace(tools, req, in.trees, in.key, std::move(member_pids));
+    criu->tell_keepers([&keepers](const std::string& lines) { keepers.say(lines); });
+  }
   const ProcessKey key = in.key;
   StoreOf checkpoint_store(store);
   CheckpointPorts ports{checkpoint_store, sessions,

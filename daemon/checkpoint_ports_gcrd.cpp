@@ -295,6 +295,10 @@ void ProcessKeepers::kept() {
   for (Keeper& k : keepers_) k.kept();
 }
 
+void ProcessKeepers::say(const std::string& lines) {
+  for (Keeper& k : keepers_) k.say(lines);
+}
+
 Result<std::unique_ptr<HeldMemory>> GpuHolder::import(int fd, std::uint64_t size) {
   return import_into(gpu_, fd, size);
 }
@@ -438,6 +442,12 @@ Status CriuDumper::lock_tcp() {
     repaired_.emplace(std::move(r));
   }
   GCR_TRY_ASSIGN(tcp_lock_, TcpLock::engage(req_.pid, trees_.tcp.connections));
+  std::string lines =
+      "tcp_lock " + std::to_string(tcp_lock_.netns_pid()) + " " + tcp_lock_.chain() + "\n";
+  if (repaired_)
+    for (const TcpEnd& e : trees_.tcp.ends)
+      lines += "tcp_end " + std::to_string(e.pid) + " " + std::to_string(e.fd) + "\n";
+  say_(lines);
   return ok();
 }
 
@@ -445,6 +455,7 @@ Status CriuDumper::lock_tcp() {
 void CriuDumper::end_tcp_repair() {
   tcp_lock_.release();
   if (repaired_) repaired_->end_repair();
+  if (repaired_ || !trees_.tcp.empty()) say_("tcp_unlocked\n");
   repaired_.reset();
 }
 

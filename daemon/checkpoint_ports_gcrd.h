@@ -12,12 +12,12 @@
 #include "checkpoint_ports.h"
 #include "device.h"
 #include "gcr/criu.h"
+#include "gcr/tcp_lock.h"
 #include "host_tracking.h"
 #include "job.h"
 #include "job_link.h"
 #include "keeper.h"
 #include "lineage.h"
-#include "tcp_lock.h"
 #include "work_dir.h"
 
 namespace gcr::gcrd {
@@ -83,6 +83,7 @@ class ProcessKeepers final : public Keepers {
   void abandon() override { keepers_.clear(); }
   void handed_over() override;
   void kept() override;
+  void say(const std::string& lines);
 
  private:
   std::vector<Keeper> keepers_;
@@ -115,6 +116,9 @@ class CriuDumper final : public Dumper {
   Result<Stored> store(store::CheckpointWriter& writer) override;
   void end_trees() override;
   Result<bool> dump_after_commit(const std::string&) override;
+  // Where the lock on carried connections is told, so that a keeper releases it should gcrd die
+  // (Note [TCP within a job] in job_tcp.h).
+  void tell_keepers(std::function<void(const std::string&)> say) { say_ = std::move(say); }
 
  private:
   void stop_tracking(bool forget);
@@ -137,6 +141,7 @@ class CriuDumper final : public Dumper {
   // Note [TCP within a job] (job_tcp.h): held from before the first dump until every tree is.
   TcpLock tcp_lock_;
   std::optional<RepairedSockets> repaired_;  // the carried sockets of trees left stopped
+  std::function<void(const std::string&)> say_ = [](const std::string&) {};
 };
 
 // A container runtime's CRIU (Note [CRIU run by someone else]), or none (a device-only round).

@@ -10,22 +10,6 @@
 
 namespace gcr::gcrd {
 
-std::string TcpAddress::text() const {
-  char b[32];
-  std::snprintf(b, sizeof b, "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff,
-                ip & 0xff, static_cast<unsigned>(port));
-  return b;
-}
-
-std::optional<TcpAddress> parse_tcp_address(const std::string& text) {
-  unsigned a, b, c, d, port;
-  char tail;
-  if (std::sscanf(text.c_str(), "%u.%u.%u.%u:%u%c", &a, &b, &c, &d, &port, &tail) != 5)
-    return std::nullopt;
-  if (a > 255 || b > 255 || c > 255 || d > 255 || port == 0 || port > 65535) return std::nullopt;
-  return TcpAddress{(a << 24) | (b << 16) | (c << 8) | d, static_cast<std::uint16_t>(port)};
-}
-
 namespace {
 
 using Key = std::tuple<std::uint32_t, std::uint16_t, std::uint32_t, std::uint16_t>;

@@ -30,27 +30,16 @@
 
 #include "gcr/process_tree.h"
 #include "gcr/result.h"
+#include "gcr/tcp_lock.h"
 
 namespace gcr::gcrd {
 
-struct TcpAddress {
-  std::uint32_t ip = 0;  // host order
-  std::uint16_t port = 0;
-  bool operator==(const TcpAddress&) const = default;
-  std::string text() const;  // "10.0.0.1:5000"
-};
-// "10.0.0.1:5000"; nullopt for anything else (IPv6 included).
-std::optional<TcpAddress> parse_tcp_address(const std::string& text);
-
-struct TcpConnection {
-  TcpAddress local, remote;  // as the first end sees them
-};
-
-// A process's descriptor of a carried socket (each end may be held by several).
-struct TcpEnd {
-  pid_t pid = 0;
-  int fd = -1;
-};
+using criu::parse_tcp_address;
+using criu::RepairedSockets;
+using criu::TcpAddress;
+using criu::TcpConnection;
+using criu::TcpEnd;
+using criu::TcpLock;
 
 struct CarriedTcp {
   std::vector<TcpConnection> connections;

@@ -145,5 +145,8 @@ void Keeper::handed_over() noexcept {
 void Keeper::kept() noexcept {
   tell(pipe_, "kept\n");
 }
+void Keeper::say(std::string_view lines) noexcept {
+  tell(pipe_, lines);
+}
 
 }  // namespace gcr::gcrd

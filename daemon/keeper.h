@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 #include "gcr/control.h"
@@ -74,6 +75,9 @@ class Keeper {
   void handed_over() noexcept;
   // The destination refused it after all: should gcrd die now, give it its memory back again.
   void kept() noexcept;
+  // Lines the keeper acts on should gcrd die (Note [TCP within a job] in job_tcp.h):
+  // "tcp_lock NETNS_PID CHAIN", "tcp_end PID FD", "tcp_unlocked".
+  void say(std::string_view lines) noexcept;
 
  private:
   UniqueFd pipe_;  // write end; the keeper reads it

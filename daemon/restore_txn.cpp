@@ -14,11 +14,11 @@
 #include <set>
 #include <vector>
 
+#include "gcr/tcp_lock.h"
 #include "gcrd_protocol.h"
 #include "hex_address.h"
 #include "job_link.h"
 #include "phase_clock.h"
-#include "tcp_lock.h"
 
 namespace gcr::gcrd {
 

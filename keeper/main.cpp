@@ -5,7 +5,9 @@
 // and "ready PATH", "host" (fd 3: gcrd's end of its host-memory server), "criu PID" and
 // "criu_start TICKS" (where such a restore runs), "stopped_root PID" per other tree a dump may
 // leave stopped with it, "region ADDRESS SIZE
-// DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later "done"); stdout/stderr are gcrd's log.
+// DEVICE FLAGS" per parked fd 3, 4, ..., "go", and later "done", and around a dump that carries
+// TCP connections "tcp_lock NETNS_PID CHAIN", "tcp_end PID FD" and "tcp_unlocked": Note [TCP
+// within a job] in daemon/job_tcp.h); stdout/stderr are gcrd's log.
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "gcr/control.h"
 #include "gcr/criu.h"
 #include "gcr/process_tree.h"
+#include "gcr/tcp_lock.h"
 
 using namespace gcr;
 
@@ -231,6 +234,38 @@ int end_unfinished_restore(const Instructions& k) {
   return 0;  // gcrd went away while starting us: nothing was handed over
 }
 
+// The lock gcrd held on a dump's connections, and the sockets it left in repair mode (until
+// "tcp_unlocked").
+struct HeldTcp {
+  pid_t netns_pid = 0;
+  std::string chain;
+  std::vector<criu::TcpEnd> ends;
+  void read(const std::string& line) {
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    if (word == "tcp_lock") {
+      in >> netns_pid >> chain;
+      ends.clear();
+    } else if (word == "tcp_end") {
+      criu::TcpEnd e;
+      if (in >> e.pid >> e.fd) ends.push_back(e);
+    } else if (word == "tcp_unlocked") {
+      chain.clear();
+      ends.clear();
+    }
+  }
+  // gcrd died holding them: the connections must flow again before the processes go on.
+  void release() {
+    if (chain.empty()) return;
+    criu::TcpLock::adopt(netns_pid, chain).release();
+    if (auto taken = criu::RepairedSockets::take(ends)) taken->end_repair();
+    std::fprintf(stderr, "gcr-keeper: released gcrd's lock on %s and %zu sockets in repair mode\n",
+                 chain.c_str(), ends.size());
+    chain.clear();
+  }
+};
+
 // gcrd is gone and never said done: the process is parked with its memory here.
 int give_back_parked(const Instructions& k) {
   std::fprintf(stderr,
@@ -282,11 +317,14 @@ int main() {
   if (!k.go) return end_unfinished_restore(k);
   if (k.pid <= 0) return 0;
   bool handed = false;  // committed to a migration's destination (Note [Migration])
+  HeldTcp tcp;
   while (read_line(line)) {
     if (line == "done") return 0;
     if (line == "handed") handed = true;
     if (line == "kept") handed = false;
+    if (line.rfind("tcp_", 0) == 0) tcp.read(line);
   }
+  tcp.release();
   if (k.restore) return end_restored(k.pid, k.start);
   if (handed) {
     // The destination may run it already: this copy must not go on.

@@ -1,5 +1,5 @@
-// gcrd's TCP lock and the end of repair mode (tcp_lock.h).
-#include "tcp_lock.h"
+// gcrd's TCP lock and the end of repair mode (gcr/tcp_lock.h).
+#include "gcr/tcp_lock.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,7 +15,24 @@
 #include <cstdio>
 #include <cstring>
 
-namespace gcr::gcrd {
+namespace gcr::criu {
+
+std::string TcpAddress::text() const {
+  char b[32];
+  std::snprintf(b, sizeof b, "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff,
+                ip & 0xff, static_cast<unsigned>(port));
+  return b;
+}
+
+std::optional<TcpAddress> parse_tcp_address(const std::string& text) {
+  unsigned a, b, c, d, port;
+  char tail;
+  if (std::sscanf(text.c_str(), "%u.%u.%u.%u:%u%c", &a, &b, &c, &d, &port, &tail) != 5)
+    return std::nullopt;
+  if (a > 255 || b > 255 || c > 255 || d > 255 || port == 0 || port > 65535) return std::nullopt;
+  return TcpAddress{(a << 24) | (b << 16) | (c << 8) | d, static_cast<std::uint16_t>(port)};
+}
+
 namespace {
 
 const char* iptables_restore() {
@@ -107,6 +124,13 @@ TcpLock& TcpLock::operator=(TcpLock&& other) noexcept {
   return *this;
 }
 
+TcpLock TcpLock::adopt(pid_t netns_pid, std::string chain) {
+  TcpLock lock;
+  lock.netns_pid_ = netns_pid;
+  lock.chain_ = std::move(chain);
+  return lock;
+}
+
 Result<TcpLock> TcpLock::engage(pid_t in_netns_of, const std::vector<TcpConnection>& connections) {
   static std::atomic<unsigned> next{0};
   TcpLock lock;
@@ -166,4 +190,4 @@ void RepairedSockets::end_repair() {
   sockets_.clear();
 }
 
-}  // namespace gcr::gcrd
+}  // namespace gcr::criu

@@ -1,19 +1,39 @@
 // gcrd's lock on the TCP connections a checkpoint or restore carries (Note [TCP within a job] in
-// job_tcp.h): every packet of theirs dropped, in both directions, in the network namespace of
-// the processes, for as long as the lock is held; and the end of TCP repair mode on the sockets
+// daemon/job_tcp.h): every packet of theirs dropped, in both directions, in the network namespace
+// of the processes, for as long as the lock is held; and the end of TCP repair mode on the sockets
 // a dump left stopped.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gcr/result.h"
 #include "gcr/unique_fd.h"
-#include "job_tcp.h"
 
-namespace gcr::gcrd {
+namespace gcr::criu {
+
+struct TcpAddress {
+  std::uint32_t ip = 0;  // host order
+  std::uint16_t port = 0;
+  bool operator==(const TcpAddress&) const = default;
+  std::string text() const;  // "10.0.0.1:5000"
+};
+// "10.0.0.1:5000"; nullopt for anything else (IPv6 included).
+std::optional<TcpAddress> parse_tcp_address(const std::string& text);
+
+struct TcpConnection {
+  TcpAddress local, remote;  // as the first end sees them
+};
+
+// A process's descriptor of a carried socket (each end may be held by several).
+struct TcpEnd {
+  pid_t pid = 0;
+  int fd = -1;
+};
 
 class TcpLock {
  public:
@@ -30,6 +50,10 @@ class TcpLock {
   // it is an undo.
   void release();
   bool engaged() const { return !chain_.empty(); }
+  pid_t netns_pid() const { return netns_pid_; }
+  const std::string& chain() const { return chain_; }
+  // A lock engaged by another process (gcrd, for its keeper): release() removes it.
+  static TcpLock adopt(pid_t netns_pid, std::string chain);
 
  private:
   pid_t netns_pid_ = 0;
@@ -52,4 +76,4 @@ class RepairedSockets {
   std::vector<Socket> sockets_;
 };
 
-}  // namespace gcr::gcrd
+}  // namespace gcr::criu
