@@ -54,6 +54,7 @@ struct CheckpointOptions {
   std::vector<std::pair<std::string, std::vector<int>>> remote;
   std::string token_file;
   double idle_s = 30;
+  bool copy_parts = false;  // --copy-parts
 };
 
 // PID, or PID@HOST:PORT (a rank on the host whose gcrd listens at HOST:PORT).
@@ -65,7 +66,9 @@ Status parse_pid_args(CheckpointOptions& o) {
     std::string pid_text = a.substr(0, at);
     char* end = nullptr;
     long pid = std::strtol(pid_text.c_str(), &end, 10);
-    if (pid_text.empty() || *end != '\0' || pid <= 0 || pid > (1 << 22))
+    // gcrd says what is wrong with a plain pid (no process 0, not yours); here only its form.
+    if (pid_text.empty() || *end != '\0' || pid < 0 || pid > (1 << 22) ||
+        (pid == 0 && at != std::string::npos))
       return Error{Errc::invalid_argument, "'" + a + "' is not a pid (nor PID@HOST:PORT)"};
     if (at == std::string::npos) {
       o.pids.push_back(static_cast<int>(pid));
@@ -108,7 +111,8 @@ struct RestoreOptions {
   std::string log;         // --log: where --detach sends stdout and stderr
   std::string token_file;  // a job across hosts: the key of its other hosts
   double idle_s = 30;
-  std::string trace;  // --trace FILE
+  std::vector<std::string> place;  // --place OLD=NEW
+  std::string trace;               // --trace FILE
 };
 
 using gcrd::field_u64;
@@ -208,6 +212,7 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
     fields["net_key_name"] = key->name;
     fields["net_key"] = key->secret;
     fields["idle_ms"] = std::to_string(static_cast<long long>(o.idle_s * 1000));
+    if (o.copy_parts) fields["copy_parts"] = "1";
     for (std::size_t k = 0; k < o.remote.size(); ++k) {
       fields["remote." + std::to_string(k)] = o.remote[k].first;
       std::string pids;
@@ -551,6 +556,8 @@ RestoreRequest restore_request(const RestoreOptions& o, Context& ctx,
       req.fields["net_key"] = key->secret;
     }
     req.fields["idle_ms"] = std::to_string(static_cast<long long>(o.idle_s * 1000));
+    for (std::size_t i = 0; i < o.place.size(); ++i)
+      req.fields["place." + std::to_string(i)] = o.place[i];
   }
   for (std::size_t i = 0; i < streams.inherit.size(); ++i) {
     req.fields["inherit." + std::to_string(i)] = streams.inherit[i].key;
@@ -678,6 +685,10 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
 
 Status restore(RestoreOptions o, Context& ctx) {
   if (!o.token_file.empty()) GCR_TRY(gcrd::read_client_key(o.token_file).context("--token-file"));
+  if (!o.place.empty() && o.token_file.empty())
+    return Error{Errc::invalid_argument,
+                 "--place restores a part of a job across hosts: give "
+                 "their token with --token-file FILE"};
   const auto command_start = std::chrono::steady_clock::now();
   if (!o.log.empty() && !o.streams.detach)
     return Error{Errc::invalid_argument, "--log goes with --detach"};
@@ -816,6 +827,10 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "With --job PID@HOST:PORT: the key of the job's other hosts (the file their gcr "
                 "daemon --listen reads)")
       ->type_name("FILE");
+  c->add_flag("--copy-parts", co.copy_parts,
+              "With --job PID@HOST:PORT: once committed, copy every other host's part into this "
+              "host's store too, so that a lost host's part can be restored elsewhere "
+              "(gcr restore --place)");
   c->add_option("--host-timeout", co.idle_s,
                 "With --job PID@HOST:PORT: seconds another host may say nothing before it is taken "
                 "for gone and the checkpoint is abandoned everywhere")
@@ -879,6 +894,11 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "A job across hosts (checkpointed with --job PID@HOST:PORT): the key of its other "
                 "hosts, each of which restores its part")
       ->type_name("FILE");
+  r->add_option("--place", ro.place,
+                "A job across hosts: restore the part of the host whose gcrd was OLD (HOST:PORT, "
+                "as checkpointed) on the host whose gcrd is NEW, which takes the part's addresses "
+                "(its peers reach it there); repeat for several")
+      ->type_name("OLD=NEW");
   r->add_option("--host-timeout", ro.idle_s,
                 "A job across hosts: seconds another host may say nothing before it is taken for "
                 "gone and the restore is abandoned everywhere")

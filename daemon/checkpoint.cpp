@@ -272,6 +272,28 @@ std::map<std::string, std::string> job_meta(const CheckpointRequest& req, const 
   return meta;
 }
 
+// Note [TCP within a job] (job_tcp.h): gcr's own dump carries the connections whose two ends it
+// takes (the driver's checkpoint and a runtime's CRIU do not); Note [A job across hosts]
+// (job_link.h): those whose far end another host of the job holds too.
+Status carry_connections(const CheckpointRequest& req, Inspection& in, bool external) {
+  const bool gcr_dumps = !external && !req.stop_copy && !in.members.empty();
+  if (req.link && !gcr_dumps)
+    return Error{Errc::unsupported,
+                 in.members.empty()
+                     ? "process " + std::to_string(req.pid) +
+                           " does not run under gcr: a rank of a job across hosts must (start it "
+                           "with 'gcr run')"
+                     : "a job across hosts is checkpointed by gcr itself, not by a runtime's CRIU "
+                       "or --stop-copy"};
+  if (!gcr_dumps || req.tcp_close) return ok();
+  carry_tcp(in.trees);
+  if (req.link) {
+    GCR_TRY_ASSIGN(auto across, req.link->carried(outward_tcp(in.trees)));
+    carry_tcp_listed(in.trees, across);
+  }
+  return ok();
+}
+
 // Everything gcr must know, and may refuse, before the process is touched.
 Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointRequest& req,
                                       const Progress& progress) {
@@ -293,16 +315,7 @@ Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointReque
     GCR_TRY_ASSIGN(in.plan.shared, find_shared(in.members, tree, job_scope));
   }
   const bool external = req.external_criu || req.device_only;
-  // Note [TCP within a job] (job_tcp.h): gcr's own dump carries the connections whose two ends it
-  // takes (the driver's checkpoint and a runtime's CRIU do not).
-  if (!external && !req.stop_copy && !in.members.empty() && !req.tcp_close) {
-    carry_tcp(in.trees);
-    // Note [A job across hosts] (job_link.h): the far ends the other hosts hold.
-    if (req.link) {
-      GCR_TRY_ASSIGN(auto across, req.link->carried(outward_tcp(in.trees)));
-      carry_tcp_listed(in.trees, across);
-    }
-  }
+  GCR_TRY(carry_connections(req, in, external));
   if (external && in.members.empty()) {
     // Not under gcr: the runtime's CRIU and the plugin's driver steps do it all (the baseline).
     in.route = Inspection::Route::none;

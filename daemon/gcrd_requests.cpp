@@ -98,6 +98,7 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
     if (h.pids.empty()) return bad("remote_pids." + n, "names no process");
     c.remote.push_back(std::move(h));
   }
+  GCR_TRY_ASSIGN(c.copy_parts, r.flag("copy_parts"));
   GCR_TRY_ASSIGN(c.net_key_name, r.text("net_key_name", 64));
   GCR_TRY_ASSIGN(c.net_key, r.text("net_key", 4096));
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
@@ -136,6 +137,14 @@ Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
   GCR_TRY_ASSIGN(out.arriving, r.flag("arriving"));
   GCR_TRY_ASSIGN(out.new_pid_namespace, r.flag("new_pid_namespace"));
   GCR_TRY_ASSIGN(out.job_part, r.flag("job_part"));
+  GCR_TRY_ASSIGN(out.take_addresses, r.flag("take_addresses"));
+  for (std::size_t i = 0; r.has("place." + std::to_string(i)); ++i) {
+    GCR_TRY_ASSIGN(std::string p, r.text("place." + std::to_string(i), 600));
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size())
+      return bad("place." + std::to_string(i), "'" + p + "' is not OLD=NEW (HOST:PORT each)");
+    out.place[p.substr(0, eq)] = p.substr(eq + 1);
+  }
   GCR_TRY_ASSIGN(out.net_key_name, r.text("net_key_name", 64));
   GCR_TRY_ASSIGN(out.net_key, r.text("net_key", 4096));
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));

@@ -46,7 +46,8 @@ struct CheckpointFields {
   std::vector<pid_t> job_pids;  // --job: the other trees' roots
   std::optional<std::string> tag;
   bool leave_running = false, stop_copy = false, tcp_close = false, device_only = false;
-  bool hold = false;  // gcr migrate's last checkpoint waits for the destination
+  bool hold = false;        // gcr migrate's last checkpoint waits for the destination
+  bool copy_parts = false;  // a job across hosts: every part copied into this store too
   std::chrono::milliseconds timeout{10'000};
   // Note [A job across hosts] (job_link.h): the other hosts' ranks (remote.N "HOST:PORT",
   // remote_pids.N "PID,PID"), the caller's key for them (net_key_name, net_key), and how long a
@@ -80,6 +81,9 @@ struct RestoreFields {
   // Note [A job across hosts] (job_link.h): this host's part, for a coordinator (job_part); or,
   // restoring a job, the key of its other hosts (net_key_name, net_key); idle_ms for both.
   bool job_part = false;
+  bool take_addresses = false;  // a part restored on a replacement host
+  // place.N=OLD=NEW: the part of the host whose gcrd was OLD (HOST:PORT) restored on NEW's.
+  std::map<std::string, std::string> place;
   std::string net_key_name, net_key;
   std::chrono::milliseconds idle{30'000};
 };

@@ -329,9 +329,9 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
                    "a job across hosts is coordinated from one of its hosts"};
     std::vector<JobHost> hosts;
     for (const auto& h : f.remote) hosts.push_back({h.address, h.pids});
-    NetKey key{f.net_key_name, f.net_key, std::nullopt};
-    GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_across_hosts(*st, tools, req, hosts, key,
-                                                                 f.idle, r.progress, &d.work()));
+    JobOptions job{NetKey{f.net_key_name, f.net_key, std::nullopt}, f.idle, f.copy_parts, {}};
+    GCR_TRY_ASSIGN(CheckpointReport rep,
+                   checkpoint_across_hosts(*st, tools, req, hosts, job, r.progress, &d.work()));
     Fields out = checkpoint_reply(rep);
     out["job_hosts"] = std::to_string(hosts.size() + 1);
     return out;
@@ -442,6 +442,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     };
   }
   if (f.job_part) {  // Note [A job across hosts] (job_link.h): for the job's coordinator
+    req.take_addresses = f.take_addresses;
     GCR_TRY_ASSIGN(RestoreReport rep,
                    restore_part(*st, tools, req, r.client_fd, f.idle, r.progress));
     return restore_reply(rep, req.eager);
@@ -453,10 +454,10 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
                    "checkpoint " + f.name + " is a job across " + std::to_string(parts.size() + 1) +
                        " hosts: give their token with --token-file FILE (the file their gcr "
                        "daemon --listen reads)"};
-    NetKey key{f.net_key_name, f.net_key, std::nullopt};
+    JobOptions job{NetKey{f.net_key_name, f.net_key, std::nullopt}, f.idle, false, f.place};
     std::vector<RemoteRestored> remote;
     GCR_TRY_ASSIGN(RestoreReport rep,
-                   restore_across_hosts(*st, tools, req, parts, key, f.idle, r.progress, &remote));
+                   restore_across_hosts(*st, tools, req, parts, job, r.progress, &remote));
     Fields out = restore_reply(rep, req.eager);
     out["job_hosts"] = std::to_string(parts.size() + 1);
     for (std::size_t i = 0; i < remote.size(); ++i) {

@@ -213,68 +213,46 @@ Result<std::vector<SharedAllocation>> find_shared(std::vector<Member>& members,
   return out;
 }
 
-Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
-                 const CarriedTcp& tcp, JobLink* link, std::chrono::milliseconds timeout,
-                 const std::function<void(const std::string&)>& progress) {
-  // Members linked by a shared allocation, or by a TCP connection (through their processes'
-  // sockets: a stream memory operation on host memory that a thread relays to the peer is a
-  // communication launch), count their communication launches together.
+namespace {
+
+// Members linked by a shared allocation, or by a TCP connection (through their processes'
+// sockets: a stream memory operation on host memory that a thread relays to the peer is a
+// communication launch), count their communication launches together: `sharing` holds them.
+struct CutGroups {
   Groups g;
-  g.parent.resize(members.size());
-  std::iota(g.parent.begin(), g.parent.end(), 0);
   std::set<std::size_t> sharing;
+};
+CutGroups group_members(const std::vector<Member>& members,
+                        const std::vector<SharedAllocation>& shared, const CarriedTcp& tcp,
+                        bool across_hosts) {
+  CutGroups out;
+  out.g.parent.resize(members.size());
+  std::iota(out.g.parent.begin(), out.g.parent.end(), 0);
   for (const SharedAllocation& a : shared)
     for (const View& v : a.views) {
-      g.join(v.member, a.views[0].member);
-      sharing.insert(v.member);
+      out.g.join(v.member, a.views[0].member);
+      out.sharing.insert(v.member);
     }
-  if (!tcp.empty()) {
-    // Every member that holds a carried socket; the connections' ends by address are not worth
-    // matching: a job's ranks connected by TCP are all one group.
-    std::optional<std::size_t> first;
-    for (const TcpEnd& e : tcp.ends)
-      for (std::size_t m = 0; m < members.size(); ++m)
-        if (members[m].pid == e.pid) {
-          if (!first) first = m;
-          g.join(m, *first);
-          sharing.insert(m);
-        }
+  // Every member that holds a carried socket; the connections' ends by address are not worth
+  // matching: a job's ranks connected by TCP are all one group (and across hosts, all are).
+  for (const TcpEnd& e : tcp.ends)
+    for (std::size_t m = 0; m < members.size(); ++m)
+      if (members[m].pid == e.pid) out.sharing.insert(m);
+  std::optional<std::size_t> first;
+  for (std::size_t m : out.sharing) {
+    bool by_tcp = std::any_of(tcp.ends.begin(), tcp.ends.end(),
+                              [&](const TcpEnd& e) { return e.pid == members[m].pid; });
+    if (!by_tcp && !across_hosts) continue;
+    if (!first) first = m;
+    out.g.join(m, *first);
   }
-  // Note [A job across hosts]: every host meets at the cut, ranks or not; the target is the job's.
-  if (!link && sharing.size() < 2) return ok();
-  if (link)
-    for (std::size_t m : sharing) g.join(m, *sharing.begin());
-  std::map<std::size_t, control::CutCounts> counts;
-  for (std::size_t m : sharing) {
-    auto c = members[m].client.cut(control::CutOp::begin);
-    if (!c) {
-      end_cut(members);
-      return std::move(c).context("beginning the cut at " + describe(members[m].pid)).error();
-    }
-    counts[m] = *c;
-  }
-  std::map<std::size_t, std::uint64_t> target;  // by group
-  for (const auto& [m, c] : counts) {
-    std::uint64_t& t = target[g.find(m)];
-    t = std::max(t, c.admitted);
-  }
-  if (link) {
-    std::uint64_t here = target.empty() ? 0 : target.begin()->second;
-    auto job = link->cut_target(here);
-    if (!job) {
-      end_cut(members);
-      return std::move(job).context("the job's cut").error();
-    }
-    for (auto& [group, t] : target) t = *job;
-    if (sharing.empty()) return ok();
-  }
-  for (std::size_t m : sharing)
-    if (auto c = members[m].client.cut(control::CutOp::target, target[g.find(m)]); !c) {
-      end_cut(members);
-      return std::move(c).context("setting the cut at " + describe(members[m].pid)).error();
-    }
-  progress("cutting the job: every communication launch up to " +
-           std::to_string(target.begin()->second) + " on every rank");
+  return out;
+}
+
+// Until every member of `sharing` has issued its target (by member), or the timeout.
+Status wait_issued(std::vector<Member>& members, const std::set<std::size_t>& sharing,
+                   const std::map<std::size_t, std::uint64_t>& target,
+                   std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     std::vector<std::string> late;
@@ -284,7 +262,7 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
         end_cut(members);
         return std::move(c).context("reading the cut at " + describe(members[m].pid)).error();
       }
-      std::uint64_t t = target[g.find(m)];
+      std::uint64_t t = target.at(m);
       if (c->issued < t)
         late.push_back(describe(members[m].pid) + " issued " + std::to_string(c->issued) + " of " +
                        std::to_string(t));
@@ -302,6 +280,46 @@ Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocatio
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+}  // namespace
+
+Status reach_cut(std::vector<Member>& members, const std::vector<SharedAllocation>& shared,
+                 const CarriedTcp& tcp, JobLink* link, std::chrono::milliseconds timeout,
+                 const std::function<void(const std::string&)>& progress) {
+  auto [g, sharing] = group_members(members, shared, tcp, link != nullptr);
+  // Note [A job across hosts]: every host meets at the cut, ranks or not; the target is the job's.
+  if (!link && sharing.size() < 2) return ok();
+  std::map<std::size_t, std::uint64_t> group_target;
+  for (std::size_t m : sharing) {
+    auto c = members[m].client.cut(control::CutOp::begin);
+    if (!c) {
+      end_cut(members);
+      return std::move(c).context("beginning the cut at " + describe(members[m].pid)).error();
+    }
+    std::uint64_t& t = group_target[g.find(m)];
+    t = std::max(t, c->admitted);
+  }
+  if (link) {
+    auto job = link->cut_target(group_target.empty() ? 0 : group_target.begin()->second);
+    if (!job) {
+      end_cut(members);
+      return std::move(job).context("the job's cut").error();
+    }
+    for (auto& [group, t] : group_target) t = *job;
+    if (sharing.empty()) return ok();
+  }
+  std::map<std::size_t, std::uint64_t> target;  // by member
+  for (std::size_t m : sharing) {
+    target[m] = group_target[g.find(m)];
+    if (auto c = members[m].client.cut(control::CutOp::target, target[m]); !c) {
+      end_cut(members);
+      return std::move(c).context("setting the cut at " + describe(members[m].pid)).error();
+    }
+  }
+  progress("cutting the job: every communication launch up to " +
+           std::to_string(group_target.begin()->second) + " on every rank");
+  return wait_issued(members, sharing, target, timeout);
 }
 
 void end_cut(std::vector<Member>& members) {

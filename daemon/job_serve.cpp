@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "checkpoint_txn.h"
+#include "gcr/store_backend.h"
+#include "gcr/store_transfer.h"
 #include "gcrd_protocol.h"
 #include "job_hosts.h"
 #include "net_store.h"
@@ -51,12 +53,64 @@ Result<std::vector<JobPart>> decode_job_parts(const std::string& text) {
 
 namespace {
 
+Result<store::CheckpointId> parse_part_id(const std::string& id) {
+  auto cid = store::CheckpointId::from_hex(id);
+  if (!cid) return Error{Errc::corrupt_image, "a job part's id reads '" + id + "'"};
+  return *cid;
+}
+
 std::string new_job_id() {
   unsigned char b[8];
   if (RAND_bytes(b, sizeof b) != 1) return "job";
   char hex[17];
   for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", b[i]);
   return hex;
+}
+
+store::BackendOptions local_backend() {
+  return {};
+}
+
+// Note [A job across hosts]: `part` into the store of the host at `to`, from this host's copy, else
+// from its old host.
+Status place_part(const JobPart& part, const std::string& to, store::Store& store,
+                  const NetKey& key, const Progress& progress) {
+  GCR_TRY_ASSIGN(store::CheckpointId cid, parse_part_id(part.id));
+  auto dest = open_net_backend(to, key);
+  if (!dest) return std::move(dest).context("placing the part of " + part.address).error();
+  std::unique_ptr<store::Backend> from;
+  std::string where;
+  if (store.read_manifest(cid)) {
+    GCR_TRY_ASSIGN(from, store::open_dir_backend(store.options().root, local_backend()));
+    where = "this host's copy";
+  } else {
+    auto old = open_net_backend(part.address, key);
+    if (!old)
+      return Error{Errc::not_found,
+                   "the part of " + part.address + " (" + part.id.substr(0, 12) +
+                       ") is neither copied here (checkpoint with --copy-parts) nor reachable "
+                       "there: " +
+                       old.error().message};
+    from = std::move(old).value();
+    where = part.address;
+  }
+  auto r = store::copy_checkpoint(*from, **dest, cid, {});
+  if (!r) return std::move(r).context("placing the part of " + part.address + " on " + to).error();
+  progress(store::describe_transfer(*r, "placed", to + " from " + where));
+  return ok();
+}
+
+// Note [A job across hosts]: the part `id` of the host at `address`, into this host's store.
+Status copy_part(const std::string& address, const std::string& id, store::Store& store,
+                 const NetKey& key, const Progress& progress) {
+  GCR_TRY_ASSIGN(store::CheckpointId cid, parse_part_id(id));
+  auto from = open_net_backend(address, key);
+  if (!from) return std::move(from).context("copying the part of host " + address).error();
+  GCR_TRY_ASSIGN(auto to, store::open_dir_backend(store.options().root, local_backend()));
+  auto r = store::copy_checkpoint(**from, *to, cid, {});
+  if (!r) return std::move(r).context("copying the part of host " + address).error();
+  progress(store::describe_transfer(*r, "copied", "this host's store from " + address));
+  return ok();
 }
 
 std::string pid_list(const std::vector<pid_t>& pids) {
@@ -70,8 +124,10 @@ std::string pid_list(const std::vector<pid_t>& pids) {
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,
                                                  const std::vector<JobHost>& hosts,
-                                                 const NetKey& key, std::chrono::milliseconds idle,
+                                                 const JobOptions& options,
                                                  const Progress& progress, WorkRegistry* work) {
+  const NetKey& key = options.key;
+  const std::chrono::milliseconds idle = options.idle;
   const std::string job = new_job_id();
   std::vector<RemotePart> parts;
   CoordinatorLink link(parts);
@@ -116,6 +172,12 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
       progress(told.error().message);
       tx.report().warnings.push_back(told.error().message);
     }
+    if (options.copy_parts)
+      for (const RemotePart& p : parts)
+        if (Status copied = copy_part(p.address, p.id, store, key, progress); !copied) {
+          progress(copied.error().message);
+          tx.report().warnings.push_back(copied.error().message);
+        }
     return ok();
   };
   auto rep = checkpoint_process(store, tools, req, progress, work);
@@ -159,25 +221,40 @@ Result<CheckpointReport> checkpoint_part(store::Store& store, const criu::Tools&
 
 Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tools& tools,
                                            RestoreRequest& req, const std::vector<JobPart>& parts,
-                                           const NetKey& key, std::chrono::milliseconds idle,
-                                           const Progress& progress,
+                                           const JobOptions& options, const Progress& progress,
                                            std::vector<RemoteRestored>* restored) {
+  const NetKey& key = options.key;
+  const std::chrono::milliseconds idle = options.idle;
+  for (const auto& [from, to] : options.place)
+    if (std::none_of(parts.begin(), parts.end(),
+                     [&](const JobPart& p) { return p.address == from; }))
+      return Error{Errc::invalid_argument,
+                   "--place " + from + "=" + to + ": no part of this job was on " + from};
   std::vector<RemotePart> remote;
   CoordinatorLink link(remote);
   for (const JobPart& part : parts) {
     RemotePart p;
-    p.address = part.address;
-    auto conn = net_connect(part.address, key, "request");
+    auto placed = options.place.find(part.address);
+    p.address = placed == options.place.end() ? part.address : placed->second;
+    if (placed != options.place.end()) {
+      Status there = place_part(part, p.address, store, key, progress);
+      if (!there) {
+        link.abort_all();
+        return there.error();
+      }
+    }
+    auto conn = net_connect(p.address, key, "request");
     if (!conn) {
       link.abort_all();
-      return std::move(conn).context("the job's host " + part.address).error();
+      return std::move(conn).context("the job's host " + p.address).error();
     }
     p.conn = std::move(conn).value();
-    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + part.address, idle);
+    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + p.address, idle);
     WireFields f{{"name", part.id}, {"job_part", "1"}, {"idle_ms", std::to_string(idle.count())}};
+    if (placed != options.place.end()) f["take_addresses"] = "1";
     if (!send_line(p.conn.get(), std::string(kProtocol) + " restore " + encode_fields(f))) {
       link.abort_all();
-      return Error{Errc::unreachable, "the job's host " + part.address + " closed the connection"};
+      return Error{Errc::unreachable, "the job's host " + p.address + " closed the connection"};
     }
     remote.push_back(std::move(p));
   }

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,21 @@ std::string encode_job_parts(const std::vector<JobPart>& parts);
 Result<std::vector<JobPart>> decode_job_parts(const std::string& text);
 
 // The coordinator: this host's part is `req` (its roots), the others are asked over gcrd-net with
-// `key`; a host silent for `idle` is taken for gone.
+// `key`; a host silent for `idle` is taken for gone. `copy_parts`: once committed, every other
+// part is copied into `store` too (a copy for a restore on a replacement host, should its host
+// be lost: Note [A job across hosts]).
+struct JobOptions {
+  NetKey key;
+  std::chrono::milliseconds idle{30'000};
+  bool copy_parts = false;
+  // A restore: the part of the host whose gcrd was OLD restored on NEW's (OLD -> NEW).
+  std::map<std::string, std::string> place;
+};
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,
                                                  const std::vector<JobHost>& hosts,
-                                                 const NetKey& key, std::chrono::milliseconds idle,
-                                                 const Progress& progress, WorkRegistry* work);
+                                                 const JobOptions& job, const Progress& progress,
+                                                 WorkRegistry* work);
 
 // A part, for the coordinator at the other end of `fd` (the request's connection).
 Result<CheckpointReport> checkpoint_part(store::Store& store, const criu::Tools& tools,
@@ -53,10 +63,12 @@ struct RemoteRestored {
   std::string address;
   std::string pids;  // its root and its other trees, comma-separated
 };
+// A part placed on another host (JobOptions::place) is copied there first, from this store's copy
+// (--copy-parts) or else from its old host, and restored with its addresses taken (Note
+// [Addresses that move with a rank] in address_takeover.h).
 Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tools& tools,
                                            RestoreRequest& req, const std::vector<JobPart>& parts,
-                                           const NetKey& key, std::chrono::milliseconds idle,
-                                           const Progress& progress,
+                                           const JobOptions& job, const Progress& progress,
                                            std::vector<RemoteRestored>* restored);
 
 // A part's restore, for the coordinator at the other end of `fd`.

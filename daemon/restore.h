@@ -56,6 +56,9 @@ struct RestoreRequest {
   // A part of a job across hosts (Note [A job across hosts] in job_link.h): its trees wait, their
   // connections locked, until every host has restored its own.
   class JobLink* link = nullptr;
+  // Ibid., on a replacement host: the addresses of the part's connections are taken first (Note
+  // [Addresses that move with a rank] in address_takeover.h).
+  bool take_addresses = false;
 };
 
 struct RestoreReport {

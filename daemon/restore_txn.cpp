@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "address_takeover.h"
 #include "gcr/tcp_lock.h"
 #include "gcrd_protocol.h"
 #include "hex_address.h"
@@ -601,6 +602,19 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   ro.on_spawned = [this, ready = work_->path() / "restored.ready"](pid_t spawned) {
     follow_spawned(spawned, ready);
   };
+  if (req_.take_addresses && !job_tcp_.empty()) {  // Note [Addresses that move with a rank]
+    std::vector<std::uint32_t> ips;
+    for (const TcpConnection& c : job_tcp_) ips.push_back(c.local.ip);
+    auto taken = take_addresses(ips);
+    if (!taken) {
+      let_keeper_go();
+      return std::move(taken).error();
+    }
+    for (const TakenAddress& t : *taken)
+      if (t.added)
+        ports_.progress("took address " + address_text(t.ip) + " on " + t.device +
+                        " for the restored rank");
+  }
   // Note [TCP within a job] (job_tcp.h): no end may send before its peer is back.
   TcpLock tcp_lock;
   if (!job_tcp_.empty()) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/run_kit.sh OUT_DIR: gcr on a real NVIDIA GPU, end to end, in under 8 minutes.
+# bench/gpu/run_kit.sh OUT_DIR: gcr on a real NVIDIA GPU, end to end, in under 9 minutes.
 #
 # Runs from the repository root of a working tree that carries gpu-bundle/ (bench/gpu/make_bundle.sh).
 # Each phase has its own time limit and writes OUT_DIR/<phase>.log and OUT_DIR/<phase>.status
@@ -13,6 +13,9 @@
 #   p4-torch      train_torch.py under gcr run: same losses; checkpoint with -R and without, restore
 #   p5-driver     the driver's checkpoint: lock/checkpoint/restore/unlock times with memory resident
 #                 and parked, VMM addresses, the driver's threads (driver_ckpt_probe.cu)
+#   p6-gloo       a torch.distributed job of 2 ranks (gloo: TCP between them) on one GPU, each rank
+#                 under gcr run: gcr checkpoint --job -R at step 60, both ranks end as a plain run
+#                 does; the checkpoint restored ends so too (issue 35, docs/jobs.md)
 #
 # Environment: GCR_BUNDLE (default gpu-bundle), GCR_KIT_FOOTPRINT (4G), GCR_KIT_PHASES (all; e.g.
 # "p0-preflight p3-mlp"). Checkpoint phases need root (CRIU).
@@ -27,7 +30,7 @@ export KIT=$ROOT/bench/gpu
 export BUNDLE=${GCR_BUNDLE:-$ROOT/gpu-bundle}
 [[ $BUNDLE = /* ]] || BUNDLE=$ROOT/$BUNDLE
 export FOOTPRINT=${GCR_KIT_FOOTPRINT:-4G}
-PHASES=${GCR_KIT_PHASES:-p0-preflight p1-platform p2-workloads p3-mlp p4-torch p5-driver}
+PHASES=${GCR_KIT_PHASES:-p0-preflight p1-platform p2-workloads p3-mlp p4-torch p5-driver p6-gloo}
 
 # The bundle's libraries; libstdc++/libgcc_s from the bundle only when the host's are too old.
 LIBPATH=$BUNDLE/lib
@@ -201,9 +204,34 @@ p5-driver() {
   "$OUT/bin/driver_ckpt_probe" --bytes "$FOOTPRINT" --parked | prefix_kit parked_ || ok=1
   return $ok
 }
-export -f p0-preflight p1-platform p2-workloads p3-mlp p4-torch p5-driver
+p6-gloo() {
+  local py=(python3 "$KIT/ddp_gloo.py" --steps 200) ok=1 P0 P1 ref got
+  "${py[@]}" --rank 0 --port 29511 > "$OUT/work/gloo-ref0.log" 2>&1 & P0=$!
+  "${py[@]}" --rank 1 --port 29511 > "$OUT/work/gloo-ref1.log" 2>&1
+  wait "$P0"
+  ref=$(grep '^step' "$OUT/work/gloo-ref0.log" | tail -n 1)
+  "$GCR" run -- "${py[@]}" --rank 0 --port 29512 --step-delay-ms 20 > "$OUT/work/gloo0.log" 2>&1 & P0=$!
+  "$GCR" run -- "${py[@]}" --rank 1 --port 29512 --step-delay-ms 20 > "$OUT/work/gloo1.log" 2>&1 & P1=$!
+  wait_step "$OUT/work/gloo0.log" 60 60
+  "$GCR" checkpoint --job "$P0" "$P1" --name gloo-live -R --json > "$OUT/gloo-ckpt.json" || ok=0
+  jkit gloo_ckpt "$OUT/gloo-ckpt.json" || true
+  wait_gone "$P0" 90 || ok=0
+  wait_gone "$P1" 30 || ok=0
+  got=$(grep '^step' "$OUT/work/gloo0.log" | tail -n 1)
+  kit "gloo_live_equal=$([[ $got == "$ref" ]] && echo 1 || echo 0)"
+  [[ $got == "$ref" ]] || ok=0
+  : > "$OUT/work/gloo0.log"
+  "$GCR" restore gloo-live --json > "$OUT/gloo-restore.json" || ok=0
+  jkit gloo_restore "$OUT/gloo-restore.json" || true
+  wait_step "$OUT/work/gloo0.log" 199 90 || ok=0
+  got=$(grep '^step' "$OUT/work/gloo0.log" | tail -n 1)
+  kit "gloo_restored_equal=$([[ $got == "$ref" ]] && echo 1 || echo 0)"
+  [[ $got == "$ref" ]] || ok=0
+  ((ok))
+}
+export -f p0-preflight p1-platform p2-workloads p3-mlp p4-torch p5-driver p6-gloo
 
-declare -A LIMIT=([p0-preflight]=45 [p1-platform]=60 [p2-workloads]=60 [p3-mlp]=140 [p4-torch]=110 [p5-driver]=45)
+declare -A LIMIT=([p0-preflight]=45 [p1-platform]=60 [p2-workloads]=60 [p3-mlp]=140 [p4-torch]=110 [p5-driver]=45 [p6-gloo]=80)
 START=$SECONDS
 for p in $PHASES; do
   [[ -n ${LIMIT[$p]:-} ]] || { echo "run_kit.sh: no phase $p" >&2; continue; }

@@ -10,11 +10,12 @@ pass() { echo "ok: $*"; }
 
 # 1. The scripts parse; the Python compiles (into $T, leaving the tree clean).
 for s in make_bundle.sh run_kit.sh; do bash -n "$KIT/$s" || fail "bash -n $s"; done
-for p in train_torch.py summarize.py; do
+for p in train_torch.py summarize.py ddp_gloo.py; do
   python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
     "$KIT/$p" "$T/$p.pyc" || fail "py_compile $p"
 done
 python3 "$KIT/train_torch.py" --help > /dev/null || fail "train_torch.py --help (needs no torch)"
+python3 "$KIT/ddp_gloo.py" --help > /dev/null || fail "ddp_gloo.py --help (needs no torch)"
 pass "syntax"
 
 # 2. summarize.py on the fixtures: the rows and figures expected.

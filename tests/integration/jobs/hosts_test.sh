@@ -7,8 +7,10 @@
 #   a: 3 ranks on 3 hosts, two --leave-running checkpoints at random moments (the second
 #      incremental); the job runs on and every rank ends with the single-process reference
 #      checksum; every host lists both; each restored on the same hosts ends so too;
-#   c: a checkpoint that ends the job, its restore, a live checkpoint of the restored job, and
-#      that one's restore: each run ends with the reference;
+#   c: with rank 1 lagging (the others' streams waiting on flags its proxy will set) and a barrier
+#      of the store every 3 steps (the others blocked in a receive): a checkpoint that ends the
+#      job, its restore, a live checkpoint of the restored job, and that one's restore: each run
+#      ends with the reference;
 #   b: faults before the commit: a participant's gcrd killed with the job parked in it, the
 #      coordinator's gcrd killed so, the link to a host cut while its part is quiesced (every
 #      packet dropped: --host-timeout ends the wait), a participant's gcrd killed once its ranks
@@ -19,10 +21,14 @@
 #   d: faults after the commit (the coordinator paused once the job's manifest is committed):
 #      a participant's gcrd killed then (its part stays unnamed: the coordinator says so), or the
 #      coordinator's gcrd killed then (every part is left in doubt) -- the job runs on, host 0
-#      lists the checkpoint, and its restore ends with the reference.
+#      lists the checkpoint, and its restore ends with the reference;
+#   e: 2 ranks on hosts 0 and 1, a live checkpoint with --copy-parts (host 1's part copied to
+#      host 0), then host 1 lost (its namespace deleted, its rank with it): restored with
+#      --place HOST1=HOST2, rank 1 comes back on the spare host 2 with host 1's address, rank 0
+#      reaches it there, and both end with the reference.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
-#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2)
+#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, e)
 set -euo pipefail
 TEST_NAME=job-hosts
 source "$(dirname "$0")/../programs/lib.sh"
@@ -32,6 +38,7 @@ source "$(dirname "$0")/hosts.sh"
 trap 'rc=$?; cleanup_hosts; (exit $rc); cleanup' EXIT
 MP=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 240 --step-delay-ms 15 --ballast-mib 8)
 STORE_PORT=29500
+JOB_EXTRA=()  # more of mp_train's flags for every rank of the next start_job
 
 LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 240 --quiet > "$T/ref.log" 2>&1 ||
   fail "reference: $(tail -n 3 "$T/ref.log")"
@@ -45,7 +52,8 @@ start_job() {
   local tag=$1 n=$2 r
   R=()
   for ((r = 0; r < n; r++)); do
-    launch_on "$r" "$T/$tag-r$r.log" "${MP[@]}" --ranks "$n" --rank "$r" --store "$(host_addr 0):$STORE_PORT"
+    launch_on "$r" "$T/$tag-r$r.log" "${MP[@]}" --ranks "$n" --rank "$r" --store "$(host_addr 0):$STORE_PORT" \
+      "${JOB_EXTRA[@]}"
     R+=("$P")
   done
 }
@@ -133,7 +141,12 @@ fi
 
 if wanted c; then
 echo "== c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
+# Rank 1 lags before its all-reduce every 4th step while the others' streams wait on flags only
+# its proxy's sends will set, and every 3rd step all meet at a barrier of the store, the others
+# blocked in a receive: the checkpoints come at random moments among these.
+JOB_EXTRA=(--lag-rank 1 --lag-ms 100 --store-every 3)
 start_job c 3
+JOB_EXTRA=()
 wait_steps "$T/c-r0.log" $((RANDOM % 40 + 10))
 checkpoint_job "$T/c1.json" --name c1
 for p in "${R[@]}"; do wait_gone "$p" 30 || fail "c1: the job runs on after a checkpoint without -R"; done
@@ -233,4 +246,28 @@ echo "== d: faults after the commit"
 wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
+
+if wanted e; then
+  echo "== e: a host lost; its rank restored on the spare host"
+  start_job e 2
+  wait_steps "$T/e-r0.log" $((RANDOM % 30 + 10))
+  checkpoint_job "$T/e1.json" -R --copy-parts --name e1
+  rank0=${R[0]}
+  n=$(steps_in "$T/e-r0.log")
+  wait_steps "$T/e-r0.log" $((n + 5))
+  remove_host 1
+  wait_gone "$rank0" 60 || fail "e: rank 0 runs on without its peer"
+  before=($(counts_of e 2))
+  on_host 0 "$GCR" restore e1 --token-file "$T/token" --place "$(host_gcrd 1)=$(host_gcrd 2)" --json \
+    > "$T/restore-e1.json" 2> "$T/restore-e1.err" ||
+    fail "gcr restore e1 --place: $(cat "$T/restore-e1.err" "$T/restore-e1.json" | head -n 20)"
+  [[ $(json_field remote.0 < "$T/restore-e1.json") == "$(host_gcrd 2)" ]] ||
+    fail "e: rank 1 was not restored on host 2: $(cat "$T/restore-e1.json")"
+  moved=$(json_field remote_pids.0 < "$T/restore-e1.json")
+  pids+=("$(json_field pid < "$T/restore-e1.json")" "$moved")
+  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
+    fail "e: restored rank 1 ($moved) is not in host 2's namespace"
+  job_ends_right e 2 "${before[@]}"
+  echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
+fi
 echo "PASS"
