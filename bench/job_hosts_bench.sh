@@ -2,13 +2,15 @@
 # job_hosts_bench: what a checkpoint of a job across hosts costs it, by the ranks' own step times
 # (issue 35; bench/job_bench.py measures jobs on one host). mp_train --transport tcp with R ranks
 # on 2 hosts (network namespaces with a gcrd each: tests/integration/jobs/hosts.sh), B MiB of
-# device memory per rank (--ballast-mib), --step-delay-ms 10. For each (R, B): a first live
-# checkpoint of the whole job from host 0 (`gcr checkpoint --job P0 P1@H1 ... -R`), an
-# incremental one 40 steps later, then the baseline: every rank dumped at once by stop-and-copy
-# (`gcr checkpoint --stop-copy --tcp-close -R` on each rank's host: the driver copies its device
-# memory through host RAM and CRIU dumps it; connections recorded closed, which the live job does
-# not notice). The stall is the longest gap between rank 0's consecutive steps (its t_ms) around
-# the checkpoint, minus the median gap before it: every rank waits for every other each step.
+# device memory per rank (--ballast-mib), --step-delay-ms 10. For each (R, B), first the
+# baseline: every rank dumped at once by stop-and-copy (`gcr checkpoint --stop-copy --tcp-close -R`
+# on each rank's host: the driver copies its device memory through host RAM and CRIU dumps it;
+# connections recorded closed, which the live job does not notice; it runs first because the
+# driver refuses a process whose memory gcr has parked and given back, as imported memory); then
+# a first live checkpoint of the whole job from host 0 (`gcr checkpoint --job P0 P1@H1 ... -R`)
+# and an incremental one 20 steps later. The stall is the longest gap between rank 0's consecutive
+# steps (its t_ms) around the checkpoint, minus the median gap before it: every rank waits for
+# every other each step.
 #
 #   bench/job_hosts_bench.sh [BUILD_DIR] [--ranks 2,4] [--mib 256,1024]
 #
@@ -43,16 +45,19 @@ STEP_DELAY=10
 
 # gap_stall LOG FROM TO: max gap (ms) at steps FROM..TO minus the median gap of steps 6..FROM-1.
 gap_stall() {
-  awk -v from="$2" -v to="$3" '
-    /^step / { for (i = 1; i <= NF; i++) if ($i == "t_ms") t[$2] = $(i + 1) }
-    END {
-      n = 0
-      for (s = 6; s < from; s++) if ((s in t) && ((s - 1) in t)) g[n++] = t[s] - t[s - 1]
-      asort(g); med = n ? g[int((n + 1) / 2)] : 0
-      max = 0
-      for (s = from; s <= to; s++) if ((s in t) && ((s - 1) in t) && t[s] - t[s - 1] > max) max = t[s] - t[s - 1]
-      printf "%.1f", max - med
-    }' "$1"
+  python3 - "$@" << 'PY'
+import re, statistics, sys
+path, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = {}
+for line in open(path, errors="replace"):
+    m = re.match(r"step (\d+) .*t_ms ([0-9.]+)", line)
+    if m:
+        t[int(m.group(1))] = float(m.group(2))
+gap = lambda s: t[s] - t[s - 1] if s in t and s - 1 in t else None
+before = [g for g in (gap(s) for s in range(6, first)) if g is not None]
+around = [g for g in (gap(s) for s in range(first, last + 1)) if g is not None]
+print(f"{max(around) - statistics.median(before):.1f}" if before and around else "nan")
+PY
 }
 last_step() { awk '/^step / {s = $2} END {print s + 0}' "$1"; }
 
@@ -73,6 +78,21 @@ for ranks in ${RANKS_LIST//,/ }; do
       if ((r % 2 == 0)); then args+=("${R[r]}"); else args+=("${R[r]}@$(host_gcrd 1)"); fi
     done
     row="{\"ranks\": $ranks, \"hosts\": 2, \"mib_per_rank\": $mib"
+    # The baseline first (after gcr has parked a process, its memory is imported, which the
+    # driver's checkpoint refuses): every rank stopped and copied at once.
+    k0=$(last_step "$T/$tag-r0.log")
+    bpids=()
+    for ((r = 0; r < ranks; r++)); do
+      on_host $((r % 2)) "$GCR" checkpoint "${R[r]}" --stop-copy --tcp-close -R --name "$tag-sc-$r" \
+        > "$T/$tag-sc-$r.out" 2>&1 &
+      bpids+=($!)
+    done
+    for p in "${bpids[@]}"; do wait "$p" || { cat "$T/$tag-sc-"*.out; exit 1; }; done
+    k1=$(last_step "$T/$tag-r0.log")
+    wait_steps "$T/$tag-r0.log" $((k1 + 20))
+    sc=$(gap_stall "$T/$tag-r0.log" "$k0" $((k1 + 20)))
+    n=$(last_step "$T/$tag-r0.log")
+    wait_steps "$T/$tag-r0.log" $((n + 20))
     for kind in first incremental; do
       k0=$(last_step "$T/$tag-r0.log")
       on_host 0 "$GCR" checkpoint --job "${args[@]}" --token-file "$T/token" -R --name "$tag-$kind" \
@@ -85,18 +105,6 @@ for ranks in ${RANKS_LIST//,/ }; do
       n=$(last_step "$T/$tag-r0.log")
       wait_steps "$T/$tag-r0.log" $((n + 20))
     done
-    # The baseline: every rank stopped and copied at once.
-    k0=$(last_step "$T/$tag-r0.log")
-    bpids=()
-    for ((r = 0; r < ranks; r++)); do
-      on_host $((r % 2)) "$GCR" checkpoint "${R[r]}" --stop-copy --tcp-close -R --name "$tag-sc-$r" \
-        > "$T/$tag-sc-$r.out" 2>&1 &
-      bpids+=($!)
-    done
-    for p in "${bpids[@]}"; do wait "$p" || { cat "$T/$tag-sc-"*.out; exit 1; }; done
-    k1=$(last_step "$T/$tag-r0.log")
-    wait_steps "$T/$tag-r0.log" $((k1 + 20))
-    sc=$(gap_stall "$T/$tag-r0.log" "$k0" $((k1 + 20)))
     row+=", \"stop_copy_stall_ms\": $sc}"
     results+=("$row")
     printf '%d ranks, %5d MiB/rank: job stall first %8s ms, incremental %8s ms, stop-and-copy %9s ms (%.0fx)\n' \

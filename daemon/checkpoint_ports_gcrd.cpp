@@ -433,14 +433,13 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
   return DumpOutcome{!req_.leave_running || several_};
 }
 
-// Note [TCP within a job] (job_tcp.h): the carried sockets of the trees a dump will leave stopped
-// are taken first (their processes still run), then the connections locked.
+// Note [TCP within a job] (job_tcp.h): the carried sockets are taken first (their processes still
+// run), let settle (Note [A lock that drops nothing]), then the connections locked.
 Status CriuDumper::lock_tcp() {
   if (trees_.tcp.empty()) return ok();
-  if (!req_.leave_running || several_) {
-    GCR_TRY_ASSIGN(RepairedSockets r, RepairedSockets::take(trees_.tcp.ends));
-    repaired_.emplace(std::move(r));
-  }
+  GCR_TRY_ASSIGN(RepairedSockets r, RepairedSockets::take(trees_.tcp.ends));
+  r.settle(std::chrono::milliseconds(30));
+  if (!req_.leave_running || several_) repaired_.emplace(std::move(r));  // left in repair mode
   GCR_TRY_ASSIGN(tcp_lock_, TcpLock::engage(req_.pid, trees_.tcp.connections));
   std::string lines =
       "tcp_lock " + std::to_string(tcp_lock_.netns_pid()) + " " + tcp_lock_.chain() + "\n";

@@ -3,7 +3,9 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "checkpoint_txn.h"
@@ -172,6 +174,17 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
       progress(told.error().message);
       tx.report().warnings.push_back(told.error().message);
     }
+    // The job's stall is its longest part's: every rank waits for every other.
+    auto& times = tx.report().times_ns;
+    std::uint64_t job_stall = times["stall"];
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      auto it = parts[i].reply.find("time.stall_ns");
+      if (it == parts[i].reply.end()) continue;
+      std::uint64_t s = std::strtoull(it->second.c_str(), nullptr, 10);
+      times["part" + std::to_string(i + 1) + "_stall"] = s;
+      job_stall = std::max(job_stall, s);
+    }
+    times["job_stall"] = job_stall;
     if (options.copy_parts)
       for (const RemotePart& p : parts)
         if (Status copied = copy_part(p.address, p.id, store, key, progress); !copied) {

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -178,6 +180,21 @@ Result<RepairedSockets> RepairedSockets::take(const std::vector<TcpEnd>& ends) {
     out.sockets_.push_back(std::move(s));
   }
   return out;
+}
+
+void RepairedSockets::settle(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    bool quiet = true;
+    for (Socket& s : sockets_) {
+      int one = 1;  // sends the ACK the kernel holds back, if any
+      (void)::setsockopt(s.fd.get(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+      int unacked = 0;
+      if (::ioctl(s.fd.get(), SIOCOUTQ, &unacked) == 0 && unacked > 0) quiet = false;
+    }
+    if (quiet || std::chrono::steady_clock::now() >= deadline) return;
+    ::usleep(200);
+  }
 }
 
 void RepairedSockets::end_repair() {

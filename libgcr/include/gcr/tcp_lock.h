@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +67,14 @@ class TcpLock {
 class RepairedSockets {
  public:
   static Result<RepairedSockets> take(const std::vector<TcpEnd>& ends);
+  // Note [A lock that drops nothing]
+  // A packet the lock drops is sent again only when its sender's retransmission timer fires (200
+  // ms at least): a job whose connections were locked with bytes unacknowledged would stall that
+  // long after the checkpoint. With the ranks drained at the cut, what is left in flight is mostly
+  // acknowledgements the kernel delays (up to 40 ms): so before locking, every delayed ACK is sent
+  // now (TCP_QUICKACK), and the lock waits, up to `limit`, until each socket has everything it
+  // sent acknowledged (SIOCOUTQ 0). Past the limit it locks anyway: only the stall is at stake.
+  void settle(std::chrono::milliseconds limit);
   void end_repair();
 
  private:
