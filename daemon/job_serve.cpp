@@ -115,6 +115,22 @@ Status copy_part(const std::string& address, const std::string& id, store::Store
   return ok();
 }
 
+// Sends the host whose gcrd is at `address` a request (`verb` with `fields`) without waiting: its
+// part answers on the wire.
+Result<RemotePart> ask_host(const std::string& address, const NetKey& key,
+                            std::chrono::milliseconds idle, const std::string& verb,
+                            const WireFields& fields) {
+  RemotePart p;
+  p.address = address;
+  auto conn = net_connect(address, key, "request");
+  if (!conn) return std::move(conn).context("the job's host " + address).error();
+  p.conn = std::move(conn).value();
+  p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + address, idle);
+  if (!send_line(p.conn.get(), std::string(kProtocol) + " " + verb + " " + encode_fields(fields)))
+    return Error{Errc::unreachable, "the job's host " + address + " closed the connection"};
+  return p;
+}
+
 std::string pid_list(const std::vector<pid_t>& pids) {
   std::string out;
   for (pid_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
@@ -135,26 +151,18 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
   CoordinatorLink link(parts);
   // Each host's part starts at once: it inspects its trees and meets the others at "tcp".
   for (const JobHost& h : hosts) {
-    RemotePart p;
-    p.address = h.address;
-    p.pids = h.pids;
-    auto conn = net_connect(h.address, key, "request");
-    if (!conn) {
-      link.abort_all();
-      return std::move(conn).context("the job's host " + h.address).error();
-    }
-    p.conn = std::move(conn).value();
-    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + h.address, idle);
     WireFields f{{"pids", pid_list(h.pids)},
                  {"leave_running", req.leave_running ? "1" : "0"},
                  {"timeout_ms", std::to_string(req.quiesce_timeout.count())},
                  {"idle_ms", std::to_string(idle.count())},
                  {"job", job}};
-    if (!send_line(p.conn.get(), std::string(kProtocol) + " job_part " + encode_fields(f))) {
+    auto p = ask_host(h.address, key, idle, "job_part", f);
+    if (!p) {
       link.abort_all();
-      return Error{Errc::unreachable, "the job's host " + h.address + " closed the connection"};
+      return std::move(p).error();
     }
-    parts.push_back(std::move(p));
+    p->pids = h.pids;
+    parts.push_back(std::move(p).value());
   }
   progress("checkpointing a job across " + std::to_string(hosts.size() + 1) + " hosts");
   const std::string name = req.tag.value_or("job-" + job);
@@ -246,30 +254,20 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
   std::vector<RemotePart> remote;
   CoordinatorLink link(remote);
   for (const JobPart& part : parts) {
-    RemotePart p;
     auto placed = options.place.find(part.address);
-    p.address = placed == options.place.end() ? part.address : placed->second;
-    if (placed != options.place.end()) {
-      Status there = place_part(part, p.address, store, key, progress);
-      if (!there) {
-        link.abort_all();
-        return there.error();
-      }
-    }
-    auto conn = net_connect(p.address, key, "request");
-    if (!conn) {
-      link.abort_all();
-      return std::move(conn).context("the job's host " + p.address).error();
-    }
-    p.conn = std::move(conn).value();
-    p.wire = std::make_unique<JobWire>(p.conn.get(), "host " + p.address, idle);
+    const std::string& where = placed == options.place.end() ? part.address : placed->second;
     WireFields f{{"name", part.id}, {"job_part", "1"}, {"idle_ms", std::to_string(idle.count())}};
-    if (placed != options.place.end()) f["take_addresses"] = "1";
-    if (!send_line(p.conn.get(), std::string(kProtocol) + " restore " + encode_fields(f))) {
-      link.abort_all();
-      return Error{Errc::unreachable, "the job's host " + p.address + " closed the connection"};
+    Status there = ok();
+    if (placed != options.place.end()) {
+      there = place_part(part, where, store, key, progress);
+      f["take_addresses"] = "1";
     }
-    remote.push_back(std::move(p));
+    auto p = there ? ask_host(where, key, idle, "restore", f) : Result<RemotePart>(there.error());
+    if (!p) {
+      link.abort_all();
+      return std::move(p).error();
+    }
+    remote.push_back(std::move(p).value());
   }
   progress("restoring a job across " + std::to_string(parts.size() + 1) + " hosts");
   req.link = &link;

@@ -19,7 +19,13 @@ PAIR=(python3 "$(dirname "$0")/tcp_pair.py")
 PORT=$((20000 + $$ % 20000))
 ROUNDS=260
 
-no_gcrd_lock() { ! iptables -S 2> /dev/null | grep -q -- "-N GCR-"; }
+# No chain of this test's gcrd is left (gcrd names its chains GCR-<its pid>-N; other tests' gcrds
+# may hold theirs meanwhile).
+no_gcrd_lock() {
+  local g
+  g=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1)
+  [[ -z $g ]] || ! iptables -S 2> /dev/null | grep -q -- "-N GCR-$g-"
+}
 # start_pair TAG: the serving and the connecting process, each under `gcr run` in the background
 # of this shell, logs $T/TAG-{s,c}.log; sets S and C.
 start_pair() {

@@ -9,12 +9,16 @@ namespace mp {
 
 Ballast::Ballast(std::uint64_t mib, int rank, CUfunction write_kernel, CUstream stream)
     : kernel_(write_kernel), rank_(rank), words_(mib << 17) {
-  CU_CHECK(cuMemAlloc(&base_, words_ * sizeof(std::uint64_t)));
+  for (std::uint64_t at = 0; at < words_; at += kChunkWords) {
+    CUdeviceptr chunk = 0;
+    CU_CHECK(cuMemAlloc(&chunk, std::min(kChunkWords, words_ - at) * sizeof(std::uint64_t)));
+    chunks_.push_back(chunk);
+  }
   write(stream, 0, words_, seed(0));
 }
 
 Ballast::~Ballast() {
-  cuMemFree(base_);
+  for (CUdeviceptr c : chunks_) cuMemFree(c);
 }
 
 std::uint64_t Ballast::seed(std::uint64_t step) const {
@@ -22,14 +26,15 @@ std::uint64_t Ballast::seed(std::uint64_t step) const {
   return wl::splitmix64(state);
 }
 
+// Words [first, first + n), chunk by chunk; the kernel is given each word's index in the whole.
 void Ballast::write(CUstream stream, std::uint64_t first, std::uint64_t n, std::uint64_t seed) {
-  // A grid's x dimension stops at 2^31 - 1 blocks: a very large fill goes in parts.
-  constexpr std::uint64_t kMaxLaunch = 1ull << 36;
-  for (std::uint64_t at = first; at < first + n; at += kMaxLaunch) {
-    const unsigned long long count = std::min(kMaxLaunch, first + n - at);
-    CU_CHECK(wl::launch(kernel_, wl::cover(count), stream, base_ + at * sizeof(std::uint64_t),
-                        count, static_cast<unsigned long long>(at),
-                        static_cast<unsigned long long>(seed)));
+  for (std::uint64_t at = first; at < first + n;) {
+    const std::uint64_t chunk = at / kChunkWords, offset = at % kChunkWords;
+    const unsigned long long count = std::min(kChunkWords - offset, first + n - at);
+    CU_CHECK(wl::launch(
+        kernel_, wl::cover(count), stream, chunks_[chunk] + offset * sizeof(std::uint64_t), count,
+        static_cast<unsigned long long>(at), static_cast<unsigned long long>(seed)));
+    at += count;
   }
 }
 
@@ -40,12 +45,11 @@ void Ballast::rewrite(CUstream stream, int step) {
 }
 
 std::uint64_t Ballast::digest() const {
-  std::vector<std::uint64_t> host(std::min<std::uint64_t>(words_, 1u << 21));  // 16 MiB at a time
+  std::vector<std::uint64_t> host(std::min(words_, kChunkWords));
   std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::uint64_t at = 0; at < words_; at += host.size()) {
-    const std::uint64_t n = std::min<std::uint64_t>(host.size(), words_ - at);
-    CU_CHECK(
-        cuMemcpyDtoH(host.data(), base_ + at * sizeof(std::uint64_t), n * sizeof(std::uint64_t)));
+  for (std::uint64_t at = 0; at < words_; at += kChunkWords) {
+    const std::uint64_t n = std::min(kChunkWords, words_ - at);
+    CU_CHECK(cuMemcpyDtoH(host.data(), chunks_[at / kChunkWords], n * sizeof(std::uint64_t)));
     for (std::uint64_t i = 0; i < n; ++i) h = (h ^ host[i]) * 0x100000001b3ull;
   }
   return h;

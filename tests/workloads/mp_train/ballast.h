@@ -1,11 +1,15 @@
 // --ballast-mib: device memory that makes a rank's footprint what a benchmark wants. Filled once
 // (a function of the rank), then one slice rewritten per step (a function of the rank and the
-// step), so an incremental checkpoint has a little to store; digest() fingerprints all of it.
+// step), so an incremental checkpoint has a little to store; digest() fingerprints all of it. It
+// is allocated in 2 MiB pieces, as a framework's caching allocator hands out blocks: a step
+// writes one piece, not one allocation the size of the whole footprint (which a live checkpoint
+// would copy whole before the first write after it).
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace mp {
 
@@ -22,7 +26,8 @@ class Ballast {
   // FNV-1a 64 over its 64-bit words, in order (read back with the stream idle).
   std::uint64_t digest() const;
 
-  static constexpr std::uint64_t kSliceWords = 8192;  // 64 KiB
+  static constexpr std::uint64_t kSliceWords = 8192;     // 64 KiB
+  static constexpr std::uint64_t kChunkWords = 1 << 18;  // 2 MiB
 
  private:
   void write(CUstream stream, std::uint64_t first, std::uint64_t n, std::uint64_t seed);
@@ -31,7 +36,7 @@ class Ballast {
   CUfunction kernel_;
   int rank_;
   std::uint64_t words_;
-  CUdeviceptr base_ = 0;
+  std::vector<CUdeviceptr> chunks_;
 };
 
 }  // namespace mp
