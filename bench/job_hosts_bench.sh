@@ -100,7 +100,7 @@ for ranks in ${RANKS_LIST//,/ }; do
       k1=$(last_step "$T/$tag-r0.log")
       wait_steps "$T/$tag-r0.log" $((k1 + 20))
       stall=$(gap_stall "$T/$tag-r0.log" "$k0" $((k1 + 20)))
-      cmd=$(json_field time.stall_ns < "$T/$tag-$kind.json")
+      cmd=$(json_field time.job_stall_ns < "$T/$tag-$kind.json")
       row+=", \"${kind}_stall_ms\": $stall, \"${kind}_cmd_stall_ms\": $(awk -v n="$cmd" 'BEGIN {printf "%.1f", n / 1e6}')"
       n=$(last_step "$T/$tag-r0.log")
       wait_steps "$T/$tag-r0.log" $((n + 20))
