@@ -291,6 +291,13 @@ Status carry_connections(const CheckpointRequest& req, Inspection& in, bool exte
     GCR_TRY_ASSIGN(auto across, req.link->carried(outward_tcp(in.trees)));
     carry_tcp_listed(in.trees, across);
   }
+  if (!in.trees.tcp.empty() && ::geteuid() != 0)
+    return Error{Errc::permission_denied,
+                 "process " + std::to_string(req.pid) + " holds " +
+                     std::to_string(in.trees.tcp.connections.size()) +
+                     " TCP connection(s) within the job, which only a gcrd running as root can "
+                     "carry (CRIU's TCP repair and gcrd's lock need CAP_NET_ADMIN): run gcrd as "
+                     "root, or checkpoint with --tcp-close"};
   return ok();
 }
 
