@@ -312,8 +312,11 @@ CriuDumper::CriuDumper(const criu::Tools& tools, const CheckpointRequest& reques
       trees_(trees),
       key_(key),
       members_(std::move(members)),
-      // Note [A job across hosts]: a part's trees wait stopped until every host has dumped.
-      several_(trees.trees.size() > 1 || request.link) {}
+      // Note [A job across hosts]: a part that stops its job waits stopped until every host has
+      // dumped, as a job of several trees does; a live part of one tree is let go by CRIU as any
+      // live checkpoint (--cow-dump), still parked: its ranks send nothing until every host has
+      // dumped and the lock is gone (they wait at the closed gate for their memory).
+      several_(trees.trees.size() > 1 || (request.link && !request.leave_running)) {}
 
 CriuDumper::~CriuDumper() = default;
 

@@ -12,9 +12,12 @@
 //             on every host (Note [A consistent cut]: the ranks of every host run on to it)
 //   quiesced  every part's streams drained: no host freezes a rank whose peer on another host
 //             still waits for its proxy thread to relay something
-//   dumped    every part's trees dumped, left stopped with their connections locked: only then
-//             does any host unlock and let its trees run on (both ends were frozen and locked when
-//             either was dumped)
+//   dumped    every part's trees dumped with their connections locked: only then does any host
+//             unlock (both ends were locked when either was dumped, so no byte crossed between
+//             two dumps). A part that stops its job, or holds several trees, keeps them stopped
+//             until then; a live part of one tree is let go by CRIU as soon as its own dump is done
+//             (host memory written after, --cow-dump), still parked: its ranks wait at the closed
+//             gate for their memory, and send nothing the lock would drop.
 //   prepared  every part stored and its manifest committed without a name (a part nobody lists);
 //             the coordinator then commits its own, naming the parts in META job_parts: that is
 //             the commit point. It tells each part to commit (tag it with the job's name, end its

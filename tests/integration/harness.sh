@@ -20,6 +20,8 @@
 #   wait_exit PID LOG          until PID is gone and LOG has a checksum (fails after 60 s)
 #   wait_for LOG PATTERN       until LOG has a line matching PATTERN (fails after 30 s)
 #   json_field KEY             a field of the JSON object (or first object of the list) on stdin
+#   free_port                  a TCP port below the kernel's ephemeral range (so no outgoing
+#                              connection is given it) that no socket here uses now
 
 T0=$(date +%s.%N)
 problems=()
@@ -98,6 +100,14 @@ wait_for() {
   wait_until 30 log_shows "$1" "$2" || fail "$1 never showed '$2'"
 }
 
+free_port() {
+  local p _
+  for _ in $(seq 1 500); do
+    p=$((10000 + RANDOM % 22000))
+    ss -tanH "( sport = :$p or dport = :$p )" 2> /dev/null | grep -q . || { echo "$p"; return 0; }
+  done
+  return 1
+}
 json_field() {  # nothing on stdin (a command that printed no JSON) gives an empty field
   python3 -c "import json,sys; t=sys.stdin.read().strip(); d=json.loads(t) if t else {}; d=(d[0] if d else {}) if isinstance(d,list) else d; print(d.get('$1',''))"
 }

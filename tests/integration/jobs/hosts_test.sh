@@ -14,8 +14,8 @@
 #   b: faults before the commit: a participant's gcrd killed with the job parked in it, the
 #      coordinator's gcrd killed so, the link to a host cut while its part is quiesced (every
 #      packet dropped: --host-timeout ends the wait), a participant's gcrd killed once its ranks
-#      are dumped (stopped, their sockets in TCP repair mode: its keepers end repair mode and
-#      let them go on) -- each time the checkpoint fails, no host
+#      are dumped by a checkpoint that stops the job (stopped, their sockets in TCP repair mode:
+#      its keepers end repair mode and let them go on) -- each time the checkpoint fails, no host
 #      lists it, every rank runs on (nothing left parked, frozen or locked) and the job ends with
 #      the reference;
 #   d: faults after the commit (the coordinator paused once the job's manifest is committed):
@@ -173,8 +173,8 @@ fault() {  # TAG I PHASE
   paused=$(pauses_in "$i" "$phase")
   start_job "$tag" 2
   wait_steps "$T/$tag-r0.log" $((RANDOM % 20 + 10))
-  on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" -R --name "$tag" --host-timeout 3 \
-    > "$T/$tag.out" 2>&1 &
+  on_host 0 "$GCR" checkpoint --job $(job_args) --token-file "$T/token" ${LIVE--R} --name "$tag" \
+    --host-timeout 3 > "$T/$tag.out" 2>&1 &
   local c=$!
   wait_until 30 eval "(( \$(pauses_in $i $phase) > $paused ))" ||
     fail "$tag: host $i's gcrd did not reach $phase: $(tail -n 5 "$(host_log "$i")")"
@@ -206,9 +206,9 @@ echo "== b: faults before the commit"
 wanted b1 && fault b1 1 parked
 wanted b2 && fault b2 0 parked
 wanted b3 && CUT=1 PAUSE_S=5 fault b3 1 quiesced
-# Its ranks dumped, stopped, their sockets in repair mode: its keepers end repair mode and let
-# them go on.
-wanted b4 && fault b4 1 dumped
+# A checkpoint that stops the job, its ranks dumped, stopped, their sockets in repair mode: its
+# keepers end repair mode and let them go on.
+wanted b4 && LIVE= fault b4 1 dumped
 # A checkpoint whose coordinator (host 0) is paused once the job's manifest is committed, while
 # host I's gcrd is killed: the checkpoint stands, and restores.
 after_commit() {  # TAG I

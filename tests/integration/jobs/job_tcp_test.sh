@@ -16,7 +16,7 @@ TEST_NAME=job-tcp
 source "$(dirname "$0")/../programs/lib.sh"
 command -v iptables-restore > /dev/null || { echo "SKIP: iptables-restore is missing"; exit 77; }
 PAIR=(python3 "$(dirname "$0")/tcp_pair.py")
-PORT=$((20000 + $$ % 20000))
+PORT=$(free_port)
 ROUNDS=260
 
 # No chain of this test's gcrd is left (gcrd names its chains GCR-<its pid>-N; other tests' gcrds

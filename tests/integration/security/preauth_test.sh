@@ -13,7 +13,7 @@ ip -4 addr show lo | grep -q "127.0.0.1" || { echo "SKIP: no loopback"; exit 77;
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
 chmod 600 "$T/token"
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(free_port)
 LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/bin/gcrd" --socket "$T/net/gcrd.sock" --listen "127.0.0.1:$PORT" --token-file "$T/token" \
   --store "$T/served" >"$T/gcrd-net.log" 2>&1 &
 pids+=($!)

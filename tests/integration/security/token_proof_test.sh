@@ -17,9 +17,9 @@ PEER=$(dirname "$0")/net_peer.py
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
 chmod 600 "$T/token"
 TOKEN=$(cat "$T/token")
-PORT=$((20000 + RANDOM % 10000))
-SQUAT=$((PORT + 10000))
-RELAY=$((PORT + 20000))
+PORT=$(free_port)
+SQUAT=$(free_port)
+RELAY=$(free_port)
 LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/bin/gcrd" --socket "$T/net/gcrd.sock" --listen "127.0.0.1:$PORT" \
   --token-file "$T/token" --store "$T/served" >"$T/gcrd-net.log" 2>&1 &
 pids+=($!)
