@@ -441,7 +441,7 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
 Status CriuDumper::lock_tcp() {
   if (trees_.tcp.empty()) return ok();
   GCR_TRY_ASSIGN(RepairedSockets r, RepairedSockets::take(trees_.tcp.ends));
-  r.settle(std::chrono::milliseconds(30));
+  r.settle(std::chrono::milliseconds(10));
   if (!req_.leave_running || several_) repaired_.emplace(std::move(r));  // left in repair mode
   GCR_TRY_ASSIGN(tcp_lock_, TcpLock::engage(req_.pid, trees_.tcp.connections));
   std::string lines =

@@ -72,8 +72,9 @@ class RepairedSockets {
   // ms at least): a job whose connections were locked with bytes unacknowledged would stall that
   // long after the checkpoint. With the ranks drained at the cut, what is left in flight is mostly
   // acknowledgements the kernel delays (up to 40 ms): so before locking, every delayed ACK is sent
-  // now (TCP_QUICKACK), and the lock waits, up to `limit`, until each socket has everything it
-  // sent acknowledged (SIOCOUTQ 0). Past the limit it locks anyway: only the stall is at stake.
+  // now (TCP_QUICKACK), and the lock waits, up to `limit` (gcrd: 10 ms), until each socket has
+  // everything it sent acknowledged (SIOCOUTQ 0). Past the limit it locks anyway: only the stall
+  // is at stake. (nstat counted no retransmission over jobs.hosts' checkpoints.)
   void settle(std::chrono::milliseconds limit);
   void end_repair();
 
