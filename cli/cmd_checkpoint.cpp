@@ -801,8 +801,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
               "The baseline: the driver copies device memory through host RAM into CRIU's image "
               "(cuda-checkpoint + CRIU)");
   c->add_flag("--tcp-close", co.tcp_close,
-              "Checkpoint established TCP connections as closed (the restored process finds them "
-              "closed) instead of refusing");
+              "Checkpoint every established TCP connection as closed (the restored process finds "
+              "it closed): without it, one whose two ends the checkpoint takes is carried, bytes in "
+              "flight included, and one to anything else is refused");
   c->add_option("--trace", co.trace,
                 "Record the checkpoint as the kernel saw it (eBPF: every thread's scheduling and "
                 "its waits at gcr's gate) beside gcrd's phases, into FILE (Chrome/Perfetto JSON), "
