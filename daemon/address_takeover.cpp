@@ -60,10 +60,6 @@ std::string default_route_device() {
   return {};
 }
 
-std::string dotted(std::uint32_t ip) {
-  return address_text(ip);
-}
-
 const char* ip_tool() {
   for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
     if (::access(p, X_OK) == 0) return p;
@@ -74,7 +70,7 @@ Status add_address(std::uint32_t ip, const std::string& device) {
   const char* tool = ip_tool();
   if (!tool)
     return Error{Errc::unsupported, "moving an address needs ip (Debian package iproute2)"};
-  const std::string cidr = dotted(ip) + "/32";
+  const std::string cidr = address_text(ip) + "/32";
   pid_t child = ::fork();
   if (child < 0) return errno_error("starting ip");
   if (child == 0) {
@@ -141,7 +137,7 @@ Result<std::vector<TakenAddress>> take_addresses(const std::vector<std::uint32_t
       if (t.device.empty()) t.device = default_route_device();
       if (t.device.empty())
         return Error{Errc::unsupported, "no interface of this host is on the subnet of " +
-                                            dotted(ip) + ", which a restored rank must keep"};
+                                            address_text(ip) + ", which a restored rank must keep"};
       GCR_TRY(add_address(ip, t.device));
       t.added = true;
     }

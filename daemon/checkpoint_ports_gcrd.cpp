@@ -457,7 +457,7 @@ Status CriuDumper::lock_tcp() {
 void CriuDumper::end_tcp_repair() {
   tcp_lock_.release();
   if (repaired_) repaired_->end_repair();
-  if (repaired_ || !trees_.tcp.empty()) say_("tcp_unlocked\n");
+  if (!trees_.tcp.empty()) say_("tcp_unlocked\n");
   repaired_.reset();
 }
 

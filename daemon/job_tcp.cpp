@@ -29,29 +29,6 @@ std::optional<TcpConnection> ends_of(const criu::OpenFile& f) {
 
 }  // namespace
 
-CarriedTcp carry_tcp_within(std::vector<std::vector<criu::OpenFile>*> files) {
-  std::set<Key> seen;
-  for (auto* list : files)
-    for (const criu::OpenFile& f : *list)
-      if (f.kind == criu::FileKind::tcp_socket && f.external)
-        if (auto c = ends_of(f)) seen.insert(key_of(c->local, c->remote));
-  CarriedTcp out;
-  std::set<Key> recorded;
-  for (auto* list : files)
-    for (criu::OpenFile& f : *list) {
-      if (f.kind != criu::FileKind::tcp_socket || !f.external) continue;
-      auto c = ends_of(f);
-      if (!c || !seen.contains(key_of(c->remote, c->local))) continue;
-      f.external = false;
-      out.ends.push_back({f.pid, f.fd});
-      Key mine = key_of(c->local, c->remote), theirs = key_of(c->remote, c->local);
-      if (recorded.contains(mine) || recorded.contains(theirs)) continue;
-      recorded.insert(mine);
-      out.connections.push_back(*c);
-    }
-  return out;
-}
-
 std::vector<TcpConnection> outward_tcp(
     const std::vector<const std::vector<criu::OpenFile>*>& files) {
   std::vector<TcpConnection> out;
@@ -64,6 +41,7 @@ std::vector<TcpConnection> outward_tcp(
   return out;
 }
 
+// Each connection is recorded once, as the first of its ends met sees it.
 void carry_listed(std::vector<std::vector<criu::OpenFile>*> files,
                   const std::vector<TcpConnection>& listed, CarriedTcp& into) {
   std::set<Key> wanted;
@@ -76,8 +54,22 @@ void carry_listed(std::vector<std::vector<criu::OpenFile>*> files,
       if (!c || !wanted.contains(key_of(c->local, c->remote))) continue;
       f.external = false;
       into.ends.push_back({f.pid, f.fd});
+      if (recorded.contains(key_of(c->remote, c->local))) continue;
       if (recorded.insert(key_of(c->local, c->remote)).second) into.connections.push_back(*c);
     }
+}
+
+// The connections of `files` whose far end `files` holds too.
+CarriedTcp carry_tcp_within(std::vector<std::vector<criu::OpenFile>*> files) {
+  const auto outward = outward_tcp({files.begin(), files.end()});
+  std::set<Key> near;
+  for (const TcpConnection& c : outward) near.insert(key_of(c.local, c.remote));
+  std::vector<TcpConnection> both;
+  for (const TcpConnection& c : outward)
+    if (near.contains(key_of(c.remote, c.local))) both.push_back(c);
+  CarriedTcp out;
+  carry_listed(std::move(files), both, out);
+  return out;
 }
 
 std::string encode_job_tcp(const std::vector<TcpConnection>& connections) {
