@@ -71,7 +71,40 @@ struct MigrateOptions {
   std::string converge = "16M";
   std::string trace;  // --trace FILE
   bool json = false;
+  // --job PID@HOST:PORT...: the rest of the job the process is a rank of (Note [A rank moved while
+  // its job runs] in daemon/job_move.h), as remote.N / remote_pids.N of every checkpoint.
+  std::vector<std::string> job;
 };
+
+// --job's ranks, grouped by host, into the fields of each checkpoint of the move.
+Result<std::map<std::string, std::string>> job_fields(const MigrateOptions& o,
+                                                      const gcrd::NetKey& key) {
+  std::vector<std::pair<std::string, std::string>> hosts;  // HOST:PORT, "PID,PID"
+  for (const std::string& a : o.job) {
+    auto at = a.find('@');
+    const std::string pid_text = a.substr(0, at);
+    char* end = nullptr;
+    long pid = std::strtol(pid_text.c_str(), &end, 10);
+    if (at == std::string::npos || at == 0 || *end != '\0' || pid <= 0 || pid > (1 << 22) ||
+        a.find(':', at) == std::string::npos)
+      return Error{Errc::invalid_argument,
+                   "--job " + a +
+                       ": name each other rank of the job as PID@HOST:PORT (the gcrd of its host); "
+                       "a rank on this host besides the one that moves is not supported yet"};
+    const std::string where = a.substr(at + 1);
+    auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == where; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {where, ""});
+    it->second += (it->second.empty() ? "" : ",") + std::to_string(pid);
+  }
+  std::map<std::string, std::string> f{
+      {"move", "1"}, {"net_key_name", key.name}, {"net_key", key.secret}};
+  for (std::size_t k = 0; k < hosts.size(); ++k) {
+    f["remote." + std::to_string(k)] = hosts[k].first;
+    f["remote_pids." + std::to_string(k)] = hosts[k].second;
+  }
+  return f;
+}
 
 // --trace: the source process as the kernel saw it through the whole migration, beside gcrd's
 // phases of every round (named "round N ...") and of the stop ("stop ...").
@@ -103,6 +136,7 @@ struct Round {
   std::string id;
   std::uint64_t dirty = 0, sent = 0;
   std::uint64_t stall_ns = 0, push_ns = 0, stage_ns = 0;
+  std::uint64_t job_stall_ns = 0;  // --job: the longest any rank was stalled
 };
 
 using gcrd::field_u64;
@@ -149,6 +183,8 @@ struct Endpoints {
   // What the destination holds, as the rounds left it: the stop's push reads no index there.
   std::unordered_map<store::ChunkId, store::PackId, store::Id128Hash> at_destination;
   bool bars = false;  // progress lines on a terminal
+  // --job: the fields that make each checkpoint the moving rank's (job_fields).
+  std::map<std::string, std::string> job_fields;
 
   Status push(Round& r, const std::string& label) {
     auto t = Clock::now();
@@ -178,15 +214,17 @@ Say sayer(const MigrateOptions& o) {
 // --json: the pre-copy rounds, an array "pre_copy".
 void json_rounds(JsonWriter& j, const std::vector<Round>& rounds) {
   j.key("pre_copy").begin_array();
-  for (const Round& r : rounds)
+  for (const Round& r : rounds) {
     j.begin_object()
         .field("id", r.id)
         .field("dirty_bytes", r.dirty)
         .field("sent_bytes", r.sent)
         .field("stall_ns", r.stall_ns)
         .field("push_ns", r.push_ns)
-        .field("stage_ns", r.stage_ns)
-        .end_object();
+        .field("stage_ns", r.stage_ns);
+    if (r.job_stall_ns) j.field("job_stall_ns", r.job_stall_ns);
+    j.end_object();
+  }
   j.end_array();
 }
 
@@ -208,6 +246,7 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
                                               {"leave_running", "1"},
                                               {"store", location.directory.string()}};
     if (device_only) fields["device_only"] = "1";
+    fields.insert(ends.job_fields.begin(), ends.job_fields.end());
     const std::string round = "round " + std::to_string(i + 1);
     ProgressLine storing(ends.bars, round + ": storing");
     auto f = gcrd::call(conn.get(), "checkpoint", fields,
@@ -225,6 +264,7 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
     r.id = f->at("id");
     r.dirty = field_u64(*f, "dirty_bytes");
     r.stall_ns = field_u64(*f, "time.stall_ns");
+    r.job_stall_ns = field_u64(*f, "time.job_stall_ns");
     GCR_TRY(ends.push(r, round + ": sending")
                 .context("sending pre-copy round " + std::to_string(i + 1) + " to " + o.to + " (" +
                          whose + " runs on)"));
@@ -237,8 +277,11 @@ Result<std::vector<Round>> pre_copy(const MigrateOptions& o, pid_t pid, bool dev
     r.stage_ns = since(t_stage);
     say("round " + std::to_string(i + 1) + ": " + format_bytes(r.dirty) + " changed, " +
         format_bytes(r.sent) + " sent in " + format_duration(std::chrono::nanoseconds(r.push_ns)) +
-        ", stall " + format_duration(std::chrono::nanoseconds(r.stall_ns)) + ", staged in " +
-        format_duration(std::chrono::nanoseconds(r.stage_ns)));
+        ", stall " + format_duration(std::chrono::nanoseconds(r.stall_ns)) +
+        (o.job.empty()
+             ? ""
+             : " (the job's " + format_duration(std::chrono::nanoseconds(r.job_stall_ns)) + ")") +
+        ", staged in " + format_duration(std::chrono::nanoseconds(r.stage_ns)));
     rounds.push_back(r);
     if (r.dirty <= converge) break;
   }
@@ -253,6 +296,9 @@ Result<std::unique_ptr<Endpoints>> open_endpoints(const MigrateOptions& o, Conte
   auto e = std::make_unique<Endpoints>();
   e->bars = !o.json && ctx.stderr_tty;
   GCR_TRY_ASSIGN(e->token, gcrd::read_client_key(o.token_file));
+  if (!o.job.empty()) {
+    GCR_TRY_ASSIGN(e->job_fields, job_fields(o, e->token));
+  }
   GCR_TRY_ASSIGN(e->location, ctx.store_location());
   if (e->location.is_s3())
     return Error{Errc::unsupported,
@@ -292,8 +338,10 @@ Result<DestinationRestore> restore_at_destination(const MigrateOptions& o,
   if (!rconn)  // never asked: it cannot run there
     return resume_source(conn, o.pid, std::move(rconn).error());
   bool refused = false;
+  Fields fields{{"name", id}};
+  if (!o.job.empty()) fields["take_addresses"] = "1";  // Note [A rank moved while its job runs]
   auto restored = gcrd::call(
-      rconn->get(), "restore", {{"name", id}},
+      rconn->get(), "restore", fields,
       [&](const std::string& p) {
         if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
       },
@@ -383,6 +431,8 @@ void print_process_migrated(const MigrateOptions& o, MigrateTrace& mt,
         .field("staged_bytes", field_u64(restored, "staged_bytes"))
         .field("downtime_ns", t.downtime)
         .field("total_ns", t.total);
+    if (!o.job.empty())  // Note [A rank moved while its job runs]: the rest of the job held still
+      j.field("job_stop_ns", ended ? field_u64(*ended, "time.job_stop_ns") : 0);
     j.key("destination_restore").begin_object();  // the destination's phases (time.*_ns)
     for (const auto& [k, v] : restored)
       if (k.starts_with("time.") || k.starts_with("start."))
@@ -397,8 +447,12 @@ void print_process_migrated(const MigrateOptions& o, MigrateTrace& mt,
           last.id.substr(0, 12) + ": " + std::to_string(rounds.size()) +
           " pre-copy round(s), then " + format_bytes(last.sent) +
           " sent while stopped; downtime about " +
-          format_duration(std::chrono::nanoseconds(t.downtime)) + ", total " +
-          format_duration(std::chrono::nanoseconds(t.total)) + "\n");
+          format_duration(std::chrono::nanoseconds(t.downtime)) +
+          (o.job.empty() || !ended
+               ? std::string()
+               : ", the rest of the job held " + format_duration(std::chrono::nanoseconds(
+                                                     field_u64(*ended, "time.job_stop_ns")))) +
+          ", total " + format_duration(std::chrono::nanoseconds(t.total)) + "\n");
     if (mt.trace) std::fputs(describe_trace(mt.fields).c_str(), stderr);
   }
 }
@@ -412,10 +466,10 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   // The stop: gcrd holds the process stopped once the last checkpoint is committed.
   const auto t_stop = Clock::now();
   GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
-  auto held = gcrd::call(
-      conn.get(), "checkpoint",
-      {{"pid", std::to_string(o.pid)}, {"hold", "1"}, {"store", ends->location.directory.string()}},
-      nullptr);
+  Fields stop{
+      {"pid", std::to_string(o.pid)}, {"hold", "1"}, {"store", ends->location.directory.string()}};
+  stop.insert(ends->job_fields.begin(), ends->job_fields.end());
+  auto held = gcrd::call(conn.get(), "checkpoint", stop, nullptr);
   if (!held) return std::move(held).context("the last checkpoint (the process runs on)").error();
   Round last;
   last.id = held->at("id");
@@ -689,6 +743,12 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
                 "The destination's token (the file its gcr daemon --listen reads)")
       ->required()
       ->type_name("FILE");
+  m->add_option("--job", o.job,
+                "The process is a rank of a job across hosts: its other ranks, each PID@HOST:PORT "
+                "(the gcrd of its host). They run on through the pre-copy and are held still only "
+                "for the stop; the rank keeps its address (a /32 of its own on this host), which "
+                "moves with it (docs/jobs.md)")
+      ->type_name("PID@HOST:PORT...");
   m->add_option("--rounds", o.rounds, "Pre-copy rounds at most (default 5; 0: stop at once)")
       ->type_name("N");
   m->add_option("--converge", o.converge,
@@ -710,6 +770,8 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
     if ((o.pid > 0) == !o.container.empty())
       return Status(Error{Errc::invalid_argument,
                           "gcr migrate takes a PID or --container NAME (one of them)"});
+    if (!o.container.empty() && !o.job.empty())
+      return Status(Error{Errc::invalid_argument, "--job moves a rank's process, not a container"});
     if (!o.container.empty() && !o.trace.empty())
       return Status(Error{Errc::invalid_argument,
                           "--trace follows a process; a container's migration has no --trace yet"});

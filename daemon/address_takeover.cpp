@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -66,7 +67,8 @@ const char* ip_tool() {
   return nullptr;
 }
 
-Status add_address(std::uint32_t ip, const std::string& device) {
+// `ip addr VERB ADDRESS/32 dev DEVICE` (VERB add or del).
+Status run_ip(const char* verb, std::uint32_t ip, const std::string& device) {
   const char* tool = ip_tool();
   if (!tool)
     return Error{Errc::unsupported, "moving an address needs ip (Debian package iproute2)"};
@@ -74,7 +76,7 @@ Status add_address(std::uint32_t ip, const std::string& device) {
   pid_t child = ::fork();
   if (child < 0) return errno_error("starting ip");
   if (child == 0) {
-    const char* argv[] = {tool, "addr", "add", cidr.c_str(), "dev", device.c_str(), nullptr};
+    const char* argv[] = {tool, "addr", verb, cidr.c_str(), "dev", device.c_str(), nullptr};
     ::execv(tool, const_cast<char* const*>(argv));
     ::_exit(127);
   }
@@ -82,7 +84,8 @@ Status add_address(std::uint32_t ip, const std::string& device) {
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ok();
-  return Error{Errc::io_error, "ip addr add " + cidr + " dev " + device + " failed"};
+  return Error{Errc::io_error,
+               std::string("ip addr ") + verb + " " + cidr + " dev " + device + " failed"};
 }
 
 // One gratuitous ARP request for `ip` from `device` (an Ethernet interface; others are skipped).
@@ -114,6 +117,22 @@ void announce(std::uint32_t ip, const std::string& device) {
   (void)::sendto(s.get(), &arp, sizeof arp, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
 }
 
+// Gratuitous ARP for every address added: once now, twice more (100 ms apart) from a thread of
+// its own, so that a restore waits for none of the repeats (they are for a lost first one).
+void announce_all(const std::vector<TakenAddress>& taken) {
+  std::vector<TakenAddress> added;
+  for (const TakenAddress& t : taken)
+    if (t.added) added.push_back(t);
+  if (added.empty()) return;
+  for (const TakenAddress& t : added) announce(t.ip, t.device);
+  std::thread([added] {
+    for (int round = 1; round < 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (const TakenAddress& t : added) announce(t.ip, t.device);
+    }
+  }).detach();
+}
+
 }  // namespace
 
 std::string address_text(std::uint32_t ip) {
@@ -138,18 +157,57 @@ Result<std::vector<TakenAddress>> take_addresses(const std::vector<std::uint32_t
       if (t.device.empty())
         return Error{Errc::unsupported, "no interface of this host is on the subnet of " +
                                             address_text(ip) + ", which a restored rank must keep"};
-      GCR_TRY(add_address(ip, t.device));
+      GCR_TRY(run_ip("add", ip, t.device));
       t.added = true;
     }
     out.push_back(t);
   }
-  const bool moved = std::any_of(out.begin(), out.end(), [](const auto& t) { return t.added; });
-  for (int round = 0; moved && round < 3; ++round) {
-    if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (const TakenAddress& t : out)
-      if (t.added) announce(t.ip, t.device);
+  announce_all(out);
+  return out;
+}
+
+Status check_own_addresses(const std::vector<std::uint32_t>& ips, const std::string& whose) {
+  const auto interfaces = ipv4_interfaces();
+  for (std::uint32_t ip : ips) {
+    bool own = false;
+    for (const Interface& i : interfaces)
+      own |= i.ip == ip && i.mask == 0xffffffffu && i.name != "lo";
+    if (!own)
+      return Error{Errc::unsupported,
+                   whose + " talks to the job from " + address_text(ip) +
+                       ", which is not an address of its own on this host: a rank that moves "
+                       "takes its address along, so give it one (ip addr add ADDRESS/32 dev "
+                       "DEV) and have it use it (mp_train --listen ADDRESS; NCCL_SOCKET_IFNAME "
+                       "or GLOO_SOCKET_IFNAME naming it)"};
+  }
+  return ok();
+}
+
+Result<std::vector<TakenAddress>> release_addresses(const std::vector<std::uint32_t>& ips) {
+  std::vector<TakenAddress> out;
+  std::set<std::uint32_t> seen;
+  const auto interfaces = ipv4_interfaces();
+  for (std::uint32_t ip : ips) {
+    if (!seen.insert(ip).second) continue;
+    for (const Interface& i : interfaces)
+      if (i.ip == ip) {
+        if (Status s = run_ip("del", ip, i.name); !s) {
+          put_back_addresses(out);
+          return std::move(s).error();
+        }
+        out.push_back({ip, i.name, true});
+        break;
+      }
   }
   return out;
+}
+
+void put_back_addresses(const std::vector<TakenAddress>& released) {
+  for (const TakenAddress& t : released)
+    if (Status s = run_ip("add", t.ip, t.device); !s)
+      std::fprintf(stderr, "gcrd: putting address %s back: %s\n", address_text(t.ip).c_str(),
+                   s.error().message.c_str());
+  announce_all(released);
 }
 
 }  // namespace gcr::gcrd

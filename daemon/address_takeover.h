@@ -34,4 +34,13 @@ std::string address_text(std::uint32_t ip);
 // a rank]). Fails, having added nothing more, when an address has no interface to go on.
 Result<std::vector<TakenAddress>> take_addresses(const std::vector<std::uint32_t>& ips);
 
+// A rank that moves while its job runs (Note [A rank moved while its job runs] in job_move.h)
+// takes its addresses along: each of `ips` must be its own, a /32 on this host (`whose` names
+// the rank in the refusal).
+Status check_own_addresses(const std::vector<std::uint32_t>& ips, const std::string& whose);
+// Removes each of `ips` this host has; the removed ones come back with put_back_addresses (which
+// logs, not returns, a failure: it is an undo).
+Result<std::vector<TakenAddress>> release_addresses(const std::vector<std::uint32_t>& ips);
+void put_back_addresses(const std::vector<TakenAddress>& released);
+
 }  // namespace gcr::gcrd

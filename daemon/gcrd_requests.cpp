@@ -99,11 +99,17 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
     c.remote.push_back(std::move(h));
   }
   GCR_TRY_ASSIGN(c.copy_parts, r.flag("copy_parts"));
+  GCR_TRY_ASSIGN(c.move, r.flag("move"));
   GCR_TRY_ASSIGN(c.net_key_name, r.text("net_key_name", 64));
   GCR_TRY_ASSIGN(c.net_key, r.text("net_key", 4096));
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
   if (idle) c.idle = std::chrono::milliseconds(*idle);
-  if (!c.remote.empty() && (c.stop_copy || c.hold || c.device_only || c.tcp_close))
+  if (c.move && (c.remote.empty() || !c.job_pids.empty() || c.copy_parts || c.tag ||
+                 c.leave_running == c.hold))
+    return Error{Errc::invalid_argument,
+                 "move is a checkpoint of one rank, a pre-copy round (leave_running) or the stop "
+                 "(hold), with the rest of its job as remote.N"};
+  if (!c.remote.empty() && (c.stop_copy || (c.hold && !c.move) || c.device_only || c.tcp_close))
     return Error{Errc::invalid_argument,
                  "a job across hosts is checkpointed by gcr itself, live or stopping: not with "
                  "stop_copy, hold, device_only or tcp_close"};
@@ -123,6 +129,9 @@ Result<JobPartFields> decode_job_part(const Fields& f) {
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
   if (idle) p.idle = std::chrono::milliseconds(*idle);
   GCR_TRY_ASSIGN(p.job, r.text("job", 64));
+  GCR_TRY_ASSIGN(p.bystander, r.flag("bystander"));
+  GCR_TRY_ASSIGN(p.freeze, r.flag("freeze"));
+  if (p.freeze && !p.bystander) return bad("freeze", "is for a bystander");
   return p;
 }
 

@@ -48,6 +48,9 @@ struct CheckpointFields {
   bool leave_running = false, stop_copy = false, tcp_close = false, device_only = false;
   bool hold = false;        // gcr migrate's last checkpoint waits for the destination
   bool copy_parts = false;  // a job across hosts: every part copied into this store too
+  // The remote hosts are bystanders: pid, a rank of theirs, moves (Note [A rank moved while its
+  // job runs] in job_move.h): a pre-copy round (leave_running) or the stop (hold).
+  bool move = false;
   std::chrono::milliseconds timeout{10'000};
   // Note [A job across hosts] (job_link.h): the other hosts' ranks (remote.N "HOST:PORT",
   // remote_pids.N "PID,PID"), the caller's key for them (net_key_name, net_key), and how long a
@@ -68,6 +71,7 @@ struct JobPartFields {
   bool leave_running = false;
   std::chrono::milliseconds timeout{10'000}, idle{30'000};
   std::string job;
+  bool bystander = false, freeze = false;  // Note [A rank moved while its job runs] (job_move.h)
 };
 Result<JobPartFields> decode_job_part(const Fields& f);
 

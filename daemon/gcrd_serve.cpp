@@ -18,6 +18,7 @@
 #include "gcr/process_tree.h"
 #include "gcr/restore_streams.h"
 #include "gcrd_protocol.h"
+#include "job_move.h"
 #include "job_serve.h"
 #include "pause_point.h"
 #include "restore.h"
@@ -330,8 +331,10 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
     std::vector<JobHost> hosts;
     for (const auto& h : f.remote) hosts.push_back({h.address, h.pids});
     JobOptions job{NetKey{f.net_key_name, f.net_key, std::nullopt}, f.idle, f.copy_parts, {}};
-    GCR_TRY_ASSIGN(CheckpointReport rep,
-                   checkpoint_across_hosts(*st, tools, req, hosts, job, r.progress, &d.work()));
+    GCR_TRY_ASSIGN(
+        CheckpointReport rep,
+        f.move ? checkpoint_moving_rank(*st, tools, req, hosts, job, r.progress, &d.work())
+               : checkpoint_across_hosts(*st, tools, req, hosts, job, r.progress, &d.work()));
     Fields out = checkpoint_reply(rep);
     out["job_hosts"] = std::to_string(hosts.size() + 1);
     return out;
@@ -352,6 +355,13 @@ Result<Fields> serve_job_part(Daemon& d, Request& r) {
     if (!allowed)
       return Error{Errc::permission_denied,
                    "process " + std::to_string(pid) + " is of a user this peer may not checkpoint"};
+  }
+  if (f.bystander) {  // Note [A rank moved while its job runs] (job_move.h)
+    GCR_TRY_ASSIGN(BystanderReport rep,
+                   bystand({f.pids, f.timeout, f.idle, f.freeze}, r.client_fd, r.progress));
+    return Fields{{"time.stall_ns", std::to_string(rep.stall_ns)},
+                  {"processes", std::to_string(rep.processes)},
+                  {"threads", std::to_string(rep.threads)}};
   }
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
   GCR_TRY_ASSIGN(auto st, request_store(r));
@@ -424,6 +434,8 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
   req.eager = f.eager;
   req.arriving = f.arriving;
   req.new_pid_namespace = f.new_pid_namespace;
+  // Note [Addresses that move with a rank]: a placed part, or a rank moved (job_move.h).
+  req.take_addresses = f.take_addresses;
   for (std::size_t i = 0; i < r.files.size(); ++i) {
     if (fcntl(r.files[i].get(), F_GETFL) & O_PATH)
       return Error{Errc::invalid_argument, "file " + std::to_string(i) + " for " + f.inherit[i] +
@@ -442,7 +454,6 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     };
   }
   if (f.job_part) {  // Note [A job across hosts] (job_link.h): for the job's coordinator
-    req.take_addresses = f.take_addresses;
     GCR_TRY_ASSIGN(RestoreReport rep,
                    restore_part(*st, tools, req, r.client_fd, f.idle, r.progress));
     return restore_reply(rep, req.eager);

@@ -134,6 +134,11 @@ Status PartLink::restored() {
   return ok();
 }
 
+Status PartLink::meet(const std::string& word, const std::string& expected) {
+  GCR_TRY(answer(word, expected));
+  return ok();
+}
+
 Result<std::optional<std::string>> PartLink::prepared(const std::string& id) {
   GCR_TRY(wire_.send("prepared", {{"id", id}}));
   GCR_TRY_ASSIGN(WireLine l, wire_.read());
@@ -217,6 +222,11 @@ Status CoordinatorLink::dumped() {
 Status CoordinatorLink::restored() {
   GCR_TRY(gather("restored"));
   return answer_all("go");
+}
+
+Status CoordinatorLink::meet(const std::string& word, const std::string& answer) {
+  GCR_TRY(gather(word));
+  return answer_all(answer);
 }
 
 Status CoordinatorLink::prepared() {

@@ -58,6 +58,9 @@ class PartLink final : public JobLink {
   // The part is stored (manifest `id`, unnamed): the job's name to commit it under, or nullopt to
   // abort.
   Result<std::optional<std::string>> prepared(const std::string& id);
+  // A meeting point beyond the checkpoint's (Note [A rank moved while its job runs] in
+  // job_move.h): sends `word`, waits for `expected`.
+  Status meet(const std::string& word, const std::string& expected);
 
  private:
   Result<WireLine> answer(const std::string& sent, const std::string& expected,
@@ -92,6 +95,9 @@ class CoordinatorLink final : public JobLink {
   Status commit_all(const std::string& name);
   // Tells every part to abort and waits (briefly) for each to say it did.
   void abort_all();
+  // A meeting point beyond the checkpoint's (Note [A rank moved while its job runs] in
+  // job_move.h): gathers `word` from every part, answers `answer`.
+  Status meet(const std::string& word, const std::string& answer);
 
  private:
   Result<std::vector<WireFields>> gather(const std::string& word);

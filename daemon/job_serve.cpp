@@ -115,6 +115,8 @@ Status copy_part(const std::string& address, const std::string& id, store::Store
   return ok();
 }
 
+}  // namespace
+
 // Sends the host whose gcrd is at `address` a request (`verb` with `fields`) without waiting: its
 // part answers on the wire.
 Result<RemotePart> ask_host(const std::string& address, const NetKey& key,
@@ -136,8 +138,6 @@ std::string pid_list(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
   return out;
 }
-
-}  // namespace
 
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,

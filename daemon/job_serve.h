@@ -13,6 +13,7 @@
 #include "gcr/criu.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
+#include "job_hosts.h"
 #include "peer_keys.h"
 #include "restore.h"
 #include "work_registry.h"
@@ -75,5 +76,12 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
 Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools,
                                    RestoreRequest& req, int fd, std::chrono::milliseconds idle,
                                    const Progress& progress);
+
+// Sends the host whose gcrd is at `address` a request (`verb` with `fields`) without waiting:
+// its part answers on the wire (RemotePart, job_hosts.h).
+Result<RemotePart> ask_host(const std::string& address, const NetKey& key,
+                            std::chrono::milliseconds idle, const std::string& verb,
+                            const WireFields& fields);
+std::string pid_list(const std::vector<pid_t>& pids);  // "1,2,3"
 
 }  // namespace gcr::gcrd

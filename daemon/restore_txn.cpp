@@ -602,19 +602,6 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   ro.on_spawned = [this, ready = work_->path() / "restored.ready"](pid_t spawned) {
     follow_spawned(spawned, ready);
   };
-  if (req_.take_addresses && !job_tcp_.empty()) {  // Note [Addresses that move with a rank]
-    std::vector<std::uint32_t> ips;
-    for (const TcpConnection& c : job_tcp_) ips.push_back(c.local.ip);
-    auto taken = take_addresses(ips);
-    if (!taken) {
-      let_keeper_go();
-      return std::move(taken).error();
-    }
-    for (const TakenAddress& t : *taken)
-      if (t.added)
-        ports_.progress("took address " + address_text(t.ip) + " on " + t.device +
-                        " for the restored rank");
-  }
   // Note [TCP within a job] (job_tcp.h): no end may send before its peer is back.
   TcpLock tcp_lock;
   if (!job_tcp_.empty()) {
@@ -625,8 +612,28 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
     }
     tcp_lock = std::move(lock).value();
   }
+  // Under the lock: a peer's packet that reached the address before CRIU has restored its socket
+  // would be answered with a reset.
+  std::vector<std::uint32_t> added;  // given up again should CRIU fail: the rank may run on
+                                     // where it was (Note [A rank moved while its job runs])
+  if (req_.take_addresses && !job_tcp_.empty()) {  // Note [Addresses that move with a rank]
+    std::vector<std::uint32_t> ips;
+    for (const TcpConnection& c : job_tcp_) ips.push_back(c.local.ip);
+    auto taken = take_addresses(ips);
+    if (!taken) {
+      let_keeper_go();
+      return std::move(taken).error();
+    }
+    for (const TakenAddress& t : *taken)
+      if (t.added) {
+        added.push_back(t.ip);
+        ports_.progress("took address " + address_text(t.ip) + " on " + t.device +
+                        " for the restored rank");
+      }
+  }
   if (Status restored = ports_.criu.restore(ro, lazy_wanted_ ? &lazy_ : nullptr); !restored) {
     let_keeper_go();  // no process to guard
+    if (!added.empty()) (void)release_addresses(added);
     if (host_pages_)
       if (auto e = host_pages_->failure()) {
         Error err = *e;

@@ -10,6 +10,8 @@
 #                         host_log I: its log
 #   cut_host I / mend_host I   every packet to and from host I dropped, silently (or no longer)
 #   remove_host I         host I gone: every process in it killed, its namespace deleted
+#   give_rank_address I R  host I gets rank R's own address, rank_addr R (a /32 that may move)
+#   has_address I A       host I has address A
 command -v ip > /dev/null || { echo "SKIP: ip (iproute2) is missing"; exit 77; }
 command -v iptables > /dev/null || { echo "SKIP: iptables is missing"; exit 77; }
 HOSTS=${HOSTS:-3}
@@ -48,6 +50,9 @@ start_host_gcrd() {
     sleep 0.02
   done
 }
+rank_addr() { echo "$NET.$(($1 + 101))"; }
+give_rank_address() { ip netns exec "$(host_ns "$1")" ip addr add "$(rank_addr "$2")/32" dev "gj$$h$1"; }
+has_address() { ip netns exec "$(host_ns "$1")" ip -4 -o addr show | grep -q " $2/"; }
 cut_host() {
   ip netns exec "$(host_ns "$1")" iptables -I INPUT -j DROP
   ip netns exec "$(host_ns "$1")" iptables -I OUTPUT -j DROP

@@ -25,10 +25,15 @@
 #   e: 2 ranks on hosts 0 and 1, a live checkpoint with --copy-parts (host 1's part copied to
 #      host 0), then host 1 lost (its namespace deleted, its rank with it): restored with
 #      --place HOST1=HOST2, rank 1 comes back on the spare host 2 with host 1's address, rank 0
-#      reaches it there, and both end with the reference.
+#      reaches it there, and both end with the reference;
+#   m: 2 ranks on hosts 0 and 1, rank 1 on an address of its own: `gcr migrate` of rank 1 to the
+#      spare host 2 while the job runs (--job naming rank 0 on host 0): pre-copy rounds, then a
+#      stop in which rank 0 is held still; rank 1 runs on host 2 with its address, rank 0 with its
+#      pid, and both end with the reference; then a move whose destination is gone (its gcrd
+#      killed before the stop): rank 1 runs on where it was, its address back, and both end so.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
-#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, e)
+#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, e, m)
 set -euo pipefail
 TEST_NAME=job-hosts
 source "$(dirname "$0")/../programs/lib.sh"
@@ -269,5 +274,33 @@ if wanted e; then
     fail "e: restored rank 1 ($moved) is not in host 2's namespace"
   job_ends_right e 2 "${before[@]}"
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
+fi
+if wanted m; then
+  echo "== m: one rank moved to the spare host while the job runs"
+  give_rank_address 1 1
+  r1_addr=$(rank_addr 1)
+  # start_job, with rank 1 listening on and connecting from its own address.
+  R=()
+  launch_on 0 "$T/m-r0.log" "${MP[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT" --store-every 4
+  R+=("$P")
+  launch_on 1 "$T/m-r1.log" "${MP[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT" \
+    --listen "$r1_addr" --store-every 4
+  R+=("$P")
+  wait_steps "$T/m-r0.log" $((RANDOM % 30 + 10))
+  on_host 1 "$GCR" migrate "${R[1]}" --to "$(host_gcrd 2)" --token-file "$T/token" \
+    --job "${R[0]}@$(host_gcrd 0)" --json > "$T/m1.json" 2> "$T/m1.err" ||
+    fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
+  moved=$(json_field destination_pid < "$T/m1.json")
+  pids+=("$moved")
+  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
+    fail "m1: rank 1 ($moved) is not in host 2's namespace: $(cat "$T/m1.json")"
+  kill -0 "${R[0]}" || fail "m1: rank 0 is gone"
+  stop=$(json_field job_stop_ns < "$T/m1.json")
+  ((stop > 0)) || fail "m1: no job-wide stop reported: $(cat "$T/m1.json")"
+  has_address 2 "$r1_addr" && ! has_address 1 "$r1_addr" ||
+    fail "m1: rank 1's address did not move to host 2"
+  no_locks || fail "m1: a lock of gcrd's is left"
+  job_ends_right m 2 0 0
+  echo "ok: m1: rank 1 moved to host 2 ($(json_field rounds < "$T/m1.json") rounds, downtime $(json_field downtime_ns < "$T/m1.json") ns, rank 0 held $stop ns); both ended with $REF"
 fi
 echo "PASS"

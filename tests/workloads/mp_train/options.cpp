@@ -41,8 +41,8 @@ constexpr char kUsage[] =
     "tcp (one rank per process, started apart as on several hosts):\n"
     "  --rank R           this process's rank (without it, a launcher starts all N on loopback)\n"
     "  --store HOST:PORT  the rendezvous store; rank 0 serves it there, the others connect\n"
-    "  --listen ADDR      the IP this rank's ring listener binds (default: the address of its\n"
-    "                     store connection's local end)\n"
+    "  --listen ADDR      the IP this rank listens on and connects from (default: listens on\n"
+    "                     the address of its store connection's local end)\n"
     "  --store-every K    a barrier through the store after every K-th step (default 10; 0: none)\n"
     "  --connect-timeout-s S  how long to retry the store and the peers (default 60)\n"
     "internal: --rank R --job ID (set by the launcher for each rank)";

@@ -74,7 +74,7 @@ RingSockets connect_ring(const Options& o, StoreClient& store) {
   HostPort there;
   if (!parse_host_port(ring.next.address, &there))
     ring_fail(o.rank, "rank " + std::to_string(next) + " published '" + ring.next.address + "'");
-  ring.next.socket = tcp_connect(there, timeout_ms, &error);
+  ring.next.socket = tcp_connect(there, timeout_ms, &error, o.listen);
   if (!ring.next.socket) {
     ring_fail(o.rank, "cannot reach rank " + std::to_string(next) + " at " + there.text() + ": " +
                           error + " (tried for " + std::to_string(o.connect_timeout_s) + " s)");

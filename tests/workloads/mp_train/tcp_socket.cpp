@@ -116,7 +116,8 @@ int tcp_free_port() {
   return tcp_local_address(fd).port;
 }
 
-UniqueFd tcp_connect(const HostPort& to, int timeout_ms, std::string* error) {
+UniqueFd tcp_connect(const HostPort& to, int timeout_ms, std::string* error,
+                     const std::string& from) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     int last = 0;
@@ -126,6 +127,14 @@ UniqueFd tcp_connect(const HostPort& to, int timeout_ms, std::string* error) {
       for (addrinfo* a = addrs.list; a; a = a->ai_next) {
         UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
         if (!fd) fail_errno("socket(TCP)");
+        if (!from.empty()) {
+          AddrInfoList source{resolve({from, 0}, true, error)};
+          if (!source.list) return UniqueFd();
+          if (::bind(fd.get(), source.list->ai_addr, source.list->ai_addrlen) != 0) {
+            *error = "cannot bind " + from + ": " + std::strerror(errno);
+            return UniqueFd();
+          }
+        }
         if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
           int one = 1;
           ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

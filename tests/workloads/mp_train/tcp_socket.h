@@ -28,8 +28,10 @@ HostPort tcp_local_address(const UniqueFd& socket);
 int tcp_free_port();
 
 // Connects to `to`, retrying while nobody listens there yet (or the network says unreachable)
-// until timeout_ms has passed. TCP_NODELAY is set on the connection.
-UniqueFd tcp_connect(const HostPort& to, int timeout_ms, std::string* error);
+// until timeout_ms has passed, from the IP `from` when it is not empty (a rank's own address,
+// which moves with it: docs/jobs.md). TCP_NODELAY is set on the connection.
+UniqueFd tcp_connect(const HostPort& to, int timeout_ms, std::string* error,
+                     const std::string& from = {});
 // The next connection on `listener`; an empty fd (errno ETIMEDOUT) if none came in timeout_ms.
 UniqueFd tcp_accept(const UniqueFd& listener, int timeout_ms);
 

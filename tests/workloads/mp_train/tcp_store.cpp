@@ -224,9 +224,10 @@ void StoreServer::serve() {
   }
 }
 
-StoreClient::StoreClient(const HostPort& at, int rank, int timeout_ms) : at_(at), rank_(rank) {
+StoreClient::StoreClient(const HostPort& at, int rank, int timeout_ms, const std::string& from)
+    : at_(at), rank_(rank) {
   std::string error;
-  fd_ = tcp_connect(at, timeout_ms, &error);
+  fd_ = tcp_connect(at, timeout_ms, &error, from);
   if (!fd_) {
     store_fail(rank, at,
                "is unreachable: " + error + " (tried for " + std::to_string(timeout_ms / 1000) +

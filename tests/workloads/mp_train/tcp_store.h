@@ -47,7 +47,8 @@ class StoreClient {
  public:
   // Connects to the store at `at`, retrying until timeout_ms has passed; exits 2 saying the store
   // is unreachable. `rank` names this process in messages.
-  StoreClient(const HostPort& at, int rank, int timeout_ms);
+  // `from`: the IP to connect from (--listen), or empty.
+  StoreClient(const HostPort& at, int rank, int timeout_ms, const std::string& from = {});
 
   void set(const std::string& key, const std::string& value);
   // The value of `key` once some rank has set it; exits 2 after timeout_ms (negative: no limit),

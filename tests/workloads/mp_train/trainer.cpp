@@ -110,7 +110,7 @@ void Trainer::connect_tcp() {
   HostPort store;
   parse_host_port(o_.store, &store);  // checked by parse_options
   if (o_.rank == 0) store_server_ = std::make_unique<StoreServer>(store);
-  store_ = std::make_unique<StoreClient>(store, o_.rank, o_.connect_timeout_s * 1000);
+  store_ = std::make_unique<StoreClient>(store, o_.rank, o_.connect_timeout_s * 1000, o_.listen);
   if (o_.ranks > 1) tcp_ring_ = std::make_unique<TcpRing>(o_, *store_, k_.accumulate, words_);
 }
 
