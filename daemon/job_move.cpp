@@ -13,6 +13,7 @@
 #include "job.h"
 #include "job_hosts.h"
 #include "job_link.h"
+#include "pause_point.h"
 #include "tree_freeze.h"
 
 namespace gcr::gcrd {
@@ -203,6 +204,7 @@ Result<BystanderReport> bystand(const BystanderRequest& req, int fd, const Progr
     if (!trees.tcp.empty())
       if (auto sockets = RepairedSockets::take(trees.tcp.ends))
         sockets->settle(std::chrono::milliseconds(10));
+    pause_point("bystander-frozen");
     GCR_TRY(link.meet("frozen", "lock"));
   }
   GCR_TRY(link.dumped());

@@ -25,6 +25,8 @@
 //              that thread pauses, and no page is served meanwhile
 // and of a job across hosts' coordinator (Note [A job across hosts] in job_link.h):
 //   job-committed  job_serve.cpp: the job's manifest is committed, no part is told yet
+// and of a bystander of a moving rank (Note [A rank moved while its job runs] in job_move.h):
+//   bystander-frozen  job_move.cpp: the stop holds this host's ranks still, before "frozen"
 // and of a migration's destination:
 //   stage      gcrd.cpp: a pre-copy round's stage request is read, nothing is loaded yet (the
 //              source runs on, waiting for the answer)

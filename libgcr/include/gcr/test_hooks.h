@@ -46,7 +46,7 @@ inline constexpr Fault kAllFaults[] = {
 inline constexpr std::string_view kGcrdPausePoints[] = {
     "request",    "quiesced", "parked",     "dumped",  "draining",   "reply",
     "lazy-pages", "restored", "load-table", "loading", "host-pages", "stage",
-    "job-committed"};
+    "job-committed", "bystander-frozen"};
 
 struct TestHooks {
   // GCR_GCRD_PAUSE_AT=NAME[:SECONDS]: gcrd sleeps `gcrd_pause` at point NAME (one of

@@ -29,8 +29,9 @@
 #   m: 2 ranks on hosts 0 and 1, rank 1 on an address of its own: `gcr migrate` of rank 1 to the
 #      spare host 2 while the job runs (--job naming rank 0 on host 0): pre-copy rounds, then a
 #      stop in which rank 0 is held still; rank 1 runs on host 2 with its address, rank 0 with its
-#      pid, and both end with the reference; then a move whose destination is gone (its gcrd
-#      killed before the stop): rank 1 runs on where it was, its address back, and both end so.
+#      pid, and both end with the reference; then moves that fail in their stop, the destination's
+#      gcrd killed once the rank is dumped, or rank 0's gcrd killed while it holds rank 0 still:
+#      rank 1 runs on where it was with its address, rank 0 runs on, and both end so.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
 #   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, e, m)
@@ -275,21 +276,56 @@ if wanted e; then
   job_ends_right e 2 "${before[@]}"
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
 fi
+# start_move_job TAG A: ranks 0 and 1 on hosts 0 and 1, rank 1 on its own address rank_addr A.
+start_move_job() {
+  local tag=$1
+  give_rank_address 1 "$2"
+  R=()
+  launch_on 0 "$T/$tag-r0.log" "${MP[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT" \
+    --store-every 4
+  R+=("$P")
+  launch_on 1 "$T/$tag-r1.log" "${MP[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT" \
+    --store-every 4 --listen "$(rank_addr "$2")"
+  R+=("$P")
+  wait_steps "$T/$tag-r0.log" $((RANDOM % 30 + 10))
+}
+move_rank1() {  # TAG [gcr migrate flags...]: rank 1 to host 2, from host 1
+  local tag=$1
+  shift
+  on_host 1 "$GCR" migrate "${R[1]}" --to "$(host_gcrd 2)" --token-file "$T/token" \
+    --job "${R[0]}@$(host_gcrd 0)" --json "$@" > "$T/$tag.json" 2> "$T/$tag.err"
+}
+# A move that fails during its stop (host I's gcrd paused at POINT, then host K's gcrd killed):
+# rank 1 runs on where it was with its address, rank 0 runs on, nothing is left held or locked.
+failed_move() {  # TAG A I POINT K
+  local tag=$1 a=$2 i=$3 point=$4 k=$5
+  start_host_gcrd "$i" GCR_GCRD_PAUSE_AT="$point:${PAUSE_S:-30}"
+  local paused
+  paused=$(pauses_in "$i" "$point")
+  start_move_job "$tag" "$a"
+  move_rank1 "$tag" --rounds 0 &
+  local c=$!
+  wait_until 60 eval "(( \$(pauses_in $i $point) > $paused ))" ||
+    fail "$tag: host $i's gcrd did not reach $point: $(tail -n 5 "$(host_log "$i")")"
+  pkill -9 -f "gcrd --socket $T/h$k/gcrd.sock"
+  local rc=0
+  wait "$c" || rc=$?
+  [[ $rc != 0 ]] || fail "$tag: the move succeeded: $(cat "$T/$tag.json")"
+  kill -0 "${R[1]}" && [[ $(ip netns identify "${R[1]}") == "$(host_ns 1)" ]] ||
+    fail "$tag: rank 1 does not run on host 1 after the failed move: $(cat "$T/$tag.err")"
+  start_host_gcrd "$k"
+  ((i == k)) || start_host_gcrd "$i"
+  has_address 1 "$(rank_addr "$a")" && ! has_address 2 "$(rank_addr "$a")" ||
+    fail "$tag: rank 1's address is not back on host 1 alone"
+  job_ends_right "$tag" 2 0 0
+  no_locks || fail "$tag: a lock of gcrd's is left"
+  echo "ok: $tag: $(grep -m1 gcr "$T/$tag.err" | cut -c1-160); both ranks ran on and ended with $REF"
+}
+
 if wanted m; then
   echo "== m: one rank moved to the spare host while the job runs"
-  give_rank_address 1 1
-  r1_addr=$(rank_addr 1)
-  # start_job, with rank 1 listening on and connecting from its own address.
-  R=()
-  launch_on 0 "$T/m-r0.log" "${MP[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT" --store-every 4
-  R+=("$P")
-  launch_on 1 "$T/m-r1.log" "${MP[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT" \
-    --listen "$r1_addr" --store-every 4
-  R+=("$P")
-  wait_steps "$T/m-r0.log" $((RANDOM % 30 + 10))
-  on_host 1 "$GCR" migrate "${R[1]}" --to "$(host_gcrd 2)" --token-file "$T/token" \
-    --job "${R[0]}@$(host_gcrd 0)" --json > "$T/m1.json" 2> "$T/m1.err" ||
-    fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
+  start_move_job m 1
+  move_rank1 m1 || fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
   moved=$(json_field destination_pid < "$T/m1.json")
   pids+=("$moved")
   [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
@@ -297,10 +333,14 @@ if wanted m; then
   kill -0 "${R[0]}" || fail "m1: rank 0 is gone"
   stop=$(json_field job_stop_ns < "$T/m1.json")
   ((stop > 0)) || fail "m1: no job-wide stop reported: $(cat "$T/m1.json")"
-  has_address 2 "$r1_addr" && ! has_address 1 "$r1_addr" ||
+  has_address 2 "$(rank_addr 1)" && ! has_address 1 "$(rank_addr 1)" ||
     fail "m1: rank 1's address did not move to host 2"
   no_locks || fail "m1: a lock of gcrd's is left"
   job_ends_right m 2 0 0
   echo "ok: m1: rank 1 moved to host 2 ($(json_field rounds < "$T/m1.json") rounds, downtime $(json_field downtime_ns < "$T/m1.json") ns, rank 0 held $stop ns); both ended with $REF"
+  # The destination's gcrd gone once the rank is dumped; the bystander's gcrd gone while it holds
+  # rank 0 still (the kernel lets a dead tracer's threads go).
+  PAUSE_S=5 failed_move m2 2 1 dumped 2
+  failed_move m3 3 0 bystander-frozen 0
 fi
 echo "PASS"
