@@ -13,6 +13,14 @@
 # every other each step.
 #
 #   bench/job_hosts_bench.sh [BUILD_DIR] [--ranks 2,4] [--mib 256,1024]
+#   bench/job_hosts_bench.sh [BUILD_DIR] --move [--mib 256,1024,2048]
+#
+# --move (Note [A rank moved while its job runs] in daemon/job_move.h): 2 ranks on hosts 0 and 1,
+# rank 1 on an address of its own, moved to a third host with `gcr migrate --job` (pre-copy), then
+# moved back with --rounds 0 (its whole memory sent in the stop: the baseline, in the same run).
+# For each: the job's stall by rank 0's step times over the whole move, the job-wide stop gcr
+# reports (job_stop_ns: rank 0 held still) and the rank's downtime. The pre-copy's stop should
+# not grow with the memory; the baseline's does.
 #
 # Prints a table and writes bench/results/job-hosts-<time>.json. Asserts nothing about time.
 # Needs root (CRIU, namespaces).
@@ -25,22 +33,24 @@ if [[ $# -gt 0 && $1 != --* ]]; then
 fi
 RANKS_LIST=2,4
 MIB_LIST=256,1024
+MOVE=0
 while (($#)); do
   case $1 in
     --ranks) RANKS_LIST=$2; shift 2 ;;
     --mib) MIB_LIST=$2; shift 2 ;;
-    *) echo "usage: $0 [BUILD_DIR] [--ranks 2,4] [--mib 256,1024]" >&2; exit 2 ;;
+    --move) MOVE=1; shift ;;
+    *) echo "usage: $0 [BUILD_DIR] [--ranks 2,4] [--mib 256,1024] | --move [--mib 256,1024]" >&2; exit 2 ;;
   esac
 done
 TEST_NAME=bench-job-hosts
 export SIMGPU_MEMORY=6G
 set -- "$BUILD_ARG"
 source "$HERE/../tests/integration/programs/lib.sh"
-HOSTS=2
+HOSTS=$((2 + MOVE))
 NET=10.$((100 + $$ % 100)).$(($$ % 250))
 source "$HERE/../tests/integration/jobs/hosts.sh"
 trap 'rc=$?; cleanup_hosts; (exit $rc); cleanup' EXIT
-OUT=$HERE/results/job-hosts-$(date -u +%Y-%m-%dT%H%M%S).json
+OUT=$HERE/results/job-$( ((MOVE)) && echo move || echo hosts)-$(date -u +%Y-%m-%dT%H%M%S).json
 STEP_DELAY=10
 
 # gap_stall LOG FROM TO: max gap (ms) at steps FROM..TO minus the median gap of steps 6..FROM-1.
@@ -61,7 +71,58 @@ PY
 }
 last_step() { awk '/^step / {s = $2} END {print s + 0}' "$1"; }
 
+ms() { awk -v n="$1" 'BEGIN {printf "%.1f", n / 1e6}'; }
+# move_rank ROW_KEY FROM_HOST PID TO_HOST [flags]: moves rank 1, adds its numbers to `row`, sets MOVED.
+move_rank() {
+  local key=$1 from=$2 pid=$3 to=$4
+  shift 4
+  local k0 k1 stall
+  k0=$(last_step "$T/$tag-r0.log")
+  on_host "$from" "$GCR" migrate "$pid" --to "$(host_gcrd "$to")" --token-file "$T/token" \
+    --job "${R[0]}@$(host_gcrd 0)" --json "$@" > "$T/$tag-$key.json" 2> "$T/$tag-$key.err" ||
+    { cat "$T/$tag-$key.err"; exit 1; }
+  k1=$(last_step "$T/$tag-r0.log")
+  wait_steps "$T/$tag-r0.log" $((k1 + 20))
+  stall=$(gap_stall "$T/$tag-r0.log" "$k0" $((k1 + 20)))
+  MOVED=$(json_field destination_pid < "$T/$tag-$key.json")
+  pids+=("$MOVED")
+  row+=", \"${key}_stall_ms\": $stall, \"${key}_job_stop_ms\": $(ms "$(json_field job_stop_ns < "$T/$tag-$key.json")")"
+  row+=", \"${key}_downtime_ms\": $(ms "$(json_field downtime_ns < "$T/$tag-$key.json")")"
+  row+=", \"${key}_rounds\": $(json_field rounds < "$T/$tag-$key.json")"
+  printf '%5d MiB, %-9s: job stall %7s ms (rank 0 held %7s ms, downtime %7s ms, %s rounds)\n' "$mib" "$key" \
+    "$stall" "$(ms "$(json_field job_stop_ns < "$T/$tag-$key.json")")" \
+    "$(ms "$(json_field downtime_ns < "$T/$tag-$key.json")")" "$(json_field rounds < "$T/$tag-$key.json")"
+}
+
 results=()
+if ((MOVE)); then
+  a=0
+  for mib in ${MIB_LIST//,/ }; do
+    a=$((a + 1))
+    tag=move$mib
+    give_rank_address 1 "$a"
+    R=()
+    launch_on 0 "$T/$tag-r0.log" "$BUILD/tests/workloads/mp_train" --transport tcp --ranks 2 --rank 0 \
+      --store "$(host_addr 0):$((29600 + a))" --steps 100000 --step-delay-ms "$STEP_DELAY" \
+      --ballast-mib "$mib" --store-every 0
+    R+=("$P")
+    launch_on 1 "$T/$tag-r1.log" "$BUILD/tests/workloads/mp_train" --transport tcp --ranks 2 --rank 1 \
+      --store "$(host_addr 0):$((29600 + a))" --steps 100000 --step-delay-ms "$STEP_DELAY" \
+      --ballast-mib "$mib" --store-every 0 --listen "$(rank_addr "$a")"
+    R+=("$P")
+    wait_steps "$T/$tag-r0.log" 30
+    row="{\"mib_per_rank\": $mib"
+    move_rank precopy 1 "${R[1]}" 2
+    n=$(last_step "$T/$tag-r0.log")
+    wait_steps "$T/$tag-r0.log" $((n + 20))
+    move_rank rounds0 2 "$MOVED" 1 --rounds 0
+    row+="}"
+    results+=("$row")
+    for p in "${R[@]}" "$MOVED"; do kill -9 "$p" 2> /dev/null || true; done
+    for p in "${R[@]}" "$MOVED"; do wait_gone "$p" 30 || true; done
+  done
+  RANKS_LIST=
+fi
 for ranks in ${RANKS_LIST//,/ }; do
   for mib in ${MIB_LIST//,/ }; do
     tag=r${ranks}m$mib
@@ -116,7 +177,7 @@ for ranks in ${RANKS_LIST//,/ }; do
   done
 done
 {
-  echo "{\"bench\": \"job_hosts\", \"when\": \"$(date -u +%FT%TZ)\", \"host\": \"$(hostname)\", \"cpus\": $(nproc),"
+  echo "{\"bench\": \"job_$( ((MOVE)) && echo move || echo hosts)\", \"when\": \"$(date -u +%FT%TZ)\", \"host\": \"$(hostname)\", \"cpus\": $(nproc),"
   echo " \"step_delay_ms\": $STEP_DELAY, \"results\": ["
   (IFS=,; echo "${results[*]}")
   echo "]}"

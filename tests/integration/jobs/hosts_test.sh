@@ -22,6 +22,7 @@
 #      a participant's gcrd killed then (its part stays unnamed: the coordinator says so), or the
 #      coordinator's gcrd killed then (every part is left in doubt) -- the job runs on, host 0
 #      lists the checkpoint, and its restore ends with the reference;
+#   (m runs before e, which deletes host 1)
 #   e: 2 ranks on hosts 0 and 1, a live checkpoint with --copy-parts (host 1's part copied to
 #      host 0), then host 1 lost (its namespace deleted, its rank with it): restored with
 #      --place HOST1=HOST2, rank 1 comes back on the spare host 2 with host 1's address, rank 0
@@ -253,29 +254,6 @@ wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
 
-if wanted e; then
-  echo "== e: a host lost; its rank restored on the spare host"
-  start_job e 2
-  wait_steps "$T/e-r0.log" $((RANDOM % 30 + 10))
-  checkpoint_job "$T/e1.json" -R --copy-parts --name e1
-  rank0=${R[0]}
-  n=$(steps_in "$T/e-r0.log")
-  wait_steps "$T/e-r0.log" $((n + 5))
-  remove_host 1
-  wait_gone "$rank0" 60 || fail "e: rank 0 runs on without its peer"
-  before=($(counts_of e 2))
-  on_host 0 "$GCR" restore e1 --token-file "$T/token" --place "$(host_gcrd 1)=$(host_gcrd 2)" --json \
-    > "$T/restore-e1.json" 2> "$T/restore-e1.err" ||
-    fail "gcr restore e1 --place: $(cat "$T/restore-e1.err" "$T/restore-e1.json" | head -n 20)"
-  [[ $(json_field remote.0 < "$T/restore-e1.json") == "$(host_gcrd 2)" ]] ||
-    fail "e: rank 1 was not restored on host 2: $(cat "$T/restore-e1.json")"
-  moved=$(json_field remote_pids.0 < "$T/restore-e1.json")
-  pids+=("$(json_field pid < "$T/restore-e1.json")" "$moved")
-  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
-    fail "e: restored rank 1 ($moved) is not in host 2's namespace"
-  job_ends_right e 2 "${before[@]}"
-  echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
-fi
 # start_move_job TAG A: ranks 0 and 1 on hosts 0 and 1, rank 1 on its own address rank_addr A.
 start_move_job() {
   local tag=$1
@@ -342,5 +320,28 @@ if wanted m; then
   # rank 0 still (the kernel lets a dead tracer's threads go).
   PAUSE_S=5 failed_move m2 2 1 dumped 2
   failed_move m3 3 0 bystander-frozen 0
+fi
+if wanted e; then
+  echo "== e: a host lost; its rank restored on the spare host"
+  start_job e 2
+  wait_steps "$T/e-r0.log" $((RANDOM % 30 + 10))
+  checkpoint_job "$T/e1.json" -R --copy-parts --name e1
+  rank0=${R[0]}
+  n=$(steps_in "$T/e-r0.log")
+  wait_steps "$T/e-r0.log" $((n + 5))
+  remove_host 1
+  wait_gone "$rank0" 60 || fail "e: rank 0 runs on without its peer"
+  before=($(counts_of e 2))
+  on_host 0 "$GCR" restore e1 --token-file "$T/token" --place "$(host_gcrd 1)=$(host_gcrd 2)" --json \
+    > "$T/restore-e1.json" 2> "$T/restore-e1.err" ||
+    fail "gcr restore e1 --place: $(cat "$T/restore-e1.err" "$T/restore-e1.json" | head -n 20)"
+  [[ $(json_field remote.0 < "$T/restore-e1.json") == "$(host_gcrd 2)" ]] ||
+    fail "e: rank 1 was not restored on host 2: $(cat "$T/restore-e1.json")"
+  moved=$(json_field remote_pids.0 < "$T/restore-e1.json")
+  pids+=("$(json_field pid < "$T/restore-e1.json")" "$moved")
+  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
+    fail "e: restored rank 1 ($moved) is not in host 2's namespace"
+  job_ends_right e 2 "${before[@]}"
+  echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
 fi
 echo "PASS"
