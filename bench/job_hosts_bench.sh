@@ -16,8 +16,9 @@
 #   bench/job_hosts_bench.sh [BUILD_DIR] --move [--mib 256,1024,2048]
 #
 # --move (Note [A rank moved while its job runs] in daemon/job_move.h): 2 ranks on hosts 0 and 1,
-# rank 1 on an address of its own, moved to a third host with `gcr migrate --job` (pre-copy), then
-# moved back with --rounds 0 (its whole memory sent in the stop: the baseline, in the same run).
+# rank 1 on an address of its own, moved to a third host with `gcr migrate --job` (pre-copy), and
+# in another such job with --rounds 0 (its whole memory sent in the stop: the baseline, in the
+# same run).
 # For each: the job's stall by rank 0's step times over the whole move, the job-wide stop gcr
 # reports (job_stop_ns: rank 0 held still) and the rank's downtime. The pre-copy's stop should
 # not grow with the memory; the baseline's does.
@@ -89,37 +90,49 @@ move_rank() {
   row+=", \"${key}_stall_ms\": $stall, \"${key}_job_stop_ms\": $(ms "$(json_field job_stop_ns < "$T/$tag-$key.json")")"
   row+=", \"${key}_downtime_ms\": $(ms "$(json_field downtime_ns < "$T/$tag-$key.json")")"
   row+=", \"${key}_rounds\": $(json_field rounds < "$T/$tag-$key.json")"
-  printf '%5d MiB, %-9s: job stall %7s ms (rank 0 held %7s ms, downtime %7s ms, %s rounds)\n' "$mib" "$key" \
-    "$stall" "$(ms "$(json_field job_stop_ns < "$T/$tag-$key.json")")" \
-    "$(ms "$(json_field downtime_ns < "$T/$tag-$key.json")")" "$(json_field rounds < "$T/$tag-$key.json")"
+  # Of the stop: the rank's checkpoint (cut to dumped), until its last changes were at the
+  # destination, and the destination's restore until it ran.
+  local f
+  for f in stop_stall stopped_to_sent restore_to_resume; do
+    row+=", \"${key}_${f}_ms\": $(ms "$(json_field "${f}_ns" < "$T/$tag-$key.json")")"
+  done
+  row+=", \"${key}_destination_ms\": $(python3 -c 'import json,sys; d=json.load(sys.stdin)["destination_restore"]; print(json.dumps({k[5:-3]: round(v / 1e6, 1) for k, v in d.items() if k.startswith("time.")}))' < "$T/$tag-$key.json")"
+  row+=", \"${key}_last_sent_mib\": $(awk -v n="$(json_field last_sent_bytes < "$T/$tag-$key.json")" 'BEGIN {printf "%.1f", n / 1048576}')"
+  printf '%5d MiB, %-9s: job stall %7s ms (rank 0 held %7s ms, downtime %7s ms, %s rounds; stop: checkpoint %s ms, sent %s ms, resumed %s ms)\n' \
+    "$mib" "$key" "$stall" "$(ms "$(json_field job_stop_ns < "$T/$tag-$key.json")")" \
+    "$(ms "$(json_field downtime_ns < "$T/$tag-$key.json")")" "$(json_field rounds < "$T/$tag-$key.json")" \
+    "$(ms "$(json_field stop_stall_ns < "$T/$tag-$key.json")")" \
+    "$(ms "$(json_field stopped_to_sent_ns < "$T/$tag-$key.json")")" \
+    "$(ms "$(json_field restore_to_resume_ns < "$T/$tag-$key.json")")"
 }
 
 results=()
 if ((MOVE)); then
   a=0
   for mib in ${MIB_LIST//,/ }; do
-    a=$((a + 1))
-    tag=move$mib
-    give_rank_address 1 "$a"
-    R=()
-    launch_on 0 "$T/$tag-r0.log" "$BUILD/tests/workloads/mp_train" --transport tcp --ranks 2 --rank 0 \
-      --store "$(host_addr 0):$((29600 + a))" --steps 100000 --step-delay-ms "$STEP_DELAY" \
-      --ballast-mib "$mib" --store-every 0
-    R+=("$P")
-    launch_on 1 "$T/$tag-r1.log" "$BUILD/tests/workloads/mp_train" --transport tcp --ranks 2 --rank 1 \
-      --store "$(host_addr 0):$((29600 + a))" --steps 100000 --step-delay-ms "$STEP_DELAY" \
-      --ballast-mib "$mib" --store-every 0 --listen "$(rank_addr "$a")"
-    R+=("$P")
-    wait_steps "$T/$tag-r0.log" 30
     row="{\"mib_per_rank\": $mib"
-    move_rank precopy 1 "${R[1]}" 2
-    n=$(last_step "$T/$tag-r0.log")
-    wait_steps "$T/$tag-r0.log" $((n + 20))
-    move_rank rounds0 2 "$MOVED" 1 --rounds 0
+    # Each move on a job of its own: a rank restored on one machine's namespace host sits in a PID
+    # namespace of its own (its old pid is still the source's), which CRIU cannot dump again.
+    for key in ${MOVE_KEYS:-rounds0 precopy}; do
+      a=$((a + 1))
+      tag=move$mib-$key
+      give_rank_address 1 "$a"
+      R=()
+      for r in 0 1; do
+        listen=()
+        ((r == 0)) || listen=(--listen "$(rank_addr "$a")")
+        launch_on "$r" "$T/$tag-r$r.log" "$BUILD/tests/workloads/mp_train" --transport tcp --ranks 2 \
+          --rank "$r" --store "$(host_addr 0):$((29600 + a))" --steps 100000 \
+          --step-delay-ms "$STEP_DELAY" --ballast-mib "$mib" --store-every 0 "${listen[@]}"
+        R+=("$P")
+      done
+      wait_steps "$T/$tag-r0.log" 30
+      if [[ $key == rounds0 ]]; then move_rank "$key" 1 "${R[1]}" 2 --rounds 0; else move_rank "$key" 1 "${R[1]}" 2; fi
+      for p in "${R[@]}" "$MOVED"; do kill -9 "$p" 2> /dev/null || true; done
+      for p in "${R[@]}" "$MOVED"; do wait_gone "$p" 30 || true; done
+    done
     row+="}"
     results+=("$row")
-    for p in "${R[@]}" "$MOVED"; do kill -9 "$p" 2> /dev/null || true; done
-    for p in "${R[@]}" "$MOVED"; do wait_gone "$p" 30 || true; done
   done
   RANKS_LIST=
 fi

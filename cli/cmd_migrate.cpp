@@ -339,11 +339,19 @@ Result<DestinationRestore> restore_at_destination(const MigrateOptions& o,
     return resume_source(conn, o.pid, std::move(rconn).error());
   bool refused = false;
   Fields fields{{"name", id}};
-  if (!o.job.empty()) fields["take_addresses"] = "1";  // Note [A rank moved while its job runs]
+  // Note [A rank moved while its job runs]: the rank keeps its address, and the rest of the job
+  // goes on once it runs there (its first "bytes loading": the rest of its memory comes on demand).
+  if (!o.job.empty()) fields["take_addresses"] = "1";
+  bool said_running = false;
   auto restored = gcrd::call(
       rconn->get(), "restore", fields,
       [&](const std::string& p) {
-        if (!gcrd::parse_bytes_progress(p)) say("destination: " + p);
+        auto bytes = gcrd::parse_bytes_progress(p);
+        if (bytes && bytes->what == "loading" && !o.job.empty() && !said_running) {
+          said_running = true;
+          (void)send_word(conn, "running");
+        }
+        if (!bytes) say("destination: " + p);
       },
       {}, &refused);
   if (!restored && refused)  // the destination said it did not restore it
@@ -392,14 +400,14 @@ struct StopTimes {
 
 // A process's downtime ends when it runs at the destination, before its restore returns.
 StopTimes process_stop_times(const Fields& restored, std::uint64_t stopped_to_sent,
-                             Clock::time_point t_restore, Clock::time_point t_begin) {
+                             std::uint64_t restore_ns, Clock::time_point t_begin) {
   StopTimes t;
   t.stopped_to_sent = stopped_to_sent;
   const std::uint64_t resume_ns = field_u64(restored, "time.resume_ns");
   // The destination's restore returns once all memory is loaded; the process ran from resume_ns.
   const std::uint64_t total_ns = field_u64(restored, "time.total_ns");
   const std::uint64_t after_resume = total_ns - std::min(resume_ns, total_ns);
-  t.restore = since(t_restore);
+  t.restore = restore_ns;
   t.restore_to_resume = t.restore > after_resume ? t.restore - after_resume : 0;
   t.downtime = stopped_to_sent + t.restore_to_resume;
   t.total = since(t_begin);
@@ -482,8 +490,9 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
   const auto t_restore = Clock::now();
   GCR_TRY_ASSIGN(DestinationRestore restored,
                  restore_at_destination(o, ends->token, conn.get(), last.id, say));
+  const std::uint64_t restore_ns = since(t_restore);  // not the source's end, which follows
   const Result<Fields> ended = end_source(conn.get(), o.pid, started);
-  const StopTimes times = process_stop_times(restored.fields, stopped_to_sent, t_restore, t_begin);
+  const StopTimes times = process_stop_times(restored.fields, stopped_to_sent, restore_ns, t_begin);
   print_process_migrated(o, mt, rounds, last, restored.fields, ended, times);
   if (!ended)
     return Error{ended.error().code,

@@ -61,8 +61,11 @@ struct CheckpointRequest {
   // Set by `gcr migrate` for its last checkpoint (Note [Migration] in cli/cmd_migrate.cpp): once
   // the checkpoint is committed the stopped process waits; true ends it (the destination runs
   // it now), false gives it its memory back and lets it run on.
-  // `committed` is called when the client commits the process to the destination.
-  std::function<bool(const std::string& id, const std::function<void()>& committed)> hold;
+  // `heard` is called with each word of the client's that is news: "commit" (the process is the
+  // destination's now), "running" (it runs there: Note [A rank moved while its job runs] in
+  // job_move.h lets the rest of the job go on then).
+  std::function<bool(const std::string& id, const std::function<void(const std::string&)>& heard)>
+      hold;
   // A part of a job across hosts (Note [A job across hosts] in job_link.h): the other hosts are
   // met there; null for a job on this host alone.
   class JobLink* link = nullptr;

@@ -619,11 +619,12 @@ Status CheckpointTransaction::finish_hold() {
   ports_.progress("checkpoint " + id.substr(0, 12) + " committed; process " +
                   std::to_string(req_.pid) + " waits, stopped, for the migration to finish");
   bool handed = false;
-  auto on_commit = [&] {
+  auto heard = [&](const std::string& word) {
+    if (word != "commit") return;
     handed = true;
     ports_.keepers.handed_over();
   };
-  bool end = req_.hold(id, on_commit);
+  bool end = req_.hold(id, heard);
   if (!end && handed) ports_.keepers.kept();
   if (!end)
     return Error{Errc::io_error, "the migration of process " + std::to_string(req_.pid) +

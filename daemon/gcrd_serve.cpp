@@ -256,7 +256,8 @@ Result<Fields> serve_stage(Daemon&, Request& r) {
 
 // Note [Migration] (cli/cmd_migrate.cpp): "commit" hands the process to the destination; from then
 // on a client that goes away ends it, before then it runs on.
-bool wait_for_migration(int fd, const std::string& id, const std::function<void()>& on_commit) {
+bool wait_for_migration(int fd, const std::string& id,
+                        const std::function<void(const std::string&)>& heard) {
   if (!send_line(fd, "ok " + encode_fields({{"held", "1"}, {"id", id}}))) return false;
   bool committed = false;
   for (;;) {
@@ -264,8 +265,9 @@ bool wait_for_migration(int fd, const std::string& id, const std::function<void(
     if (!line) return committed;
     if (*line == "commit" && !committed) {
       committed = true;
-      on_commit();
+      heard("commit");
     }
+    if (*line == "running" && committed) heard("running");
     if (*line == "end") return true;
     if (*line == "resume") return false;
   }
@@ -321,8 +323,9 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
   req.device_only = f.device_only;
   req.quiesce_timeout = f.timeout;
   if (f.hold)
-    req.hold = [fd = r.client_fd](const std::string& id, const std::function<void()>& on_commit) {
-      return wait_for_migration(fd, id, on_commit);
+    req.hold = [fd = r.client_fd](const std::string& id,
+                                  const std::function<void(const std::string&)>& heard) {
+      return wait_for_migration(fd, id, heard);
     };
   if (!f.remote.empty()) {  // Note [A job across hosts] (job_link.h): this gcrd coordinates
     if (r.from_network)

@@ -120,15 +120,23 @@ Result<CheckpointReport> checkpoint_moving_rank(store::Store& store, const criu:
     parts.push_back(std::move(p).value());
   }
   req.link = &link;
+  std::vector<std::string> warnings;
+  bool bystanders_gone = false;  // told to go on before the hold ended (the rank runs there)
+  std::uint64_t job_stop = 0;
   if (stop) {
     // The rank takes its addresses along once the migration commits; they come back should it run
-    // on here.
+    // on here. The rest of the job goes on as soon as the rank runs at the destination.
     auto hold = std::move(req.hold);
-    req.hold = [&link, hold, &progress](const std::string& id,
-                                        const std::function<void()>& on_commit) {
+    req.hold = [&, hold](const std::string& id,
+                         const std::function<void(const std::string&)>& heard) {
       std::vector<TakenAddress> released;
-      bool end = hold(id, [&] {
-        on_commit();
+      bool end = hold(id, [&](const std::string& word) {
+        heard(word);
+        if (word == "running" && !bystanders_gone) {
+          job_stop = let_bystanders_go(parts, "thaw", warnings);
+          bystanders_gone = true;
+        }
+        if (word != "commit") return;
         auto r = release_addresses(link.addresses());
         if (r) {
           released = std::move(r).value();
@@ -143,12 +151,11 @@ Result<CheckpointReport> checkpoint_moving_rank(store::Store& store, const criu:
     };
   }
   auto rep = checkpoint_process(store, tools, req, progress, work);
-  std::vector<std::string> warnings;
-  const std::uint64_t longest = let_bystanders_go(parts,
-                                                  !rep   ? "abort"
-                                                  : stop ? "thaw"
-                                                         : nullptr,
-                                                  warnings);
+  if (!bystanders_gone) {
+    const char* word = !rep ? "abort" : stop ? "thaw" : nullptr;
+    job_stop = let_bystanders_go(parts, word, warnings);
+  }
+  const std::uint64_t longest = job_stop;
   if (!rep) return rep;
   for (std::string& w : warnings) rep->warnings.push_back(std::move(w));
   if (stop)

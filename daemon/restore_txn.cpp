@@ -832,6 +832,9 @@ Status RestoreTransaction::load() {
 Status RestoreTransaction::finish_loading(const std::string& who) {
   loader_->resumed();
   ports_.progress(who + " resumed; loading the rest of its memory");
+  // The first "bytes loading" says the process runs (a migration's source hears it: Note [A rank
+  // moved while its job runs] in job_move.h).
+  ports_.progress(bytes_progress("loading", loader_->loaded_bytes(), rep_.region_bytes));
   ports_.pause("loading");
   while (!loader_->wait_for(std::chrono::milliseconds(100))) {
     ports_.progress(bytes_progress("loading", loader_->loaded_bytes(), rep_.region_bytes));

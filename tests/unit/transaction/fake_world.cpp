@@ -411,9 +411,10 @@ World::World(Config c) : config(c) {
   request.leave_running = config.leave_running;
   request.device_only = config.device_only;
   if (config.hold)
-    request.hold = [this](const std::string&, const std::function<void()>& committed) {
+    request.hold = [this](const std::string&,
+                          const std::function<void(const std::string&)>& heard) {
       calls.push_back("hold");
-      committed();
+      heard("commit");
       return *config.hold;
     };
   store::StoreOptions o;
