@@ -10,7 +10,9 @@
 # a first live checkpoint of the whole job from host 0 (`gcr checkpoint --job P0 P1@H1 ... -R`)
 # and an incremental one 20 steps later. The stall is the longest gap between rank 0's consecutive
 # steps (its t_ms) around the checkpoint, minus the median gap before it: every rank waits for
-# every other each step.
+# every other each step. The goal's yardstick, in the same run: one mp_train process (--ranks 1)
+# with the same device memory in the same 2 MiB pieces, checkpointed live alone, its stall by its
+# own step times (first and incremental).
 #
 #   bench/job_hosts_bench.sh [BUILD_DIR] [--ranks 2,4] [--mib 256,1024]
 #   bench/job_hosts_bench.sh [BUILD_DIR] --move [--mib 256,1024,2048]
@@ -136,6 +138,32 @@ if ((MOVE)); then
   done
   RANKS_LIST=
 fi
+# single_stalls MIB: "FIRST INCREMENTAL", one process's live checkpoint stalls at that footprint.
+single_stalls() {
+  local mib=$1 tag=single$1 out=() kind k0 k1
+  launch_on 0 "$T/$tag.log" "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 100000 \
+    --step-delay-ms "$STEP_DELAY" --ballast-mib "$mib"
+  local p=$P
+  wait_steps "$T/$tag.log" 30
+  for kind in first incremental; do
+    k0=$(last_step "$T/$tag.log")
+    on_host 0 "$GCR" checkpoint "$p" -R --name "$tag-$kind" > "$T/$tag-$kind.out" 2>&1 ||
+      { cat "$T/$tag-$kind.out"; exit 1; }
+    k1=$(last_step "$T/$tag.log")
+    wait_steps "$T/$tag.log" $((k1 + 20))
+    out+=("$(gap_stall "$T/$tag.log" "$k0" $((k1 + 20)))")
+  done
+  kill -9 "$p" 2> /dev/null || true
+  wait_gone "$p" 30 || true
+  echo "${out[@]}"
+}
+declare -A SINGLE
+if [[ -n $RANKS_LIST ]]; then
+  for mib in ${MIB_LIST//,/ }; do
+    SINGLE[$mib]=$(single_stalls "$mib")
+    echo "1 process,  $mib MiB: stall first ${SINGLE[$mib]% *} ms, incremental ${SINGLE[$mib]#* } ms"
+  done
+fi
 for ranks in ${RANKS_LIST//,/ }; do
   for mib in ${MIB_LIST//,/ }; do
     tag=r${ranks}m$mib
@@ -179,12 +207,14 @@ for ranks in ${RANKS_LIST//,/ }; do
       n=$(last_step "$T/$tag-r0.log")
       wait_steps "$T/$tag-r0.log" $((n + 20))
     done
-    row+=", \"stop_copy_stall_ms\": $sc}"
+    row+=", \"stop_copy_stall_ms\": $sc"
+    row+=", \"single_first_stall_ms\": ${SINGLE[$mib]% *}, \"single_incremental_stall_ms\": ${SINGLE[$mib]#* }}"
     results+=("$row")
-    printf '%d ranks, %5d MiB/rank: job stall first %8s ms, incremental %8s ms, stop-and-copy %9s ms (%.0fx)\n' \
+    printf '%d ranks, %5d MiB/rank: job stall first %8s ms, incremental %8s ms, stop-and-copy %9s ms (%.0fx); one process %s / %s ms\n' \
       "$ranks" "$mib" "$(echo "$row" | python3 -c 'import json,sys; print(json.load(sys.stdin)["first_stall_ms"])')" \
       "$(echo "$row" | python3 -c 'import json,sys; print(json.load(sys.stdin)["incremental_stall_ms"])')" "$sc" \
-      "$(echo "$row" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["stop_copy_stall_ms"] / max(d["first_stall_ms"], 0.1))')"
+      "$(echo "$row" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["stop_copy_stall_ms"] / max(d["first_stall_ms"], 0.1))')" \
+      "${SINGLE[$mib]% *}" "${SINGLE[$mib]#* }"
     for p in "${R[@]}"; do kill -9 "$p" 2> /dev/null || true; done
     for p in "${R[@]}"; do wait_gone "$p" 30 || true; done
   done

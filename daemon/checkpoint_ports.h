@@ -141,6 +141,9 @@ class Dumper {
                                    std::uint64_t* pinned_lifted) = 0;
   // Lets every tree the dump left stopped go on.
   virtual void continue_trees() = 0;
+  // The processes run again (-R): what the dump may tidy now, out of the stall, while the keepers
+  // still cover gcrd's death (gcr's CRIU: its TCP lock's chain, open since the dump, removed).
+  virtual void after_resume() {}
   // Waits for a CRIU still writing host memory after the resume (--cow-dump): whether there was
   // one to wait for.
   virtual Result<bool> finish() = 0;

@@ -424,7 +424,7 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
       tracking_.reset();
       return std::move(met).error();
     }
-  tcp_lock_.release();
+  tcp_lock_.open();  // its chain removed once the processes run (after_resume), out of the stall
   if (!dumped) {
     end_tcp_repair();  // a tree CRIU left stopped before failing goes on
     // CRIU has ended: whatever it was handed is served again, or its protection ends, before
@@ -453,12 +453,19 @@ Status CriuDumper::lock_tcp() {
   return ok();
 }
 
-// The lock first, so that the window probe of each socket leaving repair mode gets through.
+// The lock first, so that the window probe of each socket leaving repair mode gets through. Its
+// chain is removed later (remove_tcp_lock), out of the stall.
 void CriuDumper::end_tcp_repair() {
-  tcp_lock_.release();
+  tcp_lock_.open();
   if (repaired_) repaired_->end_repair();
-  if (!trees_.tcp.empty()) say_("tcp_unlocked\n");
   repaired_.reset();
+}
+
+// Once the keepers hear it, a gcrd that dies leaves them no lock to remove.
+void CriuDumper::remove_tcp_lock() {
+  if (!tcp_lock_.engaged()) return;
+  tcp_lock_.release();
+  say_("tcp_unlocked\n");
 }
 
 void CriuDumper::continue_trees() {
@@ -499,6 +506,7 @@ Result<Dumper::Stored> CriuDumper::store(store::CheckpointWriter& writer) {
 void CriuDumper::end_trees() {
   criu::kill_tree(req_.pid);
   for (pid_t root : req_.job_pids) criu::kill_tree(root);
+  remove_tcp_lock();
 }
 
 Result<bool> CriuDumper::dump_after_commit(const std::string&) {

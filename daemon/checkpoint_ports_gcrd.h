@@ -112,6 +112,7 @@ class CriuDumper final : public Dumper {
   Status pinned_known(const PinnedHostMemory* pinned) override;
   Result<DumpOutcome> dump(const PinnedHostMemory& pinned, std::uint64_t* lifted) override;
   void continue_trees() override;
+  void after_resume() override { remove_tcp_lock(); }
   Result<bool> finish() override;
   Result<Stored> store(store::CheckpointWriter& writer) override;
   void end_trees() override;
@@ -124,6 +125,7 @@ class CriuDumper final : public Dumper {
   void stop_tracking(bool forget);
   Status lock_tcp();
   void end_tcp_repair();
+  void remove_tcp_lock();
   const criu::Tools& tools_;
   const CheckpointRequest& req_;
   const JobTrees& trees_;

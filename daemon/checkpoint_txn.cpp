@@ -444,9 +444,10 @@ Status CheckpointTransaction::release() {
     tables_[i].emplace(std::move(t).value());
   }
   for (std::size_t i = 0; i < members_.size(); ++i) GCR_TRY(s.resume(i));
+  record_phase(rep_, "unpark", tu);
+  ports_.dumper.after_resume();
   ports_.keepers.done();
   tx_.forget_undo("the memory parked");
-  record_phase(rep_, "unpark", tu);
   return ok();
 }
 

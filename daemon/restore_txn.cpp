@@ -652,6 +652,9 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   if (several_trees_)
     GCR_TRY(restore_other_trees(ro).context("the checkpoint's other process trees"));
   if (req_.link) GCR_TRY(req_.link->restored().context("the job's other hosts"));
+  // Open now, removed when the restore is over (TcpLock::open: the removal is slow).
+  tcp_lock.open();
+  open_lock_ = std::move(tcp_lock);
   return ok();
 }
 
@@ -835,6 +838,7 @@ Status RestoreTransaction::finish_loading(const std::string& who) {
   // The first "bytes loading" says the process runs (a migration's source hears it: Note [A rank
   // moved while its job runs] in job_move.h).
   ports_.progress(bytes_progress("loading", loader_->loaded_bytes(), rep_.region_bytes));
+  open_lock_.release();  // the process runs: out of its way now (TcpLock::open)
   ports_.pause("loading");
   while (!loader_->wait_for(std::chrono::milliseconds(100))) {
     ports_.progress(bytes_progress("loading", loader_->loaded_bytes(), rep_.region_bytes));

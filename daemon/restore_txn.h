@@ -175,6 +175,7 @@ class RestoreTransaction {
   std::vector<JobTree> job_trees_;
   std::vector<JobSocket> job_sockets_;
   std::vector<TcpConnection> job_tcp_;  // Note [TCP within a job] (job_tcp.h)
+  TcpLock open_lock_;  // their lock once open (TcpLock::open), removed with the transaction
   std::vector<SharedView> shared_views_;
   std::vector<control::RegionRecord> records_;
   std::vector<std::unique_ptr<DeviceRegion>> allocations_;

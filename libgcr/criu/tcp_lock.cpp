@@ -49,20 +49,22 @@ std::string ip_of(const TcpAddress& a) {
   return t.substr(0, t.rfind(':'));
 }
 
-// Feeds `rules` to iptables-restore --noflush in the network namespace of `netns_pid` (0: gcrd's).
-Status restore_rules(pid_t netns_pid, const std::string& rules) {
+// The network namespace of process `pid` (0: none, which means gcrd's own), held open so that the
+// lock can be removed after the process is gone (a checkpoint that ended it).
+Result<UniqueFd> open_netns(pid_t pid) {
+  if (pid <= 0) return UniqueFd();
+  UniqueFd ns(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return errno_error("opening the network namespace of process " + std::to_string(pid));
+  return ns;
+}
+
+// Feeds `rules` to iptables-restore --noflush in the network namespace `ns` (none: gcrd's).
+Status restore_rules(const UniqueFd& ns, pid_t netns_pid, const std::string& rules) {
   const char* tool = iptables_restore();
   if (!tool)
     return Error{Errc::unsupported,
                  "carrying TCP connections needs iptables-restore (Debian package iptables), "
                  "which gcrd did not find in /usr/sbin or /sbin"};
-  UniqueFd ns;
-  if (netns_pid > 0) {
-    ns.reset(
-        ::open(("/proc/" + std::to_string(netns_pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns)
-      return errno_error("opening the network namespace of process " + std::to_string(netns_pid));
-  }
   int in[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return errno_error("a pipe for iptables-restore");
   UniqueFd in_r(in[0]), in_w(in[1]);
@@ -120,7 +122,9 @@ TcpLock& TcpLock::operator=(TcpLock&& other) noexcept {
   if (this != &other) {
     release();
     netns_pid_ = other.netns_pid_;
+    netns_ = std::move(other.netns_);
     chain_ = std::move(other.chain_);
+    open_ = other.open_;
     other.chain_.clear();
   }
   return *this;
@@ -129,13 +133,15 @@ TcpLock& TcpLock::operator=(TcpLock&& other) noexcept {
 TcpLock TcpLock::adopt(pid_t netns_pid, std::string chain) {
   TcpLock lock;
   lock.netns_pid_ = netns_pid;
-  lock.chain_ = std::move(chain);
+  if (auto ns = open_netns(netns_pid)) lock.netns_ = std::move(ns).value();
+  lock.chain_ = std::move(chain);  // a namespace already gone took the chain with it
   return lock;
 }
 
 Result<TcpLock> TcpLock::engage(pid_t in_netns_of, const std::vector<TcpConnection>& connections) {
   static std::atomic<unsigned> next{0};
   TcpLock lock;
+  GCR_TRY_ASSIGN(lock.netns_, open_netns(in_netns_of));
   std::string chain = "GCR-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
   std::string rules = "*filter\n:" + chain + " - [0:0]\n";
   for (const TcpConnection& c : connections) {
@@ -143,23 +149,33 @@ Result<TcpLock> TcpLock::engage(pid_t in_netns_of, const std::vector<TcpConnecti
     rules += drop_rule(chain, c.remote, c.local);
   }
   rules += "-I INPUT 1 -j " + chain + "\n-I OUTPUT 1 -j " + chain + "\nCOMMIT\n";
-  GCR_TRY(restore_rules(in_netns_of, rules)
+  GCR_TRY(restore_rules(lock.netns_, in_netns_of, rules)
               .context("locking " + std::to_string(connections.size()) + " TCP connection(s)"));
   lock.netns_pid_ = in_netns_of;
   lock.chain_ = std::move(chain);
   return lock;
 }
 
+void TcpLock::open() {
+  if (chain_.empty() || open_) return;
+  if (restore_rules(netns_, netns_pid_, "*filter\n-I " + chain_ + " 1 -j RETURN\nCOMMIT\n"))
+    open_ = true;
+  else
+    release();
+}
+
 void TcpLock::release() {
   if (chain_.empty()) return;
   std::string rules = "*filter\n-D INPUT -j " + chain_ + "\n-D OUTPUT -j " + chain_ + "\n-F " +
                       chain_ + "\n-X " + chain_ + "\nCOMMIT\n";
-  // The namespace may be gone with its processes (a restore that failed): then so is the chain.
-  if (Status s = restore_rules(netns_pid_, rules);
-      !s && (netns_pid_ == 0 || ::kill(netns_pid_, 0) == 0))
+  // A namespace that is gone (adopted after its processes died) took the chain with it.
+  const bool gone = netns_pid_ > 0 && !netns_;
+  if (Status s = gone ? ok() : restore_rules(netns_, netns_pid_, rules); !s)
     std::fprintf(stderr, "gcrd: unlocking TCP connections (chain %s): %s\n", chain_.c_str(),
                  s.error().message.c_str());
   chain_.clear();
+  open_ = false;
+  netns_.reset();
 }
 
 Result<RepairedSockets> RepairedSockets::take(const std::vector<TcpEnd>& ends) {

@@ -47,9 +47,14 @@ class TcpLock {
   // iptables chain of gcrd's, jumped to first from INPUT and OUTPUT). Fails, locking nothing,
   // when iptables-restore is missing or refuses.
   static Result<TcpLock> engage(pid_t in_netns_of, const std::vector<TcpConnection>& connections);
-  // Lets the packets through again (idempotent); a failure is logged to stderr, not returned:
-  // it is an undo.
+  // Lets the packets through again and removes the chain (idempotent); a failure is logged to
+  // stderr, not returned: it is an undo.
   void release();
+  // Lets the packets through at once, leaving the chain for release() to remove: a rule that
+  // returns first. iptables-nft adds a rule in ~3 ms but takes 10-20 ms (more on a busy machine)
+  // to delete one or flush a chain (it reads the ruleset first), and the lock's end is in a
+  // checkpoint's stall and a restore's resume; its removal need not be. Falls back to release().
+  void open();
   bool engaged() const { return !chain_.empty(); }
   pid_t netns_pid() const { return netns_pid_; }
   const std::string& chain() const { return chain_; }
@@ -58,7 +63,9 @@ class TcpLock {
 
  private:
   pid_t netns_pid_ = 0;
+  UniqueFd netns_;  // held from engage: the chain is removed after its processes are gone
   std::string chain_;
+  bool open_ = false;
 };
 
 // The carried sockets of processes a dump left stopped, held by gcrd (pidfd_getfd) from before

@@ -98,7 +98,11 @@ listed_on() {  # I NAME: host I lists checkpoint NAME
 no_locks() {
   local i
   for ((i = 0; i < HOSTS; i++)); do
-    ! ip netns exec "$(host_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-" || return 1
+    if ip netns exec "$(host_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-"; then
+      echo "host $i: $(ip netns exec "$(host_ns "$i")" iptables -S | grep GCR- | tr '\n' ';')"
+      grep -h "unlocking" "$T"/h*/gcrd.log || true
+      return 1
+    fi
   done
 }
 # Restores NAME from host 0; sets R to the restored ranks' pids (rank order).
@@ -242,6 +246,7 @@ after_commit() {  # TAG I
   start_host_gcrd "$i"
   job_ends_right "$tag" 2 0 0
   listed_on 0 "$tag" || fail "$tag: host 0 does not list the committed checkpoint"
+  no_locks || fail "$tag: a lock of gcrd's is left after the checkpoint"
   local before
   before=($(counts_of "$tag" 2))
   restore_job "$tag"
