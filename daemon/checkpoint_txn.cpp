@@ -111,6 +111,10 @@ Status CheckpointTransaction::prepare_phases() {
   GCR_TRY(tx_.run("select", [&] { return select(); }));
   if (req_.leave_running) GCR_TRY(tx_.run("release", [&] { return release(); }));
   record_phase(rep_, "stall", t_cut_);
+  if (req_.leave_running) {  // the processes run: the rest is out of the stall
+    ports_.dumper.after_resume();
+    ports_.keepers.done();  // after it: they still cover gcrd's death meanwhile
+  }
   return tx_.run("drain", [&] { return drain(); });
 }
 
@@ -282,8 +286,10 @@ Status CheckpointTransaction::hold() {
     for (std::size_t j = 0; j < members_[i].parked.size(); ++j)
       parked_at_[{i, members_[i].parked[j].region.address}] = j;
   plan_shared_writes();
-  // Import every region into gcrd (a shared allocation once): it is how gcrd reads them, and
-  // holds them.
+  // Import every region this checkpoint stores into gcrd (a shared allocation once): it is how gcrd
+  // reads them. One that comes from the parent is not read; the parked fd holds its memory. (Each
+  // import maps the region: an incremental checkpoint of many allocations would pay for all of
+  // them in the stall.)
   for (std::size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     m.held.resize(m.parked.size());
@@ -300,11 +306,12 @@ Status CheckpointTransaction::hold() {
                                               "; gcr restores shared memory mapped whole only"};
         continue;  // stored once, from the view it is stored under
       }
-      GCR_TRY_ASSIGN(m.held[j], ports_.device.import(p.fd.get(), p.region.size)
-                                    .context("importing region " + hex_address(p.region.address)));
       ++rep_.regions;
       rep_.region_bytes += p.region.size;
-      if (must_store(i, p.region)) rep_.dirty_bytes += p.region.size;
+      if (!must_store(i, p.region)) continue;
+      rep_.dirty_bytes += p.region.size;
+      GCR_TRY_ASSIGN(m.held[j], ports_.device.import(p.fd.get(), p.region.size)
+                                    .context("importing region " + hex_address(p.region.address)));
     }
   }
   ports_.pause("parked");
@@ -370,8 +377,8 @@ Status CheckpointTransaction::select() {
   for (std::size_t i = 0; i < members_.size(); ++i) {
     for (std::size_t j = 0; j < members_[i].parked.size(); ++j) {
       const auto& r = members_[i].parked[j].region;
-      if (!members_[i].held[j]) continue;  // a view stored elsewhere
-      DrainRegion d{r, members_[i].held[j].get(), plan_.owners[i]};
+      if (view_of_.contains({i, r.address})) continue;               // a view stored elsewhere
+      DrainRegion d{r, members_[i].held[j].get(), plan_.owners[i]};  // held: must_store
       if (must_store(i, r) && is_shared(i, r.address)) {
         std::vector<Key> views{{i, r.address}};
         for (const auto& [view, stored] : view_of_)
@@ -445,8 +452,6 @@ Status CheckpointTransaction::release() {
   }
   for (std::size_t i = 0; i < members_.size(); ++i) GCR_TRY(s.resume(i));
   record_phase(rep_, "unpark", tu);
-  ports_.dumper.after_resume();
-  ports_.keepers.done();
   tx_.forget_undo("the memory parked");
   return ok();
 }
