@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cmd_checkpoint.h"
 #include "gcr/control.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
@@ -32,7 +33,53 @@ struct RunOptions {
   std::string track_profile;  // --track-profile FILE: GCR_TRACK_PROFILE (interpose/validate.h)
   bool detach = false;
   std::string log;  // --log: where a detached program's stdout and stderr go
+  // Note [Checkpoints every period] (daemon/periodic.h)
+  std::string every;  // --checkpoint-every DURATION
+  unsigned keep = 3;
+  std::string every_name;
 };
+
+// "500ms", "2s", "1.5m", "1h" (a bare number: seconds).
+Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : std::string();
+  double ms = -1;
+  if (unit == "ms")
+    ms = v;
+  else if (unit.empty() || unit == "s")
+    ms = v * 1e3;
+  else if (unit == "m" || unit == "min")
+    ms = v * 60e3;
+  else if (unit == "h")
+    ms = v * 3600e3;
+  if (end == text.c_str() || ms < 100 || ms > 7 * 24 * 3600e3)
+    return Error{Errc::invalid_argument,
+                 "--checkpoint-every takes a duration from 100ms to 7 days (500ms, 30s, 5m, 1h), "
+                 "not '" +
+                     text + "'"};
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
+// Note [Checkpoints every period]: gcrd checkpoints this process (the program, once it is
+// exec'd: the same pid) every period.
+Status schedule_checkpoints(const RunOptions& o, Context& ctx) {
+  GCR_TRY_ASSIGN(std::chrono::milliseconds every, parse_duration(o.every));
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3())
+    return Error{Errc::unsupported,
+                 "--checkpoint-every checkpoints into a local store; --store is a bucket"};
+  GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
+  auto r = gcrd::call(conn.get(), "every",
+                      {{"pid", std::to_string(::getpid())},
+                       {"every_ms", std::to_string(every.count())},
+                       {"keep", std::to_string(o.keep)},
+                       {"name", o.every_name},
+                       {"store", location.directory.string()}},
+                      nullptr);
+  if (!r) return std::move(r).context("--checkpoint-every").error();
+  return ok();
+}
 
 // In a detached child: the close-on-exec pipe its parent reads, for a failure before the exec.
 int g_detach_report_fd = -1;
@@ -115,6 +162,14 @@ Status run_program(const RunOptions& o, Context& ctx) {
   argv.push_back(nullptr);
   std::fflush(nullptr);
   if (o.detach) GCR_TRY(detach(o));  // returns in the child only
+  if (!o.every.empty()) {
+    Status s = schedule_checkpoints(o, ctx);
+    if (!s && g_detach_report_fd >= 0) {
+      (void)!write(g_detach_report_fd, s.error().message.data(), s.error().message.size());
+      _exit(127);
+    }
+    GCR_TRY(std::move(s));
+  }
   execvp(argv[0], argv.data());
   Error e = errno_error("cannot run '" + o.command[0] + "'");
   if (g_detach_report_fd >= 0) {  // tell the parent, which is waiting on the pipe
@@ -140,7 +195,9 @@ std::string cmdline_of(pid_t pid) {
 struct GcrdWork {
   std::string state, phase;
 };
-std::map<pid_t, GcrdWork> gcrd_work() {
+// Note [Checkpoints every period]: a process's schedule, as gcrd says it (its every.PID.* fields).
+using EverySchedules = std::map<pid_t, std::map<std::string, std::string>>;
+std::map<pid_t, GcrdWork> gcrd_work(EverySchedules* every = nullptr) {
   std::map<pid_t, GcrdWork> out;
   auto fd = gcrd::connect_running(gcrd::default_socket_path());
   if (!fd) return out;
@@ -148,6 +205,12 @@ std::map<pid_t, GcrdWork> gcrd_work() {
   auto reply = gcrd::call(connection.get(), "work", {}, nullptr);
   if (!reply) return out;  // an older gcrd, or none of ours
   for (const auto& [key, value] : *reply) {
+    if (every && key.rfind("every.", 0) == 0) {
+      auto d = key.find('.', 6);
+      if (d != std::string::npos)
+        (*every)[std::atoi(key.substr(6, d - 6).c_str())][key.substr(d + 1)] = value;
+      continue;
+    }
     auto dot = key.find('.', 4);
     if (key.rfind("pid.", 0) != 0 || dot == std::string::npos) continue;
     pid_t pid = std::atoi(key.substr(4, dot - 4).c_str());
@@ -166,6 +229,7 @@ struct ProcessRow {
   std::string gcrd_state, checkpoint_phase;
   std::vector<control::ShareRecord> shares;  // device memory shared with other processes
   std::set<pid_t> peers;                     // the listed processes it shares it with
+  std::map<std::string, std::string> every;  // its schedule of checkpoints, if any
 };
 
 // Asks each row's process for its status and shares, but not those whose session gcrd holds
@@ -196,9 +260,10 @@ std::size_t ask_processes(std::vector<ProcessRow>& rows, const std::map<pid_t, G
 // The processes running under gcr, each with what it (or gcrd, for one being checkpointed) says.
 std::vector<ProcessRow> collect_process_rows() {
   std::vector<ProcessRow> rows;
-  const std::map<pid_t, GcrdWork> work = gcrd_work();
+  EverySchedules every;
+  const std::map<pid_t, GcrdWork> work = gcrd_work(&every);
   for (pid_t pid : control::find_managed_processes())
-    rows.push_back(ProcessRow{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}});
+    rows.push_back(ProcessRow{pid, cmdline_of(pid), {}, {}, {}, {}, {}, {}, every[pid]});
   const std::size_t asked = ask_processes(rows, work);
   // A checkpoint that began meanwhile (its process was busy): gcrd says what it made of it.
   const std::map<pid_t, GcrdWork> later = asked == 0 ? work : gcrd_work();
@@ -234,6 +299,25 @@ std::string shared_text(const ProcessRow& r) {
   return t + " with " + with;
 }
 
+// "3ecac3fccee0", or with a schedule (Note [Checkpoints every period]) "3ecac3fccee0, 1.2 s ago
+// (every 2 s, 5 taken, 1 failed)".
+std::string last_checkpoint_text(const ProcessRow& r) {
+  std::string id = r.status.last_checkpoint.empty() ? "-" : r.status.last_checkpoint.substr(0, 12);
+  if (r.every.empty()) return id;
+  auto n = [&](const char* k) {
+    auto it = r.every.find(k);
+    return it == r.every.end() ? std::uint64_t{0} : std::strtoull(it->second.c_str(), nullptr, 10);
+  };
+  std::string t = id;
+  if (r.every.contains("last_age_ms"))
+    t += ", " + format_duration(std::chrono::milliseconds(n("last_age_ms"))) + " ago";
+  t += " (every " + format_duration(std::chrono::milliseconds(n("every_ms"))) + ", " +
+       std::to_string(n("count")) + " taken";
+  if (n("failed")) t += ", " + std::to_string(n("failed")) + " failed";
+  if (n("delayed")) t += ", " + std::to_string(n("delayed")) + " delayed";
+  return t + ")";
+}
+
 void print_processes_json(const std::vector<ProcessRow>& rows) {
   JsonWriter j;
   j.begin_array();
@@ -257,6 +341,17 @@ void print_processes_json(const std::vector<ProcessRow>& rows) {
       for (pid_t p : r.peers) j.value(static_cast<std::int64_t>(p));
       j.end_array();
     }
+    if (!r.every.empty()) {  // Note [Checkpoints every period]
+      j.key("every").begin_object();
+      for (const auto& [k, v] : r.every) {
+        const bool number = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        if (number)
+          j.field(k, static_cast<std::uint64_t>(std::strtoull(v.c_str(), nullptr, 10)));
+        else
+          j.field(k, v);
+      }
+      j.end_object();
+    }
     j.end_object();
   }
   j.end_array();
@@ -278,14 +373,15 @@ void print_processes_table(const std::vector<ProcessRow>& rows) {
       continue;
     }
     if (!r.gcrd_state.empty()) {  // its checkpoint is under way
-      t.add_row({std::to_string(r.pid), r.gcrd_state, "-", "-", "(" + r.checkpoint_phase + ")", "-",
-                 display_safe(r.command)});
+      t.add_row({std::to_string(r.pid), r.gcrd_state, "-", "-",
+                 "(" + r.checkpoint_phase + ")" +
+                     (r.every.empty() ? std::string() : " " + last_checkpoint_text(r)),
+                 "-", display_safe(r.command)});
       continue;
     }
     t.add_row({std::to_string(r.pid), control::process_state_name(r.status.state),
                format_bytes(r.status.region_bytes), format_bytes(r.status.dirty_bytes),
-               r.status.last_checkpoint.empty() ? "-" : r.status.last_checkpoint.substr(0, 12),
-               shared_text(r), display_safe(r.command)});
+               last_checkpoint_text(r), shared_text(r), display_safe(r.command)});
   }
   print(t.render());
 }
@@ -327,6 +423,19 @@ void register_process_commands(CLI::App& app, Context& ctx) {
       ->type_name("");
   run->add_option("--log", ro->log, "With --detach: the log file (default gcr-PID.log here)")
       ->type_name("FILE");
+  run->add_option("--checkpoint-every", ro->every,
+                  "Checkpoint the program live every DURATION (500ms, 30s, 5m, 1h): gcrd does, "
+                  "incrementally, into the store, never two at once; 'gcr restore NAME' brings "
+                  "back the newest")
+      ->type_name("DURATION");
+  run->add_option("--keep", ro->keep,
+                  "With --checkpoint-every: how many to keep (default 3); older ones are removed "
+                  "and their chunks freed")
+      ->type_name("K");
+  run->add_option("--checkpoint-name", ro->every_name,
+                  "With --checkpoint-every: the name of the newest (default every-PID); each is "
+                  "also NAME.N")
+      ->type_name("NAME");
   run->add_option("command", ro->command, "The program and its arguments (after --)")->required();
   run->footer(
       "Examples:\n"

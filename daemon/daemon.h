@@ -29,6 +29,7 @@
 #include "gcrd_requests.h"
 #include "log_budget.h"
 #include "peer_keys.h"
+#include "periodic.h"
 #include "work_registry.h"
 
 namespace gcr::gcrd {
@@ -94,6 +95,7 @@ class Daemon {
   // Dispatches one request to its verb's handler.
   Result<Fields> serve(Request& request);
   WorkRegistry& work() { return work_; }
+  Periodic& periodic() { return periodic_; }
   const DaemonOptions& options() const { return options_; }
   void log(const std::string& line);
 
@@ -110,6 +112,7 @@ class Daemon {
 
   DaemonOptions options_;
   WorkRegistry work_;
+  Periodic periodic_;  // after work_, which its checkpoints report to
   std::mutex log_mu_;
   UniqueFd stop_read_, stop_write_;
   std::mutex mu_;

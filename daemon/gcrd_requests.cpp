@@ -118,6 +118,19 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
   return c;
 }
 
+Result<EveryFields> decode_every(const Fields& f) {
+  RequestFields r(f);
+  EveryFields e;
+  GCR_TRY_ASSIGN(e.pid, r.pid("pid"));
+  GCR_TRY_ASSIGN(auto ms, r.integer("every_ms", 100, 7 * 24 * 3'600'000LL));
+  if (!ms) return bad("every_ms", "is missing");
+  e.every = std::chrono::milliseconds(*ms);
+  GCR_TRY_ASSIGN(auto keep, r.integer("keep", 1, 10'000));
+  if (keep) e.keep = static_cast<unsigned>(*keep);
+  GCR_TRY_ASSIGN(e.name, r.text("name", 200));
+  return e;
+}
+
 Result<JobPartFields> decode_job_part(const Fields& f) {
   RequestFields r(f);
   JobPartFields p;

@@ -66,6 +66,15 @@ struct CheckpointFields {
 Result<CheckpointFields> decode_checkpoint(const Fields& f);
 
 // verb job_part (Note [A job across hosts]): this host's part of a job's checkpoint.
+// Note [Checkpoints every period] (periodic.h).
+struct EveryFields {
+  pid_t pid = 0;
+  std::chrono::milliseconds every{60'000};
+  unsigned keep = 3;
+  std::string name;
+};
+Result<EveryFields> decode_every(const Fields& f);
+
 struct JobPartFields {
   std::vector<pid_t> pids;
   bool leave_running = false;

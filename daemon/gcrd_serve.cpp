@@ -161,7 +161,37 @@ Result<Fields> serve_work(Daemon& d, Request&) {
     out[key + "phase"] = w.phase;
     out[key + "state"] = w.state;
   }
+  // Note [Checkpoints every period] (periodic.h): each schedule.
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [pid, e] : d.periodic().snapshot()) {
+    const std::string key = "every." + std::to_string(pid) + ".";
+    out[key + "every_ms"] = std::to_string(e.request.every.count());
+    out[key + "keep"] = std::to_string(e.request.keep);
+    out[key + "name"] = e.request.name;
+    out[key + "count"] = std::to_string(e.count);
+    out[key + "delayed"] = std::to_string(e.delayed);
+    out[key + "failed"] = std::to_string(e.failed);
+    out[key + "last_id"] = e.last_id;
+    out[key + "last_error"] = e.last_error;
+    out[key + "last_stall_ns"] = std::to_string(e.last_stall_ns);
+    if (e.count)
+      out[key + "last_age_ms"] = std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_at).count());
+  }
   return out;
+}
+
+// Note [Checkpoints every period] (periodic.h): `gcr run --checkpoint-every`, for itself.
+Result<Fields> serve_every(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(EveryFields f, decode_every(r.fields));
+  if (r.client_uid != 0 && owner_of(f.pid) != r.client_uid)
+    return Error{Errc::permission_denied,
+                 "process " + std::to_string(f.pid) +
+                     " is not yours; only root or its owner may checkpoint it"};
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, open_store(r.fields));
+  GCR_TRY(d.periodic().start({f.pid, f.every, f.keep, f.name}, st, tools, &d.work()));
+  return Fields{{"pid", std::to_string(f.pid)}};
 }
 
 // Note [CRIU run by someone else] (checkpoint.h): the plugin's first PAUSE_DEVICES.
@@ -424,6 +454,29 @@ Status open_files_for_peer(store::Store& st, const std::string& name, RestoreReq
   return ok();
 }
 
+// Note [Checkpoints every period] (periodic.h): a process restored from a periodic checkpoint is
+// checkpointed so again, its checkpoints counting on under the same name.
+void schedule_again(Daemon& d, const std::shared_ptr<store::Store>& st, const criu::Tools& tools,
+                    const RestoreReport& rep, const Progress& progress, Fields& out) {
+  auto id = store::CheckpointId::from_hex(rep.id);
+  auto m = id ? st->read_manifest(*id) : Result<store::Manifest>(Error{Errc::not_found, ""});
+  if (!m || m->meta_or("every_ms").empty()) return;
+  EveryRequest e;
+  e.pid = rep.pid;
+  e.every = std::chrono::milliseconds(std::strtoll(m->meta_or("every_ms").c_str(), nullptr, 10));
+  e.keep = static_cast<unsigned>(std::strtoul(m->meta_or("every_keep", "3").c_str(), nullptr, 10));
+  e.name = m->meta_or("every_name");
+  if (e.every.count() < 100 || e.keep == 0) return;
+  if (Status s = d.periodic().start(e, st, tools, &d.work()); !s) {
+    progress("process " + std::to_string(rep.pid) +
+             " is not checkpointed every period again: " + s.error().message);
+    return;
+  }
+  out["every_ms"] = std::to_string(e.every.count());
+  progress("process " + std::to_string(rep.pid) + " is checkpointed every " +
+           std::to_string(e.every.count()) + " ms again (as " + e.name + ")");
+}
+
 Result<Fields> serve_restore(Daemon& d, Request& r) {
   GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
@@ -481,7 +534,9 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     return out;
   }
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
-  return restore_reply(rep, req.eager);
+  Fields out = restore_reply(rep, req.eager);
+  schedule_again(d, st, tools, rep, r.progress, out);
+  return out;
 }
 
 using Handler = Result<Fields> (*)(Daemon&, Request&);
@@ -491,6 +546,7 @@ const std::map<std::string_view, Handler>& handlers() {
   static const std::map<std::string_view, Handler> table = {
       {"ping", serve_ping},
       {"work", serve_work},
+      {"every", serve_every},
       {"checkpoint", serve_checkpoint},
       {"job_part", serve_job_part},
       {"restore", serve_restore},

@@ -1,0 +1,180 @@
+// Note [Checkpoints every period] (periodic.h).
+#include "periodic.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+
+#include "checkpoint.h"
+#include "gcr/process_tree.h"
+
+namespace gcr::gcrd {
+
+using Clock = std::chrono::steady_clock;
+
+struct Periodic::Schedule {
+  EveryStatus status;
+  std::shared_ptr<store::Store> store;
+  criu::Tools tools;
+  WorkRegistry* work = nullptr;
+  std::optional<std::uint64_t> started;  // the process's start time: its pid may be reused
+  std::deque<store::CheckpointId> kept;  // oldest first
+  bool stop = false, done = false;
+  std::condition_variable wake;
+  std::thread thread;
+};
+
+Periodic::Periodic() = default;
+
+Periodic::~Periodic() {
+  std::map<pid_t, std::unique_ptr<Schedule>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [pid, s] : schedules_) s->stop = true;
+    all.swap(schedules_);
+  }
+  for (auto& [pid, s] : all) {
+    s->wake.notify_all();
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+void Periodic::reap() {
+  std::vector<std::unique_ptr<Schedule>> finished;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = schedules_.begin(); it != schedules_.end();)
+      if (it->second->done) {
+        finished.push_back(std::move(it->second));
+        it = schedules_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto& s : finished)
+    if (s->thread.joinable()) s->thread.join();
+}
+
+Status Periodic::start(EveryRequest req, std::shared_ptr<store::Store> store, criu::Tools tools,
+                       WorkRegistry* work) {
+  reap();
+  if (req.name.empty()) req.name = "every-" + std::to_string(req.pid);
+  auto started = criu::process_start_time(req.pid);
+  if (!started) return Error{Errc::not_found, "no process " + std::to_string(req.pid)};
+  auto s = std::make_unique<Schedule>();
+  s->status.request = req;
+  s->store = std::move(store);
+  s->tools = std::move(tools);
+  s->work = work;
+  s->started = started;
+  // A schedule of that name before this one (the process restored from one of its checkpoints):
+  // its checkpoints count on, and are kept or removed as this one's.
+  if (auto listed = s->store->list()) {
+    std::map<std::uint64_t, store::CheckpointId> earlier;
+    const std::string prefix = req.name + ".";
+    for (const store::CheckpointInfo& c : *listed)
+      for (const std::string& t : c.tags)
+        if (t.size() > prefix.size() && t.starts_with(prefix) &&
+            t.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+          earlier[std::strtoull(t.c_str() + prefix.size(), nullptr, 10)] = c.id;
+    for (const auto& [n, id] : earlier) s->kept.push_back(id);
+    if (!earlier.empty()) s->status.count = earlier.rbegin()->first;
+  }
+  std::unique_ptr<Schedule> replaced;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = schedules_.find(req.pid); it != schedules_.end()) {
+      it->second->stop = true;
+      replaced = std::move(it->second);
+      schedules_.erase(it);
+    }
+  }
+  if (replaced) {
+    replaced->wake.notify_all();
+    if (replaced->thread.joinable()) replaced->thread.join();
+  }
+  Schedule& ref = *s;
+  {
+    std::lock_guard lock(mu_);
+    schedules_[req.pid] = std::move(s);
+  }
+  ref.thread = std::thread([this, &ref] { run(ref); });
+  return ok();
+}
+
+std::map<pid_t, EveryStatus> Periodic::snapshot() {
+  reap();
+  std::lock_guard lock(mu_);
+  std::map<pid_t, EveryStatus> out;
+  for (const auto& [pid, s] : schedules_) out[pid] = s->status;
+  return out;
+}
+
+void Periodic::run(Schedule& s) {
+  const EveryRequest req = s.status.request;
+  auto due = Clock::now() + req.every;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      s.wake.wait_until(lock, due, [&] { return s.stop; });
+      if (s.stop) break;
+    }
+    if (::kill(req.pid, 0) != 0 || criu::process_start_time(req.pid) != s.started) break;
+    const auto t = Clock::now();
+    CheckpointRequest c;
+    c.pid = req.pid;
+    c.leave_running = true;
+    c.extra_meta = {{"every_ms", std::to_string(req.every.count())},
+                    {"every_keep", std::to_string(req.keep)},
+                    {"every_name", req.name}};
+    auto rep = checkpoint_process(
+        *s.store, s.tools, c, [](const std::string&) {}, s.work);
+    bool removed = false;
+    std::string error;
+    if (rep) {
+      const std::uint64_t n = s.status.count + 1;
+      auto id = store::CheckpointId::from_hex(rep->id);
+      if (id) {
+        Status named = s.store->tag(*id, req.name + "." + std::to_string(n));
+        if (named) named = s.store->tag(*id, req.name);
+        if (!named)
+          error = "naming checkpoint " + rep->id.substr(0, 12) + ": " + named.error().message;
+        s.kept.push_back(*id);
+        while (s.kept.size() > std::max(req.keep, 1u)) {
+          (void)s.store->remove(s.kept.front());
+          removed = true;
+          s.kept.pop_front();
+        }
+      }
+      if (removed) (void)s.store->gc();  // their chunks nothing else holds
+      std::lock_guard lock(mu_);
+      s.status.count = n;
+      s.status.last_id = rep->id;
+      s.status.last_at = Clock::now();
+      s.status.last_stall_ns = rep->times_ns["stall"];
+      s.status.last_error = error;
+    } else if (::kill(req.pid, 0) != 0) {
+      break;  // it ended meanwhile: no failure of the schedule
+    } else {
+      std::fprintf(stderr, "gcrd: the periodic checkpoint of process %d failed: %s\n", req.pid,
+                   rep.error().message.c_str());
+      std::lock_guard lock(mu_);
+      ++s.status.failed;
+      s.status.last_error = rep.error().message;
+    }
+    // Never two at once: one that outlasted the period makes the next late, not doubled.
+    due = t + req.every;
+    if (Clock::now() > due) {
+      due = Clock::now();
+      std::lock_guard lock(mu_);
+      ++s.status.delayed;
+    }
+  }
+  std::lock_guard lock(mu_);
+  s.done = true;
+}
+
+}  // namespace gcr::gcrd

@@ -1,0 +1,78 @@
+// Live checkpoints of a process every period, driven by gcrd (issue 37's first tier: the local
+// store).
+//
+// Note [Checkpoints every period]
+// `gcr run --checkpoint-every DURATION [--keep K] [--checkpoint-name NAME] -- PROGRAM` asks gcrd
+// (verb `every`, before it becomes the program: the pid is the same) to checkpoint the program
+// live every DURATION into the caller's store. gcrd keeps one schedule per process, each on a
+// thread of its own:
+// - Each checkpoint is gcr's --leave-running checkpoint of the process, incremental after the
+//   first (the process's lineage, Note [gcrd owns lineage]). It is named NAME.N (N counting from
+//   1), and NAME moves to the newest complete one, so that `gcr restore NAME` brings back the
+//   latest. The default NAME is every-PID.
+// - Never two at once: a checkpoint still being stored when the next is due delays the next
+//   (counted as `delayed`; the next starts as soon as the one before is committed).
+// - Beyond K (default 3) the oldest are removed once the newest is committed, and gc frees the
+//   chunks nothing else holds. A checkpoint that failed removes nothing.
+// - The schedule ends with the process (its pid gone, or taken by another: its start time is
+//   kept), or with gcrd: a gcrd that stops forgets its schedules (the checkpoints stay).
+// - `gcr ps` shows each schedule: the newest checkpoint, its age, how many, delays and the last
+//   failure (verb `work`: every.PID.* fields).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "gcr/criu.h"
+#include "gcr/result.h"
+#include "gcr/store.h"
+#include "work_registry.h"
+
+namespace gcr::gcrd {
+
+struct EveryRequest {
+  pid_t pid = 0;
+  std::chrono::milliseconds every{60'000};
+  unsigned keep = 3;
+  std::string name;  // empty: every-PID
+};
+
+// What `gcr ps` shows of a schedule.
+struct EveryStatus {
+  EveryRequest request;
+  std::uint64_t count = 0, delayed = 0, failed = 0;
+  std::string last_id, last_error;
+  std::chrono::steady_clock::time_point last_at{};
+  std::uint64_t last_stall_ns = 0;
+};
+
+class Periodic {
+ public:
+  Periodic();
+  Periodic(const Periodic&) = delete;
+  Periodic& operator=(const Periodic&) = delete;
+  ~Periodic();  // ends every schedule (a checkpoint under way finishes first)
+
+  // Starts (or replaces) the schedule of req.pid, checkpointing into `store` with `tools`.
+  Status start(EveryRequest req, std::shared_ptr<store::Store> store, criu::Tools tools,
+               WorkRegistry* work);
+  std::map<pid_t, EveryStatus> snapshot();
+
+ private:
+  struct Schedule;
+  void run(Schedule& s);
+  void reap();  // joins the schedules whose process is gone
+
+  std::mutex mu_;
+  std::map<pid_t, std::unique_ptr<Schedule>> schedules_;
+};
+
+}  // namespace gcr::gcrd
