@@ -354,6 +354,18 @@ Result<DestinationRestore> restore_at_destination(const MigrateOptions& o,
         if (!bytes) say("destination: " + p);
       },
       {}, &refused);
+  if (!restored && said_running) {
+    // The rest of the job went on with the copy there: the one here is behind it, and must not
+    // run again. Both stores keep the checkpoint.
+    (void)send_word(conn, "end");
+    (void)gcrd::read_reply(conn, nullptr);
+    return Error{restored.error().code,
+                 "the destination ran process " + std::to_string(o.pid) + " and then failed (" +
+                     restored.error().message +
+                     "); the copy here has ended, as the rest of its job went on with the one "
+                     "there. 'gcr restore " +
+                     id.substr(0, 12) + " --token-file ...' restores the rank from its checkpoint"};
+  }
   if (!restored && refused)  // the destination said it did not restore it
     return resume_source(conn, o.pid,
                          std::move(restored).context("the destination's restore").error());

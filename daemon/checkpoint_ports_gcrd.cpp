@@ -424,7 +424,10 @@ Result<DumpOutcome> CriuDumper::dump(const PinnedHostMemory& pinned, std::uint64
       tracking_.reset();
       return std::move(met).error();
     }
-  tcp_lock_.open();  // its chain removed once the processes run (after_resume), out of the stall
+  // Its chain is removed once the processes run (after_resume), out of the stall. Trees left
+  // stopped keep it closed until they go on (continue_trees) or end (end_trees): a peer that is
+  // not stopped (Note [A rank moved while its job runs]) must not reach a socket that stays here.
+  if (req_.leave_running && !several_) tcp_lock_.open();
   if (!dumped) {
     end_tcp_repair();  // a tree CRIU left stopped before failing goes on
     // CRIU has ended: whatever it was handed is served again, or its protection ends, before
@@ -457,8 +460,12 @@ Status CriuDumper::lock_tcp() {
 // chain is removed later (remove_tcp_lock), out of the stall.
 void CriuDumper::end_tcp_repair() {
   tcp_lock_.open();
-  if (repaired_) repaired_->end_repair();
+  if (repaired_) {
+    repaired_->end_repair();
+    say_("tcp_repaired\n");
+  }
   repaired_.reset();
+  if (!tcp_lock_.engaged() && !trees_.tcp.empty()) say_("tcp_unlocked\n");  // open() fell back
 }
 
 // Once the keepers hear it, a gcrd that dies leaves them no lock to remove.

@@ -124,29 +124,27 @@ Result<CheckpointReport> checkpoint_moving_rank(store::Store& store, const criu:
   bool bystanders_gone = false;  // told to go on before the hold ended (the rank runs there)
   std::uint64_t job_stop = 0;
   if (stop) {
-    // The rank takes its addresses along once the migration commits; they come back should it run
-    // on here. The rest of the job goes on as soon as the rank runs at the destination.
+    // The rank's addresses leave this host before the client hears that the rank is held (so
+    // before it can ask the destination to take them); they come back should it run on here. The
+    // rest of the job goes on as soon as the rank runs at the destination.
     auto hold = std::move(req.hold);
     req.hold = [&, hold](const std::string& id,
                          const std::function<void(const std::string&)>& heard) {
-      std::vector<TakenAddress> released;
+      auto released = release_addresses(link.addresses());
+      if (!released) {
+        progress("the rank's address cannot leave this host: " + released.error().message);
+        return false;
+      }
+      for (const TakenAddress& t : *released)
+        progress("gave address " + address_text(t.ip) + " up for the destination");
       bool end = hold(id, [&](const std::string& word) {
         heard(word);
         if (word == "running" && !bystanders_gone) {
           job_stop = let_bystanders_go(parts, "thaw", warnings);
           bystanders_gone = true;
         }
-        if (word != "commit") return;
-        auto r = release_addresses(link.addresses());
-        if (r) {
-          released = std::move(r).value();
-          for (const TakenAddress& t : released)
-            progress("gave address " + address_text(t.ip) + " up for the destination");
-        } else {
-          progress("the rank's address stays here: " + r.error().message);
-        }
       });
-      if (!end) put_back_addresses(released);
+      if (!end) put_back_addresses(*released);
       return end;
     };
   }

@@ -24,9 +24,12 @@
 //   left in their kernels as they are. The peers keep sending to the rank's address, so the rank
 //   takes it along: it must have one of its own (a /32 on its host, used by every connection the
 //   job carries), checked in the first meeting before anything stops. Its gcrd removes the address
-//   when the migration commits; the destination adds it under its restore's lock (Note
-//   [Addresses that move with a rank]) and gives it up should CRIU fail there; a migration that
-//   lets the rank run on here puts it back first.
+//   once the rank is dumped and held, before the client hears so (and so before it can ask the
+//   destination); the destination adds it under its restore's lock (Note [Addresses that move
+//   with a rank]) and gives it up should its restore fail; a migration that lets the rank run on
+//   here puts it back first. Once the destination has said the rank runs there, the rest of the
+//   job goes on with it: should that restore fail after all, the copy here is ended, not resumed
+//   (it is behind its peers), and the checkpoint restores the rank.
 // - The stop is the rank's dump, its last changes pushed and its restore at the destination
 //   (on demand, staged by the rounds): the rounds moved its footprint, so the stop does not grow
 //   with it.

@@ -614,8 +614,6 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
   }
   // Under the lock: a peer's packet that reached the address before CRIU has restored its socket
   // would be answered with a reset.
-  std::vector<std::uint32_t> added;  // given up again should CRIU fail: the rank may run on
-                                     // where it was (Note [A rank moved while its job runs])
   if (req_.take_addresses && !job_tcp_.empty()) {  // Note [Addresses that move with a rank]
     std::vector<std::uint32_t> ips;
     for (const TcpConnection& c : job_tcp_) ips.push_back(c.local.ip);
@@ -624,16 +622,20 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
       let_keeper_go();
       return std::move(taken).error();
     }
+    std::vector<std::uint32_t> added;
     for (const TakenAddress& t : *taken)
       if (t.added) {
         added.push_back(t.ip);
         ports_.progress("took address " + address_text(t.ip) + " on " + t.device +
                         " for the restored rank");
       }
+    // Given up again should the restore fail: the rank may run on where it was (Note [A rank
+    // moved while its job runs]).
+    if (!added.empty())
+      tx_.on_undo("the addresses taken", [added] { (void)release_addresses(added); });
   }
   if (Status restored = ports_.criu.restore(ro, lazy_wanted_ ? &lazy_ : nullptr); !restored) {
     let_keeper_go();  // no process to guard
-    if (!added.empty()) (void)release_addresses(added);
     if (host_pages_)
       if (auto e = host_pages_->failure()) {
         Error err = *e;

@@ -5,7 +5,8 @@
 // must also thaw them. Unlike SIGSTOP, nothing of it is reported to the processes' parents (a
 // shell sees no job stopped), and gcrd's death undoes it: the kernel detaches a dead tracer's
 // tracees, and they run on. A signal that arrives while a thread is held is delivered when it is
-// let go.
+// let go. A thread that does not stop within 5 s (uninterruptible sleep) fails the freeze; the
+// kernel lets it go when the calling thread ends.
 #pragma once
 
 #include <sys/types.h>

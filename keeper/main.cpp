@@ -253,6 +253,8 @@ struct HeldTcp {
     } else if (word == "tcp_unlocked") {
       chain.clear();
       ends.clear();
+    } else if (word == "tcp_repaired") {  // out of repair mode: their fds may be reused
+      ends.clear();
     }
   }
   // gcrd died holding them: the connections must flow again before the processes go on.
