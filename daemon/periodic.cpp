@@ -96,11 +96,10 @@ Status Periodic::start(EveryRequest req, std::shared_ptr<store::Store> store, cr
     replaced->wake.notify_all();
     if (replaced->thread.joinable()) replaced->thread.join();
   }
+  // Under the lock: the destructor and reap() join threads they find in the map.
+  std::lock_guard lock(mu_);
   Schedule& ref = *s;
-  {
-    std::lock_guard lock(mu_);
-    schedules_[req.pid] = std::move(s);
-  }
+  schedules_[req.pid] = std::move(s);
   ref.thread = std::thread([this, &ref] { run(ref); });
   return ok();
 }
