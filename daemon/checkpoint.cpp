@@ -209,18 +209,6 @@ struct Inspection {
   ProcessKey key;
 };
 
-Status check_roots(const std::vector<pid_t>& roots) {
-  for (pid_t root : roots)
-    if (root <= 0 || kill(root, 0) != 0) {
-      if (errno == EPERM)
-        return Error{Errc::permission_denied,
-                     "process " + std::to_string(root) +
-                         " belongs to another user; only root or its owner may checkpoint it"};
-      return Error{Errc::not_found, "no process " + std::to_string(root)};
-    }
-  return ok();
-}
-
 // Note [A job of several trees] (job.h): what a job of several trees is checkpointed with.
 Status check_several_trees(const CheckpointRequest& req, const std::vector<pid_t>& roots,
                            std::string& job_scope) {
@@ -370,6 +358,18 @@ Result<Inspection> inspect_checkpoint(store::Store& store, const CheckpointReque
 }
 
 }  // namespace
+
+Status check_roots(const std::vector<pid_t>& roots) {
+  for (pid_t root : roots)
+    if (root <= 0 || kill(root, 0) != 0) {
+      if (errno == EPERM)
+        return Error{Errc::permission_denied,
+                     "process " + std::to_string(root) +
+                         " belongs to another user; only root or its owner may checkpoint it"};
+      return Error{Errc::not_found, "no process " + std::to_string(root)};
+    }
+  return ok();
+}
 
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,
                                             const CheckpointRequest& req, const Progress& progress,

@@ -110,6 +110,10 @@ struct CheckpointReport {
 
 using Progress = std::function<void(const std::string& line)>;
 
+// Each root is a process this gcrd may checkpoint: it exists and (unless gcrd is root) is its
+// user's; else an error saying which.
+Status check_roots(const std::vector<pid_t>& roots);
+
 class WorkRegistry;
 // `work` (optional): told what the checkpoint makes of each process as it goes (`gcr ps`).
 Result<CheckpointReport> checkpoint_process(store::Store& store, const criu::Tools& tools,

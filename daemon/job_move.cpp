@@ -1,8 +1,6 @@
 // Note [A rank moved while its job runs] (job_move.h): the moving rank's side and a bystander's.
 #include "job_move.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
@@ -166,9 +164,7 @@ Result<CheckpointReport> checkpoint_moving_rank(store::Store& store, const criu:
 Result<BystanderReport> bystand(const BystanderRequest& req, int fd, const Progress& progress) {
   JobWire wire(fd, "the moving rank's gcrd", req.idle);
   PartLink link(wire);
-  for (pid_t root : req.roots)
-    if (root <= 0 || ::kill(root, 0) != 0)
-      return Error{Errc::not_found, "no process " + std::to_string(root) + " on this host"};
+  GCR_TRY(check_roots(req.roots));
   GCR_TRY_ASSIGN(JobTrees trees, inspect_job_trees(req.roots));
   GCR_TRY_ASSIGN(std::vector<Member> members, connect_members(trees.all, std::chrono::seconds(5)));
   if (members.empty())
