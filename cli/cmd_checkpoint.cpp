@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cmd_process.h"
 #include "command_trace.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
@@ -55,6 +56,11 @@ struct CheckpointOptions {
   std::string token_file;
   double idle_s = 30;
   bool copy_parts = false;  // --copy-parts
+  // Note [Checkpoints in peers' memory] (daemon/memory_tier.h) and [Checkpoints every period]
+  // (daemon/periodic.h): a job's schedule.
+  unsigned peer_copies = 0;  // --peer-copies
+  std::string every;         // --every DURATION
+  unsigned keep = 3;         // --keep
 };
 
 // PID, or PID@HOST:PORT (a rank on the host whose gcrd listens at HOST:PORT).
@@ -113,6 +119,7 @@ struct RestoreOptions {
   double idle_s = 30;
   std::vector<std::string> place;  // --place OLD=NEW
   std::string trace;               // --trace FILE
+  bool latest = false;             // --latest: name is a schedule's NAME, restore its newest NAME.N
 };
 
 using gcrd::field_u64;
@@ -213,6 +220,12 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
     fields["net_key"] = key->secret;
     fields["idle_ms"] = std::to_string(static_cast<long long>(o.idle_s * 1000));
     if (o.copy_parts) fields["copy_parts"] = "1";
+    if (o.peer_copies) fields["peer_copies"] = std::to_string(o.peer_copies);
+    if (!o.every.empty()) {
+      GCR_TRY_ASSIGN(std::chrono::milliseconds every, parse_period(o.every, "--every"));
+      fields["every_ms"] = std::to_string(every.count());
+      fields["every_keep"] = std::to_string(o.keep);
+    }
     for (std::size_t k = 0; k < o.remote.size(); ++k) {
       fields["remote." + std::to_string(k)] = o.remote[k].first;
       std::string pids;
@@ -297,10 +310,15 @@ std::string describe_checkpoint_headline(const CheckpointOptions& o,
   std::string job = others.empty()     ? ""
                     : o.remote.empty() ? ", one job"
                                        : ", one job across " + field(f, "job_hosts") + " hosts";
+  std::string copies;  // Note [Checkpoints in peers' memory] (daemon/memory_tier.h)
+  if (field_u64(f, "peer_copies_wanted"))
+    copies = "  copied into peers' memory: " + field(f, "peer_copies") + " of " +
+             field(f, "peer_copies_wanted") + " copies, " +
+             format_duration(ns(field_u64(f, "time.peer_copies_ns"))) + "\n";
   return "checkpoint " + field(f, "id").substr(0, 12) + " of pid" + (others.empty() ? " " : "s ") +
          pids + " (" + field(f, "kind") + job + "): stall " +
          format_duration(ns(field_u64(f, "time.stall_ns"))) + ", total " +
-         format_duration(ns(field_u64(f, "time.total_ns"))) + "\n";
+         format_duration(ns(field_u64(f, "time.total_ns"))) + "\n" + copies;
 }
 
 // What was taken of the device (or why nothing was: a --stop-copy baseline).
@@ -386,6 +404,43 @@ Status first_checkpoint_error(
   return ok();
 }
 
+// Note [Checkpoints every period] (daemon/periodic.h): the job's schedule, kept by this host's
+// gcrd.
+Status schedule_job(const CheckpointOptions& o, Context& ctx) {
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3())
+    return Error{Errc::unsupported, "--every checkpoints into a local store; --store is a bucket"};
+  std::vector<Result<std::map<std::string, std::string>>> results(1, Error{Errc::internal, ""});
+  std::vector<std::optional<bool>> cuda(1);
+  checkpoint_pids(o, ctx, location.directory.string(), results, cuda);
+  if (!results[0]) return std::move(results[0]).context("--every").error();
+  auto& f = *results[0];
+  if (o.json) {
+    JsonWriter j;
+    j.begin_object()
+        .field("pid", static_cast<std::int64_t>(o.pids[0]))
+        .field("every_ms", gcrd::field_u64(f, "every_ms"))
+        .field("keep", gcrd::field_u64(f, "every_keep"))
+        .field("name", f["every_name"])
+        .field("job_hosts", gcrd::field_u64(f, "job_hosts"))
+        .field("peer_copies", static_cast<std::uint64_t>(o.peer_copies))
+        .end_object();
+    print(j.take());
+    return ok();
+  }
+  std::printf(
+      "checkpointing the job of %s hosts every %s as %s.N (the newest also %s), keeping "
+      "%s%s; gcr ps shows it\n",
+      f["job_hosts"].c_str(),
+      format_duration(std::chrono::milliseconds(gcrd::field_u64(f, "every_ms"))).c_str(),
+      f["every_name"].c_str(), f["every_name"].c_str(), f["every_keep"].c_str(),
+      o.peer_copies ? (", each part copied into the memory of " + std::to_string(o.peer_copies) +
+                       " other host" + (o.peer_copies > 1 ? "s" : ""))
+                          .c_str()
+                    : "");
+  return ok();
+}
+
 Status checkpoint(const CheckpointOptions& given, Context& ctx) {
   CheckpointOptions o = given;
   if (o.pids.empty() && !o.pid_args.empty()) GCR_TRY(parse_pid_args(o));
@@ -396,11 +451,23 @@ Status checkpoint(const CheckpointOptions& given, Context& ctx) {
       return Error{Errc::invalid_argument,
                    "--job checkpoints several process trees as one job: give the pid of each "
                    "(a job under one launcher is the launcher's tree: give its pid alone)"};
+    if ((o.peer_copies || !o.every.empty()) && o.remote.empty())
+      return Error{Errc::invalid_argument,
+                   std::string(o.every.empty() ? "--peer-copies" : "--every") +
+                       " is for a job across hosts (--job with PID@HOST:PORT); a process is "
+                       "checkpointed every period by gcr run --checkpoint-every"};
     CheckpointOptions one = o;
     one.job = false;
     one.pids = {o.pids[0]};
     one.job_pids.assign(o.pids.begin() + 1, o.pids.end());
     return checkpoint(one, ctx);
+  }
+  if (o.peer_copies || !o.every.empty()) {
+    if (o.remote.empty())
+      return Error{Errc::invalid_argument,
+                   "--every and --peer-copies are for a job across hosts: --job PID "
+                   "PID@HOST:PORT ..."};
+    if (!o.every.empty()) return schedule_job(o, ctx);
   }
   if (!o.trace.empty() && o.pids.size() != 1)
     return Error{Errc::invalid_argument,
@@ -658,7 +725,10 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
     where += " with the job's other trees as pids " + field(f, "job_pids");
   for (int i = 0; !field(f, "remote." + std::to_string(i)).empty(); ++i)
     where += (i ? ", " : "; on host ") + field(f, "remote." + std::to_string(i)) + " as pids " +
-             field(f, "remote_pids." + std::to_string(i));
+             field(f, "remote_pids." + std::to_string(i)) +
+             (field(f, "remote_from." + std::to_string(i)).empty()
+                  ? std::string()
+                  : " (its part read from " + field(f, "remote_from." + std::to_string(i)) + ")");
   // The process writes to our stdout now: the summary goes to stderr, out of its way.
   auto say = [shares_stdout](const std::string& text) {
     if (shares_stdout)
@@ -683,7 +753,33 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
   if (o.streams.detach) say("  its output goes to " + o.streams.detach_log + "\n");
 }
 
+// --latest NAME (Note [Checkpoints every period] in daemon/periodic.h): the schedule's newest
+// checkpoint complete in some tier, as gcrd finds it (verb latest: each part of a job's checkpoint
+// on its host, in a peer's memory or in this store, with the job's key).
+Result<std::string> latest_of(const RestoreOptions& o, Context& ctx) {
+  GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
+  if (location.is_s3())
+    return Error{Errc::unsupported, "--latest looks in a local store; --store is a bucket"};
+  std::map<std::string, std::string> fields{{"name", o.name},
+                                            {"store", location.directory.string()}};
+  if (!o.token_file.empty()) {
+    GCR_TRY_ASSIGN(auto key, gcrd::read_client_key(o.token_file));
+    fields["net_key_name"] = key.name;
+    fields["net_key"] = key.secret;
+  }
+  GCR_TRY_ASSIGN(UniqueFd conn, gcrd_connection());
+  GCR_TRY_ASSIGN(auto f, gcrd::call(conn.get(), "latest", fields, nullptr).context("--latest"));
+  if (!o.json)
+    for (const auto& [k, v] : f)
+      if (k.starts_with("skipped.")) std::fprintf(stderr, "gcr: skipped %s\n", v.c_str());
+  return field(f, "name");
+}
+
 Status restore(RestoreOptions o, Context& ctx) {
+  if (o.latest) {
+    GCR_TRY_ASSIGN(o.name, latest_of(o, ctx));
+    if (!o.json) std::fprintf(stderr, "gcr: the newest checkpoint is %s\n", o.name.c_str());
+  }
   if (!o.token_file.empty()) GCR_TRY(gcrd::read_client_key(o.token_file).context("--token-file"));
   if (!o.place.empty() && o.token_file.empty())
     return Error{Errc::invalid_argument,
@@ -721,6 +817,7 @@ Status restore(RestoreOptions o, Context& ctx) {
 
 struct DaemonOptions {
   std::string listen, token_file, containers, runtime, allow_uids;
+  std::string peer_memory, peer_memory_dir, peer_copy_rate;  // Note [Checkpoints in peers' memory]
 };
 
 Status daemon(const DaemonOptions& o, Context& ctx) {
@@ -750,6 +847,21 @@ Status daemon(const DaemonOptions& o, Context& ctx) {
   } else if (!o.allow_uids.empty()) {
     return Error{Errc::invalid_argument,
                  "--allow-uids says whom other hosts' processes may run as: it needs --listen"};
+  }
+  if (!o.peer_memory.empty()) {
+    if (o.listen.empty())
+      return Error{Errc::invalid_argument,
+                   "--peer-memory keeps other hosts' checkpoints: it needs --listen"};
+    GCR_TRY(parse_size(o.peer_memory).context("--peer-memory"));
+    args.insert(args.end(), {"--peer-memory", o.peer_memory});
+    if (!o.peer_memory_dir.empty())
+      args.insert(args.end(),
+                  {"--peer-memory-dir", std::filesystem::absolute(o.peer_memory_dir).string()});
+    if (!o.peer_copy_rate.empty())
+      args.insert(args.end(), {"--peer-copy-mib-per-s", o.peer_copy_rate});
+  } else if (!o.peer_memory_dir.empty() || !o.peer_copy_rate.empty()) {
+    return Error{Errc::invalid_argument,
+                 "--peer-memory-dir and --peer-copy-mib-per-s go with --peer-memory"};
   }
   if (!o.containers.empty()) {
     if (o.listen.empty())
@@ -800,10 +912,11 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   c->add_flag("--stop-copy", co.stop_copy,
               "The baseline: the driver copies device memory through host RAM into CRIU's image "
               "(cuda-checkpoint + CRIU)");
-  c->add_flag("--tcp-close", co.tcp_close,
-              "Checkpoint every established TCP connection as closed (the restored process finds "
-              "it closed): without it, one whose two ends the checkpoint takes is carried, bytes in "
-              "flight included, and one to anything else is refused");
+  c->add_flag(
+      "--tcp-close", co.tcp_close,
+      "Checkpoint every established TCP connection as closed (the restored process finds "
+      "it closed): without it, one whose two ends the checkpoint takes is carried, bytes in "
+      "flight included, and one to anything else is refused");
   c->add_option("--trace", co.trace,
                 "Record the checkpoint as the kernel saw it (eBPF: every thread's scheduling and "
                 "its waits at gcr's gate) beside gcrd's phases, into FILE (Chrome/Perfetto JSON), "
@@ -832,6 +945,23 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
               "With --job PID@HOST:PORT: once committed, copy every other host's part into this "
               "host's store too, so that a lost host's part can be restored elsewhere "
               "(gcr restore --place)");
+  c->add_option("--peer-copies", co.peer_copies,
+                "With --job PID@HOST:PORT: once committed, copy each host's part into the memory "
+                "of this many other hosts of the job (each one's gcr daemon --peer-memory), so "
+                "that a lost host's part is restored from memory on a replacement host (gcr "
+                "restore --place)")
+      ->type_name("M")
+      ->check(CLI::Range(1, 16));
+  c->add_option("--every", co.every,
+                "With --job PID@HOST:PORT: do not checkpoint now, but have this host's gcrd "
+                "checkpoint the job live every DURATION (500ms, 30s, 5m) as NAME.N (--name, "
+                "default every-PID), the newest also NAME, until PID ends; gcr ps shows it")
+      ->type_name("DURATION");
+  c->add_option("--keep", co.keep,
+                "With --every: keep the newest K checkpoints (on every host), removing older ones")
+      ->type_name("K")
+      ->default_val(3)
+      ->check(CLI::Range(1, 10000));
   c->add_option("--host-timeout", co.idle_s,
                 "With --job PID@HOST:PORT: seconds another host may say nothing before it is taken "
                 "for gone and the checkpoint is abandoned everywhere")
@@ -895,6 +1025,9 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
                 "A job across hosts (checkpointed with --job PID@HOST:PORT): the key of its other "
                 "hosts, each of which restores its part")
       ->type_name("FILE");
+  r->add_flag("--latest", ro.latest,
+              "NAME is a schedule's (gcr run --checkpoint-every, gcr checkpoint --every): "
+              "restore its newest checkpoint, NAME.N with the largest N");
   r->add_option("--place", ro.place,
                 "A job across hosts: restore the part of the host whose gcrd was OLD (HOST:PORT, "
                 "as checkpointed) on the host whose gcrd is NEW, which takes the part's addresses "
@@ -949,6 +1082,21 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   d->add_option("--runtime", dopt.runtime,
                 "With --containers: the runtime that restores them (default: runc in PATH)")
       ->type_name("RUNC");
+  d->add_option("--peer-memory", dopt.peer_memory,
+                "With --listen: keep up to SIZE (512M, 4G) of other hosts' job checkpoints in "
+                "this host's memory (gcr checkpoint --job ... --peer-copies); when full, the "
+                "oldest copies go first, never those of the newest complete checkpoint, and a "
+                "copy that would leave the host less than 10% of its memory free is refused")
+      ->type_name("SIZE");
+  d->add_option("--peer-memory-dir", dopt.peer_memory_dir,
+                "With --peer-memory: where on a memory file system (default "
+                "/dev/shm/gcr-peer-memory-PORT)")
+      ->type_name("DIR");
+  d->add_option("--peer-copy-mib-per-s", dopt.peer_copy_rate,
+                "With --peer-memory: the most a copy into this host's memory may take of the "
+                "link, in MiB/s (default: no bound), so that the job's own traffic keeps its share")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
   on_run(d, ctx, [&ctx] { return daemon(dopt, ctx); });
 }
 

@@ -25,6 +25,27 @@
 #include "paths.h"
 
 namespace gcr::cli {
+// "500ms", "2s", "1.5m", "1h" (a bare number: seconds).
+Result<std::chrono::milliseconds> parse_period(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : std::string();
+  double ms = -1;
+  if (unit == "ms")
+    ms = v;
+  else if (unit.empty() || unit == "s")
+    ms = v * 1e3;
+  else if (unit == "m" || unit == "min")
+    ms = v * 60e3;
+  else if (unit == "h")
+    ms = v * 3600e3;
+  if (end == text.c_str() || ms < 100 || ms > 7 * 24 * 3600e3)
+    return Error{
+        Errc::invalid_argument,
+        option + " takes a duration from 100ms to 7 days (500ms, 30s, 5m, 1h), not '" + text + "'"};
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
 namespace {
 
 struct RunOptions {
@@ -39,32 +60,10 @@ struct RunOptions {
   std::string every_name;
 };
 
-// "500ms", "2s", "1.5m", "1h" (a bare number: seconds).
-Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? std::string(end) : std::string();
-  double ms = -1;
-  if (unit == "ms")
-    ms = v;
-  else if (unit.empty() || unit == "s")
-    ms = v * 1e3;
-  else if (unit == "m" || unit == "min")
-    ms = v * 60e3;
-  else if (unit == "h")
-    ms = v * 3600e3;
-  if (end == text.c_str() || ms < 100 || ms > 7 * 24 * 3600e3)
-    return Error{Errc::invalid_argument,
-                 "--checkpoint-every takes a duration from 100ms to 7 days (500ms, 30s, 5m, 1h), "
-                 "not '" +
-                     text + "'"};
-  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
-}
-
 // Note [Checkpoints every period]: gcrd checkpoints this process (the program, once it is
 // exec'd: the same pid) every period.
 Status schedule_checkpoints(const RunOptions& o, Context& ctx) {
-  GCR_TRY_ASSIGN(std::chrono::milliseconds every, parse_duration(o.every));
+  GCR_TRY_ASSIGN(std::chrono::milliseconds every, parse_period(o.every, "--checkpoint-every"));
   GCR_TRY_ASSIGN(store::StoreLocation location, ctx.store_location());
   if (location.is_s3())
     return Error{Errc::unsupported,
@@ -313,6 +312,8 @@ std::string last_checkpoint_text(const ProcessRow& r) {
     t += ", " + format_duration(std::chrono::milliseconds(n("last_age_ms"))) + " ago";
   t += " (every " + format_duration(std::chrono::milliseconds(n("every_ms"))) + ", " +
        std::to_string(n("count")) + " taken";
+  if (auto tiers = r.every.find("tiers"); tiers != r.every.end()) t += ", in " + tiers->second;
+  if (n("job_hosts")) t += ", a job of " + std::to_string(n("job_hosts")) + " hosts";
   if (n("failed")) t += ", " + std::to_string(n("failed")) + " failed";
   if (n("delayed")) t += ", " + std::to_string(n("delayed")) + " delayed";
   return t + ")";

@@ -104,6 +104,8 @@ struct CheckpointReport {
   std::uint64_t host_pages_saved = 0;
   std::map<std::string, std::uint64_t> stats;  // the manifest's STATS
   std::vector<std::string> warnings;           // the checkpoint is good, but the user should know
+  // Note [Checkpoints in peers' memory] (memory_tier.h): a job's copies into peers' memory.
+  unsigned peer_copies = 0, peer_copies_wanted = 0;
   std::string images_in;      // where CRIU wrote: "memory" or "disk" (Note [Dumping into memory])
   bool kept_running = false;  // external CRIU: the tasks ran on after the dump (else it ended them)
 };

@@ -277,6 +277,18 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
   if (channel->verb == "request") return handle_request(fd, geteuid(), true, std::move(scope));
   store::BackendOptions o;
   o.create = true;
+  if (channel->verb == "memory") {  // Note [Checkpoints in peers' memory] (memory_tier.h)
+    if (!options_.memory_tier || !key.name.empty()) {
+      send_error(fd.get(),
+                 Error{Errc::not_found,
+                       options_.memory_tier
+                           ? "peer memory is served to hosts of the shared token only"
+                           : "this gcrd keeps no peer memory (gcr daemon --peer-memory SIZE)"});
+      return;
+    }
+    scope.store = options_.memory_tier->options().root / "store";
+    o.create = false;
+  }
   auto backend = store::open_dir_backend(scope.store, o);
   if (!backend) {
     send_error(fd.get(), backend.error());
@@ -294,6 +306,7 @@ PeerScope Daemon::scope_of(const NetKey& key) const {
   scope.store =
       key.name.empty() ? options_.served_store : options_.served_store / "peers" / key.name;
   scope.uids = key.allow_uids.value_or(options_.peer_uids);
+  scope.key = &key;
   return scope;
 }
 
@@ -307,6 +320,7 @@ void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_netw
   r.client_fd = fd.get();
   r.from_network = from_network;
   r.peer_uids = std::move(peer.uids);
+  r.net_key = peer.key;
   std::string line = read_request(fd.get(), r.files);
   InFlight counted(*this);  // Note [gcrd stops cleanly]: what was read is answered
   auto sp1 = line.find(' ');
@@ -324,10 +338,10 @@ void Daemon::handle_request(const UniqueFd& fd, uid_t client_uid, bool from_netw
   r.fields = decode_fields(rest);
   if (from_network) {
     if (r.verb != "ping" && r.verb != "restore" && r.verb != "stage" &&
-        r.verb != "restore_container" && r.verb != "job_part") {
+        r.verb != "restore_container" && r.verb != "job_part" && r.verb != "tier") {
       send_error(cfd, Error{Errc::permission_denied,
                             "over the network gcrd serves ping, stage, restore, "
-                            "restore_container and job_part only"});
+                            "restore_container, job_part and tier only"});
       return;
     }
     r.fields["store"] = peer.store.string();

@@ -28,6 +28,7 @@
 #include "gcr/unique_fd.h"
 #include "gcrd_requests.h"
 #include "log_budget.h"
+#include "memory_tier.h"
 #include "peer_keys.h"
 #include "periodic.h"
 #include "work_registry.h"
@@ -45,6 +46,9 @@ struct DaemonOptions {
   std::set<uid_t> peer_uids;  // --allow-uids: Note [Who a peer may run] in gcr/criu_creds.h
   bool warm_up = true;  // warm the GPU and CRIU's probe at start (a unit test leaves them cold)
   std::chrono::seconds drain_limit{60};  // Note [gcrd stops cleanly]
+  // --peer-memory: other hosts' job parts kept here (Note [Checkpoints in peers' memory] in
+  // memory_tier.h); null without it.
+  std::shared_ptr<MemoryTier> memory_tier;
 };
 
 // Note [Before a peer is authenticated]
@@ -67,6 +71,7 @@ struct Request {
   // From the network: the users its processes may be (the peer key's allow-uids, else
   // --allow-uids; Note [Who a peer may run]).
   std::set<uid_t> peer_uids;
+  const NetKey* net_key = nullptr;  // from the network: the key the peer proved
 };
 
 // What a network peer reaches (Note [Per-peer keys] in peer_keys.h): its store (the served store,
@@ -75,6 +80,7 @@ struct Request {
 struct PeerScope {
   std::filesystem::path store;
   std::set<uid_t> uids;
+  const NetKey* key = nullptr;
 };
 
 class Daemon {

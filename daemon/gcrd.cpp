@@ -31,6 +31,7 @@
 
 #include "daemon.h"
 #include "gcr/criu_creds.h"
+#include "gcr/human_output.h"
 #include "gcr/private_dir.h"
 #include "gcr/settings.h"
 #include "gcr/store.h"
@@ -92,10 +93,23 @@ UniqueFd socket_from_systemd() {
 
 // gcrd's command line; false with `exit_code` set when it is not to run.
 bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::path& token_file,
-                     int& exit_code) {
+                     MemoryTierOptions& memory, int& exit_code) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--listen" && i + 1 < argc) {
+    if (a == "--peer-memory" && i + 1 < argc) {
+      auto n = parse_size(argv[++i]);
+      if (!n || *n < (16u << 20)) {
+        std::fprintf(stderr, "gcrd: --peer-memory %s: %s\n", argv[i],
+                     n ? "at least 16M" : n.error().message.c_str());
+        exit_code = 2;
+        return false;
+      }
+      memory.budget = *n;
+    } else if (a == "--peer-copy-mib-per-s" && i + 1 < argc) {
+      memory.mib_per_s = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--peer-memory-dir" && i + 1 < argc) {
+      memory.root = fs::absolute(argv[++i]);
+    } else if (a == "--listen" && i + 1 < argc) {
       o.listen_address = argv[++i];
     } else if (a == "--token-file" && i + 1 < argc) {
       token_file = argv[++i];
@@ -120,7 +134,8 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: gcrd [--socket PATH] [--detach] [--listen HOST:PORT --token-file FILE [--store "
-          "DIR] [--allow-uids LIST] [--containers DIR [--runtime RUNC]]]\n  gcr's daemon; normally "
+          "DIR] [--allow-uids LIST] [--containers DIR [--runtime RUNC]] [--peer-memory SIZE "
+          "[--peer-memory-dir DIR] [--peer-copy-mib-per-s N]]]\n  gcr's daemon; normally "
           "started by gcr on "
           "demand, or by systemd (gcrd.socket, which hands it the socket). SIGTERM stops it once "
           "the requests in progress are answered.\n  --listen: also "
@@ -135,7 +150,11 @@ bool parse_arguments(int argc, char** argv, DaemonOptions& o, bool& detach, fs::
           "  --containers: also "
           "restore containers migrated here (gcr migrate "
           "--container), container NAME only from the bundle DIR/NAME, with RUNC (default: runc "
-          "in PATH).\n");
+          "in PATH).\n  --peer-memory: keep up to SIZE (512M, 4G) of other hosts' job "
+          "checkpoints in memory (gcr checkpoint --job ... --peer-copies), on the memory file "
+          "system DIR (default /dev/shm/gcr-peer-memory-PORT), each copy paced to N MiB/s "
+          "(default: unpaced); never taking the last 10%% of the host's memory "
+          "(docs/jobs.md).\n");
       exit_code = 0;
       return false;
     } else {
@@ -197,7 +216,8 @@ int main(int argc, char** argv) {
   DaemonOptions o;
   bool detach = false;
   fs::path token_file;
-  if (int rc = 0; !parse_arguments(argc, argv, o, detach, token_file, rc)) return rc;
+  MemoryTierOptions memory;
+  if (int rc = 0; !parse_arguments(argc, argv, o, detach, token_file, memory, rc)) return rc;
   // gcr starts gcrd with --socket and --detach: then the settings' warnings go to gcrd.log, below.
   if (o.socket_path.empty()) o.socket_path = default_socket_path();
   std::error_code ec;
@@ -222,6 +242,22 @@ int main(int argc, char** argv) {
     // Other hosts get a store of their own, never this gcrd's users' checkpoints.
     if (o.served_store.empty())
       o.served_store = store::Store::default_root().parent_path() / "served";
+  }
+  if (memory.budget) {  // Note [Checkpoints in peers' memory] (memory_tier.h)
+    if (o.listen_address.empty()) {
+      std::fprintf(stderr,
+                   "gcrd: --peer-memory keeps other hosts' checkpoints: it needs --listen\n");
+      return 2;
+    }
+    if (memory.root.empty())
+      memory.root =
+          "/dev/shm/gcr-peer-memory-" + o.listen_address.substr(o.listen_address.rfind(':') + 1);
+    auto tier = MemoryTier::open(memory);
+    if (!tier) {
+      std::fprintf(stderr, "gcrd: %s\n", tier.error().message.c_str());
+      return 1;
+    }
+    o.memory_tier = std::move(tier).value();
   }
   UniqueFd listener = socket_from_systemd(), socket_dir;
   if (listener) {

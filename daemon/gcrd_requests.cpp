@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
+
+#include "gcr/store.h"
 
 namespace gcr::gcrd {
 namespace {
@@ -104,6 +107,16 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
   GCR_TRY_ASSIGN(c.net_key, r.text("net_key", 4096));
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
   if (idle) c.idle = std::chrono::milliseconds(*idle);
+  GCR_TRY_ASSIGN(auto copies, r.integer("peer_copies", 0, 16));
+  if (copies) c.peer_copies = static_cast<unsigned>(*copies);
+  GCR_TRY_ASSIGN(auto every, r.integer("every_ms", 100, 7 * 24 * 3'600'000LL));
+  if (every) c.every = std::chrono::milliseconds(*every);
+  GCR_TRY_ASSIGN(auto keep, r.integer("every_keep", 1, 10'000));
+  if (keep) c.every_keep = static_cast<unsigned>(*keep);
+  if ((c.peer_copies || c.every.count()) && (c.remote.empty() || c.move))
+    return Error{Errc::invalid_argument,
+                 "peer_copies and every_ms are for a job across hosts (remote.N); a process is "
+                 "checkpointed every period by gcr run --checkpoint-every"};
   if (c.move && (c.remote.empty() || !c.job_pids.empty() || c.copy_parts || c.tag ||
                  c.leave_running == c.hold))
     return Error{Errc::invalid_argument,
@@ -129,6 +142,32 @@ Result<EveryFields> decode_every(const Fields& f) {
   if (keep) e.keep = static_cast<unsigned>(*keep);
   GCR_TRY_ASSIGN(e.name, r.text("name", 200));
   return e;
+}
+
+Result<TierFields> decode_tier(const Fields& f) {
+  RequestFields r(f);
+  TierFields t;
+  GCR_TRY_ASSIGN(t.op, r.text("op", 16));
+  if (t.op != "keep" && t.op != "remove") return bad("op", "is neither keep nor remove");
+  GCR_TRY_ASSIGN(t.id, r.text("id", 64));
+  if (!store::CheckpointId::from_hex(t.id)) return bad("id", "is not a checkpoint id");
+  if (t.op == "remove") return t;
+  GCR_TRY_ASSIGN(t.from, r.text("from", 300));
+  GCR_TRY_ASSIGN(t.series, r.text("series", 200));
+  GCR_TRY_ASSIGN(t.origin, r.text("origin", 300));
+  if (t.from.empty()) return bad("from", "is missing");
+  if (!store::valid_tag(t.series)) return bad("series", "is not a valid checkpoint name");
+  if (t.origin.empty() || t.origin.find_first_of(" \t") != std::string::npos)
+    return bad("origin", "is not HOST:PORT");
+  auto number = [&](const char* key, std::uint64_t& out) -> Status {
+    GCR_TRY_ASSIGN(auto v, r.integer(key, 0, std::numeric_limits<std::int64_t>::max()));
+    if (v) out = static_cast<std::uint64_t>(*v);
+    return ok();
+  };
+  GCR_TRY(number("seq", t.seq));
+  GCR_TRY(number("protect", t.protect));
+  GCR_TRY(number("oldest", t.oldest));
+  return t;
 }
 
 Result<JobPartFields> decode_job_part(const Fields& f) {

@@ -62,6 +62,13 @@ struct CheckpointFields {
   std::vector<Remote> remote;
   std::string net_key_name, net_key;
   std::chrono::milliseconds idle{30'000};
+  // Note [Checkpoints in peers' memory] (memory_tier.h): copies of every part in the memory of
+  // this many other hosts of the job.
+  unsigned peer_copies = 0;
+  // Note [Checkpoints every period] (periodic.h): a job checkpointed every period (every_ms, 0:
+  // once now), keeping every_keep.
+  std::chrono::milliseconds every{0};
+  unsigned every_keep = 3;
 };
 Result<CheckpointFields> decode_checkpoint(const Fields& f);
 
@@ -74,6 +81,14 @@ struct EveryFields {
   std::string name;
 };
 Result<EveryFields> decode_every(const Fields& f);
+
+// verb tier (Note [Checkpoints in peers' memory] in memory_tier.h): op keep (a copy pulled into
+// this gcrd's memory from the gcrd at `from`) or op remove (a job part of this store).
+struct TierFields {
+  std::string op, from, id, series, origin;
+  std::uint64_t seq = 0, protect = 0, oldest = 0;
+};
+Result<TierFields> decode_tier(const Fields& f);
 
 struct JobPartFields {
   std::vector<pid_t> pids;

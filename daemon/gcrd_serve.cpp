@@ -20,6 +20,7 @@
 #include "gcrd_protocol.h"
 #include "job_move.h"
 #include "job_serve.h"
+#include "net_store.h"
 #include "pause_point.h"
 #include "restore.h"
 #include "staged.h"
@@ -173,6 +174,9 @@ Result<Fields> serve_work(Daemon& d, Request&) {
     out[key + "failed"] = std::to_string(e.failed);
     out[key + "last_id"] = e.last_id;
     out[key + "last_error"] = e.last_error;
+    if (!e.last_tiers.empty()) out[key + "tiers"] = e.last_tiers;
+    if (!e.request.hosts.empty())
+      out[key + "job_hosts"] = std::to_string(e.request.hosts.size() + 1);
     out[key + "last_stall_ns"] = std::to_string(e.last_stall_ns);
     if (e.count)
       out[key + "last_age_ms"] = std::to_string(
@@ -190,7 +194,12 @@ Result<Fields> serve_every(Daemon& d, Request& r) {
                      " is not yours; only root or its owner may checkpoint it"};
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
   GCR_TRY_ASSIGN(auto st, open_store(r.fields));
-  GCR_TRY(d.periodic().start({f.pid, f.every, f.keep, f.name}, st, tools, &d.work()));
+  EveryRequest e;
+  e.pid = f.pid;
+  e.every = f.every;
+  e.keep = f.keep;
+  e.name = f.name;
+  GCR_TRY(d.periodic().start(e, st, tools, &d.work()));
   return Fields{{"pid", std::to_string(f.pid)}};
 }
 
@@ -363,13 +372,45 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
                    "a job across hosts is coordinated from one of its hosts"};
     std::vector<JobHost> hosts;
     for (const auto& h : f.remote) hosts.push_back({h.address, h.pids});
-    JobOptions job{NetKey{f.net_key_name, f.net_key, std::nullopt}, f.idle, f.copy_parts, {}};
+    JobOptions job;
+    job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
+    job.idle = f.idle;
+    job.copy_parts = f.copy_parts;
+    job.peer.copies = f.peer_copies;
+    job.peer.self_address = d.options().listen_address;
+    if (f.every.count()) {  // Note [Checkpoints every period]: the job's schedule
+      GCR_TRY(check_roots(req.job_pids));
+      GCR_TRY(check_roots({req.pid}));
+      EveryRequest e;
+      e.pid = f.pid;
+      e.every = f.every;
+      e.keep = f.every_keep;
+      e.name = f.tag.value_or("every-" + std::to_string(f.pid));
+      e.job_pids = f.job_pids;
+      e.hosts = hosts;
+      e.job = job;
+      if (job.peer.copies) {  // what copies need, said now rather than at the first checkpoint
+        std::vector<std::string> ring{job.peer.self_address};
+        for (const JobHost& h : hosts) ring.push_back(h.address);
+        GCR_TRY(ring_holders(ring, job.peer.copies));
+      }
+      GCR_TRY(d.periodic().start(e, st, tools, &d.work()));
+      return Fields{{"pid", std::to_string(f.pid)},
+                    {"every_ms", std::to_string(f.every.count())},
+                    {"every_keep", std::to_string(f.every_keep)},
+                    {"every_name", e.name},
+                    {"job_hosts", std::to_string(hosts.size() + 1)}};
+    }
     GCR_TRY_ASSIGN(
         CheckpointReport rep,
         f.move ? checkpoint_moving_rank(*st, tools, req, hosts, job, r.progress, &d.work())
                : checkpoint_across_hosts(*st, tools, req, hosts, job, r.progress, &d.work()));
     Fields out = checkpoint_reply(rep);
     out["job_hosts"] = std::to_string(hosts.size() + 1);
+    if (rep.peer_copies_wanted) {
+      out["peer_copies"] = std::to_string(rep.peer_copies);
+      out["peer_copies_wanted"] = std::to_string(rep.peer_copies_wanted);
+    }
     return out;
   }
   GCR_TRY_ASSIGN(CheckpointReport rep, checkpoint_process(*st, tools, req, r.progress, &d.work()));
@@ -415,6 +456,117 @@ Result<std::vector<JobPart>> job_parts_of(store::Store& st, const std::string& n
   if (!id) return std::vector<JobPart>{};  // the restore says what is wrong with the name
   GCR_TRY_ASSIGN(store::Manifest m, st.read_manifest(*id));
   return decode_job_parts(m.meta_or("job_parts"));
+}
+
+// Note [Checkpoints in peers' memory] (memory_tier.h): where the copies of each part were made.
+Result<std::map<std::string, std::vector<std::string>>> holders_of(store::Store& st,
+                                                                   const std::string& name) {
+  GCR_TRY_ASSIGN(store::CheckpointId id, st.resolve(name));
+  GCR_TRY_ASSIGN(store::Manifest m, st.read_manifest(id));
+  return decode_peer_copies(m.meta_or("peer_copies"));
+}
+
+// verb latest (gcr restore --latest NAME): the newest NAME.N of the store complete in some tier,
+// every part of a job's checkpoint found on its host, in a peer's memory or in this store (Note
+// [Checkpoints in peers' memory] in memory_tier.h); without the job's key (net_key) the newest.
+Result<Fields> serve_latest(Daemon& d, Request& r) {
+  if (r.from_network) return Error{Errc::permission_denied, "verb latest is for local clients"};
+  RequestFields rf(r.fields);
+  GCR_TRY_ASSIGN(std::string series, rf.text("name", 200));
+  GCR_TRY_ASSIGN(std::string key_name, rf.text("net_key_name", 64));
+  GCR_TRY_ASSIGN(std::string secret, rf.text("net_key", 4096));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  GCR_TRY_ASSIGN(auto listed, st->list());
+  std::map<std::uint64_t, store::CheckpointId, std::greater<>> numbered;
+  const std::string prefix = series + ".";
+  for (const store::CheckpointInfo& c : listed)
+    for (const std::string& t : c.tags)
+      if (t.size() > prefix.size() && t.starts_with(prefix) &&
+          t.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+        numbered[std::strtoull(t.c_str() + prefix.size(), nullptr, 10)] = c.id;
+  if (numbered.empty())
+    return Error{Errc::not_found, "no checkpoint " + series +
+                                      ".N in the store (--latest takes the NAME of gcr run "
+                                      "--checkpoint-every or gcr checkpoint --every)"};
+  const NetKey key{key_name, secret, std::nullopt};
+  const std::filesystem::path memory =
+      d.options().memory_tier ? d.options().memory_tier->options().root / "store" : "";
+  Fields out;
+  std::size_t skipped = 0;
+  for (const auto& [n, id] : numbered) {
+    GCR_TRY_ASSIGN(store::Manifest m, st->read_manifest(id));
+    GCR_TRY_ASSIGN(std::vector<JobPart> parts, decode_job_parts(m.meta_or("job_parts")));
+    const auto holders = decode_peer_copies(m.meta_or("peer_copies"));
+    std::string missing;
+    Fields from;
+    if (!secret.empty())
+      for (const JobPart& p : parts) {
+        auto h = holders.find(p.address);
+        auto found = find_part(
+            part_sources(p.address, st->options().root, memory,
+                         h == holders.end() ? std::vector<std::string>{} : h->second, key),
+            p.id);
+        if (!found) {
+          missing = "the part of " + p.address + ": " + found.error().message;
+          break;
+        }
+        from["part_from." + p.address] = *found;
+      }
+    if (missing.empty()) {
+      out.merge(from);
+      out["name"] = prefix + std::to_string(n);
+      out["id"] = id.hex();
+      return out;
+    }
+    out["skipped." + std::to_string(skipped++)] = prefix + std::to_string(n) + ": " + missing;
+  }
+  return Error{Errc::not_found,
+               "no checkpoint " + series + ".N is complete in any tier: " + out["skipped.0"]};
+}
+
+// Note [Checkpoints in peers' memory] (memory_tier.h): verb tier, from a job's coordinator over
+// gcrd-net: a part's copy pulled into this gcrd's memory (op keep), or a part of an old checkpoint
+// of the job's schedule removed from this store (op remove).
+Result<Fields> serve_tier(Daemon& d, Request& r) {
+  if (!r.from_network || r.net_key == nullptr)
+    return Error{Errc::permission_denied, "verb tier is for the gcrds of a job, over gcrd-net"};
+  GCR_TRY_ASSIGN(TierFields f, decode_tier(r.fields));
+  const store::CheckpointId id = *store::CheckpointId::from_hex(f.id);
+  if (f.op == "remove") {
+    GCR_TRY_ASSIGN(auto st, request_store(r));
+    auto m = st->read_manifest(id);
+    if (!m) return Fields{{"removed", "0"}};  // gone already
+    if (m->meta_or("job_part") != "1")
+      return Error{Errc::permission_denied,
+                   "checkpoint " + f.id.substr(0, 12) + " is not a job's part: not removed"};
+    GCR_TRY(st->remove(id));
+    (void)st->gc();
+    d.log("removed the old job part " + f.id.substr(0, 12));
+    return Fields{{"removed", "1"}};
+  }
+  MemoryTier* tier = d.options().memory_tier.get();
+  if (!tier)
+    return Error{Errc::not_found,
+                 "this gcrd keeps no peer memory: start it with gcr daemon --peer-memory SIZE"};
+  if (!r.net_key->name.empty())
+    return Error{Errc::unsupported, "peer memory is for hosts of the shared token only"};
+  GCR_TRY_ASSIGN(auto from, open_net_backend(f.from, *r.net_key));
+  KeepRequest k{{id, f.series, f.origin, f.seq}, f.protect, f.oldest};
+  GCR_TRY_ASSIGN(KeepReport rep, tier->keep(*from, k));
+  Fields out{{"copied_bytes", std::to_string(rep.copied_bytes)},
+             {"logical_bytes", std::to_string(rep.logical_bytes)},
+             {"used", std::to_string(rep.used)},
+             {"budget", std::to_string(rep.budget)},
+             {"already_there", rep.already_there ? "1" : "0"},
+             {"time_ns", std::to_string(rep.elapsed_ns)}};
+  for (std::size_t i = 0; i < rep.evicted.size(); ++i)
+    out["evicted." + std::to_string(i)] = rep.evicted[i].series + "." +
+                                          std::to_string(rep.evicted[i].seq) + " of " +
+                                          rep.evicted[i].origin;
+  d.log("kept " + f.series + "." + std::to_string(f.seq) + " of " + f.origin + " in peer memory (" +
+        std::to_string(rep.copied_bytes) + " bytes new, " + std::to_string(rep.used) + " of " +
+        std::to_string(rep.budget) + " used)");
+  return out;
 }
 
 Fields restore_reply(const RestoreReport& rep, bool eager) {
@@ -521,7 +673,13 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
                    "checkpoint " + f.name + " is a job across " + std::to_string(parts.size() + 1) +
                        " hosts: give their token with --token-file FILE (the file their gcr "
                        "daemon --listen reads)"};
-    JobOptions job{NetKey{f.net_key_name, f.net_key, std::nullopt}, f.idle, false, f.place};
+    JobOptions job;
+    job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
+    job.idle = f.idle;
+    job.place = f.place;
+    GCR_TRY_ASSIGN(job.holders, holders_of(*st, f.name));
+    if (d.options().memory_tier)
+      job.memory_store = d.options().memory_tier->options().root / "store";
     std::vector<RemoteRestored> remote;
     GCR_TRY_ASSIGN(RestoreReport rep,
                    restore_across_hosts(*st, tools, req, parts, job, r.progress, &remote));
@@ -530,6 +688,8 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     for (std::size_t i = 0; i < remote.size(); ++i) {
       out["remote." + std::to_string(i)] = remote[i].address;
       out["remote_pids." + std::to_string(i)] = remote[i].pids;
+      if (!remote[i].placed_from.empty())
+        out["remote_from." + std::to_string(i)] = remote[i].placed_from;
     }
     return out;
   }
@@ -549,6 +709,8 @@ const std::map<std::string_view, Handler>& handlers() {
       {"every", serve_every},
       {"checkpoint", serve_checkpoint},
       {"job_part", serve_job_part},
+      {"tier", serve_tier},
+      {"latest", serve_latest},
       {"restore", serve_restore},
       {"stage", serve_stage},
       {"criu_dump", serve_criu_dump},

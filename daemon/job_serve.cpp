@@ -73,33 +73,32 @@ store::BackendOptions local_backend() {
   return {};
 }
 
-// Note [A job across hosts]: `part` into the store of the host at `to`, from this host's copy, else
-// from its old host.
-Status place_part(const JobPart& part, const std::string& to, store::Store& store,
-                  const NetKey& key, const Progress& progress) {
+// Note [A job across hosts]: `part` into the store of the host at `to`, from the fastest place
+// that holds it (part_sources: Note [Checkpoints in peers' memory]).
+Result<std::string> place_part(const JobPart& part, const std::string& to, store::Store& store,
+                               const JobOptions& options, const Progress& progress) {
   GCR_TRY_ASSIGN(store::CheckpointId cid, parse_part_id(part.id));
-  auto dest = open_net_backend(to, key);
+  auto dest = open_net_backend(to, options.key);
   if (!dest) return std::move(dest).context("placing the part of " + part.address).error();
-  std::unique_ptr<store::Backend> from;
-  std::string where;
-  if (store.read_manifest(cid)) {
-    GCR_TRY_ASSIGN(from, store::open_dir_backend(store.options().root, local_backend()));
-    where = "this host's copy";
-  } else {
-    auto old = open_net_backend(part.address, key);
-    if (!old)
-      return Error{Errc::not_found,
-                   "the part of " + part.address + " (" + part.id.substr(0, 12) +
-                       ") is neither copied here (checkpoint with --copy-parts) nor reachable "
-                       "there: " +
-                       old.error().message};
-    from = std::move(old).value();
-    where = part.address;
+  auto holders = options.holders.find(part.address);
+  std::string tried;
+  for (const PartSource& source :
+       part_sources(part.address, store.options().root, options.memory_store,
+                    holders == options.holders.end() ? std::vector<std::string>{} : holders->second,
+                    options.key)) {
+    auto from = source.open();
+    auto r = from ? store::copy_checkpoint(**from, **dest, cid, {})
+                  : Result<store::TransferReport>(from.error());
+    if (r) {
+      progress(store::describe_transfer(*r, "placed", to + " from " + source.where));
+      return source.where;
+    }
+    tried += "; " + source.where + ": " + r.error().message;
   }
-  auto r = store::copy_checkpoint(*from, **dest, cid, {});
-  if (!r) return std::move(r).context("placing the part of " + part.address + " on " + to).error();
-  progress(store::describe_transfer(*r, "placed", to + " from " + where));
-  return ok();
+  return Error{Errc::not_found, "the part of " + part.address + " (" + part.id.substr(0, 12) +
+                                    ") is nowhere to be read (checkpoint with --copy-parts or "
+                                    "--peer-copies to keep copies off its host)" +
+                                    tried};
 }
 
 // Note [A job across hosts]: the part `id` of the host at `address`, into this host's store.
@@ -146,6 +145,19 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
                                                  const Progress& progress, WorkRegistry* work) {
   const NetKey& key = options.key;
   const std::chrono::milliseconds idle = options.idle;
+  // Note [Checkpoints in peers' memory]: where each part's copies go, known before anything stops.
+  std::map<std::string, std::vector<std::string>> holders;
+  if (options.peer.copies) {
+    const std::string& self = options.peer.self_address;
+    if (self.empty() || self.starts_with("0.0.0.0:") || self.starts_with("[::]:"))
+      return Error{Errc::invalid_argument,
+                   "--peer-copies: the other hosts pull this host's part from its gcrd, which "
+                   "must listen on an address they reach (gcr daemon --listen HOST:PORT, not " +
+                       (self.empty() ? std::string("none") : self) + ")"};
+    std::vector<std::string> ring{self};
+    for (const JobHost& h : hosts) ring.push_back(h.address);
+    GCR_TRY_ASSIGN(holders, ring_holders(ring, options.peer.copies));
+  }
   const std::string job = new_job_id();
   std::vector<RemotePart> parts;
   CoordinatorLink link(parts);
@@ -175,6 +187,7 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
     std::vector<JobPart> stored;
     for (const RemotePart& p : parts) stored.push_back({p.address, p.id, p.pids});
     tx.set_meta("job_parts", encode_job_parts(stored));
+    if (!holders.empty()) tx.set_meta("peer_copies", encode_peer_copies(holders));
     GCR_TRY(tx.commit());  // the commit point: the job's manifest, naming every part
     committed = true;
     pause_point("job-committed");
@@ -203,6 +216,23 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
   };
   auto rep = checkpoint_process(store, tools, req, progress, work);
   if (!rep && !committed) link.abort_all();
+  if (!rep || holders.empty()) return rep;
+  // Committed: the copies into peers' memory, each holder pulling its parts.
+  std::map<std::string, std::string> ids{{options.peer.self_address, rep->id}};
+  for (const RemotePart& p : parts) ids[p.address] = p.id;
+  PeerCopyOptions peer = options.peer;
+  if (peer.series.empty()) peer.series = name;
+  const auto t0 = std::chrono::steady_clock::now();
+  PeerCopiesReport copies = copy_to_peers(ids, holders, peer, key, progress);
+  rep->times_ns["peer_copies"] = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  rep->peer_copies = copies.made;
+  rep->peer_copies_wanted = copies.wanted;
+  for (const std::string& e : copies.errors) {
+    progress(e);
+    rep->warnings.push_back(e);
+  }
   return rep;
 }
 
@@ -252,6 +282,7 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
       return Error{Errc::invalid_argument,
                    "--place " + from + "=" + to + ": no part of this job was on " + from};
   std::vector<RemotePart> remote;
+  std::map<std::string, std::string> placed_from;  // by the address restoring it
   CoordinatorLink link(remote);
   for (const JobPart& part : parts) {
     auto placed = options.place.find(part.address);
@@ -259,7 +290,11 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
     WireFields f{{"name", part.id}, {"job_part", "1"}, {"idle_ms", std::to_string(idle.count())}};
     Status there = ok();
     if (placed != options.place.end()) {
-      there = place_part(part, where, store, key, progress);
+      auto from = place_part(part, where, store, options, progress);
+      if (from)
+        placed_from[where] = *from;
+      else
+        there = std::move(from).error();
       f["take_addresses"] = "1";
     }
     auto p = there ? ask_host(where, key, idle, "restore", f) : Result<RemotePart>(there.error());
@@ -286,7 +321,7 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
     }
     std::string pids = (*r)["pid"];
     if (!(*r)["job_pids"].empty()) pids += "," + (*r)["job_pids"];
-    if (restored) restored->push_back({p.address, pids});
+    if (restored) restored->push_back({p.address, pids, placed_from[p.address]});
   }
   if (!failed.empty())
     rep->warnings.push_back("restored here, but not every other host said it ran its part: " +

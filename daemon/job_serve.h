@@ -14,6 +14,7 @@
 #include "gcr/result.h"
 #include "gcr/store.h"
 #include "job_hosts.h"
+#include "job_tiers.h"
 #include "peer_keys.h"
 #include "restore.h"
 #include "work_registry.h"
@@ -44,6 +45,11 @@ struct JobOptions {
   bool copy_parts = false;
   // A restore: the part of the host whose gcrd was OLD restored on NEW's (OLD -> NEW).
   std::map<std::string, std::string> place;
+  // Note [Checkpoints in peers' memory] (memory_tier.h): a checkpoint's copies into peers' memory;
+  // at a restore, each part's holders (META peer_copies) and this gcrd's own memory tier's store.
+  PeerCopyOptions peer;
+  std::map<std::string, std::vector<std::string>> holders;
+  std::filesystem::path memory_store;
 };
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,
@@ -62,11 +68,13 @@ Result<CheckpointReport> checkpoint_part(store::Store& store, const criu::Tools&
 // are restored. The other hosts' pids are added to the report's tree_pids' companion `remote`.
 struct RemoteRestored {
   std::string address;
-  std::string pids;  // its root and its other trees, comma-separated
+  std::string pids;         // its root and its other trees, comma-separated
+  std::string placed_from;  // a placed part: where it was read ("this host's peer memory", ...)
 };
-// A part placed on another host (JobOptions::place) is copied there first, from this store's copy
-// (--copy-parts) or else from its old host, and restored with its addresses taken (Note
-// [Addresses that move with a rank] in address_takeover.h).
+// A part placed on another host (JobOptions::place) is copied there first, from the fastest place
+// that holds it (part_sources, job_tiers.h: this store's copy from --copy-parts, a peer's memory,
+// its old host), and restored with its addresses taken (Note [Addresses that move with a rank] in
+// address_takeover.h).
 Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tools& tools,
                                            RestoreRequest& req, const std::vector<JobPart>& parts,
                                            const JobOptions& job, const Progress& progress,

@@ -22,6 +22,7 @@ struct Periodic::Schedule {
   WorkRegistry* work = nullptr;
   std::optional<std::uint64_t> started;  // the process's start time: its pid may be reused
   std::deque<store::CheckpointId> kept;  // oldest first
+  std::uint64_t peer_complete = 0;       // a job's newest checkpoint whose every peer copy was made
   bool stop = false, done = false;
   std::condition_variable wake;
   std::thread thread;
@@ -112,6 +113,39 @@ std::map<pid_t, EveryStatus> Periodic::snapshot() {
   return out;
 }
 
+// One checkpoint of the schedule, the n-th: of the process, or of the job across hosts.
+Result<CheckpointReport> Periodic::take(Schedule& s, std::uint64_t n) {
+  const EveryRequest& req = s.status.request;
+  CheckpointRequest c;
+  c.pid = req.pid;
+  c.leave_running = true;
+  c.extra_meta = {{"every_ms", std::to_string(req.every.count())},
+                  {"every_keep", std::to_string(req.keep)},
+                  {"every_name", req.name}};
+  const Progress quiet = [](const std::string&) {};
+  if (req.hosts.empty()) return checkpoint_process(*s.store, s.tools, c, quiet, s.work);
+  c.job_pids = req.job_pids;
+  c.tag = req.name + "." + std::to_string(n);
+  JobOptions o = req.job;
+  o.peer.series = req.name;
+  o.peer.seq = n;
+  o.peer.protect = s.peer_complete;
+  o.peer.oldest = n >= req.keep ? n - req.keep + 1 : 1;
+  return checkpoint_across_hosts(*s.store, s.tools, c, req.hosts, o, quiet, s.work);
+}
+
+// A job's checkpoint beyond --keep: its parts on the other hosts go with it.
+void Periodic::remove_parts(Schedule& s, const store::CheckpointId& id) {
+  auto m = s.store->read_manifest(id);
+  if (!m) return;
+  auto parts = decode_job_parts(m->meta_or("job_parts"));
+  if (!parts) return;
+  for (const JobPart& p : *parts)
+    if (Status gone = remove_remote_part(p.address, p.id, s.status.request.job.key); !gone)
+      std::fprintf(stderr, "gcrd: removing an old part on %s: %s\n", p.address.c_str(),
+                   gone.error().message.c_str());
+}
+
 void Periodic::run(Schedule& s) {
   const EveryRequest req = s.status.request;
   auto due = Clock::now() + req.every;
@@ -123,18 +157,11 @@ void Periodic::run(Schedule& s) {
     }
     if (::kill(req.pid, 0) != 0 || criu::process_start_time(req.pid) != s.started) break;
     const auto t = Clock::now();
-    CheckpointRequest c;
-    c.pid = req.pid;
-    c.leave_running = true;
-    c.extra_meta = {{"every_ms", std::to_string(req.every.count())},
-                    {"every_keep", std::to_string(req.keep)},
-                    {"every_name", req.name}};
-    auto rep = checkpoint_process(
-        *s.store, s.tools, c, [](const std::string&) {}, s.work);
+    const std::uint64_t n = s.status.count + 1;
+    auto rep = take(s, n);
     bool removed = false;
     std::string error;
     if (rep) {
-      const std::uint64_t n = s.status.count + 1;
       auto id = store::CheckpointId::from_hex(rep->id);
       if (id) {
         Status named = s.store->tag(*id, req.name + "." + std::to_string(n));
@@ -143,6 +170,7 @@ void Periodic::run(Schedule& s) {
           error = "naming checkpoint " + rep->id.substr(0, 12) + ": " + named.error().message;
         s.kept.push_back(*id);
         while (s.kept.size() > std::max(req.keep, 1u)) {
+          if (!req.hosts.empty()) remove_parts(s, s.kept.front());
           (void)s.store->remove(s.kept.front());
           removed = true;
           s.kept.pop_front();
@@ -152,9 +180,22 @@ void Periodic::run(Schedule& s) {
       std::lock_guard lock(mu_);
       s.status.count = n;
       s.status.last_id = rep->id;
-      s.status.last_at = Clock::now();
-      s.status.last_stall_ns = rep->times_ns["stall"];
+      s.status.last_at = t;  // the state is from after this: its age is at most now - t
+      s.status.last_stall_ns =
+          rep->times_ns["job_stall"] ? rep->times_ns["job_stall"] : rep->times_ns["stall"];
       s.status.last_error = error;
+      s.status.last_tiers = "local";
+      if (rep->peer_copies_wanted) {
+        if (rep->peer_copies == rep->peer_copies_wanted) {
+          s.peer_complete = n;
+          s.status.last_tiers = "local+peers";
+        } else {
+          s.status.last_tiers = "local, peers " + std::to_string(rep->peer_copies) + "/" +
+                                std::to_string(rep->peer_copies_wanted);
+          if (s.status.last_error.empty() && !rep->warnings.empty())
+            s.status.last_error = rep->warnings.back();
+        }
+      }
     } else if (::kill(req.pid, 0) != 0) {
       break;  // it ended meanwhile: no failure of the schedule
     } else {

@@ -17,7 +17,12 @@
 // - The schedule ends with the process (its pid gone, or taken by another: its start time is
 //   kept), or with gcrd: a gcrd that stops forgets its schedules (the checkpoints stay).
 // - `gcr ps` shows each schedule: the newest checkpoint, its age, how many, delays and the last
-//   failure (verb `work`: every.PID.* fields).
+//   failure (verb `work`: every.PID.* fields), and the tiers that hold the newest.
+// - A job across hosts (`gcr checkpoint --job ... --every DURATION`) is scheduled by the gcrd
+//   that coordinates it, under its local root's pid: each is the job's checkpoint (Note [A job
+//   across hosts] in job_link.h) named NAME.N on every host, then copied into peers' memory with
+//   --peer-copies (Note [Checkpoints in peers' memory] in memory_tier.h); beyond K the oldest is
+//   removed here and its parts on their hosts (verb tier, op remove).
 #pragma once
 
 #include <sys/types.h>
@@ -34,6 +39,7 @@
 #include "gcr/criu.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
+#include "job_serve.h"
 #include "work_registry.h"
 
 namespace gcr::gcrd {
@@ -43,6 +49,11 @@ struct EveryRequest {
   std::chrono::milliseconds every{60'000};
   unsigned keep = 3;
   std::string name;  // empty: every-PID
+  // A job across hosts: this host's other trees, the other hosts' ranks, and the job's options
+  // (the key, and peer.copies, peer.self_address).
+  std::vector<pid_t> job_pids;
+  std::vector<JobHost> hosts;
+  JobOptions job;
 };
 
 // What `gcr ps` shows of a schedule.
@@ -52,6 +63,7 @@ struct EveryStatus {
   std::string last_id, last_error;
   std::chrono::steady_clock::time_point last_at{};
   std::uint64_t last_stall_ns = 0;
+  std::string last_tiers;  // "local", or "local+peers", or "local, peers 1/2"
 };
 
 class Periodic {
@@ -69,6 +81,8 @@ class Periodic {
  private:
   struct Schedule;
   void run(Schedule& s);
+  Result<CheckpointReport> take(Schedule& s, std::uint64_t n);
+  void remove_parts(Schedule& s, const store::CheckpointId& id);
   void reap();  // joins the schedules whose process is gone
 
   std::mutex mu_;

@@ -205,7 +205,7 @@ Result<TokenProven> check_token_proof(int fd, const PeerKeys& keys, std::chrono:
                                          ": upgrade gcr on the host that connects");
   const std::string plain_verb =
       sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 - sp1 - 1);
-  if (plain_verb != "store" && plain_verb != "request")
+  if (plain_verb != "store" && plain_verb != "memory" && plain_verb != "request")
     return refuse(Errc::invalid_argument, "unknown verb '" + plain_verb + "'");
   const auto first = decode_fields(sp2 == std::string::npos ? "" : line.substr(sp2 + 1));
   const bool plaintext = field(first, "tls") == "0";

@@ -43,7 +43,7 @@ Result<SessionKey> prove_token(int fd, const NetKey& token, const std::string& v
                                bool plaintext = false);
 
 struct TokenProven {
-  std::string verb;                                // "store" or "request"
+  std::string verb;                                // "store", "memory" or "request"
   SessionKey key;                                  // for start_tls
   std::chrono::steady_clock::time_point deadline;  // what is left of the handshake's limit
   const NetKey* peer = nullptr;                    // the key it proved (in the PeerKeys given)

@@ -177,8 +177,11 @@ Result<std::map<std::string, std::string>> read_reply(Conn& c, std::vector<std::
 
 class NetBackend final : public store::Backend {
  public:
-  NetBackend(std::string address, NetKey token)
-      : address_(std::move(address)), token_(std::move(token)), name_("gcr://" + address_) {}
+  NetBackend(std::string address, NetKey token, std::string verb)
+      : address_(std::move(address)),
+        token_(std::move(token)),
+        verb_(std::move(verb)),
+        name_("gcr://" + address_ + (verb_ == "store" ? "" : " (" + verb_ + ")")) {}
 
   const std::string& name() const override { return name_; }
 
@@ -272,7 +275,7 @@ class NetBackend final : public store::Backend {
       }
     }
     if (!fd) {
-      GCR_TRY_ASSIGN(fd, net_connect(address_, token_, "store"));
+      GCR_TRY_ASSIGN(fd, net_connect(address_, token_, verb_));
     }
     Conn c(fd.get());
     GCR_TRY(c.send(head(op, fields), payload));
@@ -286,6 +289,7 @@ class NetBackend final : public store::Backend {
 
   std::string address_;
   NetKey token_;
+  std::string verb_;  // "store", or "memory": Note [Checkpoints in peers' memory]
   std::string name_;
   std::mutex mu_;
   std::vector<UniqueFd> idle_;
@@ -390,9 +394,12 @@ Result<std::uint64_t> net_stage(const std::string& address, const NetKey& token,
 }
 
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
-                                                         const NetKey& token) {
-  auto backend = std::make_unique<NetBackend>(address, token);
-  GCR_TRY(status_of(backend->list("tags")).context("reaching the store of gcrd at " + address));
+                                                         const NetKey& token, NetStore which) {
+  const bool memory = which == NetStore::memory;
+  auto backend = std::make_unique<NetBackend>(address, token, memory ? "memory" : "store");
+  GCR_TRY(status_of(backend->list("tags"))
+              .context(std::string("reaching the ") + (memory ? "peer memory" : "store") +
+                       " of gcrd at " + address));
   return std::unique_ptr<store::Backend>(std::move(backend));
 }
 

@@ -2,11 +2,12 @@
 // shared token, to write checkpoints into the store this gcrd serves and to ask it for restores:
 // what `gcr migrate` needs of its destination.
 //
-//   connection:  "gcrd-net/3 <store|request> nonce=<Nc>\n", then the proofs of the token
+//   connection:  "gcrd-net/3 <store|memory|request> nonce=<Nc>\n", then the proofs of the token
 //                (Note [Proving the token] in net_handshake.h), then TLS 1.3 keyed by them
 //   store:       a Backend (gcr/store_backend.h) over the connection, one operation at a time:
 //                "<op> key=value ...\n" [payload of len= bytes] -> "ok key=value ...\n" [payload]
 //                or "error <errc> <message>\n"
+//   memory:      the same, on the gcrd's peer memory tier (daemon/memory_tier.h)
 //   request:     one gcrd/1 request (gcrd_protocol.h), on the served store only
 //
 // Note [Network trust]
@@ -58,9 +59,13 @@ Result<UniqueFd> net_connect(const std::string& address, const NetKey& token,
 Result<std::uint64_t> net_stage(const std::string& address, const NetKey& token,
                                 const std::string& name);
 
-// The destination's store as a Backend (`parallelism` connections at most).
+// The destination's store as a Backend (`parallelism` connections at most): the store it serves,
+// or its peer memory tier (connection verb "memory": Note [Checkpoints in peers' memory] in
+// daemon/memory_tier.h).
+enum class NetStore { served, memory };
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
-                                                         const NetKey& token);
+                                                         const NetKey& token,
+                                                         NetStore which = NetStore::served);
 
 // Server: the handshake of net_handshake.h and then TLS (net_tls.h), whole within `limit` (a peer
 // that drips it a byte at a time holds a slot no longer than that); returns the verb ("store" or

@@ -222,6 +222,28 @@ Result<CheckpointId> resolve_checkpoint(Backend& store, std::string_view name, b
                                                 " checkpoint ids in " + store.name());
 }
 
+Result<bool> has_checkpoint(Backend& store, const CheckpointId& id) {
+  auto bytes = store.get(manifest_key(id), kMaxManifestBytes);
+  if (bytes) return true;
+  if (bytes.error().code == Errc::not_found) return false;
+  return std::move(bytes).error();
+}
+
+Result<std::uint64_t> bytes_to_copy(Backend& from, Backend& to, const CheckpointId& id) {
+  auto existing = to.get(manifest_key(id), kMaxManifestBytes);
+  if (existing) return std::uint64_t{0};
+  if (existing.error().code != Errc::not_found) return std::move(existing).error();
+  std::string origin = "manifest " + id.hex() + " (" + from.name() + ")";
+  GCR_TRY_ASSIGN(auto manifest_bytes, from.get(manifest_key(id), kMaxManifestBytes));
+  GCR_TRY_ASSIGN(Manifest manifest, decode_manifest(manifest_bytes, origin));
+  GCR_TRY_ASSIGN(ChunkMap present, load_chunk_map(to, MarkedPacks::skip));
+  std::unordered_set<ChunkId, Id128Hash> counted;
+  std::uint64_t bytes = 0;
+  for (const ChunkRef& c : manifest.chunks)
+    if (!c.zero && !present.contains(c.id) && counted.insert(c.id).second) bytes += c.raw_bytes;
+  return bytes;
+}
+
 Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const CheckpointId& id,
                                        const TransferOptions& options) {
   auto started = std::chrono::steady_clock::now();

@@ -65,6 +65,15 @@ struct TransferReport {
 Result<CheckpointId> resolve_checkpoint(Backend& store, std::string_view name,
                                         bool* by_tag = nullptr);
 
+// Whether `store` holds checkpoint `id` (its manifest); an error only when it cannot say.
+Result<bool> has_checkpoint(Backend& store, const CheckpointId& id);
+
+// What copying checkpoint `id` from `from` to `to` would add there: the raw bytes of the distinct
+// non-zero chunks it names that `to` lacks (0 when `to` has its manifest). For a destination with
+// a budget (Note [Checkpoints in peers' memory] in daemon/memory_tier.h); the records written are
+// at most this plus their headers (they are compressed or stored raw).
+Result<std::uint64_t> bytes_to_copy(Backend& from, Backend& to, const CheckpointId& id);
+
 // Copies checkpoint `id` from `from` to `to` (see above).
 Result<TransferReport> copy_checkpoint(Backend& from, Backend& to, const CheckpointId& id,
                                        const TransferOptions& options);

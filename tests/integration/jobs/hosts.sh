@@ -7,7 +7,9 @@
 #                         output to LOG; sets P to its pid (the process itself, not a subshell)
 #   host_addr I           host I's address; host_gcrd I: its gcrd's HOST:PORT
 #   start_host_gcrd I [VAR=VALUE...]   (again) host I's gcrd, with VARs in its environment;
-#                         host_log I: its log
+#                         host_log I: its log. With HOST_PEER_MEMORY=SIZE (set before sourcing),
+#                         each gcrd keeps SIZE of peers' checkpoints in memory (--peer-memory), in
+#                         host_memory I (on /dev/shm; gone with the host)
 #   cut_host I / mend_host I   every packet to and from host I dropped, silently (or no longer)
 #   remove_host I         host I gone: every process in it killed, its namespace deleted
 #   give_rank_address I R  host I gets rank R's own address, rank_addr R (a /32 that may move)
@@ -21,6 +23,7 @@ host_ns() { echo "gcr-job$$-h$1"; }
 host_addr() { echo "$NET.$(($1 + 1))"; }
 host_gcrd() { echo "$(host_addr "$1"):7070"; }
 host_log() { echo "$T/h$1/gcrd.log"; }
+host_memory() { echo "/dev/shm/gcr-job$$-h$1"; }
 on_host() {
   local i=$1
   shift
@@ -43,9 +46,11 @@ start_host_gcrd() {
   pkill -9 -f "gcrd --socket $T/h$i/gcrd.sock" 2> /dev/null || true
   wait_until 30 eval "! host_gcrd_running $i" || fail "host $i's old gcrd did not go"
   mkdir -p "$T/h$i"
+  local memory=()
+  [[ -z ${HOST_PEER_MEMORY:-} ]] || memory=(--peer-memory "$HOST_PEER_MEMORY" --peer-memory-dir "$(host_memory "$i")")
   for ((n = 0; ; n++)); do
     on_host "$i" env "$@" "$BUILD/bin/gcrd" --socket "$T/h$i/gcrd.sock" --detach --listen "$(host_gcrd "$i")" \
-      --token-file "$T/token" --store "$T/h$i/store" --allow-uids 0 > /dev/null 2> "$T/h$i/start.err" < /dev/null && break
+      --token-file "$T/token" --store "$T/h$i/store" --allow-uids 0 "${memory[@]}" > /dev/null 2> "$T/h$i/start.err" < /dev/null && break
     grep -q "in use" "$T/h$i/start.err" && ((n < 3000)) || fail "host $i's gcrd did not start: $(cat "$T/h$i/start.err")"
     sleep 0.02
   done
@@ -64,6 +69,7 @@ mend_host() {
 remove_host() {
   ip netns pids "$(host_ns "$1")" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
   ip netns del "$(host_ns "$1")" 2> /dev/null || true
+  rm -rf "$(host_memory "$1")"
 }
 cleanup_hosts() {
   local i

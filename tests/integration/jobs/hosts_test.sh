@@ -22,6 +22,12 @@
 #      a participant's gcrd killed then (its part stays unnamed: the coordinator says so), or the
 #      coordinator's gcrd killed then (every part is left in doubt) -- the job runs on, host 0
 #      lists the checkpoint, and its restore ends with the reference;
+#   p: 2 ranks on hosts 0 and 3 checkpointed every second (gcr checkpoint --job --every 1s
+#      --keep 2 --peer-copies 1: each part copied into the other host's memory, gcrd
+#      --peer-memory); gcr ps shows the schedule and its tiers, each host keeps two; host 3 lost
+#      right after a checkpoint: `gcr restore --latest` with --place HOST3=HOST2 reads host 3's
+#      part from host 0's memory, loses at most the steps since that checkpoint, and the job ends
+#      with its reference;
 #   (m runs before e, which deletes host 1)
 #   e: 2 ranks on hosts 0 and 1, a live checkpoint with --copy-parts (host 1's part copied to
 #      host 0), then host 1 lost (its namespace deleted, its rank with it): restored with
@@ -35,12 +41,14 @@
 #      rank 1 runs on where it was with its address, rank 0 runs on, and both end so.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
-#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, e, m)
+#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, p, e, m)
 set -euo pipefail
 TEST_NAME=job-hosts
 source "$(dirname "$0")/../programs/lib.sh"
 command -v iptables-restore > /dev/null || { echo "SKIP: iptables-restore is missing"; exit 77; }
 NET=10.$((100 + $$ % 100)).$(($$ % 250))
+HOSTS=4                # host 3: scenario p's alone
+HOST_PEER_MEMORY=256M  # every gcrd keeps peers' copies (scenario p)
 source "$(dirname "$0")/hosts.sh"
 trap 'rc=$?; cleanup_hosts; (exit $rc); cleanup' EXIT
 MP=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 240 --step-delay-ms 15 --ballast-mib 8)
@@ -258,6 +266,73 @@ echo "== d: faults after the commit"
 wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
+
+# The field F of host 0's schedule of pid P (gcr ps --json), '' if none.
+schedule_field() {  # P F
+  on_host 0 "$GCR" ps --json | python3 -c "
+import json, sys
+for p in json.load(sys.stdin):
+    if p['pid'] == $1: print(p.get('every', {}).get('$2', ''))"
+}
+copies_done() { [[ $(schedule_field "$1" count) -ge $2 && $(schedule_field "$1" tiers) == local+peers ]]; }
+holds_copy_of() { grep -q " $2\$" "$(host_memory "$1")/tier.index" 2> /dev/null; }  # I ORIGIN
+if wanted p; then
+  echo "== p: checkpointed every second, each part copied into the other host's memory; a host lost"
+  # Ranks on hosts 0 and 3 (host 3 is this scenario's alone); host 2 is the spare.
+  MP_P=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 2500 --step-delay-ms 10 --ballast-mib 8)
+  LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 2500 --quiet > "$T/ref-p.log" 2>&1 ||
+    fail "reference p: $(tail -n 3 "$T/ref-p.log")"
+  launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT"
+  p0=$P
+  launch_on 3 "$T/p-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT"
+  p1=$P
+  wait_steps "$T/p-r0.log" 20
+  on_host 0 "$GCR" checkpoint --job "$p0" "$p1@$(host_gcrd 3)" --token-file "$T/token" --every 1s --keep 2 \
+    --peer-copies 1 --name pj > "$T/p-every.out" 2>&1 || fail "gcr checkpoint --every: $(cat "$T/p-every.out")"
+  grep -q "every 1.00 s as pj.N" "$T/p-every.out" || fail "gcr checkpoint --every said: $(cat "$T/p-every.out")"
+  wait_until 60 copies_done "$p0" 2 ||
+    fail "p: host 0's schedule: $(on_host 0 "$GCR" ps --json)"
+  holds_copy_of 0 "$(host_gcrd 3)" && holds_copy_of 3 "$(host_gcrd 0)" ||
+    fail "p: the hosts' memory holds $(cat "$(host_memory 0)/tier.index" "$(host_memory 3)/tier.index" 2>&1)"
+  on_host 0 "$GCR" ps | grep -q "in local+peers, a job of 2 hosts" || fail "p: gcr ps shows $(on_host 0 "$GCR" ps)"
+  # Only the newest two are kept, on both hosts: pj.K-1 and pj.K.
+  kept=$(on_host 3 "$GCR" image ls --json | python3 -c "
+import json, sys
+print(len([t for c in json.load(sys.stdin)['checkpoints'] for t in c.get('tags', []) if t.startswith('pj.')]))")
+  ((kept <= 2)) || fail "p: host 3 keeps $kept parts of pj (--keep 2)"
+  # Host 3 lost right after a checkpoint whose copies are made: its rank's work since is what is lost.
+  wait_until 60 eval '[[ $(schedule_field "$p0" tiers) == local+peers ]]' || fail "p: the copies are not made"
+  age=$(schedule_field "$p0" last_age_ms)
+  schedule=$(on_host 0 "$GCR" ps | grep "a job of 2 hosts" || true)
+  t0=$(date +%s%N)
+  [[ -z $(rank_checksum "$T/p-r0.log") ]] || fail "p: the job ended before host 3 could be lost (a slower machine than this test allows)"
+  remove_host 3
+  gap=$((($(date +%s%N) - t0) / 1000000))
+  wait_gone "$p0" 60 || fail "p: rank 0 runs on without its peer"
+  before=($(counts_of p 2))
+  killed_at=$(awk '/^step/ {s = $2} END {print s}' "$T/p-r0.log")
+  size=$(stat -c %s "$T/p-r0.log")
+  on_host 0 "$GCR" restore --latest pj --token-file "$T/token" --place "$(host_gcrd 3)=$(host_gcrd 2)" --json \
+    > "$T/restore-p.json" 2> "$T/restore-p.err" ||
+    fail "gcr restore --latest pj --place: $(cat "$T/restore-p.err" "$T/restore-p.json" | head -n 20)"
+  [[ $(json_field remote_from.0 < "$T/restore-p.json") == "this host's peer memory" ]] ||
+    fail "p: host 3's part was not read from host 0's memory: $(cat "$T/restore-p.json")"
+  [[ $(json_field remote.0 < "$T/restore-p.json") == "$(host_gcrd 2)" ]] ||
+    fail "p: rank 1 was not restored on host 2: $(cat "$T/restore-p.json")"
+  pids+=("$(json_field pid < "$T/restore-p.json")" "$(json_field remote_pids.0 < "$T/restore-p.json")")
+  wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/p-r0.log" | grep -c "^step") -ge 1 ]]' || fail "p: the restored rank 0 printed no step"
+  resumed_at=$(tail -c +$((size + 1)) "$T/p-r0.log" | awk '/^step/ {print $2; exit}')
+  lost=$((killed_at - resumed_at + 1))
+  most=$(((age + gap) / 10 + 3))
+  ((lost >= 0 && lost <= most)) ||
+    fail "p: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
+  REF_MAIN=$REF
+  REF=$(checksum_of "$T/ref-p.log")
+  job_ends_right p 2 "${before[@]}"
+  REF=$REF_MAIN
+  echo "ok: host 3 lost at step $killed_at; restored from host 0's memory on host 2 at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
+  echo "   (host 0's schedule then: $schedule)"
+fi
 
 # start_move_job TAG A: ranks 0 and 1 on hosts 0 and 1, rank 1 on its own address rank_addr A.
 start_move_job() {

@@ -1,0 +1,98 @@
+// Checkpoints of other hosts' job parts kept in this host's memory (issue 37's second tier).
+//
+// Note [Checkpoints in peers' memory]
+// A job's checkpoint is first committed on each host, in that host's store: a host lost takes its
+// part with it. So once the job's checkpoint is committed, the coordinator has each part copied
+// into the memory of m other hosts of the job (`--peer-copies m`), where a restore on a
+// replacement host finds it (Note [A job across hosts] in job_link.h).
+// - The memory tier of a gcrd is a store on a memory file system (tmpfs: /dev/shm by default,
+//   `gcr daemon --peer-memory SIZE [--peer-memory-dir DIR]`), so a copy is as fast to read as
+//   memory and costs no disk. It is served to other hosts as gcrd-net's `memory` store (read by a
+//   restore) and filled only by this gcrd: a copy is *pulled* (request verb `tier`, op keep) from
+//   the part's host, so the host that pays the memory decides what it admits.
+// - Placement (the job's hosts in the order of the manifest's parts, the coordinator first, n of
+//   them): host i's part is copied to hosts i+1, ..., i+m (mod n), m < n. Each part is then held
+//   by m+1 distinct hosts (its own and m others), so any m hosts lost leave a copy of every part:
+//   a part is lost only if all of its m+1 holders are. Gemini's groups give the same guarantee for
+//   m failures and fewer losses beyond; the ring needs no group count dividing n and moves each
+//   host's bytes to exactly m peers.
+// - Budget: the tier never holds more than SIZE bytes (file system blocks). A copy that would pass
+//   it first evicts other copies, oldest first, except (per series: the job's checkpoint name)
+//   those of the newest checkpoint whose every copy was made (the coordinator says which, as
+//   `protect`) and the newest copy of each part: so a full tier never drops the only copy of the
+//   newest complete checkpoint; if evicting what it may is not enough, the copy is refused with
+//   the sizes. It never takes memory the host's own work needs: a copy is refused too when it
+//   would leave less than 10% of the host's memory (MemAvailable) free.
+// - Copies older than the series' oldest kept checkpoint (the schedule's --keep) are dropped as
+//   newer ones arrive, as the checkpoints themselves are on their hosts.
+// - Each copy is paced (--peer-copy-mib-per-s, default none) so that the job's own traffic keeps
+//   its share of the link.
+// - The tier outlives gcrd (tmpfs), not the host: its index (tier.index, one line a copy: id,
+//   series, seq, origin) is read back when gcrd starts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gcr/result.h"
+#include "gcr/store.h"
+#include "gcr/store_backend.h"
+
+namespace gcr::gcrd {
+
+struct MemoryTierOptions {
+  std::filesystem::path root;
+  std::uint64_t budget = 0;       // bytes
+  std::uint64_t mib_per_s = 0;    // pace of a copy; 0: none
+  unsigned reserve_percent = 10;  // of MemTotal, left MemAvailable after a copy
+};
+
+// One copy held: checkpoint `id`, the part of host `origin` in checkpoint `seq` of `series`.
+struct TierCopy {
+  store::CheckpointId id;
+  std::string series, origin;
+  std::uint64_t seq = 0;
+};
+
+struct KeepRequest {
+  TierCopy copy;
+  std::uint64_t protect = 0;  // the series' newest checkpoint whose every copy was made (0: none)
+  std::uint64_t oldest = 0;   // copies of the series before this one are dropped
+};
+
+struct KeepReport {
+  bool already_there = false;
+  std::uint64_t copied_bytes = 0, logical_bytes = 0, elapsed_ns = 0;
+  std::vector<TierCopy> evicted;
+  std::uint64_t used = 0, budget = 0;
+};
+
+class MemoryTier {
+ public:
+  static Result<std::unique_ptr<MemoryTier>> open(MemoryTierOptions options);
+
+  // Pulls the copy from `from` (the part's host's store) within the budget (see the Note).
+  Result<KeepReport> keep(store::Backend& from, const KeepRequest& req);
+
+  std::vector<TierCopy> copies();
+  std::uint64_t used();  // bytes the tier's files take now
+  const MemoryTierOptions& options() const { return options_; }
+
+ private:
+  explicit MemoryTier(MemoryTierOptions options) : options_(std::move(options)) {}
+  Status save_index();             // under mu_
+  Status drop(const TierCopy& c);  // under mu_: its manifest (gc frees its chunks)
+
+  MemoryTierOptions options_;
+  std::shared_ptr<store::Store> store_;
+  std::mutex mu_;                                   // one copy at a time; guards copies_
+  std::vector<TierCopy> copies_;                    // oldest first
+  std::map<std::string, std::uint64_t> protected_;  // series -> its protected checkpoint
+};
+
+}  // namespace gcr::gcrd
