@@ -737,6 +737,10 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
       print(text);
   };
   say("restored checkpoint " + field(f, "id").substr(0, 12) + " (" + field(f, "kind") +
+      (field(f, "restored_on").empty()
+           ? std::string()
+           : ") on host " + field(f, "restored_on") +
+                 " (the job's coordinator there: its part read from this host's memory") +
       ") as pid " + field(f, "pid") + where + ": running after " +
       format_duration(ns(field_u64(f, "time.resume_ns"))) + ", all memory after " +
       format_duration(ns(field_u64(f, "time.full_ns"))) +

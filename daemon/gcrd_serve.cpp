@@ -458,6 +458,17 @@ Result<std::vector<JobPart>> job_parts_of(store::Store& st, const std::string& n
   return decode_job_parts(m.meta_or("job_parts"));
 }
 
+// Note [Checkpoints in peers' memory] (memory_tier.h): `name` is this host's part of a job, and
+// this host's memory holds the job's manifest (its coordinator's part): that copy.
+std::optional<TierCopy> lost_coordinator_copy(Daemon& d, store::Store& st,
+                                              const std::string& name) {
+  auto id = st.resolve(name);
+  if (!id || !d.options().memory_tier) return std::nullopt;
+  auto m = st.read_manifest(*id);
+  if (!m || m->meta_or("job_part") != "1") return std::nullopt;
+  return d.options().memory_tier->job_manifest(m->meta_or("job_id"));
+}
+
 // Note [Checkpoints in peers' memory] (memory_tier.h): where the copies of each part were made.
 Result<std::map<std::string, std::vector<std::string>>> holders_of(store::Store& st,
                                                                    const std::string& name) {
@@ -495,11 +506,24 @@ Result<Fields> serve_latest(Daemon& d, Request& r) {
   std::size_t skipped = 0;
   for (const auto& [n, id] : numbered) {
     GCR_TRY_ASSIGN(store::Manifest m, st->read_manifest(id));
-    GCR_TRY_ASSIGN(std::vector<JobPart> parts, decode_job_parts(m.meta_or("job_parts")));
-    const auto holders = decode_peer_copies(m.meta_or("peer_copies"));
     std::string missing;
     Fields from;
-    if (!secret.empty())
+    if (m.meta_or("job_part") == "1") {  // this host's part: the job's manifest in its memory?
+      auto copy = lost_coordinator_copy(d, *st, prefix + std::to_string(n));
+      auto job = copy ? d.options().memory_tier->manifest(copy->id)
+                      : Result<store::Manifest>(Error{Errc::not_found, ""});
+      if (job) {
+        m = std::move(job).value();
+        from["part_from." + copy->origin] = "this host's peer memory";
+      } else {
+        missing =
+            "this host's part of a job whose manifest is neither here nor in this host's "
+            "memory (restore it from the job's coordinator)";
+      }
+    }
+    GCR_TRY_ASSIGN(std::vector<JobPart> parts, decode_job_parts(m.meta_or("job_parts")));
+    const auto holders = decode_peer_copies(m.meta_or("peer_copies"));
+    if (!secret.empty() && missing.empty())
       for (const JobPart& p : parts) {
         auto h = holders.find(p.address);
         auto found = find_part(
@@ -666,6 +690,16 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
                    restore_part(*st, tools, req, r.client_fd, f.idle, r.progress));
     return restore_reply(rep, req.eager);
   }
+  if (!r.from_network && !f.net_key.empty() && d.options().memory_tier)
+    if (auto copy = lost_coordinator_copy(d, *st, f.name)) {
+      JobOptions job;
+      job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
+      job.idle = f.idle;
+      job.place = f.place;
+      return restore_for_lost_coordinator(copy->origin, copy->id.hex(),
+                                          d.options().memory_tier->options().root / "store", job,
+                                          r.progress);
+    }
   GCR_TRY_ASSIGN(std::vector<JobPart> parts, job_parts_of(*st, f.name));
   if (!parts.empty()) {
     if (f.net_key.empty())

@@ -11,6 +11,7 @@
 #include "checkpoint_txn.h"
 #include "gcr/store_backend.h"
 #include "gcr/store_transfer.h"
+#include "gcrd_client.h"
 #include "gcrd_protocol.h"
 #include "job_hosts.h"
 #include "net_store.h"
@@ -327,6 +328,44 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
     rep->warnings.push_back("restored here, but not every other host said it ran its part: " +
                             failed);
   return rep;
+}
+
+Result<std::map<std::string, std::string>> restore_for_lost_coordinator(
+    const std::string& coordinator, const std::string& id,
+    const std::filesystem::path& memory_store, const JobOptions& options,
+    const Progress& progress) {
+  auto placed = options.place.find(coordinator);
+  if (placed == options.place.end())
+    return Error{Errc::invalid_argument,
+                 "this is this host's part of a job coordinated by " + coordinator +
+                     ": restore the job there, or, that host lost, here with --place " +
+                     coordinator +
+                     "=NEW_HOST:PORT (a spare host's gcrd; this host's memory holds the "
+                     "coordinator's part)"};
+  const std::string& to = placed->second;
+  GCR_TRY_ASSIGN(store::CheckpointId cid, parse_part_id(id));
+  GCR_TRY_ASSIGN(auto from, store::open_dir_backend(memory_store, {}));
+  auto dest = open_net_backend(to, options.key);
+  if (!dest) return std::move(dest).context("placing the coordinator's part on " + to).error();
+  auto copied = store::copy_checkpoint(*from, **dest, cid, {});
+  if (!copied) return std::move(copied).context("placing the coordinator's part on " + to).error();
+  progress(store::describe_transfer(*copied, "placed", to + " from this host's peer memory"));
+  // The replacement coordinates the restore; every other placement goes with the request.
+  std::map<std::string, std::string> f{{"name", id},
+                                       {"take_addresses", "1"},
+                                       {"net_key_name", options.key.name},
+                                       {"net_key", options.key.secret},
+                                       {"idle_ms", std::to_string(options.idle.count())}};
+  std::size_t n = 0;
+  for (const auto& [old_host, new_host] : options.place)
+    if (old_host != coordinator) f["place." + std::to_string(n++)] = old_host + "=" + new_host;
+  GCR_TRY_ASSIGN(UniqueFd conn, net_connect(to, options.key, "request"));
+  GCR_TRY_ASSIGN(
+      auto reply,
+      call(conn.get(), "restore", f, progress).context("the job's new coordinator " + to));
+  reply["restored_on"] = to;
+  reply["remote_from.coordinator"] = "this host's peer memory";
+  return reply;
 }
 
 Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools,

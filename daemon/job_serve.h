@@ -80,6 +80,15 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
                                            const JobOptions& job, const Progress& progress,
                                            std::vector<RemoteRestored>* restored);
 
+// Note [Checkpoints in peers' memory] (memory_tier.h): the job's coordinator (`coordinator`,
+// HOST:PORT) is lost, and this host's memory tier (`memory_store`) holds its part, checkpoint `id`
+// (the job's manifest). That part is placed on the coordinator's replacement (options.place), whose
+// gcrd then restores the job as its coordinator (this host's part too, as any other); its reply,
+// with `restored_on` (the replacement) added.
+Result<std::map<std::string, std::string>> restore_for_lost_coordinator(
+    const std::string& coordinator, const std::string& id,
+    const std::filesystem::path& memory_store, const JobOptions& options, const Progress& progress);
+
 // A part's restore, for the coordinator at the other end of `fd`.
 Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools,
                                    RestoreRequest& req, int fd, std::chrono::milliseconds idle,

@@ -77,6 +77,19 @@ std::uint64_t MemoryTier::used() {
   return bytes;
 }
 
+std::optional<TierCopy> MemoryTier::job_manifest(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  for (auto it = copies_.rbegin(); it != copies_.rend(); ++it) {
+    auto m = store_->read_manifest(it->id);
+    if (m && m->meta_or("job_id") == job_id && !m->meta_or("job_parts").empty()) return *it;
+  }
+  return std::nullopt;
+}
+
+Result<store::Manifest> MemoryTier::manifest(const store::CheckpointId& id) {
+  return store_->read_manifest(id);
+}
+
 std::vector<TierCopy> MemoryTier::copies() {
   std::lock_guard lock(mu_);
   return copies_;

@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,9 @@ class MemoryTier {
 
   std::vector<TierCopy> copies();
   std::uint64_t used();  // bytes the tier's files take now
+  // The copy of the manifest of job `job_id` (a coordinator's part: META job_id, job_parts).
+  std::optional<TierCopy> job_manifest(const std::string& job_id);
+  Result<store::Manifest> manifest(const store::CheckpointId& id);
   const MemoryTierOptions& options() const { return options_; }
 
  private:

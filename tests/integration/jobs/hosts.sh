@@ -12,6 +12,7 @@
 #                         host_memory I (on /dev/shm; gone with the host)
 #   cut_host I / mend_host I   every packet to and from host I dropped, silently (or no longer)
 #   remove_host I         host I gone: every process in it killed, its namespace deleted
+#   make_host I; start_host_gcrd I   a new host I (after the first HOSTS)
 #   give_rank_address I R  host I gets rank R's own address, rank_addr R (a /32 that may move)
 #   has_address I A       host I has address A
 command -v ip > /dev/null || { echo "SKIP: ip (iproute2) is missing"; exit 77; }
@@ -76,10 +77,11 @@ cleanup_hosts() {
   for ((i = 0; i < HOSTS; i++)); do remove_host "$i"; done
   ip link del "$BR" 2> /dev/null || true
 }
-ip link add "$BR" type bridge || { echo "SKIP: cannot make a bridge"; exit 77; }
-ip link set "$BR" up
-for ((i = 0; i < HOSTS; i++)); do
+# make_host I: host I's namespace on the bridge (no gcrd yet); HOSTS grows to cover it.
+make_host() {
+  local i=$1 ns
   ns=$(host_ns "$i")
+  ((i < HOSTS)) || HOSTS=$((i + 1))
   ip netns add "$ns" || { echo "SKIP: cannot make a network namespace"; exit 77; }
   ip link add "gj$$h$i" type veth peer name "gj$$p$i"
   ip link set "gj$$p$i" master "$BR" up
@@ -89,7 +91,10 @@ for ((i = 0; i < HOSTS; i++)); do
   ip netns exec "$ns" ip link set lo up
   # A restored connection binds its old address while the killed one may linger in TIME-WAIT.
   ip netns exec "$ns" sysctl -qw net.ipv4.tcp_tw_reuse=1
-done
+}
+ip link add "$BR" type bridge || { echo "SKIP: cannot make a bridge"; exit 77; }
+ip link set "$BR" up
+for ((i = 0; i < HOSTS; i++)); do make_host "$i"; done
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$T/token"
 chmod 600 "$T/token"
 for ((i = 0; i < HOSTS; i++)); do start_host_gcrd "$i"; done

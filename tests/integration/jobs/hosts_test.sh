@@ -28,6 +28,11 @@
 #      right after a checkpoint: `gcr restore --latest` with --place HOST3=HOST2 reads host 3's
 #      part from host 0's memory, loses at most the steps since that checkpoint, and the job ends
 #      with its reference;
+#   q: (last) 2 ranks on new hosts 4 and 5, checkpointed every second from host 4 with a copy in
+#      each other's memory; host 4, the coordinator, lost: `gcr restore --latest` on host 5 with
+#      --place HOST4=HOST6 places host 4's part (the job's manifest) from host 5's memory on host
+#      6, whose gcrd restores the job (rank 1 on host 5 again); without --place it says what to
+#      give; the job ends with its reference;
 #   (m runs before e, which deletes host 1)
 #   e: 2 ranks on hosts 0 and 1, a live checkpoint with --copy-parts (host 1's part copied to
 #      host 0), then host 1 lost (its namespace deleted, its rank with it): restored with
@@ -41,7 +46,7 @@
 #      rank 1 runs on where it was with its address, rank 0 runs on, and both end so.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
-#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, p, e, m)
+#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, p, e, m, q)
 set -euo pipefail
 TEST_NAME=job-hosts
 source "$(dirname "$0")/../programs/lib.sh"
@@ -267,21 +272,28 @@ wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
 
-# The field F of host 0's schedule of pid P (gcr ps --json), '' if none.
-schedule_field() {  # P F
-  on_host 0 "$GCR" ps --json | python3 -c "
+# The field F of host H's schedule of pid P (gcr ps --json), '' if none.
+schedule_field() {  # H P F
+  on_host "$1" "$GCR" ps --json | python3 -c "
 import json, sys
 for p in json.load(sys.stdin):
-    if p['pid'] == $1: print(p.get('every', {}).get('$2', ''))"
+    if p['pid'] == $2: print(p.get('every', {}).get('$3', ''))"
 }
-copies_done() { [[ $(schedule_field "$1" count) -ge $2 && $(schedule_field "$1" tiers) == local+peers ]]; }
+copies_done() { [[ $(schedule_field "$1" "$2" count) -ge $3 && $(schedule_field "$1" "$2" tiers) == local+peers ]]; }
 holds_copy_of() { grep -q " $2\$" "$(host_memory "$1")/tier.index" 2> /dev/null; }  # I ORIGIN
+# Scenarios p and q: a job long enough to be checkpointed a few times, and lose a host, mid-run.
+MP_P=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 2500 --step-delay-ms 10 --ballast-mib 8)
+REF_P=
+reference_p() {
+  [[ -n $REF_P ]] && return 0
+  LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 2500 --quiet > "$T/ref-p.log" 2>&1 ||
+    fail "reference p: $(tail -n 3 "$T/ref-p.log")"
+  REF_P=$(checksum_of "$T/ref-p.log")
+}
 if wanted p; then
   echo "== p: checkpointed every second, each part copied into the other host's memory; a host lost"
   # Ranks on hosts 0 and 3 (host 3 is this scenario's alone); host 2 is the spare.
-  MP_P=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 2500 --step-delay-ms 10 --ballast-mib 8)
-  LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/tests/workloads/mp_train" --ranks 1 --steps 2500 --quiet > "$T/ref-p.log" 2>&1 ||
-    fail "reference p: $(tail -n 3 "$T/ref-p.log")"
+  reference_p
   launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT"
   p0=$P
   launch_on 3 "$T/p-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT"
@@ -290,7 +302,7 @@ if wanted p; then
   on_host 0 "$GCR" checkpoint --job "$p0" "$p1@$(host_gcrd 3)" --token-file "$T/token" --every 1s --keep 2 \
     --peer-copies 1 --name pj > "$T/p-every.out" 2>&1 || fail "gcr checkpoint --every: $(cat "$T/p-every.out")"
   grep -q "every 1.00 s as pj.N" "$T/p-every.out" || fail "gcr checkpoint --every said: $(cat "$T/p-every.out")"
-  wait_until 60 copies_done "$p0" 2 ||
+  wait_until 60 copies_done 0 "$p0" 2 ||
     fail "p: host 0's schedule: $(on_host 0 "$GCR" ps --json)"
   holds_copy_of 0 "$(host_gcrd 3)" && holds_copy_of 3 "$(host_gcrd 0)" ||
     fail "p: the hosts' memory holds $(cat "$(host_memory 0)/tier.index" "$(host_memory 3)/tier.index" 2>&1)"
@@ -301,8 +313,8 @@ import json, sys
 print(len([t for c in json.load(sys.stdin)['checkpoints'] for t in c.get('tags', []) if t.startswith('pj.')]))")
   ((kept <= 2)) || fail "p: host 3 keeps $kept parts of pj (--keep 2)"
   # Host 3 lost right after a checkpoint whose copies are made: its rank's work since is what is lost.
-  wait_until 60 eval '[[ $(schedule_field "$p0" tiers) == local+peers ]]' || fail "p: the copies are not made"
-  age=$(schedule_field "$p0" last_age_ms)
+  wait_until 60 eval '[[ $(schedule_field 0 "$p0" tiers) == local+peers ]]' || fail "p: the copies are not made"
+  age=$(schedule_field 0 "$p0" last_age_ms)
   schedule=$(on_host 0 "$GCR" ps | grep "a job of 2 hosts" || true)
   t0=$(date +%s%N)
   [[ -z $(rank_checksum "$T/p-r0.log") ]] || fail "p: the job ended before host 3 could be lost (a slower machine than this test allows)"
@@ -327,7 +339,7 @@ print(len([t for c in json.load(sys.stdin)['checkpoints'] for t in c.get('tags',
   ((lost >= 0 && lost <= most)) ||
     fail "p: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
   REF_MAIN=$REF
-  REF=$(checksum_of "$T/ref-p.log")
+  REF=$REF_P
   job_ends_right p 2 "${before[@]}"
   REF=$REF_MAIN
   echo "ok: host 3 lost at step $killed_at; restored from host 0's memory on host 2 at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
@@ -423,5 +435,58 @@ if wanted e; then
     fail "e: restored rank 1 ($moved) is not in host 2's namespace"
   job_ends_right e 2 "${before[@]}"
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
+fi
+if wanted q; then
+  echo "== q: the coordinator's host lost; restored from the other host, the coordinator's part from its memory"
+  for i in 4 5 6; do
+    make_host $i
+    start_host_gcrd $i
+  done
+  reference_p
+  launch_on 4 "$T/q-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 4):$STORE_PORT"
+  q0=$P
+  launch_on 5 "$T/q-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 4):$STORE_PORT"
+  q1=$P
+  wait_steps "$T/q-r0.log" 20
+  on_host 4 "$GCR" checkpoint --job "$q0" "$q1@$(host_gcrd 5)" --token-file "$T/token" --every 1s --keep 2 \
+    --peer-copies 1 --name qj > "$T/q-every.out" 2>&1 || fail "gcr checkpoint --every: $(cat "$T/q-every.out")"
+  wait_until 60 copies_done 4 "$q0" 2 || fail "q: host 4's schedule: $(on_host 4 "$GCR" ps --json)"
+  wait_until 60 eval '[[ $(schedule_field 4 "$q0" tiers) == local+peers ]]' || fail "q: the copies are not made"
+  age=$(schedule_field 4 "$q0" last_age_ms)
+  t0=$(date +%s%N)
+  [[ -z $(rank_checksum "$T/q-r0.log") ]] || fail "q: the job ended before host 4 could be lost"
+  remove_host 4  # the coordinator: its gcrd, its store, its schedule gone
+  gap=$((($(date +%s%N) - t0) / 1000000))
+  wait_gone "$q1" 60 || fail "q: rank 1 runs on without rank 0"
+  before=($(counts_of q 2))
+  killed_at=$(awk '/^step/ {s = $2} END {print s}' "$T/q-r0.log")  # rank 0 prints the steps
+  size=$(stat -c %s "$T/q-r0.log")
+  on_host 5 "$GCR" restore --latest qj --token-file T --place "$(host_gcrd 4)=$(host_gcrd 6)" > /dev/null 2>&1 &&
+    fail "q: a restore with a missing token file was taken"
+  on_host 5 "$GCR" restore --latest qj --token-file "$T/token" > "$T/restore-q0.out" 2>&1 &&
+    fail "q: a restore without --place for the lost coordinator was taken"
+  grep -q -- "--place $(host_gcrd 4)=" "$T/restore-q0.out" || fail "q: without --place it said: $(cat "$T/restore-q0.out")"
+  on_host 5 "$GCR" restore --latest qj --token-file "$T/token" --place "$(host_gcrd 4)=$(host_gcrd 6)" --json \
+    > "$T/restore-q.json" 2> "$T/restore-q.err" ||
+    fail "gcr restore --latest qj on host 5: $(cat "$T/restore-q.err" "$T/restore-q.json" | head -n 20)"
+  [[ $(json_field restored_on < "$T/restore-q.json") == "$(host_gcrd 6)" ]] ||
+    fail "q: the job's coordinator part was not restored on host 6: $(cat "$T/restore-q.json")"
+  [[ $(json_field remote.0 < "$T/restore-q.json") == "$(host_gcrd 5)" ]] ||
+    fail "q: rank 1 was not restored on host 5: $(cat "$T/restore-q.json")"
+  moved=$(json_field pid < "$T/restore-q.json")
+  pids+=("$moved" "$(json_field remote_pids.0 < "$T/restore-q.json")")
+  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 6)" ]] ||
+    fail "q: restored rank 0 ($moved) is not in host 6's namespace"
+  wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/q-r0.log" | grep -c "^step") -ge 1 ]]' || fail "q: the restored rank 0 printed no step"
+  resumed_at=$(tail -c +$((size + 1)) "$T/q-r0.log" | awk '/^step/ {print $2; exit}')
+  lost=$((killed_at - resumed_at + 1))
+  most=$(((age + gap) / 10 + 3))
+  ((lost >= 0 && lost <= most)) ||
+    fail "q: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
+  REF_MAIN=$REF
+  REF=$REF_P
+  job_ends_right q 2 "${before[@]}"
+  REF=$REF_MAIN
+  echo "ok: host 4 (the coordinator) lost at step $killed_at; restored from host 5: rank 0 on host 6 from host 5's memory, at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
 fi
 echo "PASS"
