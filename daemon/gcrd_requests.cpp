@@ -210,6 +210,10 @@ Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
   GCR_TRY_ASSIGN(out.net_key, r.text("net_key", 4096));
   GCR_TRY_ASSIGN(auto idle, r.integer("idle_ms", 100, 3'600'000));
   if (idle) out.idle = std::chrono::milliseconds(*idle);
+  GCR_TRY_ASSIGN(out.pull_from, r.text("pull_from", 300));
+  GCR_TRY_ASSIGN(out.pull_memory, r.flag("pull_memory"));
+  if (!out.pull_from.empty() && (!out.job_part || !store::CheckpointId::from_hex(out.name)))
+    return bad("pull_from", "is for a job's part named by its full id");
   for (std::size_t i = 0; i < files; ++i) {
     const std::string key = "inherit." + std::to_string(i);
     GCR_TRY_ASSIGN(std::string k, r.text(key, 4096));

@@ -114,6 +114,10 @@ struct RestoreFields {
   std::map<std::string, std::string> place;
   std::string net_key_name, net_key;
   std::chrono::milliseconds idle{30'000};
+  // A placed part (job_part, from the network), pulled while it is restored from the gcrd at
+  // pull_from (its peer memory with pull_memory): Note [Checkpoints in peers' memory].
+  std::string pull_from;
+  bool pull_memory = false;
 };
 // `files`: how many files came with the request; each needs its inherit.N key.
 Result<RestoreFields> decode_restore(const Fields& f, std::size_t files);

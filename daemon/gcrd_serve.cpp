@@ -17,6 +17,7 @@
 #include "gcr/criu_creds.h"
 #include "gcr/process_tree.h"
 #include "gcr/restore_streams.h"
+#include "gcr/stream_pull.h"
 #include "gcrd_protocol.h"
 #include "job_move.h"
 #include "job_serve.h"
@@ -527,7 +528,7 @@ Result<Fields> serve_latest(Daemon& d, Request& r) {
       for (const JobPart& p : parts) {
         auto h = holders.find(p.address);
         auto found = find_part(
-            part_sources(p.address, st->options().root, memory,
+            part_sources(p.address, st->options().root, memory, d.options().listen_address,
                          h == holders.end() ? std::vector<std::string>{} : h->second, key),
             p.id);
         if (!found) {
@@ -621,8 +622,11 @@ Fields restore_reply(const RestoreReport& rep, bool eager) {
 // destination: no caller here opens the process's files, so gcrd does, as the checkpoint's owner
 // and by the same rules, and hands them to CRIU; terminals and pipes are left to CRIU.
 Status open_files_for_peer(store::Store& st, const std::string& name, RestoreRequest& req) {
-  GCR_TRY_ASSIGN(store::CheckpointId id, st.resolve(name));
-  GCR_TRY_ASSIGN(auto reader, st.open_checkpoint(id, false));
+  // Still arriving, a checkpoint is named by its full id, and has no manifest in the store yet.
+  auto arriving = req.arriving ? store::CheckpointId::from_hex(name) : std::nullopt;
+  GCR_TRY_ASSIGN(store::CheckpointId id,
+                 arriving ? Result<store::CheckpointId>(*arriving) : st.resolve(name));
+  GCR_TRY_ASSIGN(auto reader, st.open_checkpoint(id, req.arriving));
   criu::StreamOptions o;
   o.files_only = true;
   GCR_TRY_ASSIGN(criu::StreamPlan plan, criu::plan_streams(reader->manifest().meta, o));
@@ -676,6 +680,22 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
   }
   req.client_uid = r.client_uid;
   if (geteuid() == 0) GCR_TRY(check_root_store(store_root(r.fields)));
+  // Note [Checkpoints in peers' memory] (memory_tier.h): a placed part pulled from a peer's
+  // memory while it is restored: the CRIU files first, then the regions as they are touched.
+  std::unique_ptr<store::Backend> pull_source;
+  std::unique_ptr<store::StreamedPull> pull;
+  if (!f.pull_from.empty()) {
+    if (!r.from_network || r.net_key == nullptr)
+      return Error{Errc::permission_denied, "pull_from is for a job's coordinator over gcrd-net"};
+    GCR_TRY_ASSIGN(pull_source,
+                   open_net_backend(f.pull_from, *r.net_key,
+                                    f.pull_memory ? NetStore::memory : NetStore::served));
+    GCR_TRY_ASSIGN(pull,
+                   store::StreamedPull::start(*pull_source, *store::CheckpointId::from_hex(f.name),
+                                              st->options().root));
+    GCR_TRY(pull->files_ready().context("pulling the part from " + f.pull_from));
+    req.arriving = pull->arriving();
+  }
   if (r.from_network) {
     if (req.inherit.empty())
       GCR_TRY(open_files_for_peer(*st, f.name, req)
@@ -686,9 +706,16 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     };
   }
   if (f.job_part) {  // Note [A job across hosts] (job_link.h): for the job's coordinator
-    GCR_TRY_ASSIGN(RestoreReport rep,
-                   restore_part(*st, tools, req, r.client_fd, f.idle, r.progress));
-    return restore_reply(rep, req.eager);
+    auto rep = restore_part(*st, tools, req, r.client_fd, f.idle, r.progress);
+    if (pull) {
+      if (!rep) pull->cancel();      // no one waits for the rest
+      auto pulled = pull->finish();  // the command ends once all of it is here, as any restore
+      if (rep && !pulled)
+        rep->warnings.push_back("pulling the part from " + f.pull_from + ": " +
+                                pulled.error().message);
+    }
+    if (!rep) return std::move(rep).error();
+    return restore_reply(*rep, req.eager);
   }
   if (!r.from_network && !f.net_key.empty() && d.options().memory_tier)
     if (auto copy = lost_coordinator_copy(d, *st, f.name)) {
@@ -711,6 +738,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
     job.idle = f.idle;
     job.place = f.place;
+    job.peer.self_address = d.options().listen_address;
     GCR_TRY_ASSIGN(job.holders, holders_of(*st, f.name));
     if (d.options().memory_tier)
       job.memory_store = d.options().memory_tier->options().root / "store";

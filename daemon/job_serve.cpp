@@ -74,27 +74,42 @@ store::BackendOptions local_backend() {
   return {};
 }
 
-// Note [A job across hosts]: `part` into the store of the host at `to`, from the fastest place
-// that holds it (part_sources: Note [Checkpoints in peers' memory]).
-Result<std::string> place_part(const JobPart& part, const std::string& to, store::Store& store,
-                               const JobOptions& options, const Progress& progress) {
+// Note [A job across hosts]: `part` for the host at `to`, from the fastest place that holds it
+// (part_sources: Note [Checkpoints in peers' memory]). A place `to` can reach itself (a peer's
+// memory, the old host) is left for it to pull while it restores (`pull_from`); this host's own
+// store is copied there first.
+struct Placed {
+  std::string where;  // what it is read from
+  std::string pull_from;
+  bool pull_memory = false;
+};
+Result<Placed> place_part(const JobPart& part, const std::string& to, store::Store& store,
+                          const JobOptions& options, const Progress& progress) {
   GCR_TRY_ASSIGN(store::CheckpointId cid, parse_part_id(part.id));
-  auto dest = open_net_backend(to, options.key);
-  if (!dest) return std::move(dest).context("placing the part of " + part.address).error();
   auto holders = options.holders.find(part.address);
   std::string tried;
-  for (const PartSource& source :
-       part_sources(part.address, store.options().root, options.memory_store,
-                    holders == options.holders.end() ? std::vector<std::string>{} : holders->second,
-                    options.key)) {
+  for (const PartSource& source : part_sources(
+           part.address, store.options().root, options.memory_store, options.peer.self_address,
+           holders == options.holders.end() ? std::vector<std::string>{} : holders->second,
+           options.key)) {
     auto from = source.open();
-    auto r = from ? store::copy_checkpoint(**from, **dest, cid, {})
-                  : Result<store::TransferReport>(from.error());
-    if (r) {
-      progress(store::describe_transfer(*r, "placed", to + " from " + source.where));
-      return source.where;
+    auto has = from ? store::has_checkpoint(**from, cid) : Result<bool>(from.error());
+    if (!has || !*has) {
+      tried += "; " + source.where + ": " + (has ? std::string("not there") : has.error().message);
+      continue;
     }
-    tried += "; " + source.where + ": " + r.error().message;
+    if (!source.pull_from.empty()) {
+      progress("the part of " + part.address + " is pulled by " + to + " from " + source.where +
+               " as it is restored");
+      return Placed{source.where, source.pull_from, source.pull_memory};
+    }
+    auto dest = open_net_backend(to, options.key);
+    if (!dest) return std::move(dest).context("placing the part of " + part.address).error();
+    auto r = store::copy_checkpoint(**from, **dest, cid, {});
+    if (!r)
+      return std::move(r).context("placing the part of " + part.address + " on " + to).error();
+    progress(store::describe_transfer(*r, "placed", to + " from " + source.where));
+    return Placed{source.where, "", false};
   }
   return Error{Errc::not_found, "the part of " + part.address + " (" + part.id.substr(0, 12) +
                                     ") is nowhere to be read (checkpoint with --copy-parts or "
@@ -292,10 +307,15 @@ Result<RestoreReport> restore_across_hosts(store::Store& store, const criu::Tool
     Status there = ok();
     if (placed != options.place.end()) {
       auto from = place_part(part, where, store, options, progress);
-      if (from)
-        placed_from[where] = *from;
-      else
+      if (from) {
+        placed_from[where] = from->where;
+        if (!from->pull_from.empty()) {
+          f["pull_from"] = from->pull_from;
+          f["pull_memory"] = from->pull_memory ? "1" : "0";
+        }
+      } else {
         there = std::move(from).error();
+      }
       f["take_addresses"] = "1";
     }
     auto p = there ? ask_host(where, key, idle, "restore", f) : Result<RemotePart>(there.error());

@@ -105,17 +105,20 @@ Status remove_remote_part(const std::string& address, const std::string& id, con
 std::vector<PartSource> part_sources(const std::string& host,
                                      const std::filesystem::path& local_store,
                                      const std::filesystem::path& memory_store,
+                                     const std::string& self_address,
                                      const std::vector<std::string>& holders, const NetKey& key) {
   std::vector<PartSource> out;
-  out.push_back(
-      {"this host's store", [local_store]() { return store::open_dir_backend(local_store, {}); }});
+  out.push_back({"this host's store",
+                 [local_store]() { return store::open_dir_backend(local_store, {}); }, "", false});
   if (!memory_store.empty())
     out.push_back({"this host's peer memory",
-                   [memory_store]() { return store::open_dir_backend(memory_store, {}); }});
+                   [memory_store]() { return store::open_dir_backend(memory_store, {}); },
+                   self_address, true});
   for (const std::string& h : holders)
-    out.push_back({"the peer memory of " + h,
-                   [h, key]() { return open_net_backend(h, key, NetStore::memory); }});
-  out.push_back({host, [host, key]() { return open_net_backend(host, key); }});
+    if (h != self_address)
+      out.push_back({"the peer memory of " + h,
+                     [h, key]() { return open_net_backend(h, key, NetStore::memory); }, h, true});
+  out.push_back({host, [host, key]() { return open_net_backend(host, key); }, host, false});
   return out;
 }
 

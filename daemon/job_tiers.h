@@ -55,15 +55,19 @@ PeerCopiesReport copy_to_peers(const std::map<std::string, std::string>& parts,
 Status remove_remote_part(const std::string& address, const std::string& id, const NetKey& key);
 
 // Where a restore may read the part of `host`, fastest first: this host's store, this host's
-// memory tier (`memory_store`, empty for none), the memory of the part's holders, the part's own
-// host. Each is opened when asked for.
+// memory tier (`memory_store`, empty for none; reached by others at `self_address`), the memory of
+// the part's holders, the part's own host. Each is opened when asked for; those another host can
+// pull from name the gcrd to ask (`pull_from`, its memory tier or its store).
 struct PartSource {
   std::string where;  // for messages: "this host's store", "the memory of 10.0.0.2:7070", ...
   std::function<Result<std::unique_ptr<store::Backend>>()> open;
+  std::string pull_from;  // empty: only this host reads it
+  bool pull_memory = false;
 };
 std::vector<PartSource> part_sources(const std::string& host,
                                      const std::filesystem::path& local_store,
                                      const std::filesystem::path& memory_store,
+                                     const std::string& self_address,
                                      const std::vector<std::string>& holders, const NetKey& key);
 
 // The first of `sources` that holds checkpoint `id` (its `where`), or an error naming each tried.

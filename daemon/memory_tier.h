@@ -9,7 +9,9 @@
 //   `gcr daemon --peer-memory SIZE [--peer-memory-dir DIR]`), so a copy is as fast to read as
 //   memory and costs no disk. It is served to other hosts as gcrd-net's `memory` store (read by a
 //   restore) and filled only by this gcrd: a copy is *pulled* (request verb `tier`, op keep) from
-//   the part's host, so the host that pays the memory decides what it admits.
+//   the part's host, so the host that pays the memory decides what it admits. (The `from` of a
+//   request is any gcrd the request's key reaches: its holder may already write and restore here,
+//   Note [Network trust] in gcrd-net/net_store.h. Served to hosts of the shared token only.)
 // - Placement (the job's hosts in the order of the manifest's parts, the coordinator first, n of
 //   them): host i's part is copied to hosts i+1, ..., i+m (mod n), m < n. Each part is then held
 //   by m+1 distinct hosts (its own and m others), so any m hosts lost leave a copy of every part:

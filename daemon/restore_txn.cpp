@@ -16,6 +16,7 @@
 
 #include "address_takeover.h"
 #include "gcr/tcp_lock.h"
+#include "gcr/tcp_orphans.h"
 #include "gcrd_protocol.h"
 #include "hex_address.h"
 #include "job_link.h"
@@ -611,6 +612,13 @@ Status RestoreTransaction::run_criu(criu::RestoreOptions& ro) {
       return std::move(lock).error();
     }
     tcp_lock = std::move(lock).value();
+    // Note [Connections a killed run left behind] (gcr/tcp_orphans.h).
+    if (auto ended = criu::end_orphaned_connections(job_tcp_); !ended)
+      ports_.progress("lingering connections of an earlier run not looked for: " +
+                      ended.error().message);
+    else if (*ended)
+      ports_.progress("ended " + std::to_string(*ended) +
+                      " connections an earlier run of the job left behind");
   }
   // Under the lock: a peer's packet that reached the address before CRIU has restored its socket
   // would be answered with a reset.

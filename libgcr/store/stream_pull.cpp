@@ -37,9 +37,14 @@ std::vector<std::vector<ChunkId>> stages_of(const Manifest& m) {
 }  // namespace
 
 Result<std::unique_ptr<StreamedPull>> StreamedPull::start(Backend& remote, const CheckpointId& id) {
+  return start(remote, id, remote.local_cache() / "store");  // the bucket's cache (remote_cache.h)
+}
+
+Result<std::unique_ptr<StreamedPull>> StreamedPull::start(Backend& remote, const CheckpointId& id,
+                                                          const std::filesystem::path& into) {
   std::unique_ptr<StreamedPull> pull(new StreamedPull());
   pull->id_ = id;
-  pull->cache_store_ = remote.local_cache() / "store";  // the bucket's cache store (remote_cache.h)
+  pull->cache_store_ = into;
   BackendOptions options;
   options.create = true;
   // Held open (and with it gc.lock, shared) until the pull ends: the cache's gc, which would take

@@ -25,6 +25,10 @@ class StreamedPull {
   // Starts bringing checkpoint `id` of `remote` into its cache store. When the cache holds it
   // committed already there is nothing to stream (arriving() is false).
   static Result<std::unique_ptr<StreamedPull>> start(Backend& remote, const CheckpointId& id);
+  // The same into the local store `into` (a part of a job placed on this host, pulled from a
+  // peer's memory: Note [Checkpoints in peers' memory] in daemon/memory_tier.h).
+  static Result<std::unique_ptr<StreamedPull>> start(Backend& remote, const CheckpointId& id,
+                                                     const std::filesystem::path& into);
   ~StreamedPull();  // cancels the pull unless finish() was called, and waits for it
   StreamedPull(const StreamedPull&) = delete;
   StreamedPull& operator=(const StreamedPull&) = delete;

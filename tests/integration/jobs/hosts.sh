@@ -9,7 +9,8 @@
 #   start_host_gcrd I [VAR=VALUE...]   (again) host I's gcrd, with VARs in its environment;
 #                         host_log I: its log. With HOST_PEER_MEMORY=SIZE (set before sourcing),
 #                         each gcrd keeps SIZE of peers' checkpoints in memory (--peer-memory), in
-#                         host_memory I (on /dev/shm; gone with the host)
+#                         host_memory I (on /dev/shm; gone with the host); HOST_PEER_COPY_RATE=N
+#                         paces each copy to N MiB/s
 #   cut_host I / mend_host I   every packet to and from host I dropped, silently (or no longer)
 #   remove_host I         host I gone: every process in it killed, its namespace deleted
 #   make_host I; start_host_gcrd I   a new host I (after the first HOSTS)
@@ -49,6 +50,7 @@ start_host_gcrd() {
   mkdir -p "$T/h$i"
   local memory=()
   [[ -z ${HOST_PEER_MEMORY:-} ]] || memory=(--peer-memory "$HOST_PEER_MEMORY" --peer-memory-dir "$(host_memory "$i")")
+  [[ -z ${HOST_PEER_COPY_RATE:-} ]] || memory+=(--peer-copy-mib-per-s "$HOST_PEER_COPY_RATE")
   for ((n = 0; ; n++)); do
     on_host "$i" env "$@" "$BUILD/bin/gcrd" --socket "$T/h$i/gcrd.sock" --detach --listen "$(host_gcrd "$i")" \
       --token-file "$T/token" --store "$T/h$i/store" --allow-uids 0 "${memory[@]}" > /dev/null 2> "$T/h$i/start.err" < /dev/null && break
