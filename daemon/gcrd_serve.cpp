@@ -646,6 +646,7 @@ void schedule_again(Daemon& d, const std::shared_ptr<store::Store>& st, const cr
   e.every = std::chrono::milliseconds(std::strtoll(m->meta_or("every_ms").c_str(), nullptr, 10));
   e.keep = static_cast<unsigned>(std::strtoul(m->meta_or("every_keep", "3").c_str(), nullptr, 10));
   e.name = m->meta_or("every_name");
+  e.after = std::strtoull(m->meta_or("every_seq", "0").c_str(), nullptr, 10);
   if (e.every.count() < 100 || e.keep == 0) return;
   if (Status s = d.periodic().start(e, st, tools, &d.work()); !s) {
     progress("process " + std::to_string(rep.pid) +
@@ -655,6 +656,51 @@ void schedule_again(Daemon& d, const std::shared_ptr<store::Store>& st, const cr
   out["every_ms"] = std::to_string(e.every.count());
   progress("process " + std::to_string(rep.pid) + " is checkpointed every " +
            std::to_string(e.every.count()) + " ms again (as " + e.name + ")");
+}
+
+// The same for a job across hosts this gcrd restored as its coordinator: its hosts as restored
+// (`remote`), as many peer copies as before (Note [Checkpoints in peers' memory]).
+void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
+                        const criu::Tools& tools, const RestoreReport& rep,
+                        const std::vector<RemoteRestored>& remote, JobOptions job,
+                        const Progress& progress, Fields& out) {
+  auto id = store::CheckpointId::from_hex(rep.id);
+  auto m = id ? st->read_manifest(*id) : Result<store::Manifest>(Error{Errc::not_found, ""});
+  if (!m || m->meta_or("every_ms").empty() || !m->meta_or("job_part").empty()) return;
+  EveryRequest e;
+  e.pid = rep.pid;
+  e.every = std::chrono::milliseconds(std::strtoll(m->meta_or("every_ms").c_str(), nullptr, 10));
+  e.keep = static_cast<unsigned>(std::strtoul(m->meta_or("every_keep", "3").c_str(), nullptr, 10));
+  e.name = m->meta_or("every_name");
+  e.after = std::strtoull(m->meta_or("every_seq", "0").c_str(), nullptr, 10);
+  if (e.every.count() < 100 || e.keep == 0 || e.name.empty()) return;
+  e.job_pids = rep.tree_pids;
+  for (const RemoteRestored& r : remote) {
+    JobHost h{r.address, {}};
+    for (std::size_t at = 0; at < r.pids.size();) {
+      std::size_t comma = std::min(r.pids.find(',', at), r.pids.size());
+      h.pids.push_back(
+          static_cast<pid_t>(std::strtol(r.pids.substr(at, comma - at).c_str(), nullptr, 10)));
+      at = comma + 1;
+    }
+    if (h.pids.empty() || h.pids[0] <= 0) return;  // a host that did not say: not scheduled blind
+    e.hosts.push_back(std::move(h));
+  }
+  const auto holders = decode_peer_copies(m->meta_or("peer_copies"));
+  job.peer = {};
+  job.peer.copies = holders.empty() ? 0 : static_cast<unsigned>(holders.begin()->second.size());
+  job.peer.self_address = d.options().listen_address;
+  job.place.clear();
+  job.holders.clear();
+  e.job = job;
+  if (Status s = d.periodic().start(e, st, tools, &d.work()); !s) {
+    progress("the job is not checkpointed every period again: " + s.error().message);
+    return;
+  }
+  out["every_ms"] = std::to_string(e.every.count());
+  out["every_name"] = e.name;
+  progress("the job is checkpointed every " + std::to_string(e.every.count()) + " ms again (as " +
+           e.name + ", counting on from " + e.name + "." + std::to_string(e.after) + ")");
 }
 
 Result<Fields> serve_restore(Daemon& d, Request& r) {
@@ -746,6 +792,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     GCR_TRY_ASSIGN(RestoreReport rep,
                    restore_across_hosts(*st, tools, req, parts, job, r.progress, &remote));
     Fields out = restore_reply(rep, req.eager);
+    schedule_job_again(d, st, tools, rep, remote, job, r.progress, out);
     out["job_hosts"] = std::to_string(parts.size() + 1);
     for (std::size_t i = 0; i < remote.size(); ++i) {
       out["remote." + std::to_string(i)] = remote[i].address;

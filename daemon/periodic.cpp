@@ -31,13 +31,16 @@ struct Periodic::Schedule {
 Periodic::Periodic() = default;
 
 Periodic::~Periodic() {
-  std::map<pid_t, std::unique_ptr<Schedule>> all;
+  std::vector<std::unique_ptr<Schedule>> all;
   {
     std::lock_guard lock(mu_);
-    for (auto& [pid, s] : schedules_) s->stop = true;
-    all.swap(schedules_);
+    for (auto& [pid, s] : schedules_) all.push_back(std::move(s));
+    schedules_.clear();
+    for (auto& s : retired_) all.push_back(std::move(s));
+    retired_.clear();
+    for (auto& s : all) s->stop = true;
   }
-  for (auto& [pid, s] : all) {
+  for (auto& s : all) {
     s->wake.notify_all();
     if (s->thread.joinable()) s->thread.join();
   }
@@ -51,6 +54,13 @@ void Periodic::reap() {
       if (it->second->done) {
         finished.push_back(std::move(it->second));
         it = schedules_.erase(it);
+      } else {
+        ++it;
+      }
+    for (auto it = retired_.begin(); it != retired_.end();)
+      if ((*it)->done) {
+        finished.push_back(std::move(*it));
+        it = retired_.erase(it);
       } else {
         ++it;
       }
@@ -84,21 +94,17 @@ Status Periodic::start(EveryRequest req, std::shared_ptr<store::Store> store, cr
     for (const auto& [n, id] : earlier) s->kept.push_back(id);
     if (!earlier.empty()) s->status.count = earlier.rbegin()->first;
   }
-  std::unique_ptr<Schedule> replaced;
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = schedules_.find(req.pid); it != schedules_.end()) {
-      it->second->stop = true;
-      replaced = std::move(it->second);
-      schedules_.erase(it);
-    }
-  }
-  if (replaced) {
-    replaced->wake.notify_all();
-    if (replaced->thread.joinable()) replaced->thread.join();
-  }
-  // Under the lock: the destructor and reap() join threads they find in the map.
+  s->status.count = std::max(s->status.count, req.after);
+  // Under the lock: the destructor and reap() join threads they find in the map. A schedule this
+  // one replaces (of a process this pid was before a restore) is told to stop and joined later:
+  // a checkpoint of it still waiting on a lost host must not hold up this start.
   std::lock_guard lock(mu_);
+  if (auto it = schedules_.find(req.pid); it != schedules_.end()) {
+    it->second->stop = true;
+    it->second->wake.notify_all();
+    retired_.push_back(std::move(it->second));
+    schedules_.erase(it);
+  }
   Schedule& ref = *s;
   schedules_[req.pid] = std::move(s);
   ref.thread = std::thread([this, &ref] { run(ref); });
@@ -121,7 +127,8 @@ Result<CheckpointReport> Periodic::take(Schedule& s, std::uint64_t n) {
   c.leave_running = true;
   c.extra_meta = {{"every_ms", std::to_string(req.every.count())},
                   {"every_keep", std::to_string(req.keep)},
-                  {"every_name", req.name}};
+                  {"every_name", req.name},
+                  {"every_seq", std::to_string(n)}};
   const Progress quiet = [](const std::string&) {};
   if (req.hosts.empty()) return checkpoint_process(*s.store, s.tools, c, quiet, s.work);
   c.job_pids = req.job_pids;

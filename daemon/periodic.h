@@ -16,6 +16,10 @@
 //   chunks nothing else holds. A checkpoint that failed removes nothing.
 // - The schedule ends with the process (its pid gone, or taken by another: its start time is
 //   kept), or with gcrd: a gcrd that stops forgets its schedules (the checkpoints stay).
+// - A process, or a job, restored from one of its checkpoints (META every_ms, every_keep,
+//   every_name, every_seq) is scheduled again by the gcrd that restored it, counting on from that
+//   checkpoint's N (a job: by its new coordinator, with its hosts as restored and as many peer
+//   copies as before).
 // - `gcr ps` shows each schedule: the newest checkpoint, its age, how many, delays and the last
 //   failure (verb `work`: every.PID.* fields), and the tiers that hold the newest.
 // - A job across hosts (`gcr checkpoint --job ... --every DURATION`) is scheduled by the gcrd
@@ -35,6 +39,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gcr/criu.h"
 #include "gcr/result.h"
@@ -48,7 +53,8 @@ struct EveryRequest {
   pid_t pid = 0;
   std::chrono::milliseconds every{60'000};
   unsigned keep = 3;
-  std::string name;  // empty: every-PID
+  std::string name;         // empty: every-PID
+  std::uint64_t after = 0;  // a schedule again after a restore: its checkpoints count on from here
   // A job across hosts: this host's other trees, the other hosts' ranks, and the job's options
   // (the key, and peer.copies, peer.self_address).
   std::vector<pid_t> job_pids;
@@ -87,6 +93,7 @@ class Periodic {
 
   std::mutex mu_;
   std::map<pid_t, std::unique_ptr<Schedule>> schedules_;
+  std::vector<std::unique_ptr<Schedule>> retired_;  // replaced, not yet joined (reap())
 };
 
 }  // namespace gcr::gcrd
