@@ -274,5 +274,10 @@ int main(int argc, char** argv) {
   (void)gcr::settings();  // parsed now, its warnings at the log's start (gcr/settings.h)
   Daemon daemon(std::move(o));
   daemon.stop_on_signals();
+  // Note [Checkpoints every period] (periodic.h): schedules kept across a restart, beside the
+  // socket.
+  daemon.periodic().persist_in(daemon.options().socket_path.parent_path() / "schedules",
+                               daemon.options().self_dir, &daemon.work(),
+                               [&daemon](const std::string& line) { daemon.log(line); });
   return daemon.run(std::move(listener), std::move(network));
 }

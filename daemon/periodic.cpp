@@ -1,19 +1,39 @@
 // Note [Checkpoints every period] (periodic.h).
 #include "periodic.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <fstream>
 
 #include "checkpoint.h"
+#include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
+#include "gcr/unique_fd.h"
+#include "gcrd_protocol.h"
 
 namespace gcr::gcrd {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+std::vector<std::string> split_pids(const std::string& list) {  // "1,2,3"
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at < list.size();) {
+    std::size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+}  // namespace
 
 struct Periodic::Schedule {
   EveryStatus status;
@@ -24,6 +44,7 @@ struct Periodic::Schedule {
   std::deque<store::CheckpointId> kept;  // oldest first
   std::uint64_t peer_complete = 0;       // a job's newest checkpoint whose every peer copy was made
   bool stop = false, done = false;
+  bool gone = false;  // ended with its process (its file goes too)
   std::condition_variable wake;
   std::thread thread;
 };
@@ -107,8 +128,100 @@ Status Periodic::start(EveryRequest req, std::shared_ptr<store::Store> store, cr
   }
   Schedule& ref = *s;
   schedules_[req.pid] = std::move(s);
+  save(ref);
   ref.thread = std::thread([this, &ref] { run(ref); });
   return ok();
+}
+
+void Periodic::save(const Schedule& s) {
+  if (dir_.empty()) return;
+  const EveryRequest& r = s.status.request;
+  std::map<std::string, std::string> f{{"pid", std::to_string(r.pid)},
+                                       {"start", std::to_string(s.started.value_or(0))},
+                                       {"every_ms", std::to_string(r.every.count())},
+                                       {"keep", std::to_string(r.keep)},
+                                       {"name", r.name},
+                                       {"store", s.store->options().root.string()}};
+  if (!r.hosts.empty()) {
+    f["job_pids"] = pid_list(r.job_pids);
+    for (std::size_t i = 0; i < r.hosts.size(); ++i) {
+      f["remote." + std::to_string(i)] = r.hosts[i].address;
+      f["remote_pids." + std::to_string(i)] = pid_list(r.hosts[i].pids);
+    }
+    f["net_key_name"] = r.job.key.name;
+    f["net_key"] = r.job.key.secret;
+    f["idle_ms"] = std::to_string(r.job.idle.count());
+    f["peer_copies"] = std::to_string(r.job.peer.copies);
+    f["self"] = r.job.peer.self_address;
+  }
+  const std::string text = encode_fields(f) + "\n";
+  const auto path = dir_ / std::to_string(r.pid);
+  const auto tmp = dir_ / (std::to_string(r.pid) + ".new");
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd || ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      ::rename(tmp.c_str(), path.c_str()) != 0)
+    std::fprintf(stderr, "gcrd: the schedule of process %d is not kept across a restart: %s\n",
+                 r.pid, std::strerror(errno));
+}
+
+void Periodic::persist_in(const std::filesystem::path& dir, const std::filesystem::path& self_dir,
+                          WorkRegistry* work, const std::function<void(const std::string&)>& log) {
+  auto opened = io::open_private_dir(dir, true);
+  if (!opened) {
+    log("schedules are not kept across a restart: " + opened.error().message);
+    return;
+  }
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() != ".new") files.push_back(e.path());
+  {
+    std::lock_guard lock(mu_);
+    dir_ = dir;
+  }
+  for (const auto& path : files) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    auto f = decode_fields(line);
+    auto number = [&](const char* k) { return std::strtoull(f[k].c_str(), nullptr, 10); };
+    EveryRequest r;
+    r.pid = static_cast<pid_t>(number("pid"));
+    r.every = std::chrono::milliseconds(number("every_ms"));
+    r.keep = static_cast<unsigned>(number("keep"));
+    r.name = f["name"];
+    const bool same = r.pid > 0 && criu::process_start_time(r.pid) == number("start");
+    for (std::size_t i = 0; f.count("remote." + std::to_string(i)); ++i) {
+      JobHost h{f["remote." + std::to_string(i)], {}};
+      for (const std::string& p : split_pids(f["remote_pids." + std::to_string(i)]))
+        h.pids.push_back(static_cast<pid_t>(std::strtol(p.c_str(), nullptr, 10)));
+      r.hosts.push_back(std::move(h));
+    }
+    for (const std::string& p : split_pids(f["job_pids"]))
+      r.job_pids.push_back(static_cast<pid_t>(std::strtol(p.c_str(), nullptr, 10)));
+    r.job.key = NetKey{f["net_key_name"], f["net_key"], std::nullopt};
+    r.job.idle = std::chrono::milliseconds(number("idle_ms") ? number("idle_ms") : 30'000);
+    r.job.peer.copies = static_cast<unsigned>(number("peer_copies"));
+    r.job.peer.self_address = f["self"];
+    store::StoreOptions so;
+    so.root = f["store"];
+    Status started = Error{Errc::not_found, "its process is gone"};
+    if (same) {
+      auto st = store::Store::open(so, false);
+      auto tools = st ? criu::find_tools(self_dir) : Result<criu::Tools>(st.error());
+      started = tools ? start(r, std::move(st).value(), std::move(tools).value(), work)
+                      : Status(tools.error());
+    }
+    if (started) {
+      log("checkpointing process " + std::to_string(r.pid) + " every " +
+          std::to_string(r.every.count()) + " ms again (as " + r.name + ", kept across a restart)");
+    } else {
+      std::filesystem::remove(path, ec);
+      if (same)
+        log("the schedule of process " + std::to_string(r.pid) +
+            " was not started again: " + started.error().message);
+    }
+  }
 }
 
 std::map<pid_t, EveryStatus> Periodic::snapshot() {
@@ -162,7 +275,10 @@ void Periodic::run(Schedule& s) {
       s.wake.wait_until(lock, due, [&] { return s.stop; });
       if (s.stop) break;
     }
-    if (::kill(req.pid, 0) != 0 || criu::process_start_time(req.pid) != s.started) break;
+    if (::kill(req.pid, 0) != 0 || criu::process_start_time(req.pid) != s.started) {
+      s.gone = true;
+      break;
+    }
     const auto t = Clock::now();
     const std::uint64_t n = s.status.count + 1;
     auto rep = take(s, n);
@@ -204,6 +320,7 @@ void Periodic::run(Schedule& s) {
         }
       }
     } else if (::kill(req.pid, 0) != 0) {
+      s.gone = true;
       break;  // it ended meanwhile: no failure of the schedule
     } else {
       std::fprintf(stderr, "gcrd: the periodic checkpoint of process %d failed: %s\n", req.pid,
@@ -219,6 +336,10 @@ void Periodic::run(Schedule& s) {
       std::lock_guard lock(mu_);
       ++s.status.delayed;
     }
+  }
+  if (s.gone && !dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(dir_ / std::to_string(req.pid), ec);
   }
   std::lock_guard lock(mu_);
   s.done = true;

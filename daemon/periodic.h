@@ -15,7 +15,9 @@
 // - Beyond K (default 3) the oldest are removed once the newest is committed, and gc frees the
 //   chunks nothing else holds. A checkpoint that failed removes nothing.
 // - The schedule ends with the process (its pid gone, or taken by another: its start time is
-//   kept), or with gcrd: a gcrd that stops forgets its schedules (the checkpoints stay).
+//   kept). A gcrd that stops keeps its schedules in its own directory (`schedules/PID`, 0600: a
+//   job's holds the key of its hosts), and the next gcrd starts again those whose process still
+//   runs (the same start time), counting on from their tags.
 // - A process, or a job, restored from one of its checkpoints (META every_ms, every_keep,
 //   every_name, every_seq) is scheduled again by the gcrd that restored it, counting on from that
 //   checkpoint's N (a job: by its new coordinator, with its hosts as restored and as many peer
@@ -34,6 +36,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,9 +88,15 @@ class Periodic {
                WorkRegistry* work);
   std::map<pid_t, EveryStatus> snapshot();
 
+  // Keeps every schedule in `dir` (a private directory) from now on, and starts again those a
+  // gcrd before this one kept there whose process still runs; `log` says what it did.
+  void persist_in(const std::filesystem::path& dir, const std::filesystem::path& self_dir,
+                  WorkRegistry* work, const std::function<void(const std::string&)>& log);
+
  private:
   struct Schedule;
   void run(Schedule& s);
+  void save(const Schedule& s);  // its file in dir_ (none without dir_)
   Result<CheckpointReport> take(Schedule& s, std::uint64_t n);
   void remove_parts(Schedule& s, const store::CheckpointId& id);
   void reap();  // joins the schedules whose process is gone
@@ -94,6 +104,7 @@ class Periodic {
   std::mutex mu_;
   std::map<pid_t, std::unique_ptr<Schedule>> schedules_;
   std::vector<std::unique_ptr<Schedule>> retired_;  // replaced, not yet joined (reap())
+  std::filesystem::path dir_;                       // persist_in()
 };
 
 }  // namespace gcr::gcrd

@@ -4,7 +4,8 @@
 # gcrd every second; `gcr ps` shows the schedule; only the newest two are kept, named ev.N and
 # the newest also ev; killed, `gcr restore ev` brings it back from within one period of where it
 # was (by its step counter), it is checkpointed every second again (its checkpoints counting on),
-# and it finishes bit-identical to an uninterrupted run.
+# and it finishes bit-identical to an uninterrupted run; a gcrd stopped and started again in
+# between starts the schedule again (it counts on).
 #
 #   every_test.sh BUILD_DIR      (needs root for CRIU; exits 77 to skip)
 set -euo pipefail
@@ -51,6 +52,15 @@ wait_until 10 kept_right || fail "the store holds '$(cat "$T/tags")', expected e
 tags=$(cat "$T/tags")
 n=$(every "$P" count)
 echo "ok: $n checkpoints, kept: $tags"
+
+echo "== gcrd stopped and started again: the schedule goes on, counting on"
+stop_gcrd
+LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/bin/gcrd" --socket "$GCR_GCRD_SOCKET" --detach > /dev/null 2>&1 ||
+  fail "gcrd did not start again"
+wait_until 60 taken "$P" $((n + 1)) || fail "the schedule did not go on after a restart: $("$GCR" ps --json)"
+grep -q "kept across a restart" "$(dirname "$GCR_GCRD_SOCKET")/gcrd.log" || fail "gcrd's log does not say it"
+n=$(every "$P" count)
+echo "ok: checkpoint $n taken by the new gcrd"
 
 echo "== killed, restored from the newest: it lost at most one period"
 kill -0 "$P" 2> /dev/null && ! grep -q '^checksum' "$T/a.log" ||
