@@ -296,6 +296,11 @@ void Daemon::handle_network_client(UniqueFd fd, std::string address, std::string
   }
   InFlight counted(*this);
   log("serving the store " + scope.store.string() + " to " + peer);
+  if (channel->verb == "memory") {  // read only: only this gcrd fills its memory tier
+    ReadOnlyBackend read_only(**backend);
+    serve_net_store(fd.get(), read_only);
+    return;
+  }
   serve_net_store(fd.get(), **backend);
 } catch (const std::exception& e) {  // bad_alloc on a huge payload, say: this connection only
   log("a connection from " + peer + " failed: " + e.what());

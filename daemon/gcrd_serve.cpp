@@ -379,6 +379,7 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
     job.copy_parts = f.copy_parts;
     job.peer.copies = f.peer_copies;
     job.peer.self_address = d.options().listen_address;
+    job.served_store = d.options().served_store;
     if (f.every.count()) {  // Note [Checkpoints every period]: the job's schedule
       GCR_TRY(check_roots(req.job_pids));
       GCR_TRY(check_roots({req.pid}));
@@ -390,11 +391,8 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
       e.job_pids = f.job_pids;
       e.hosts = hosts;
       e.job = job;
-      if (job.peer.copies) {  // what copies need, said now rather than at the first checkpoint
-        std::vector<std::string> ring{job.peer.self_address};
-        for (const JobHost& h : hosts) ring.push_back(h.address);
-        GCR_TRY(ring_holders(ring, job.peer.copies));
-      }
+      if (job.peer.copies)  // what copies need, said now rather than at the first checkpoint
+        GCR_TRY(plan_peer_copies(job.peer, hosts));
       GCR_TRY(d.periodic().start(e, st, tools, &d.work()));
       return Fields{{"pid", std::to_string(f.pid)},
                     {"every_ms", std::to_string(f.every.count())},
@@ -506,7 +504,9 @@ Result<Fields> serve_latest(Daemon& d, Request& r) {
   Fields out;
   std::size_t skipped = 0;
   for (const auto& [n, id] : numbered) {
-    GCR_TRY_ASSIGN(store::Manifest m, st->read_manifest(id));
+    auto read = st->read_manifest(id);
+    if (!read) continue;  // removed meanwhile (a schedule's oldest)
+    store::Manifest m = std::move(read).value();
     std::string missing;
     Fields from;
     if (m.meta_or("job_part") == "1") {  // this host's part: the job's manifest in its memory?
@@ -690,6 +690,7 @@ void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
   job.peer = {};
   job.peer.copies = holders.empty() ? 0 : static_cast<unsigned>(holders.begin()->second.size());
   job.peer.self_address = d.options().listen_address;
+  job.served_store = d.options().served_store;
   job.place.clear();
   job.holders.clear();
   e.job = job;

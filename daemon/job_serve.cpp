@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -154,6 +155,20 @@ std::string pid_list(const std::vector<pid_t>& pids) {
   return out;
 }
 
+// Note [Checkpoints in peers' memory]: the ring of `--peer-copies`, with this gcrd reachable.
+Result<std::map<std::string, std::vector<std::string>>> plan_peer_copies(
+    const PeerCopyOptions& peer, const std::vector<JobHost>& hosts) {
+  const std::string& self = peer.self_address;
+  if (!reachable_address(self))
+    return Error{Errc::invalid_argument,
+                 "--peer-copies: the other hosts pull this host's part from its gcrd, which "
+                 "must listen on an address they reach (gcr daemon --listen HOST:PORT, not " +
+                     (self.empty() ? std::string("none") : self) + ")"};
+  std::vector<std::string> ring{self};
+  for (const JobHost& h : hosts) ring.push_back(h.address);
+  return ring_holders(ring, peer.copies);
+}
+
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,
                                                  const std::vector<JobHost>& hosts,
@@ -164,15 +179,7 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
   // Note [Checkpoints in peers' memory]: where each part's copies go, known before anything stops.
   std::map<std::string, std::vector<std::string>> holders;
   if (options.peer.copies) {
-    const std::string& self = options.peer.self_address;
-    if (self.empty() || self.starts_with("0.0.0.0:") || self.starts_with("[::]:"))
-      return Error{Errc::invalid_argument,
-                   "--peer-copies: the other hosts pull this host's part from its gcrd, which "
-                   "must listen on an address they reach (gcr daemon --listen HOST:PORT, not " +
-                       (self.empty() ? std::string("none") : self) + ")"};
-    std::vector<std::string> ring{self};
-    for (const JobHost& h : hosts) ring.push_back(h.address);
-    GCR_TRY_ASSIGN(holders, ring_holders(ring, options.peer.copies));
+    GCR_TRY_ASSIGN(holders, plan_peer_copies(options.peer, hosts));
   }
   const std::string job = new_job_id();
   std::vector<RemotePart> parts;
@@ -237,7 +244,31 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
   std::map<std::string, std::string> ids{{options.peer.self_address, rep->id}};
   for (const RemotePart& p : parts) ids[p.address] = p.id;
   PeerCopyOptions peer = options.peer;
-  if (peer.series.empty()) peer.series = name;
+  // A series is its name and its coordinator: two jobs of one name never touch each other's copies.
+  peer.series = (peer.series.empty() ? name : peer.series) + "_" + peer.self_address;
+  for (char& c : peer.series)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  if (peer.series.size() > 128) peer.series.resize(128);
+  // The holders pull this host's part from the store gcrd serves: there it goes first.
+  if (!options.served_store.empty() && options.served_store != store.options().root) {
+    auto cid = store::CheckpointId::from_hex(rep->id);
+    auto from = store::open_dir_backend(store.options().root, local_backend());
+    store::BackendOptions o;
+    o.create = true;
+    auto to = from ? store::open_dir_backend(options.served_store, o)
+                   : Result<std::unique_ptr<store::Backend>>(from.error());
+    auto copied = to ? store::copy_checkpoint(**from, **to, *cid, {})
+                     : Result<store::TransferReport>(to.error());
+    if (!copied) {
+      const std::string why =
+          "this host's part is not copied into any peer's memory: putting it "
+          "where the peers read it (" +
+          options.served_store.string() + "): " + copied.error().message;
+      progress(why);
+      rep->warnings.push_back(why);
+      ids.erase(options.peer.self_address);
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
   PeerCopiesReport copies = copy_to_peers(ids, holders, peer, key, progress);
   rep->times_ns["peer_copies"] = static_cast<std::uint64_t>(
@@ -368,6 +399,7 @@ Result<std::map<std::string, std::string>> restore_for_lost_coordinator(
   auto dest = open_net_backend(to, options.key);
   if (!dest) return std::move(dest).context("placing the coordinator's part on " + to).error();
   auto copied = store::copy_checkpoint(*from, **dest, cid, {});
+  from.reset();  // the tier's gc.lock: its gc need not wait for the whole restore
   if (!copied) return std::move(copied).context("placing the coordinator's part on " + to).error();
   progress(store::describe_transfer(*copied, "placed", to + " from this host's peer memory"));
   // The replacement coordinates the restore; every other placement goes with the request.

@@ -50,7 +50,12 @@ struct JobOptions {
   PeerCopyOptions peer;
   std::map<std::string, std::vector<std::string>> holders;
   std::filesystem::path memory_store;
+  std::filesystem::path served_store;  // where the peers read this host's part (gcrd --store)
 };
+// Note [Checkpoints in peers' memory]: the ring of `--peer-copies` over this host (first) and
+// `hosts`; an error when this gcrd does not listen where the others can reach it.
+Result<std::map<std::string, std::vector<std::string>>> plan_peer_copies(
+    const PeerCopyOptions& peer, const std::vector<JobHost>& hosts);
 Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu::Tools& tools,
                                                  CheckpointRequest req,
                                                  const std::vector<JobHost>& hosts,

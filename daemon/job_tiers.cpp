@@ -12,6 +12,10 @@
 
 namespace gcr::gcrd {
 
+bool reachable_address(const std::string& address) {
+  return !address.empty() && !address.starts_with("0.0.0.0:") && !address.starts_with("[::]:");
+}
+
 Result<std::map<std::string, std::vector<std::string>>> ring_holders(
     const std::vector<std::string>& hosts, unsigned m) {
   const std::size_t n = hosts.size();
@@ -113,7 +117,7 @@ std::vector<PartSource> part_sources(const std::string& host,
   if (!memory_store.empty())
     out.push_back({"this host's peer memory",
                    [memory_store]() { return store::open_dir_backend(memory_store, {}); },
-                   self_address, true});
+                   reachable_address(self_address) ? self_address : "", true});
   for (const std::string& h : holders)
     if (h != self_address)
       out.push_back({"the peer memory of " + h,

@@ -28,6 +28,9 @@ struct PeerCopyOptions {
   std::uint64_t oldest = 0;   // the series' oldest checkpoint still kept
 };
 
+// Whether HOST:PORT is an address other hosts can connect to (not empty, 0.0.0.0 or [::]).
+bool reachable_address(const std::string& address);
+
 // The job's gcrds (the coordinator's first, then the manifest's parts in order): host i's part is
 // held by hosts i+1 .. i+m (mod n). An error when m is not below n.
 Result<std::map<std::string, std::vector<std::string>>> ring_holders(

@@ -62,6 +62,15 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::open(MemoryTierOptions options) 
     c.id = *cid;
     tier->copies_.push_back(std::move(c));
   }
+  // A copy committed but not yet in the index (gcrd ended in between) could never be evicted.
+  if (auto listed = tier->store_->list()) {
+    bool removed = false;
+    for (const store::CheckpointInfo& c : *listed)
+      if (std::none_of(tier->copies_.begin(), tier->copies_.end(),
+                       [&](const TierCopy& k) { return k.id == c.id; }))
+        removed = tier->store_->remove(c.id).has_value() || removed;
+    if (removed) (void)tier->store_->gc();
+  }
   return tier;
 }
 
@@ -114,61 +123,48 @@ Status MemoryTier::save_index() {
 Status MemoryTier::drop(const TierCopy& c) {
   Status s = store_->remove(c.id);
   if (!s && s.error().code != Errc::not_found) return s;
+  std::lock_guard lock(mu_);
   std::erase_if(copies_, [&](const TierCopy& k) { return k.id == c.id && k.origin == c.origin; });
-  return ok();
+  return save_index();
+}
+
+bool MemoryTier::evictable(const TierCopy& c, const TierCopy& in) {
+  if (c.id == in.id) return false;
+  auto series = series_.find(c.series);
+  const bool live =
+      series != series_.end() &&
+      std::chrono::steady_clock::now() - series->second.last_keep < std::chrono::minutes(10);
+  if (!live) return true;  // nothing copied for it in 10 minutes: it protects nothing any more
+  if (series->second.protect && c.seq == series->second.protect) return false;
+  return std::any_of(copies_.begin(), copies_.end(), [&](const TierCopy& k) {
+    return k.series == c.series && k.origin == c.origin && k.seq > c.seq;
+  });
 }
 
 Result<KeepReport> MemoryTier::keep(store::Backend& from, const KeepRequest& req) {
-  std::lock_guard lock(mu_);
+  std::lock_guard keeping(keep_mu_);
   KeepReport rep;
   rep.budget = options_.budget;
   const TierCopy& in = req.copy;
-  // Older than what the series keeps: dropped whatever the budget, but for its protected one.
-  bool dropped = false;
-  for (const TierCopy& c : std::vector<TierCopy>(copies_))
-    if (c.series == in.series && c.seq < req.oldest && c.seq != req.protect && c.id != in.id) {
-      GCR_TRY(drop(c));
-      dropped = true;
-    }
-  if (dropped) {
-    GCR_TRY(save_index());
-    (void)store_->gc();
+  std::vector<TierCopy> dropped;
+  {
+    std::lock_guard lock(mu_);
+    Series& series = series_[in.series];
+    series.last_keep = std::chrono::steady_clock::now();
+    if (req.protect) series.protect = req.protect;
+    // Older than what the series keeps: dropped whatever the budget, but for its protected one.
+    for (const TierCopy& c : copies_)
+      if (c.series == in.series && c.seq < req.oldest && c.seq != series.protect && c.id != in.id)
+        dropped.push_back(c);
   }
+  for (const TierCopy& c : dropped) GCR_TRY(drop(c));
+  if (!dropped.empty()) (void)store_->gc();
   auto need_now = [&]() -> Result<std::uint64_t> {
     GCR_TRY_ASSIGN(auto local, store::open_dir_backend(store_->options().root, {}));
     return store::bytes_to_copy(from, *local, in.id);
   };
   GCR_TRY_ASSIGN(std::uint64_t need, need_now());
-  // Evictable: not this copy, not of a series' protected checkpoint, not the newest copy of its
-  // part (Note: never the only copy of the newest complete checkpoint).
-  if (req.protect) protected_[in.series] = req.protect;
-  auto evictable = [&](const TierCopy& c) {
-    if (c.id == in.id) return false;
-    if (auto p = protected_.find(c.series); p != protected_.end() && c.seq == p->second)
-      return false;
-    return std::any_of(copies_.begin(), copies_.end(), [&](const TierCopy& k) {
-      return k.series == c.series && k.origin == c.origin && k.seq > c.seq;
-    });
-  };
-  for (;;) {
-    rep.used = used();
-    if (rep.used + need <= options_.budget) break;
-    auto victim = std::find_if(copies_.begin(), copies_.end(), evictable);
-    if (victim == copies_.end())
-      return Error{Errc::no_space,
-                   "this host's peer memory is full: a copy of " + describe(in) + " needs " +
-                       format_bytes(need) + ", " + format_bytes(rep.used) + " of " +
-                       format_bytes(options_.budget) +
-                       " are taken by copies it may not evict (the newest of each part and "
-                       "those of the newest complete checkpoint); give gcrd a larger "
-                       "--peer-memory"};
-    TierCopy gone = *victim;
-    GCR_TRY(drop(gone));
-    GCR_TRY(save_index());
-    (void)store_->gc();  // its chunks nothing else holds
-    rep.evicted.push_back(gone);
-    GCR_TRY_ASSIGN(need, need_now());  // gc may have freed chunks the copy shares
-  }
+  // The host's own work first: checked before anything is evicted for a copy that cannot come.
   if (const std::uint64_t total = meminfo("MemTotal"); total && need) {
     const std::uint64_t available = meminfo("MemAvailable");
     const std::uint64_t reserve = total / 100 * options_.reserve_percent;
@@ -179,20 +175,59 @@ Result<KeepReport> MemoryTier::keep(store::Backend& from, const KeepRequest& req
                                        "% of its memory free (" + format_bytes(available) +
                                        " available): refused, the host's own work comes first"};
   }
+  for (bool collected = false;;) {
+    rep.used = used();
+    if (rep.used + need <= options_.budget) break;
+    std::optional<TierCopy> victim;
+    {
+      std::lock_guard lock(mu_);
+      for (const TierCopy& c : copies_)
+        if (evictable(c, in)) {
+          victim = c;
+          break;
+        }
+    }
+    if (!victim) {
+      if (!collected) {  // what a failed copy left behind first
+        (void)store_->gc();
+        collected = true;
+        continue;
+      }
+      return Error{Errc::no_space,
+                   "this host's peer memory is full: a copy of " + describe(in) + " needs " +
+                       format_bytes(need) + ", " + format_bytes(rep.used) + " of " +
+                       format_bytes(options_.budget) +
+                       " are taken by copies it may not evict (the newest of each part and "
+                       "those of the newest complete checkpoint); give gcrd a larger "
+                       "--peer-memory"};
+    }
+    GCR_TRY(drop(*victim));
+    (void)store_->gc();  // its chunks nothing else holds
+    rep.evicted.push_back(*victim);
+    GCR_TRY_ASSIGN(need, need_now());  // gc may have freed chunks the copy shares
+  }
   GCR_TRY_ASSIGN(auto local, store::open_dir_backend(store_->options().root, {}));
   store::TransferOptions t;
   Pace pace(options_.mib_per_s);
   if (options_.mib_per_s)
     t.progress = [&pace](std::uint64_t done, std::uint64_t) { pace.wait(done, nullptr); };
-  GCR_TRY_ASSIGN(store::TransferReport r, store::copy_checkpoint(from, *local, in.id, t));
+  auto r = store::copy_checkpoint(from, *local, in.id, t);
   local.reset();
-  rep.already_there = r.already_there;
-  rep.copied_bytes = r.copied_bytes;
-  rep.logical_bytes = r.logical_bytes;
-  rep.elapsed_ns = r.elapsed_ns;
-  std::erase_if(copies_, [&](const TierCopy& k) { return k.id == in.id && k.origin == in.origin; });
-  copies_.push_back(in);
-  GCR_TRY(save_index());
+  if (!r) {
+    (void)store_->gc();  // the packs of a copy that did not finish
+    return std::move(r).error();
+  }
+  rep.already_there = r->already_there;
+  rep.copied_bytes = r->copied_bytes;
+  rep.logical_bytes = r->logical_bytes;
+  rep.elapsed_ns = r->elapsed_ns;
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(copies_,
+                  [&](const TierCopy& k) { return k.id == in.id && k.origin == in.origin; });
+    copies_.push_back(in);
+    GCR_TRY(save_index());
+  }
   rep.used = used();
   return rep;
 }

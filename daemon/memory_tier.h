@@ -19,12 +19,14 @@
 //   m failures and fewer losses beyond; the ring needs no group count dividing n and moves each
 //   host's bytes to exactly m peers.
 // - Budget: the tier never holds more than SIZE bytes (file system blocks). A copy that would pass
-//   it first evicts other copies, oldest first, except (per series: the job's checkpoint name)
-//   those of the newest checkpoint whose every copy was made (the coordinator says which, as
-//   `protect`) and the newest copy of each part: so a full tier never drops the only copy of the
-//   newest complete checkpoint; if evicting what it may is not enough, the copy is refused with
-//   the sizes. It never takes memory the host's own work needs: a copy is refused too when it
-//   would leave less than 10% of the host's memory (MemAvailable) free.
+//   it first evicts other copies, oldest first, except (per series: the job's checkpoint name and
+//   its coordinator) those of the newest checkpoint whose every copy was made (the coordinator
+//   says which, as `protect`) and the newest copy of each part: so a full tier never drops the
+//   only copy of the newest complete checkpoint; if evicting what it may is not enough, the copy
+//   is refused with the sizes. A series nothing was copied for in 10 minutes (its schedule ended,
+//   a one-off checkpoint) protects nothing any more. It never takes memory the host's own work
+//   needs: a copy is refused too when it would leave less than 10% of the host's memory
+//   (MemAvailable) free.
 // - Copies older than the series' oldest kept checkpoint (the schedule's --keep) are dropped as
 //   newer ones arrive, as the checkpoints themselves are on their hosts.
 // - Each copy is paced (--peer-copy-mib-per-s, default none) so that the job's own traffic keeps
@@ -33,12 +35,14 @@
 //   series, seq, origin) is read back when gcrd starts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,44 @@ struct KeepReport {
   std::uint64_t used = 0, budget = 0;
 };
 
+// Another store seen read only: what gcrd-net's `memory` sessions serve (the tier is filled only
+// by its own gcrd, within its budget).
+class ReadOnlyBackend final : public store::Backend {
+ public:
+  explicit ReadOnlyBackend(store::Backend& inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_.name(); }
+  Result<std::vector<std::string>> list(const std::string& dir) override {
+    return inner_.list(dir);
+  }
+  Result<store::DirListing> list_detailed(const std::string& dir) override {
+    return inner_.list_detailed(dir);
+  }
+  Result<std::vector<std::byte>> get(const std::string& key, std::uint64_t max) override {
+    return inner_.get(key, max);
+  }
+  Status get_range(const std::string& key, std::uint64_t offset,
+                   std::span<std::byte> out) override {
+    return inner_.get_range(key, offset, out);
+  }
+  Result<store::Versioned> get_versioned(const std::string& key, std::uint64_t max) override {
+    return inner_.get_versioned(key, max);
+  }
+  Status put(const std::string&, std::span<const std::byte>, store::PutMode) override {
+    return refused();
+  }
+  Status put_if(const std::string&, std::span<const std::byte>, const std::string&) override {
+    return refused();
+  }
+  Status remove(const std::string&) override { return refused(); }
+  unsigned parallelism() const override { return inner_.parallelism(); }
+
+ private:
+  static Error refused() {
+    return Error{Errc::permission_denied, "a peer's memory is read only over the network"};
+  }
+  store::Backend& inner_;
+};
+
 class MemoryTier {
  public:
   static Result<std::unique_ptr<MemoryTier>> open(MemoryTierOptions options);
@@ -92,13 +134,19 @@ class MemoryTier {
  private:
   explicit MemoryTier(MemoryTierOptions options) : options_(std::move(options)) {}
   Status save_index();             // under mu_
-  Status drop(const TierCopy& c);  // under mu_: its manifest (gc frees its chunks)
+  Status drop(const TierCopy& c);  // under keep_mu_: its manifest (gc frees its chunks)
+  bool evictable(const TierCopy& c, const TierCopy& incoming);  // under mu_
 
   MemoryTierOptions options_;
   std::shared_ptr<store::Store> store_;
-  std::mutex mu_;                                   // one copy at a time; guards copies_
-  std::vector<TierCopy> copies_;                    // oldest first
-  std::map<std::string, std::uint64_t> protected_;  // series -> its protected checkpoint
+  std::mutex keep_mu_;            // one copy at a time (held across the pull and gc)
+  std::mutex mu_;                 // copies_ and series_, held briefly
+  std::vector<TierCopy> copies_;  // oldest first
+  struct Series {
+    std::uint64_t protect = 0;  // its protected checkpoint (0: none)
+    std::chrono::steady_clock::time_point last_keep{};
+  };
+  std::map<std::string, Series> series_;
 };
 
 }  // namespace gcr::gcrd

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <optional>
 
 #include "checkpoint.h"
 #include "gcr/private_dir.h"
@@ -45,6 +46,7 @@ struct Periodic::Schedule {
   std::uint64_t peer_complete = 0;       // a job's newest checkpoint whose every peer copy was made
   bool stop = false, done = false;
   bool gone = false;  // ended with its process (its file goes too)
+  std::optional<store::CheckpointId> peer_complete_id;  // never removed while it is the newest
   std::condition_variable wake;
   std::thread thread;
 };
@@ -153,6 +155,7 @@ void Periodic::save(const Schedule& s) {
     f["idle_ms"] = std::to_string(r.job.idle.count());
     f["peer_copies"] = std::to_string(r.job.peer.copies);
     f["self"] = r.job.peer.self_address;
+    f["served"] = r.job.served_store.string();
   }
   const std::string text = encode_fields(f) + "\n";
   const auto path = dir_ / std::to_string(r.pid);
@@ -203,6 +206,7 @@ void Periodic::persist_in(const std::filesystem::path& dir, const std::filesyste
     r.job.idle = std::chrono::milliseconds(number("idle_ms") ? number("idle_ms") : 30'000);
     r.job.peer.copies = static_cast<unsigned>(number("peer_copies"));
     r.job.peer.self_address = f["self"];
+    r.job.served_store = f["served"];
     store::StoreOptions so;
     so.root = f["store"];
     Status started = Error{Errc::not_found, "its process is gone"};
@@ -292,12 +296,23 @@ void Periodic::run(Schedule& s) {
         if (!named)
           error = "naming checkpoint " + rep->id.substr(0, 12) + ": " + named.error().message;
         s.kept.push_back(*id);
-        while (s.kept.size() > std::max(req.keep, 1u)) {
-          if (!req.hosts.empty()) remove_parts(s, s.kept.front());
-          (void)s.store->remove(s.kept.front());
+        if (rep->peer_copies_wanted && rep->peer_copies == rep->peer_copies_wanted)
+          s.peer_complete_id = *id;
+        // Beyond K the oldest go, but never the newest checkpoint whose every peer copy was made
+        // (the tiers protect it: Note [Checkpoints in peers' memory]).
+        const std::size_t excess =
+            s.kept.size() > std::max(req.keep, 1u) ? s.kept.size() - std::max(req.keep, 1u) : 0;
+        std::deque<store::CheckpointId> still;
+        for (std::size_t i = 0; i < s.kept.size(); ++i) {
+          if (i >= excess || s.kept[i] == s.peer_complete_id) {
+            still.push_back(s.kept[i]);
+            continue;
+          }
+          if (!req.hosts.empty()) remove_parts(s, s.kept[i]);
+          (void)s.store->remove(s.kept[i]);
           removed = true;
-          s.kept.pop_front();
         }
+        s.kept.swap(still);
       }
       if (removed) (void)s.store->gc();  // their chunks nothing else holds
       std::lock_guard lock(mu_);

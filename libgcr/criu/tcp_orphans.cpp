@@ -81,6 +81,7 @@ Result<unsigned> end_orphaned_connections(const std::vector<TcpConnection>& conn
     }
   }
   unsigned ended = 0;
+  int refused = 0;
   for (const inet_diag_msg& m : orphans) {
     inet_diag_req_v2 one{};
     one.sdiag_family = AF_INET;
@@ -90,9 +91,18 @@ Result<unsigned> end_orphaned_connections(const std::vector<TcpConnection>& conn
     if (!send_request(fd.get(), SOCK_DESTROY, NLM_F_ACK, one)) continue;
     ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
     auto* h = reinterpret_cast<nlmsghdr*>(buf);
-    if (n > 0 && h->nlmsg_type == NLMSG_ERROR && static_cast<nlmsgerr*>(NLMSG_DATA(h))->error == 0)
-      ++ended;
+    if (n > 0 && h->nlmsg_type == NLMSG_ERROR) {
+      const int error = static_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
+      if (error == 0)
+        ++ended;
+      else if (!refused)
+        refused = -error;
+    }
   }
+  if (refused && !ended)
+    return Error{Errc::unsupported,
+                 std::to_string(orphans.size()) + " left behind, not ended (SOCK_DESTROY: " +
+                     std::strerror(refused) + "; a kernel without CONFIG_INET_DIAG_DESTROY?)"};
   return ended;
 }
 

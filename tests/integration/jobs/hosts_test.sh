@@ -461,8 +461,10 @@ if wanted q; then
   launch_on 5 "$T/q-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 4):$STORE_PORT"
   q1=$P
   wait_steps "$T/q-r0.log" 20
-  on_host 4 "$GCR" checkpoint --job "$q0" "$q1@$(host_gcrd 5)" --token-file "$T/token" --every 1s --keep 2 \
-    --peer-copies 1 --name qj > "$T/q-every.out" 2>&1 || fail "gcr checkpoint --every: $(cat "$T/q-every.out")"
+  # Into a store of the user's, not the one host 4's gcrd serves (its part is put there for host 5).
+  on_host 4 env GCR_STORE="$T/h4/user-store" "$GCR" checkpoint --job "$q0" "$q1@$(host_gcrd 5)" \
+    --token-file "$T/token" --every 1s --keep 2 --peer-copies 1 --name qj > "$T/q-every.out" 2>&1 ||
+    fail "gcr checkpoint --every: $(cat "$T/q-every.out")"
   wait_until 60 copies_done 4 "$q0" 2 || fail "q: host 4's schedule: $(on_host 4 "$GCR" ps --json)"
   wait_until 60 eval '[[ $(schedule_field 4 "$q0" tiers) == local+peers ]]' || fail "q: the copies are not made"
   age=$(schedule_field 4 "$q0" last_age_ms)
