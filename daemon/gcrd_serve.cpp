@@ -704,6 +704,38 @@ void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
            e.name + ", counting on from " + e.name + "." + std::to_string(e.after) + ")");
 }
 
+// Note [A job across hosts] (job_link.h): checkpoint f.name is a job's manifest naming `parts` on
+// other hosts: this gcrd coordinates its restore (and schedules it again, if it was scheduled).
+Result<Fields> restore_job_here(Daemon& d, Request& r, const RestoreFields& f,
+                                const std::shared_ptr<store::Store>& st, const criu::Tools& tools,
+                                RestoreRequest& req, const std::vector<JobPart>& parts) {
+  if (f.net_key.empty())
+    return Error{Errc::invalid_argument,
+                 "checkpoint " + f.name + " is a job across " + std::to_string(parts.size() + 1) +
+                     " hosts: give their token with --token-file FILE (the file their gcr "
+                     "daemon --listen reads)"};
+  JobOptions job;
+  job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
+  job.idle = f.idle;
+  job.place = f.place;
+  job.peer.self_address = d.options().listen_address;
+  GCR_TRY_ASSIGN(job.holders, holders_of(*st, f.name));
+  if (d.options().memory_tier) job.memory_store = d.options().memory_tier->options().root / "store";
+  std::vector<RemoteRestored> remote;
+  GCR_TRY_ASSIGN(RestoreReport rep,
+                 restore_across_hosts(*st, tools, req, parts, job, r.progress, &remote));
+  Fields out = restore_reply(rep, req.eager);
+  schedule_job_again(d, st, tools, rep, remote, job, r.progress, out);
+  out["job_hosts"] = std::to_string(parts.size() + 1);
+  for (std::size_t i = 0; i < remote.size(); ++i) {
+    out["remote." + std::to_string(i)] = remote[i].address;
+    out["remote_pids." + std::to_string(i)] = remote[i].pids;
+    if (!remote[i].placed_from.empty())
+      out["remote_from." + std::to_string(i)] = remote[i].placed_from;
+  }
+  return out;
+}
+
 Result<Fields> serve_restore(Daemon& d, Request& r) {
   GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
@@ -775,34 +807,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
                                           r.progress);
     }
   GCR_TRY_ASSIGN(std::vector<JobPart> parts, job_parts_of(*st, f.name));
-  if (!parts.empty()) {
-    if (f.net_key.empty())
-      return Error{Errc::invalid_argument,
-                   "checkpoint " + f.name + " is a job across " + std::to_string(parts.size() + 1) +
-                       " hosts: give their token with --token-file FILE (the file their gcr "
-                       "daemon --listen reads)"};
-    JobOptions job;
-    job.key = NetKey{f.net_key_name, f.net_key, std::nullopt};
-    job.idle = f.idle;
-    job.place = f.place;
-    job.peer.self_address = d.options().listen_address;
-    GCR_TRY_ASSIGN(job.holders, holders_of(*st, f.name));
-    if (d.options().memory_tier)
-      job.memory_store = d.options().memory_tier->options().root / "store";
-    std::vector<RemoteRestored> remote;
-    GCR_TRY_ASSIGN(RestoreReport rep,
-                   restore_across_hosts(*st, tools, req, parts, job, r.progress, &remote));
-    Fields out = restore_reply(rep, req.eager);
-    schedule_job_again(d, st, tools, rep, remote, job, r.progress, out);
-    out["job_hosts"] = std::to_string(parts.size() + 1);
-    for (std::size_t i = 0; i < remote.size(); ++i) {
-      out["remote." + std::to_string(i)] = remote[i].address;
-      out["remote_pids." + std::to_string(i)] = remote[i].pids;
-      if (!remote[i].placed_from.empty())
-        out["remote_from." + std::to_string(i)] = remote[i].placed_from;
-    }
-    return out;
-  }
+  if (!parts.empty()) return restore_job_here(d, r, f, st, tools, req, parts);
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
   Fields out = restore_reply(rep, req.eager);
   schedule_again(d, st, tools, rep, r.progress, out);

@@ -155,6 +155,52 @@ std::string pid_list(const std::vector<pid_t>& pids) {
   return out;
 }
 
+// Note [Checkpoints in peers' memory]: the job's committed checkpoint (this host's part `rep`, the
+// others' in `ids`) into the holders' memory; what was made goes into `rep`.
+static void copy_job_to_peers(store::Store& store, CheckpointReport& rep,
+                              std::map<std::string, std::string> ids,
+                              const std::map<std::string, std::vector<std::string>>& holders,
+                              const JobOptions& options, const std::string& name,
+                              const Progress& progress) {
+  PeerCopyOptions peer = options.peer;
+  // A series is its name and its coordinator: two jobs of one name never touch each other's copies.
+  peer.series = (peer.series.empty() ? name : peer.series) + "_" + peer.self_address;
+  for (char& c : peer.series)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  if (peer.series.size() > 128) peer.series.resize(128);
+  // The holders pull this host's part from the store gcrd serves: there it goes first.
+  if (!options.served_store.empty() && options.served_store != store.options().root) {
+    auto cid = store::CheckpointId::from_hex(rep.id);
+    auto from = store::open_dir_backend(store.options().root, local_backend());
+    store::BackendOptions o;
+    o.create = true;
+    auto to = from ? store::open_dir_backend(options.served_store, o)
+                   : Result<std::unique_ptr<store::Backend>>(from.error());
+    auto copied = to ? store::copy_checkpoint(**from, **to, *cid, {})
+                     : Result<store::TransferReport>(to.error());
+    if (!copied) {
+      const std::string why =
+          "this host's part is not copied into any peer's memory: putting it "
+          "where the peers read it (" +
+          options.served_store.string() + "): " + copied.error().message;
+      progress(why);
+      rep.warnings.push_back(why);
+      ids.erase(options.peer.self_address);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  PeerCopiesReport copies = copy_to_peers(ids, holders, peer, options.key, progress);
+  rep.times_ns["peer_copies"] = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  rep.peer_copies = copies.made;
+  rep.peer_copies_wanted = copies.wanted;
+  for (const std::string& e : copies.errors) {
+    progress(e);
+    rep.warnings.push_back(e);
+  }
+}
+
 // Note [Checkpoints in peers' memory]: the ring of `--peer-copies`, with this gcrd reachable.
 Result<std::map<std::string, std::vector<std::string>>> plan_peer_copies(
     const PeerCopyOptions& peer, const std::vector<JobHost>& hosts) {
@@ -243,43 +289,7 @@ Result<CheckpointReport> checkpoint_across_hosts(store::Store& store, const criu
   // Committed: the copies into peers' memory, each holder pulling its parts.
   std::map<std::string, std::string> ids{{options.peer.self_address, rep->id}};
   for (const RemotePart& p : parts) ids[p.address] = p.id;
-  PeerCopyOptions peer = options.peer;
-  // A series is its name and its coordinator: two jobs of one name never touch each other's copies.
-  peer.series = (peer.series.empty() ? name : peer.series) + "_" + peer.self_address;
-  for (char& c : peer.series)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
-  if (peer.series.size() > 128) peer.series.resize(128);
-  // The holders pull this host's part from the store gcrd serves: there it goes first.
-  if (!options.served_store.empty() && options.served_store != store.options().root) {
-    auto cid = store::CheckpointId::from_hex(rep->id);
-    auto from = store::open_dir_backend(store.options().root, local_backend());
-    store::BackendOptions o;
-    o.create = true;
-    auto to = from ? store::open_dir_backend(options.served_store, o)
-                   : Result<std::unique_ptr<store::Backend>>(from.error());
-    auto copied = to ? store::copy_checkpoint(**from, **to, *cid, {})
-                     : Result<store::TransferReport>(to.error());
-    if (!copied) {
-      const std::string why =
-          "this host's part is not copied into any peer's memory: putting it "
-          "where the peers read it (" +
-          options.served_store.string() + "): " + copied.error().message;
-      progress(why);
-      rep->warnings.push_back(why);
-      ids.erase(options.peer.self_address);
-    }
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  PeerCopiesReport copies = copy_to_peers(ids, holders, peer, key, progress);
-  rep->times_ns["peer_copies"] = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
-  rep->peer_copies = copies.made;
-  rep->peer_copies_wanted = copies.wanted;
-  for (const std::string& e : copies.errors) {
-    progress(e);
-    rep->warnings.push_back(e);
-  }
+  copy_job_to_peers(store, *rep, std::move(ids), holders, options, name, progress);
   return rep;
 }
 

@@ -141,6 +141,43 @@ bool MemoryTier::evictable(const TierCopy& c, const TierCopy& in) {
   });
 }
 
+// Evicts what it may (evictable()) until `need` more bytes fit the budget, or says why not.
+Status MemoryTier::make_room(const TierCopy& in, std::uint64_t& need, KeepReport& rep,
+                             const std::function<Result<std::uint64_t>()>& need_now) {
+  for (bool collected = false;;) {
+    rep.used = used();
+    if (rep.used + need <= options_.budget) break;
+    std::optional<TierCopy> victim;
+    {
+      std::lock_guard lock(mu_);
+      for (const TierCopy& c : copies_)
+        if (evictable(c, in)) {
+          victim = c;
+          break;
+        }
+    }
+    if (!victim) {
+      if (!collected) {  // what a failed copy left behind first
+        (void)store_->gc();
+        collected = true;
+        continue;
+      }
+      return Error{Errc::no_space,
+                   "this host's peer memory is full: a copy of " + describe(in) + " needs " +
+                       format_bytes(need) + ", " + format_bytes(rep.used) + " of " +
+                       format_bytes(options_.budget) +
+                       " are taken by copies it may not evict (the newest of each part and "
+                       "those of the newest complete checkpoint); give gcrd a larger "
+                       "--peer-memory"};
+    }
+    GCR_TRY(drop(*victim));
+    (void)store_->gc();  // its chunks nothing else holds
+    rep.evicted.push_back(*victim);
+    GCR_TRY_ASSIGN(need, need_now());  // gc may have freed chunks the copy shares
+  }
+  return ok();
+}
+
 Result<KeepReport> MemoryTier::keep(store::Backend& from, const KeepRequest& req) {
   std::lock_guard keeping(keep_mu_);
   KeepReport rep;
@@ -175,37 +212,7 @@ Result<KeepReport> MemoryTier::keep(store::Backend& from, const KeepRequest& req
                                        "% of its memory free (" + format_bytes(available) +
                                        " available): refused, the host's own work comes first"};
   }
-  for (bool collected = false;;) {
-    rep.used = used();
-    if (rep.used + need <= options_.budget) break;
-    std::optional<TierCopy> victim;
-    {
-      std::lock_guard lock(mu_);
-      for (const TierCopy& c : copies_)
-        if (evictable(c, in)) {
-          victim = c;
-          break;
-        }
-    }
-    if (!victim) {
-      if (!collected) {  // what a failed copy left behind first
-        (void)store_->gc();
-        collected = true;
-        continue;
-      }
-      return Error{Errc::no_space,
-                   "this host's peer memory is full: a copy of " + describe(in) + " needs " +
-                       format_bytes(need) + ", " + format_bytes(rep.used) + " of " +
-                       format_bytes(options_.budget) +
-                       " are taken by copies it may not evict (the newest of each part and "
-                       "those of the newest complete checkpoint); give gcrd a larger "
-                       "--peer-memory"};
-    }
-    GCR_TRY(drop(*victim));
-    (void)store_->gc();  // its chunks nothing else holds
-    rep.evicted.push_back(*victim);
-    GCR_TRY_ASSIGN(need, need_now());  // gc may have freed chunks the copy shares
-  }
+  GCR_TRY(make_room(in, need, rep, need_now));
   GCR_TRY_ASSIGN(auto local, store::open_dir_backend(store_->options().root, {}));
   store::TransferOptions t;
   Pace pace(options_.mib_per_s);

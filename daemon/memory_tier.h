@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,8 @@ class MemoryTier {
   Status save_index();             // under mu_
   Status drop(const TierCopy& c);  // under keep_mu_: its manifest (gc frees its chunks)
   bool evictable(const TierCopy& c, const TierCopy& incoming);  // under mu_
+  Status make_room(const TierCopy& in, std::uint64_t& need, KeepReport& rep,
+                   const std::function<Result<std::uint64_t>()>& need_now);  // under keep_mu_
 
   MemoryTierOptions options_;
   std::shared_ptr<store::Store> store_;

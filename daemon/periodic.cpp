@@ -270,6 +270,58 @@ void Periodic::remove_parts(Schedule& s, const store::CheckpointId& id) {
                    gone.error().message.c_str());
 }
 
+// The n-th checkpoint, taken at `t`, is committed: named, the oldest beyond K removed (but the
+// one the tiers protect), and what gcr ps shows.
+void Periodic::committed(Schedule& s, std::uint64_t n, Clock::time_point t, CheckpointReport& rep) {
+  const EveryRequest& req = s.status.request;
+  bool removed = false;
+  std::string error;
+  auto id = store::CheckpointId::from_hex(rep.id);
+  if (id) {
+    Status named = s.store->tag(*id, req.name + "." + std::to_string(n));
+    if (named) named = s.store->tag(*id, req.name);
+    if (!named) error = "naming checkpoint " + rep.id.substr(0, 12) + ": " + named.error().message;
+    s.kept.push_back(*id);
+    if (rep.peer_copies_wanted && rep.peer_copies == rep.peer_copies_wanted)
+      s.peer_complete_id = *id;
+    // Beyond K the oldest go, but never the newest checkpoint whose every peer copy was made
+    // (the tiers protect it: Note [Checkpoints in peers' memory]).
+    const std::size_t excess =
+        s.kept.size() > std::max(req.keep, 1u) ? s.kept.size() - std::max(req.keep, 1u) : 0;
+    std::deque<store::CheckpointId> still;
+    for (std::size_t i = 0; i < s.kept.size(); ++i) {
+      if (i >= excess || s.kept[i] == s.peer_complete_id) {
+        still.push_back(s.kept[i]);
+        continue;
+      }
+      if (!req.hosts.empty()) remove_parts(s, s.kept[i]);
+      (void)s.store->remove(s.kept[i]);
+      removed = true;
+    }
+    s.kept.swap(still);
+  }
+  if (removed) (void)s.store->gc();  // their chunks nothing else holds
+  std::lock_guard lock(mu_);
+  s.status.count = n;
+  s.status.last_id = rep.id;
+  s.status.last_at = t;  // the state is from after this: its age is at most now - t
+  s.status.last_stall_ns =
+      rep.times_ns["job_stall"] ? rep.times_ns["job_stall"] : rep.times_ns["stall"];
+  s.status.last_error = error;
+  s.status.last_tiers = "local";
+  if (rep.peer_copies_wanted) {
+    if (rep.peer_copies == rep.peer_copies_wanted) {
+      s.peer_complete = n;
+      s.status.last_tiers = "local+peers";
+    } else {
+      s.status.last_tiers = "local, peers " + std::to_string(rep.peer_copies) + "/" +
+                            std::to_string(rep.peer_copies_wanted);
+      if (s.status.last_error.empty() && !rep.warnings.empty())
+        s.status.last_error = rep.warnings.back();
+    }
+  }
+}
+
 void Periodic::run(Schedule& s) {
   const EveryRequest req = s.status.request;
   auto due = Clock::now() + req.every;
@@ -286,54 +338,8 @@ void Periodic::run(Schedule& s) {
     const auto t = Clock::now();
     const std::uint64_t n = s.status.count + 1;
     auto rep = take(s, n);
-    bool removed = false;
-    std::string error;
     if (rep) {
-      auto id = store::CheckpointId::from_hex(rep->id);
-      if (id) {
-        Status named = s.store->tag(*id, req.name + "." + std::to_string(n));
-        if (named) named = s.store->tag(*id, req.name);
-        if (!named)
-          error = "naming checkpoint " + rep->id.substr(0, 12) + ": " + named.error().message;
-        s.kept.push_back(*id);
-        if (rep->peer_copies_wanted && rep->peer_copies == rep->peer_copies_wanted)
-          s.peer_complete_id = *id;
-        // Beyond K the oldest go, but never the newest checkpoint whose every peer copy was made
-        // (the tiers protect it: Note [Checkpoints in peers' memory]).
-        const std::size_t excess =
-            s.kept.size() > std::max(req.keep, 1u) ? s.kept.size() - std::max(req.keep, 1u) : 0;
-        std::deque<store::CheckpointId> still;
-        for (std::size_t i = 0; i < s.kept.size(); ++i) {
-          if (i >= excess || s.kept[i] == s.peer_complete_id) {
-            still.push_back(s.kept[i]);
-            continue;
-          }
-          if (!req.hosts.empty()) remove_parts(s, s.kept[i]);
-          (void)s.store->remove(s.kept[i]);
-          removed = true;
-        }
-        s.kept.swap(still);
-      }
-      if (removed) (void)s.store->gc();  // their chunks nothing else holds
-      std::lock_guard lock(mu_);
-      s.status.count = n;
-      s.status.last_id = rep->id;
-      s.status.last_at = t;  // the state is from after this: its age is at most now - t
-      s.status.last_stall_ns =
-          rep->times_ns["job_stall"] ? rep->times_ns["job_stall"] : rep->times_ns["stall"];
-      s.status.last_error = error;
-      s.status.last_tiers = "local";
-      if (rep->peer_copies_wanted) {
-        if (rep->peer_copies == rep->peer_copies_wanted) {
-          s.peer_complete = n;
-          s.status.last_tiers = "local+peers";
-        } else {
-          s.status.last_tiers = "local, peers " + std::to_string(rep->peer_copies) + "/" +
-                                std::to_string(rep->peer_copies_wanted);
-          if (s.status.last_error.empty() && !rep->warnings.empty())
-            s.status.last_error = rep->warnings.back();
-        }
-      }
+      committed(s, n, t, *rep);
     } else if (::kill(req.pid, 0) != 0) {
       s.gone = true;
       break;  // it ended meanwhile: no failure of the schedule

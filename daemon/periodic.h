@@ -98,6 +98,8 @@ class Periodic {
   void run(Schedule& s);
   void save(const Schedule& s);  // its file in dir_ (none without dir_)
   Result<CheckpointReport> take(Schedule& s, std::uint64_t n);
+  void committed(Schedule& s, std::uint64_t n, std::chrono::steady_clock::time_point t,
+                 CheckpointReport& rep);
   void remove_parts(Schedule& s, const store::CheckpointId& id);
   void reap();  // joins the schedules whose process is gone
 
