@@ -636,18 +636,33 @@ Status open_files_for_peer(store::Store& st, const std::string& name, RestoreReq
 
 // Note [Checkpoints every period] (periodic.h): a process restored from a periodic checkpoint is
 // checkpointed so again, its checkpoints counting on under the same name.
-void schedule_again(Daemon& d, const std::shared_ptr<store::Store>& st, const criu::Tools& tools,
-                    const RestoreReport& rep, const Progress& progress, Fields& out) {
+// The schedule restored checkpoint `rep` was taken by (META every_*), for its restored root; none
+// when it was not a periodic one (or `job` and it is not a job's manifest).
+std::optional<EveryRequest> schedule_of(const std::shared_ptr<store::Store>& st,
+                                        const RestoreReport& rep, bool job) {
   auto id = store::CheckpointId::from_hex(rep.id);
   auto m = id ? st->read_manifest(*id) : Result<store::Manifest>(Error{Errc::not_found, ""});
-  if (!m || m->meta_or("every_ms").empty()) return;
+  if (!m || m->meta_or("every_ms").empty() || (job && !m->meta_or("job_part").empty()))
+    return std::nullopt;
   EveryRequest e;
   e.pid = rep.pid;
   e.every = std::chrono::milliseconds(std::strtoll(m->meta_or("every_ms").c_str(), nullptr, 10));
   e.keep = static_cast<unsigned>(std::strtoul(m->meta_or("every_keep", "3").c_str(), nullptr, 10));
   e.name = m->meta_or("every_name");
   e.after = std::strtoull(m->meta_or("every_seq", "0").c_str(), nullptr, 10);
-  if (e.every.count() < 100 || e.keep == 0) return;
+  if (e.every.count() < 100 || e.keep == 0 || e.name.empty()) return std::nullopt;
+  if (job) {
+    const auto holders = decode_peer_copies(m->meta_or("peer_copies"));
+    e.job.peer.copies = holders.empty() ? 0 : static_cast<unsigned>(holders.begin()->second.size());
+  }
+  return e;
+}
+
+void schedule_again(Daemon& d, const std::shared_ptr<store::Store>& st, const criu::Tools& tools,
+                    const RestoreReport& rep, const Progress& progress, Fields& out) {
+  auto schedule = schedule_of(st, rep, false);
+  if (!schedule) return;
+  EveryRequest& e = *schedule;
   if (Status s = d.periodic().start(e, st, tools, &d.work()); !s) {
     progress("process " + std::to_string(rep.pid) +
              " is not checkpointed every period again: " + s.error().message);
@@ -664,16 +679,9 @@ void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
                         const criu::Tools& tools, const RestoreReport& rep,
                         const std::vector<RemoteRestored>& remote, JobOptions job,
                         const Progress& progress, Fields& out) {
-  auto id = store::CheckpointId::from_hex(rep.id);
-  auto m = id ? st->read_manifest(*id) : Result<store::Manifest>(Error{Errc::not_found, ""});
-  if (!m || m->meta_or("every_ms").empty() || !m->meta_or("job_part").empty()) return;
-  EveryRequest e;
-  e.pid = rep.pid;
-  e.every = std::chrono::milliseconds(std::strtoll(m->meta_or("every_ms").c_str(), nullptr, 10));
-  e.keep = static_cast<unsigned>(std::strtoul(m->meta_or("every_keep", "3").c_str(), nullptr, 10));
-  e.name = m->meta_or("every_name");
-  e.after = std::strtoull(m->meta_or("every_seq", "0").c_str(), nullptr, 10);
-  if (e.every.count() < 100 || e.keep == 0 || e.name.empty()) return;
+  auto schedule = schedule_of(st, rep, true);
+  if (!schedule) return;
+  EveryRequest& e = *schedule;
   e.job_pids = rep.tree_pids;
   for (const RemoteRestored& r : remote) {
     JobHost h{r.address, {}};
@@ -686,9 +694,8 @@ void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
     if (h.pids.empty() || h.pids[0] <= 0) return;  // a host that did not say: not scheduled blind
     e.hosts.push_back(std::move(h));
   }
-  const auto holders = decode_peer_copies(m->meta_or("peer_copies"));
   job.peer = {};
-  job.peer.copies = holders.empty() ? 0 : static_cast<unsigned>(holders.begin()->second.size());
+  job.peer.copies = e.job.peer.copies;
   job.peer.self_address = d.options().listen_address;
   job.served_store = d.options().served_store;
   job.place.clear();
