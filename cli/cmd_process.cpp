@@ -196,6 +196,9 @@ struct GcrdWork {
 };
 // Note [Checkpoints every period]: a process's schedule, as gcrd says it (its every.PID.* fields).
 using EverySchedules = std::map<pid_t, std::map<std::string, std::string>>;
+// Note [Checkpoints in peers' memory] (daemon/memory_tier.h): gcrd's tier.* fields, if it keeps
+// one.
+std::map<std::string, std::string> g_peer_memory;
 std::map<pid_t, GcrdWork> gcrd_work(EverySchedules* every = nullptr) {
   std::map<pid_t, GcrdWork> out;
   auto fd = gcrd::connect_running(gcrd::default_socket_path());
@@ -204,6 +207,10 @@ std::map<pid_t, GcrdWork> gcrd_work(EverySchedules* every = nullptr) {
   auto reply = gcrd::call(connection.get(), "work", {}, nullptr);
   if (!reply) return out;  // an older gcrd, or none of ours
   for (const auto& [key, value] : *reply) {
+    if (key.rfind("tier.", 0) == 0) {
+      g_peer_memory[key.substr(5)] = value;
+      continue;
+    }
     if (every && key.rfind("every.", 0) == 0) {
       auto d = key.find('.', 6);
       if (d != std::string::npos)
@@ -394,11 +401,19 @@ Status list_processes(bool json, Context& ctx) {
     print_processes_json(rows);
     return ok();
   }
+  // What this host keeps of other hosts' checkpoints (gcr daemon --peer-memory).
+  auto n = [](const char* k) { return std::strtoull(g_peer_memory[k].c_str(), nullptr, 10); };
+  const std::string memory =
+      g_peer_memory.empty()
+          ? std::string()
+          : "peer memory: " + std::to_string(n("copies")) + " copies of other hosts' job parts, " +
+                format_bytes(n("used")) + " of " + format_bytes(n("budget")) + "\n";
   if (rows.empty()) {
-    print("no processes are running under gcr (start one with 'gcr run -- PROGRAM')\n");
+    print("no processes are running under gcr (start one with 'gcr run -- PROGRAM')\n" + memory);
     return ok();
   }
   print_processes_table(rows);
+  print(memory);
   return ok();
 }
 

@@ -163,6 +163,12 @@ Result<Fields> serve_work(Daemon& d, Request&) {
     out[key + "phase"] = w.phase;
     out[key + "state"] = w.state;
   }
+  // Note [Checkpoints in peers' memory] (memory_tier.h): what this host keeps of others'.
+  if (MemoryTier* tier = d.options().memory_tier.get()) {
+    out["tier.copies"] = std::to_string(tier->copies().size());
+    out["tier.used"] = std::to_string(tier->used());
+    out["tier.budget"] = std::to_string(tier->options().budget);
+  }
   // Note [Checkpoints every period] (periodic.h): each schedule.
   const auto now = std::chrono::steady_clock::now();
   for (const auto& [pid, e] : d.periodic().snapshot()) {

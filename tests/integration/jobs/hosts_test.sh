@@ -317,6 +317,8 @@ if wanted p; then
   holds_copy_of 0 "$(host_gcrd 3)" && holds_copy_of 3 "$(host_gcrd 0)" ||
     fail "p: the hosts' memory holds $(cat "$(host_memory 0)/tier.index" "$(host_memory 3)/tier.index" 2>&1)"
   on_host 0 "$GCR" ps | grep -q "in local+peers, a job of 2 hosts" || fail "p: gcr ps shows $(on_host 0 "$GCR" ps)"
+  on_host 3 "$GCR" ps | grep -q "^peer memory: [1-9][0-9]* copies of other hosts' job parts" ||
+    fail "p: gcr ps on host 3 does not show what it keeps: $(on_host 3 "$GCR" ps)"
   # Only the newest two are kept, on both hosts: pj.K-1 and pj.K.
   kept=$(on_host 3 "$GCR" image ls --json | python3 -c "
 import json, sys
