@@ -1031,7 +1031,10 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("FILE");
   r->add_flag("--latest", ro.latest,
               "NAME is a schedule's (gcr run --checkpoint-every, gcr checkpoint --every): "
-              "restore its newest checkpoint, NAME.N with the largest N");
+              "restore its newest checkpoint complete in some tier (NAME.N with the largest N "
+              "whose every part is on its host or in a peer's memory; with --token-file). On a "
+              "survivor whose memory holds a lost coordinator's part, with --place "
+              "COORDINATOR=SPARE");
   r->add_option("--place", ro.place,
                 "A job across hosts: restore the part of the host whose gcrd was OLD (HOST:PORT, "
                 "as checkpointed) on the host whose gcrd is NEW, which takes the part's addresses "
