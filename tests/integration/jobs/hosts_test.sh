@@ -291,6 +291,22 @@ scheduled_again() {
   wait_until 60 copies_done "$1" "$2" $((from + 1)) ||
     fail "$4: the restored job was not checkpointed again: $(on_host "$1" "$GCR" ps --json)"
 }
+# TAG: the restored job (rank 0's log $T/TAG-r0.log past byte `size`) resumed no more steps back
+# than the newest copied checkpoint's age (`age`, plus `gap` to the loss) allows, from
+# `killed_at`; sets resumed_at and lost; then both ranks end with the reference of p and q.
+resumed_within_age() {
+  local tag=$1 most
+  wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/$tag-r0.log" | grep -c "^step") -ge 1 ]]' || fail "$tag: the restored rank 0 printed no step"
+  resumed_at=$(tail -c +$((size + 1)) "$T/$tag-r0.log" | awk '/^step/ {print $2; exit}')
+  lost=$((killed_at - resumed_at + 1))
+  most=$(((age + gap) / 10 + 3))
+  ((lost >= 0 && lost <= most)) ||
+    fail "$tag: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
+  local main=$REF
+  REF=$REF_P
+  job_ends_right "$tag" 2 "${before[@]}"
+  REF=$main
+}
 # Scenarios p and q: a job long enough to be checkpointed a few times, and lose a host, mid-run.
 MP_P=("$BUILD/tests/workloads/mp_train" --transport tcp --steps 2500 --step-delay-ms 10 --ballast-mib 8)
 REF_P=
@@ -347,16 +363,7 @@ print(len([t for c in json.load(sys.stdin)['checkpoints'] for t in c.get('tags',
   pids+=("$(json_field pid < "$T/restore-p.json")" "$(json_field remote_pids.0 < "$T/restore-p.json")")
   # Checkpointed every second again, from host 0, counting on (Note [Checkpoints every period]).
   scheduled_again 0 "$(json_field pid < "$T/restore-p.json")" "$T/restore-p.json" p
-  wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/p-r0.log" | grep -c "^step") -ge 1 ]]' || fail "p: the restored rank 0 printed no step"
-  resumed_at=$(tail -c +$((size + 1)) "$T/p-r0.log" | awk '/^step/ {print $2; exit}')
-  lost=$((killed_at - resumed_at + 1))
-  most=$(((age + gap) / 10 + 3))
-  ((lost >= 0 && lost <= most)) ||
-    fail "p: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
-  REF_MAIN=$REF
-  REF=$REF_P
-  job_ends_right p 2 "${before[@]}"
-  REF=$REF_MAIN
+  resumed_within_age p
   echo "ok: host 3 lost at step $killed_at; restored from host 0's memory on host 2 at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
   echo "   (host 0's schedule then: $schedule)"
 fi
@@ -496,16 +503,7 @@ if wanted q; then
   scheduled_again 6 "$moved" "$T/restore-q.json" q  # by its new coordinator
   [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 6)" ]] ||
     fail "q: restored rank 0 ($moved) is not in host 6's namespace"
-  wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/q-r0.log" | grep -c "^step") -ge 1 ]]' || fail "q: the restored rank 0 printed no step"
-  resumed_at=$(tail -c +$((size + 1)) "$T/q-r0.log" | awk '/^step/ {print $2; exit}')
-  lost=$((killed_at - resumed_at + 1))
-  most=$(((age + gap) / 10 + 3))
-  ((lost >= 0 && lost <= most)) ||
-    fail "q: rank 0 was at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (the newest copied checkpoint was $age ms old)"
-  REF_MAIN=$REF
-  REF=$REF_P
-  job_ends_right q 2 "${before[@]}"
-  REF=$REF_MAIN
+  resumed_within_age q
   echo "ok: host 4 (the coordinator) lost at step $killed_at; restored from host 5: rank 0 on host 6 from host 5's memory, at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
 fi
 echo "PASS"
