@@ -342,9 +342,9 @@ print(len([t for c in json.load(sys.stdin)['checkpoints'] for t in c.get('tags',
   ((kept <= 2)) || fail "p: host 3 keeps $kept parts of pj (--keep 2)"
   # Host 3 lost right after a checkpoint whose copies are made: its rank's work since is what is lost.
   wait_until 60 eval '[[ $(schedule_field 0 "$p0" tiers) == local+peers ]]' || fail "p: the copies are not made"
-  age=$(schedule_field 0 "$p0" last_age_ms)
   schedule=$(on_host 0 "$GCR" ps | grep "a job of 2 hosts" || true)
-  t0=$(date +%s%N)
+  t0=$(date +%s%N)  # before the age is read: age + gap bounds how long ago the state was cut
+  age=$(schedule_field 0 "$p0" last_age_ms)
   [[ -z $(rank_checksum "$T/p-r0.log") ]] || fail "p: the job ended before host 3 could be lost (a slower machine than this test allows)"
   remove_host 3
   gap=$((($(date +%s%N) - t0) / 1000000))
@@ -476,8 +476,8 @@ if wanted q; then
     fail "gcr checkpoint --every: $(cat "$T/q-every.out")"
   wait_until 60 copies_done 4 "$q0" 2 || fail "q: host 4's schedule: $(on_host 4 "$GCR" ps --json)"
   wait_until 60 eval '[[ $(schedule_field 4 "$q0" tiers) == local+peers ]]' || fail "q: the copies are not made"
+  t0=$(date +%s%N)  # before the age is read: age + gap bounds how long ago the state was cut
   age=$(schedule_field 4 "$q0" last_age_ms)
-  t0=$(date +%s%N)
   [[ -z $(rank_checksum "$T/q-r0.log") ]] || fail "q: the job ended before host 4 could be lost"
   remove_host 4  # the coordinator: its gcrd, its store, its schedule gone
   gap=$((($(date +%s%N) - t0) / 1000000))
