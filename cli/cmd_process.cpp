@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -205,7 +206,13 @@ std::map<pid_t, GcrdWork> gcrd_work(EverySchedules* every = nullptr) {
   if (!fd) return out;
   UniqueFd connection(*fd);
   auto reply = gcrd::call(connection.get(), "work", {}, nullptr);
-  if (!reply) return out;  // an older gcrd, or none of ours
+  if (!reply) {
+    std::fprintf(stderr,
+                 "gcr: gcrd did not say what it is doing (%s): checkpoints under way and "
+                 "schedules are not shown\n",
+                 reply.error().message.c_str());
+    return out;
+  }
   for (const auto& [key, value] : *reply) {
     if (key.rfind("tier.", 0) == 0) {
       g_peer_memory[key.substr(5)] = value;

@@ -92,7 +92,8 @@ class JobSessions {
   virtual Result<std::unique_ptr<HeldMemory>> cow_take(std::size_t member, std::uint32_t index,
                                                        std::uint64_t size) = 0;
   virtual Status cow_end(std::size_t member) = 0;
-  // The process has exited (its copies in flight are still gcrd's: Note [Copies handed over]).
+  // The process has exited, or its pid names another process now (its copies in flight are still
+  // gcrd's: Note [Copies handed over]).
   virtual bool gone(std::size_t member) const = 0;
 };
 

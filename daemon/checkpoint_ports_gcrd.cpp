@@ -181,8 +181,18 @@ Status MemberSessions::cow_begin(std::size_t m, int fd, std::uint32_t entries) {
   return ok();
 }
 
+bool MemberSessions::same_process(std::size_t m) const {
+  const std::uint64_t started = members_[m].started;
+  return started == 0 || criu::process_start_time(pid(m)) == started;
+}
+
 bool MemberSessions::gone(std::size_t m) const {
-  return trace_state(pid(m)) == TraceState::gone;
+  return trace_state(pid(m)) == TraceState::gone || !same_process(m);
+}
+
+Result<bool> MemberSessions::ensure_running(std::size_t m) {
+  if (!same_process(m)) return false;  // ended: no driver state of its to finish
+  return ensure_cuda_running(pid(m));
 }
 
 namespace {
@@ -236,6 +246,10 @@ Status MemberSessions::close(std::size_t m) {
 
 // A new session; with the lock this gcrd kept since close(), no one else got in meanwhile.
 Result<control::Client> MemberSessions::connect_again(std::size_t m) {
+  if (!same_process(m))
+    return Error{Errc::not_found, "process " + std::to_string(pid(m)) +
+                                      " ended during the checkpoint (its pid names another "
+                                      "process now)"};
   if (locks_[m])
     return control::Client::connect_mailbox(pid(m), std::move(locks_[m]), std::chrono::seconds(10));
   return control::Client::connect(pid(m), std::chrono::seconds(10));
@@ -250,6 +264,7 @@ Status MemberSessions::reopen(std::size_t m) {
 // After a failed dump or store: undoes a driver lock CRIU may have left (it died, or crashed),
 // then maps the parked regions back and lets the process run.
 bool MemberSessions::give_back(std::size_t m, const std::vector<control::ParkedRegion>& regions) {
+  if (!same_process(m)) return false;  // ended: its memory has no one to go back to
   (void)ensure_cuda_running(pid(m));
   auto again = connect_again(m);
   if (!again) return false;

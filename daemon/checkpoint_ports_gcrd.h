@@ -52,7 +52,7 @@ class MemberSessions final : public JobSessions {
   Status reopen(std::size_t m) override;
   bool is_open(std::size_t m) const override { return open_[m]; }
   bool give_back(std::size_t m, const std::vector<control::ParkedRegion>& regions) override;
-  Result<bool> ensure_running(std::size_t m) override { return ensure_cuda_running(pid(m)); }
+  Result<bool> ensure_running(std::size_t m) override;
   Status cow_begin(std::size_t m, int fd, std::uint32_t entries) override;
   Result<std::unique_ptr<HeldMemory>> cow_take(std::size_t m, std::uint32_t index,
                                                std::uint64_t size) override;
@@ -60,6 +60,9 @@ class MemberSessions final : public JobSessions {
   bool gone(std::size_t m) const override;
 
  private:
+  // Member m's pid still names member m (not a process that took the pid after it died).
+  bool same_process(std::size_t m) const;
+
   std::vector<Member>& members_;
   const std::vector<SharedAllocation> shared_;  // for the cut (a copy: the plan moves on)
   const CarriedTcp tcp_;                        // ibid.

@@ -337,6 +337,12 @@ Status CheckpointTransaction::dump() {
                   " with CRIU (device memory parked)");
   auto td = Clock::now();
   rep_.host_pinned_touched_bytes = plan_.pinned.touched_bytes;
+  // CRIU takes pids: one whose member died (and which a restore may have given to the member's
+  // new self) is not dumped.
+  for (std::size_t i = 0; i < members_.size(); ++i)
+    if (ports_.sessions.gone(i))
+      return Error{Errc::not_found,
+                   "process " + std::to_string(ports_.sessions.pid(i)) + " ended before its dump"};
   GCR_TRY_ASSIGN(DumpOutcome out, ports_.dumper.dump(plan_.pinned, &rep_.host_pages_pinned));
   record_phase(rep_, "dump", td);
   dumped_ = true;

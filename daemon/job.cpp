@@ -84,7 +84,8 @@ Result<std::vector<Member>> connect_members(const criu::ProcessTree& tree,
       if (client.error().code == Errc::not_found) continue;  // not under gcr, or gone
       return std::move(client).context("reaching " + describe(pid)).error();
     }
-    out.push_back(Member{pid, owner_name(pid, tree.root), std::move(client).value()});
+    out.push_back(Member{pid, owner_name(pid, tree.root), std::move(client).value(),
+                         criu::process_start_time(pid).value_or(0)});
   }
   return out;
 }

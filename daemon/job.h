@@ -54,6 +54,10 @@ struct Member {
   pid_t pid = 0;      // as gcrd sees it
   std::string owner;  // the name of its regions in the checkpoint
   control::Client client;
+  // Its start time, read once its session was open: a member that dies during the checkpoint
+  // frees its pid for another process (a restore of the same job takes it back at once), and
+  // nothing done by pid after that may reach the newcomer. 0: unknown.
+  std::uint64_t started = 0;
 };
 
 // The pid a process has in its own (innermost) pid namespace: the one CRIU records.

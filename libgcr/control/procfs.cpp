@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -126,6 +127,23 @@ Result<UniqueFd> open_mailbox(pid_t pid) {
   return fd;
 }
 
+namespace {
+// gcrd and gcr-keeper hold other processes' mailboxes (a checkpoint's session locks, a keeper's
+// charge) without being managed themselves.
+bool is_gcr_daemon(pid_t pid) {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(pid));
+  UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  char comm[32] = {};
+  ssize_t n = read(fd.get(), comm, sizeof comm - 1);
+  if (n <= 0) return false;
+  std::string_view name(comm, static_cast<std::size_t>(n));
+  if (name.ends_with('\n')) name.remove_suffix(1);
+  return name == "gcrd" || name == "gcr-keeper";
+}
+}  // namespace
+
 std::vector<pid_t> find_managed_processes() {
   std::vector<pid_t> out;
   Dir proc(opendir("/proc"));
@@ -134,7 +152,8 @@ std::vector<pid_t> find_managed_processes() {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != 0) continue;
-    if (find_mailbox_link(static_cast<pid_t>(pid))) out.push_back(static_cast<pid_t>(pid));
+    if (find_mailbox_link(static_cast<pid_t>(pid)) && !is_gcr_daemon(static_cast<pid_t>(pid)))
+      out.push_back(static_cast<pid_t>(pid));
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -236,7 +236,8 @@ class Client {
 Result<UniqueFd> open_mailbox(pid_t pid);
 
 // Every process (as this process's /proc shows them) with a gcr-control mailbox that this process
-// may look at, sorted; for `gcr ps`. Processes it may not inspect are left out silently.
+// may look at, sorted; for `gcr ps`. Processes it may not inspect are left out silently, and so
+// are gcrd and gcr-keeper, which hold other processes' mailboxes.
 std::vector<pid_t> find_managed_processes();
 
 // ---- server side ------------------------------------------------------------------------------

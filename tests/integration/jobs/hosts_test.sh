@@ -46,7 +46,9 @@
 #      rank 1 runs on where it was with its address, rank 0 runs on, and both end so.
 #
 #   hosts_test.sh BUILD_DIR      (needs root for CRIU, namespaces and iptables; exits 77 to skip)
-#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, p, e, m, q)
+#   JOB_TEST_ONLY="b4 d1"        runs only those scenarios (a, c, b1..b4, d1, d2, p, e, m, q);
+#                                ctest runs three such groups side by side (jobs.hosts,
+#                                jobs.hosts_move, jobs.hosts_tiers: ./CMakeLists.txt)
 set -euo pipefail
 TEST_NAME=job-hosts
 source "$(dirname "$0")/../programs/lib.sh"
@@ -135,10 +137,12 @@ restore_job() {  # NAME
   echo "ok: $1 restored as pids ${R[*]}"
 }
 
+# Each scenario's heading says how far into the test it starts: a slow one shows in CI's log.
+section() { echo "== $1 [${SECONDS} s in]"; }
 wanted() { [[ -z ${JOB_TEST_ONLY:-} || " $JOB_TEST_ONLY " == *" $1 "* ]]; }
 
 if wanted a; then
-echo "== a: 3 ranks on 3 hosts, two live checkpoints at random moments"
+section "a: 3 ranks on 3 hosts, two live checkpoints at random moments"
 start_job a 3
 first=$((RANDOM % 30 + 10))
 wait_steps "$T/a-r0.log" "$first"
@@ -164,7 +168,7 @@ done
 fi
 
 if wanted c; then
-echo "== c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
+section "c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
 # Rank 1 lags before its all-reduce every 4th step while the others' streams wait on flags only
 # its proxy's sends will set, and every 3rd step all meet at a barrier of the store, the others
 # blocked in a receive: the checkpoints come at random moments among these.
@@ -226,7 +230,7 @@ fault() {  # TAG I PHASE
   echo "ok: $tag: refused ($(grep -m1 gcr: "$T/$tag.out" | cut -c1-150)); the job ran on and ended with $REF; nothing listed"
 }
 
-echo "== b: faults before the commit"
+section "b: faults before the commit"
 wanted b1 && fault b1 1 parked
 wanted b2 && fault b2 0 parked
 wanted b3 && CUT=1 PAUSE_S=5 fault b3 1 quiesced
@@ -267,18 +271,21 @@ after_commit() {  # TAG I
   echo "ok: $tag: host $i's gcrd killed after the commit; the job ran on, and the checkpoint restored ends with $REF"
 }
 
-echo "== d: faults after the commit"
+section "d: faults after the commit"
 wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
 
-# The field F of host H's schedule of pid P (gcr ps --json), '' if none.
+# The field F of host H's schedule of pid P (gcr ps --json), '' if none; what gcr ps said stays
+# in $T/ps.json and $T/ps.err for a failure to show (last_ps).
 schedule_field() {  # H P F
-  on_host "$1" "$GCR" ps --json | python3 -c "
+  on_host "$1" "$GCR" ps --json > "$T/ps.json" 2> "$T/ps.err" || true
+  python3 -c "
 import json, sys
 for p in json.load(sys.stdin):
-    if p['pid'] == $2: print(p.get('every', {}).get('$3', ''))"
+    if p['pid'] == $2: print(p.get('every', {}).get('$3', ''))" < "$T/ps.json" 2>> "$T/ps.err"
 }
+last_ps() { echo "gcr ps --json said: $(head -c 2000 "$T/ps.json") $(head -c 1000 "$T/ps.err")"; }
 copies_done() { [[ $(schedule_field "$1" "$2" count) -ge $3 && $(schedule_field "$1" "$2" tiers) == local+peers ]]; }
 holds_copy_of() { grep -q " $2\$" "$(host_memory "$1")/tier.index" 2> /dev/null; }  # I ORIGIN
 # H P JSON TAG: the restored job (rank 0 pid P on host H) is checkpointed every second again,
@@ -287,7 +294,7 @@ scheduled_again() {
   [[ $(json_field every_ms < "$3") == 1000 ]] || fail "$4: the restored job is not scheduled again: $(cat "$3")"
   local from
   from=$(schedule_field "$1" "$2" count)
-  ((from >= 2)) || fail "$4: the schedule counts from '$from', not from the checkpoint restored"
+  ((from >= 2)) || fail "$4: the schedule counts from '$from', not from the checkpoint restored; $(last_ps)"
   wait_until 60 copies_done "$1" "$2" $((from + 1)) ||
     fail "$4: the restored job was not checkpointed again: $(on_host "$1" "$GCR" ps --json)"
 }
@@ -297,7 +304,7 @@ scheduled_again() {
 resumed_within_age() {
   local tag=$1 most
   wait_until 60 eval '[[ $(tail -c +$((size + 1)) "$T/$tag-r0.log" | grep -c "^step") -ge 1 ]]' || fail "$tag: the restored rank 0 printed no step"
-  resumed_at=$(tail -c +$((size + 1)) "$T/$tag-r0.log" | awk '/^step/ {print $2; exit}')
+  resumed_at=$(tail -c +$((size + 1)) "$T/$tag-r0.log" | awk '/^step/ && s == "" {s = $2} END {print s}')  # reads it all: no SIGPIPE for tail
   lost=$((killed_at - resumed_at + 1))
   most=$(((age + gap) / 10 + 3))
   ((lost >= 0 && lost <= most)) ||
@@ -317,7 +324,7 @@ reference_p() {
   REF_P=$(checksum_of "$T/ref-p.log")
 }
 if wanted p; then
-  echo "== p: checkpointed every second, each part copied into the other host's memory; a host lost"
+  section "p: checkpointed every second, each part copied into the other host's memory; a host lost"
   # Ranks on hosts 0 and 3 (host 3 is this scenario's alone); host 2 is the spare.
   reference_p
   launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT"
@@ -415,7 +422,7 @@ failed_move() {  # TAG A I POINT K
 }
 
 if wanted m; then
-  echo "== m: one rank moved to the spare host while the job runs"
+  section "m: one rank moved to the spare host while the job runs"
   start_move_job m 1
   move_rank1 m1 || fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
   moved=$(json_field destination_pid < "$T/m1.json")
@@ -436,7 +443,7 @@ if wanted m; then
   failed_move m3 3 0 bystander-frozen 0
 fi
 if wanted e; then
-  echo "== e: a host lost; its rank restored on the spare host"
+  section "e: a host lost; its rank restored on the spare host"
   start_job e 2
   wait_steps "$T/e-r0.log" $((RANDOM % 30 + 10))
   checkpoint_job "$T/e1.json" -R --copy-parts --name e1
@@ -459,7 +466,7 @@ if wanted e; then
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
 fi
 if wanted q; then
-  echo "== q: the coordinator's host lost; restored from the other host, the coordinator's part from its memory"
+  section "q: the coordinator's host lost; restored from the other host, the coordinator's part from its memory"
   for i in 4 5 6; do
     make_host $i
     start_host_gcrd $i
@@ -506,4 +513,4 @@ if wanted q; then
   resumed_within_age q
   echo "ok: host 4 (the coordinator) lost at step $killed_at; restored from host 5: rank 0 on host 6 from host 5's memory, at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
 fi
-echo "PASS"
+echo "PASS [${SECONDS} s]"
