@@ -120,6 +120,9 @@ struct RestoreOptions {
   std::vector<std::string> place;  // --place OLD=NEW
   std::string trace;               // --trace FILE
   bool latest = false;             // --latest: name is a schedule's NAME, restore its newest NAME.N
+  // --clone (Note [A clone's network] in daemon/clone_network.h) and its network.
+  bool clone = false;
+  std::string netns, address, bridge, gateway;
 };
 
 using gcrd::field_u64;
@@ -617,6 +620,14 @@ RestoreRequest restore_request(const RestoreOptions& o, Context& ctx,
   if (o.eager) req.fields["eager"] = "1";
   if (arriving) req.fields["arriving"] = "1";
   if (o.new_pid_namespace) req.fields["new_pid_namespace"] = "1";
+  if (o.clone) {
+    req.fields["clone"] = "1";
+    for (const auto& [k, v] : {std::pair{"clone_netns", &o.netns},
+                               {"clone_address", &o.address},
+                               {"clone_bridge", &o.bridge},
+                               {"clone_gateway", &o.gateway}})
+      if (!v->empty()) req.fields[k] = *v;
+  }
   if (!o.token_file.empty()) {  // Note [A job across hosts] (daemon/job_link.h)
     if (auto key = gcrd::read_client_key(o.token_file)) {  // checked by restore() first
       req.fields["net_key_name"] = key->name;
@@ -721,6 +732,9 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
   std::string where = field(f, "new_pid_namespace") == "1"
                           ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
                           : "";
+  if (field(f, "clone") == "1")  // Note [A clone's network] (daemon/clone_network.h)
+    where += ", a clone in a network namespace of its own (" + field(f, "clone_network") +
+             "; nsenter -t " + field(f, "pid") + " -n enters it)";
   if (!field(f, "job_pids").empty())  // Note [A job of several trees] (daemon/job.h)
     where += " with the job's other trees as pids " + field(f, "job_pids");
   for (int i = 0; !field(f, "remote." + std::to_string(i)).empty(); ++i)
@@ -754,7 +768,9 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
       format_duration(ns(field_u64(f, "time.load_ns"))) + " (" + field(f, "wanted_regions") +
       " regions waited for), CRIU restore " + format_duration(ns(field_u64(f, "time.criu_ns"))) +
       "\n" + describe_trace(f));
-  if (o.streams.detach) say("  its output goes to " + o.streams.detach_log + "\n");
+  if (o.streams.detach)  // as plan_restore_streams named it
+    say("  its output goes to " +
+        (o.log.empty() ? "gcr-" + field(f, "id").substr(0, 12) + ".log" : o.log) + "\n");
 }
 
 // --latest NAME (Note [Checkpoints every period] in daemon/periodic.h): the schedule's newest
@@ -1002,6 +1018,31 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_flag("--new-pid-namespace", ro.new_pid_namespace,
               "Restore into a PID namespace of its own, where the process keeps its original pid "
               "(chosen by itself when that pid is taken on the host)");
+  auto* clone = r->add_flag(
+      "--clone", ro.clone,
+      "Restore a second instance beside the original and other clones: PID and network "
+      "namespaces of its own, its own device memory; what it listens on is its own (see "
+      "--address, --netns; docs/serving.md). Root only");
+  r->add_option("--netns", ro.netns,
+                "With --clone: restore into this network namespace (a path: /run/netns/NAME, "
+                "/proc/PID/ns/net), set up by the caller")
+      ->type_name("PATH")
+      ->needs(clone);
+  auto* address = r->add_option("--address", ro.address,
+                                "With --clone: the clone's address (A.B.C.D/N) on eth0, a veth "
+                                "whose other end joins --bridge (without --address or --netns: "
+                                "loopback only)")
+                      ->type_name("CIDR")
+                      ->needs(clone);
+  auto* bridge = r->add_option("--bridge", ro.bridge,
+                               "With --address: the host's bridge the clone's veth joins (made "
+                               "and up already)")
+                     ->type_name("BRIDGE");
+  address->needs(bridge);
+  bridge->needs(address);
+  r->add_option("--gateway", ro.gateway, "With --address: the clone's default route")
+      ->type_name("IP")
+      ->needs(address);
   r->add_option("--stdin", ro.streams.stdin_file,
                 "Give the process this file as stdin where it had a terminal, pipe or file")
       ->type_name("FILE");

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "gcr/unique_fd.h"
+#include "system_tool.h"
 
 namespace gcr::gcrd {
 namespace {
@@ -61,31 +62,12 @@ std::string default_route_device() {
   return {};
 }
 
-const char* ip_tool() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
-    if (::access(p, X_OK) == 0) return p;
-  return nullptr;
-}
-
 // `ip addr VERB ADDRESS/32 dev DEVICE` (VERB add or del).
 Status run_ip(const char* verb, std::uint32_t ip, const std::string& device) {
-  const char* tool = ip_tool();
+  auto tool = find_system_tool("ip");
   if (!tool)
     return Error{Errc::unsupported, "moving an address needs ip (Debian package iproute2)"};
-  const std::string cidr = address_text(ip) + "/32";
-  pid_t child = ::fork();
-  if (child < 0) return errno_error("starting ip");
-  if (child == 0) {
-    const char* argv[] = {tool, "addr", verb, cidr.c_str(), "dev", device.c_str(), nullptr};
-    ::execv(tool, const_cast<char* const*>(argv));
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ok();
-  return Error{Errc::io_error,
-               std::string("ip addr ") + verb + " " + cidr + " dev " + device + " failed"};
+  return run_system_tool({*tool, "addr", verb, address_text(ip) + "/32", "dev", device});
 }
 
 // One gratuitous ARP request for `ip` from `device` (an Ethernet interface; others are skipped).

@@ -214,6 +214,16 @@ Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
   GCR_TRY_ASSIGN(out.pull_memory, r.flag("pull_memory"));
   if (!out.pull_from.empty() && (!out.job_part || !store::CheckpointId::from_hex(out.name)))
     return bad("pull_from", "is for a job's part named by its full id");
+  GCR_TRY_ASSIGN(out.clone, r.flag("clone"));
+  GCR_TRY_ASSIGN(out.clone_netns, r.text("clone_netns", 4096));
+  GCR_TRY_ASSIGN(out.clone_address, r.text("clone_address", 64));
+  GCR_TRY_ASSIGN(out.clone_bridge, r.text("clone_bridge", 64));
+  GCR_TRY_ASSIGN(out.clone_gateway, r.text("clone_gateway", 64));
+  if (!out.clone &&
+      !(out.clone_netns + out.clone_address + out.clone_bridge + out.clone_gateway).empty())
+    return bad("clone_netns", "and the other clone_ fields are for a clone (clone=1)");
+  if (out.clone && (out.job_part || !out.place.empty()))
+    return bad("clone", "is for a restore of one process, not of a job's part");
   for (std::size_t i = 0; i < files; ++i) {
     const std::string key = "inherit." + std::to_string(i);
     GCR_TRY_ASSIGN(std::string k, r.text(key, 4096));

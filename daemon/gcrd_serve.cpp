@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "checkpoint.h"
+#include "clone_network.h"
 #include "daemon.h"
 #include "gcr/criu.h"
 #include "gcr/criu_creds.h"
@@ -749,10 +750,23 @@ Result<Fields> restore_job_here(Daemon& d, Request& r, const RestoreFields& f,
   return out;
 }
 
-Result<Fields> serve_restore(Daemon& d, Request& r) {
-  GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
-  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
-  GCR_TRY_ASSIGN(auto st, request_store(r));
+// Note [A clone's network] (clone_network.h): a clone's namespace, made for the restore (root
+// only: it joins a bridge of the host's, or a namespace of anyone's).
+Result<std::optional<CloneNetwork>> clone_network_for(const RestoreFields& f, const Request& r,
+                                                      RestoreRequest& req) {
+  if (!f.clone) return std::optional<CloneNetwork>();
+  if (r.client_uid != 0 || r.from_network)
+    return Error{Errc::permission_denied,
+                 "only root restores clones (each gets network and PID namespaces of its own)"};
+  GCR_TRY_ASSIGN(CloneNetwork net, CloneNetwork::make({f.clone_netns, f.clone_address,
+                                                       f.clone_bridge, f.clone_gateway}));
+  req.new_pid_namespace = true;
+  req.netns = net.path();
+  return std::optional<CloneNetwork>(std::move(net));
+}
+
+// What a restore request asks for, with the files that came with it.
+Result<RestoreRequest> restore_request_of(const RestoreFields& f, Request& r) {
   RestoreRequest req;
   req.name = f.name;
   req.device = f.device;
@@ -771,6 +785,14 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
     req.inherit.push_back({f.inherit[i], std::move(r.files[i])});
   }
   req.client_uid = r.client_uid;
+  return req;
+}
+
+Result<Fields> serve_restore(Daemon& d, Request& r) {
+  GCR_TRY_ASSIGN(RestoreFields f, decode_restore(r.fields, r.files.size()));
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(d.options().self_dir));
+  GCR_TRY_ASSIGN(auto st, request_store(r));
+  GCR_TRY_ASSIGN(RestoreRequest req, restore_request_of(f, r));
   if (geteuid() == 0) GCR_TRY(check_root_store(store_root(r.fields)));
   // Note [Checkpoints in peers' memory] (memory_tier.h): a placed part pulled from a peer's
   // memory while it is restored: the CRIU files first, then the regions as they are touched.
@@ -820,9 +842,17 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
                                           r.progress);
     }
   GCR_TRY_ASSIGN(std::vector<JobPart> parts, job_parts_of(*st, f.name));
+  if (!parts.empty() && f.clone)
+    return Error{Errc::unsupported, f.name + " is a job's checkpoint: a clone is of one process"};
   if (!parts.empty()) return restore_job_here(d, r, f, st, tools, req, parts);
+  GCR_TRY_ASSIGN(std::optional<CloneNetwork> clone, clone_network_for(f, r, req));
   GCR_TRY_ASSIGN(RestoreReport rep, restore_checkpoint(*st, tools, req, r.progress));
   Fields out = restore_reply(rep, req.eager);
+  if (clone) {  // a second instance: the original's schedule stays the original's
+    out["clone"] = "1";
+    out["clone_network"] = clone->description();
+    return out;
+  }
   schedule_again(d, st, tools, rep, r.progress, out);
   return out;
 }

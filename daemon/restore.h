@@ -59,6 +59,9 @@ struct RestoreRequest {
   // Ibid., on a replacement host: the addresses of the part's connections are taken first (Note
   // [Addresses that move with a rank] in address_takeover.h).
   bool take_addresses = false;
+  // A clone's network namespace (Note [A clone's network] in clone_network.h): the restore runs
+  // there, in a PID namespace of its own. Empty: gcrd's.
+  std::filesystem::path netns;
 };
 
 struct RestoreReport {

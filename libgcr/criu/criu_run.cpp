@@ -296,10 +296,13 @@ pid_t pid_in_own_namespace(pid_t pid) {
   return last;
 }
 
-std::optional<fs::path> find_unshare() {
-  for (const char* p : {"/usr/bin/unshare", "/bin/unshare", "/usr/local/bin/unshare"})
-    if (executable(p)) return fs::path(p);
+std::optional<fs::path> find_util_linux(const char* name) {
+  for (const char* dir : {"/usr/bin/", "/bin/", "/usr/local/bin/"})
+    if (executable(std::string(dir) + name)) return fs::path(std::string(dir) + name);
   return std::nullopt;
+}
+std::optional<fs::path> find_unshare() {
+  return find_util_linux("unshare");
 }
 
 }  // namespace
@@ -573,22 +576,18 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
     if (fd >= 0) ::close(fd);
     if (!written) return errno_error("cannot write " + script.string());
   }
-  std::vector<std::string> argv = {unshare->string(),
-                                   "--pid",
-                                   "--fork",
-                                   "--kill-child",
-                                   "--mount-proc",
-                                   tools.criu.string(),
-                                   "restore",
-                                   "-D",
-                                   o.image_dir.string(),
-                                   "-L",
-                                   tools.plugin_dir.string(),
-                                   "--action-script",
-                                   script.string(),
-                                   "-o",
-                                   "restore.log",
-                                   "-v4"};
+  std::vector<std::string> argv;
+  if (!o.netns.empty()) {  // nsenter enters it and execs unshare: the same process
+    auto nsenter = find_util_linux("nsenter");
+    if (!nsenter)
+      return Error{Errc::not_found,
+                   "restoring into a network namespace needs nsenter(1) (util-linux); install it"};
+    argv = {nsenter->string(), "--net=" + o.netns.string(), "--"};
+  }
+  argv.insert(argv.end(), {unshare->string(), "--pid", "--fork", "--kill-child", "--mount-proc",
+                           tools.criu.string(), "restore", "-D", o.image_dir.string(), "-L",
+                           tools.plugin_dir.string(), "--action-script", script.string(), "-o",
+                           "restore.log", "-v4"});
   SpawnExtras extras;
   restore_arguments(o, argv, extras);
   GCR_TRY_ASSIGN(pid_t child, spawn(argv, o.env, o.image_dir / "criu.out", extras));
@@ -838,6 +837,10 @@ BesideOutcome restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
 
 Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
+  if (!options.netns.empty() && !options.new_pid_namespace)
+    return Error{Errc::invalid_argument,
+                 "a restore into a network namespace of its own is one into a PID namespace of "
+                 "its own too"};
   RestoreOptions o = options;
   LazyPages lazy;                   // the daemon until the restore has succeeded, then the caller's
   auto adopt = [&](pid_t daemon) {  // a listening daemon

@@ -121,6 +121,11 @@ struct RestoreOptions {
   // holds its pid, or several restores of one image. The restored process keeps its pid inside;
   // *restored_pid is its pid out here.
   bool new_pid_namespace = false;
+  // With new_pid_namespace: CRIU runs in this network namespace (/run/netns/NAME,
+  // /proc/PID/ns/net), and the tasks, whose own network namespace is not in the image, are
+  // restored in it with their sockets (a clone: Note [A clone's network] in
+  // daemon/clone_network.h). Empty: gcrd's.
+  std::filesystem::path netns;
   bool shell_job = false;  // the dump was a --shell-job one
   bool tcp_close = false;  // established TCP connections were dumped as closed
   // Established TCP connections were dumped (--tcp-established); the caller locks them
@@ -163,10 +168,10 @@ Status restore(const Tools& tools, const RestoreOptions& options);
 // same images: the tasks run at once, a page they touch first is copied in when touched, and the
 // daemon copies the rest in the background and exits when all is in. The daemon holds the only
 // copy of those pages until then: should it die early, the kernel fills what is left with zeros,
-// so its end is watched and the restored tasks are killed when it failed (daemon/restore_txn.cpp). Used when
-// `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off. gcrd has the
-// daemon ask it for the pages instead of reading images (RestoreOptions::lazy_pages_socket; Note
-// [Host memory from the store] in daemon/host_pages.h).
+// so its end is watched and the restored tasks are killed when it failed (daemon/restore_txn.cpp).
+// Used when `criu check --feature uffd-noncoop` passes; GCR_CRIU_LAZY_PAGES=0 turns it off. gcrd
+// has the daemon ask it for the pages instead of reading images (RestoreOptions::lazy_pages_socket;
+// Note [Host memory from the store] in daemon/host_pages.h).
 bool lazy_pages_available(const Tools& tools);
 
 // The daemon of a lazy restore: reaped by wait(), killed and reaped by the destructor otherwise.

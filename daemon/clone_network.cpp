@@ -1,0 +1,135 @@
+#include "clone_network.h"
+
+#include <arpa/inet.h>
+#include <sys/random.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "system_tool.h"
+
+namespace gcr::gcrd {
+
+namespace {
+
+bool is_ipv4(const std::string& text) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, text.c_str(), &a) == 1;
+}
+
+// A.B.C.D/N with N in 1..32.
+bool is_cidr(const std::string& text) {
+  auto slash = text.find('/');
+  if (slash == std::string::npos || !is_ipv4(text.substr(0, slash))) return false;
+  const std::string n = text.substr(slash + 1);
+  if (n.empty() || n.size() > 2 || n.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const int bits = std::stoi(n);
+  return bits >= 1 && bits <= 32;
+}
+
+// An interface name the kernel takes (IFNAMSIZ) and no option of ip's.
+bool is_interface_name(const std::string& name) {
+  return !name.empty() && name.size() < 16 && name[0] != '-' &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+             std::string::npos;
+}
+
+Result<std::string> random_suffix() {
+  unsigned char b[4];
+  if (::getrandom(b, sizeof b, 0) != sizeof b) return errno_error("getrandom");
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
+  return std::string(hex);
+}
+
+}  // namespace
+
+Status check_clone_network(const CloneNetworkSpec& spec) {
+  if (!spec.netns.empty()) {
+    if (!spec.address.empty() || !spec.bridge.empty() || !spec.gateway.empty())
+      return Error{Errc::invalid_argument,
+                   "--netns names a namespace set up already: give it alone, or --address and "
+                   "--bridge for one gcr makes"};
+    std::error_code ec;
+    if (!std::filesystem::exists(spec.netns, ec))
+      return Error{Errc::not_found, "no network namespace " + spec.netns +
+                                        " (make one with `ip netns add NAME`: /run/netns/NAME)"};
+    return ok();
+  }
+  if (spec.address.empty() != spec.bridge.empty())
+    return Error{Errc::invalid_argument,
+                 "--address and --bridge go together: the clone's address, on a veth whose other "
+                 "end joins the bridge"};
+  if (!spec.address.empty() && !is_cidr(spec.address))
+    return Error{Errc::invalid_argument,
+                 "--address wants A.B.C.D/N (an IPv4 address and its prefix length), got '" +
+                     spec.address + "'"};
+  if (!spec.bridge.empty() && !is_interface_name(spec.bridge))
+    return Error{Errc::invalid_argument,
+                 "--bridge wants an interface name, got '" + spec.bridge + "'"};
+  if (!spec.gateway.empty() && (spec.address.empty() || !is_ipv4(spec.gateway)))
+    return Error{Errc::invalid_argument,
+                 "--gateway wants an IPv4 address, and --address beside it"};
+  std::error_code ec;
+  if (!spec.bridge.empty() &&
+      !std::filesystem::exists("/sys/class/net/" + spec.bridge + "/bridge", ec))
+    return Error{Errc::not_found, "no bridge " + spec.bridge +
+                                      " on this host: make it first (ip link add " + spec.bridge +
+                                      " type bridge; ip addr add GATEWAY/N dev " + spec.bridge +
+                                      "; ip link set " + spec.bridge + " up)"};
+  return ok();
+}
+
+Result<CloneNetwork> CloneNetwork::make(const CloneNetworkSpec& spec) {
+  GCR_TRY(check_clone_network(spec));
+  CloneNetwork n;
+  if (!spec.netns.empty()) {
+    n.path_ = spec.netns;
+    n.description_ = spec.netns;
+    return n;
+  }
+  auto ip = find_system_tool("ip");
+  if (!ip)
+    return Error{Errc::unsupported,
+                 "a clone's network namespace needs ip (Debian package iproute2)"};
+  GCR_TRY_ASSIGN(std::string suffix, random_suffix());
+  GCR_TRY(run_system_tool({*ip, "netns", "add", "gcr-clone-" + suffix}));
+  n.made_ = "gcr-clone-" + suffix;  // from here the destructor removes it
+  n.path_ = "/run/netns/" + n.made_;
+  GCR_TRY(n.set_up(spec, *ip).context("setting up the clone's network namespace"));
+  n.description_ =
+      spec.address.empty() ? "loopback only" : spec.address + " on bridge " + spec.bridge;
+  return n;
+}
+
+// Loopback up; with an address, eth0 (a veth into the bridge) with it, and the default route.
+Status CloneNetwork::set_up(const CloneNetworkSpec& spec, const std::string& ip) {
+  GCR_TRY(run_system_tool({ip, "-n", made_, "link", "set", "lo", "up"}));
+  if (spec.address.empty()) return ok();
+  const std::string outside = "gcr" + made_.substr(made_.size() - 8);  // gcrXXXXXXXX
+  GCR_TRY(run_system_tool(
+      {ip, "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", made_}));
+  GCR_TRY(run_system_tool({ip, "link", "set", outside, "master", spec.bridge, "up"}));
+  GCR_TRY(run_system_tool({ip, "-n", made_, "addr", "add", spec.address, "dev", "eth0"}));
+  GCR_TRY(run_system_tool({ip, "-n", made_, "link", "set", "eth0", "up"}));
+  if (!spec.gateway.empty())
+    GCR_TRY(run_system_tool({ip, "-n", made_, "route", "add", "default", "via", spec.gateway}));
+  return ok();
+}
+
+CloneNetwork::CloneNetwork(CloneNetwork&& o) noexcept
+    : path_(std::move(o.path_)),
+      description_(std::move(o.description_)),
+      made_(std::exchange(o.made_, {})) {}
+
+CloneNetwork::~CloneNetwork() {
+  if (made_.empty()) return;
+  auto ip = find_system_tool("ip");
+  if (!ip) return;
+  if (Status s = run_system_tool({*ip, "netns", "del", made_}); !s)
+    std::fprintf(stderr, "gcrd: %s\n", s.error().message.c_str());
+}
+
+}  // namespace gcr::gcrd
