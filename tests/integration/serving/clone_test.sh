@@ -6,7 +6,9 @@
 # its own with its own address on a bridge this test makes. Each answers what the original
 # answers; a clone killed leaves the original and the others serving, and the original killed
 # leaves the clones serving; a clone into a namespace the caller made (--netns) answers there;
-# a clone onto a missing bridge is refused, and leaves no namespace or link behind.
+# scripts/serve_on_demand.py restores a clone on the first request, ends it when idle, and
+# restores another on the next; a clone onto a missing bridge is refused, and leaves no namespace
+# or link behind.
 #   clone_test.sh BUILD_DIR     (root: CRIU, namespaces; exits 77 to skip)
 set -euo pipefail
 TEST_NAME=serve-clones
@@ -96,6 +98,20 @@ clone_pids+=("$(json_field pid < "$T/clone4.json")")
 [[ $(nsenter --net="/run/netns/$NS" "${ASK[@]}" "127.0.0.1:$PORT" 1 2 77 --wait 30) == "$want" ]] ||
   fail "clone 4 answers otherwise in $NS"
 echo "ok: clone 4 answers inside $NS"
+
+step "scale to zero and back (scripts/serve_on_demand.py)"
+FRONT=$(free_port)
+python3 "$(dirname "$0")/../../../scripts/serve_on_demand.py" warm --listen "127.0.0.1:$FRONT" \
+  --address "$NET.30/24" --bridge "$BR" --port "$PORT" --idle 1 --gcr "$GCR" > "$T/front.log" 2>&1 &
+front=$!
+pids+=("$front")
+[[ $(answers_of "127.0.0.1:$FRONT" 30) == "$want" ]] || fail "the front's first answer differs: $(cat "$T/front.log")"
+wait_until 30 log_shows "$T/front.log" "^ended idle clone" || fail "the idle clone was not ended: $(cat "$T/front.log")"
+[[ $(answers_of "127.0.0.1:$FRONT" 30) == "$want" ]] || fail "the front's answer after scaling to zero differs"
+[[ $(grep -c "^restored clone" "$T/front.log") == 2 ]] || fail "the front restored $(grep -c "^restored clone" "$T/front.log") clones, expected 2: $(cat "$T/front.log")"
+kill "$front"
+wait "$front" 2> /dev/null || true
+echo "ok: the front restored a clone on the first request, ended it when idle, and again: $(grep "^restored" "$T/front.log" | tr '\n' ';')"
 
 step "refused before anything is made"
 links=$(ip -o link | wc -l)
