@@ -122,7 +122,7 @@ struct RestoreOptions {
   bool latest = false;             // --latest: name is a schedule's NAME, restore its newest NAME.N
   // --clone (Note [A clone's network] in daemon/clone_network.h) and its network.
   bool clone = false;
-  std::string netns, address, bridge, gateway;
+  std::string netns, address, bridge, gateway, hostname;
 };
 
 using gcrd::field_u64;
@@ -625,7 +625,8 @@ RestoreRequest restore_request(const RestoreOptions& o, Context& ctx,
     for (const auto& [k, v] : {std::pair{"clone_netns", &o.netns},
                                {"clone_address", &o.address},
                                {"clone_bridge", &o.bridge},
-                               {"clone_gateway", &o.gateway}})
+                               {"clone_gateway", &o.gateway},
+                               {"clone_hostname", &o.hostname}})
       if (!v->empty()) req.fields[k] = *v;
   }
   if (!o.token_file.empty()) {  // Note [A job across hosts] (daemon/job_link.h)
@@ -733,8 +734,10 @@ void print_restore_summary(const RestoreOptions& o, const std::map<std::string, 
                           ? " (pid " + field(f, "original_pid") + " in a new PID namespace)"
                           : "";
   if (field(f, "clone") == "1")  // Note [A clone's network] (daemon/clone_network.h)
-    where += ", a clone in a network namespace of its own (" + field(f, "clone_network") +
-             "; nsenter -t " + field(f, "pid") + " -n enters it)";
+    where +=
+        ", a clone in a network namespace of its own (" + field(f, "clone_network") +
+        "; nsenter -t " + field(f, "pid") + " -n enters it)" +
+        (field(f, "clone_hostname").empty() ? "" : ", host name " + field(f, "clone_hostname"));
   if (!field(f, "job_pids").empty())  // Note [A job of several trees] (daemon/job.h)
     where += " with the job's other trees as pids " + field(f, "job_pids");
   for (int i = 0; !field(f, "remote." + std::to_string(i)).empty(); ++i)
@@ -1043,6 +1046,11 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
   r->add_option("--gateway", ro.gateway, "With --address: the clone's default route")
       ->type_name("IP")
       ->needs(address);
+  r->add_option("--hostname", ro.hostname,
+                "With --clone: a UTS namespace of its own with this host name (default: the "
+                "host's)")
+      ->type_name("NAME")
+      ->needs(clone);
   r->add_option("--stdin", ro.streams.stdin_file,
                 "Give the process this file as stdin where it had a terminal, pipe or file")
       ->type_name("FILE");

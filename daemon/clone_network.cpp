@@ -36,6 +36,17 @@ bool is_interface_name(const std::string& name) {
              std::string::npos;
 }
 
+// 02:67:A:B:C:D for address A.B.C.D (locally administered): a clone restored on the address of one
+// that ended has its MAC too, so that neighbours' ARP entries for the address stay right.
+std::string mac_of(const std::string& cidr) {
+  in_addr a{};
+  ::inet_pton(AF_INET, cidr.substr(0, cidr.find('/')).c_str(), &a);
+  const auto* b = reinterpret_cast<const unsigned char*>(&a.s_addr);
+  char mac[18];
+  std::snprintf(mac, sizeof mac, "02:67:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3]);
+  return mac;
+}
+
 Result<std::string> random_suffix() {
   unsigned char b[4];
   if (::getrandom(b, sizeof b, 0) != sizeof b) return errno_error("getrandom");
@@ -109,8 +120,8 @@ Status CloneNetwork::set_up(const CloneNetworkSpec& spec, const std::string& ip)
   GCR_TRY(run_system_tool({ip, "-n", made_, "link", "set", "lo", "up"}));
   if (spec.address.empty()) return ok();
   const std::string outside = "gcr" + made_.substr(made_.size() - 8);  // gcrXXXXXXXX
-  GCR_TRY(run_system_tool(
-      {ip, "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", made_}));
+  GCR_TRY(run_system_tool({ip, "link", "add", outside, "type", "veth", "peer", "name", "eth0",
+                           "address", mac_of(spec.address), "netns", made_}));
   GCR_TRY(run_system_tool({ip, "link", "set", outside, "master", spec.bridge, "up"}));
   GCR_TRY(run_system_tool({ip, "-n", made_, "addr", "add", spec.address, "dev", "eth0"}));
   GCR_TRY(run_system_tool({ip, "-n", made_, "link", "set", "eth0", "up"}));

@@ -11,8 +11,10 @@
 //   as the caller likes.
 // - --address A.B.C.D/N --bridge BR [--gateway G]: gcrd makes one: loopback up, and eth0, one end
 //   of a veth pair whose other end joins the bridge BR (the caller's, already up), with the
-//   address. The clone is reached at A.B.C.D on the port it listens on (a server bound to a
-//   wildcard address, or to A.B.C.D itself).
+//   address, and a MAC made of it (02:67:A:B:C:D, as Docker does): a clone restored on the
+//   address of one that ended is reached at once, not after the neighbours' ARP entries for the
+//   old one time out. The clone is reached at A.B.C.D on the port it listens on (a server bound
+//   to a wildcard address, or to A.B.C.D itself).
 // - neither: a namespace with loopback alone, reached with `nsenter -t PID -n`.
 // gcrd names the namespace it makes (/run/netns/gcr-clone-XXXXXXXX) only while CRIU restores:
 // then the name goes, the namespace lives as long as the clone, and the veth pair goes with it.

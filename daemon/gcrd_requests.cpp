@@ -219,8 +219,14 @@ Result<RestoreFields> decode_restore(const Fields& f, std::size_t files) {
   GCR_TRY_ASSIGN(out.clone_address, r.text("clone_address", 64));
   GCR_TRY_ASSIGN(out.clone_bridge, r.text("clone_bridge", 64));
   GCR_TRY_ASSIGN(out.clone_gateway, r.text("clone_gateway", 64));
-  if (!out.clone &&
-      !(out.clone_netns + out.clone_address + out.clone_bridge + out.clone_gateway).empty())
+  GCR_TRY_ASSIGN(out.clone_hostname, r.text("clone_hostname", 64));
+  if (out.clone_hostname.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789.-") != std::string::npos ||
+      out.clone_hostname.starts_with('-'))
+    return bad("clone_hostname", "wants letters, digits, '.' and '-' (a host name)");
+  if (!out.clone && !(out.clone_netns + out.clone_address + out.clone_bridge + out.clone_gateway +
+                      out.clone_hostname)
+                         .empty())
     return bad("clone_netns", "and the other clone_ fields are for a clone (clone=1)");
   if (out.clone && (out.job_part || !out.place.empty()))
     return bad("clone", "is for a restore of one process, not of a job's part");

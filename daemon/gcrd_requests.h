@@ -121,7 +121,7 @@ struct RestoreFields {
   // A clone (Note [A clone's network] in clone_network.h): clone=1 and its network, clone_netns
   // or clone_address with clone_bridge (and clone_gateway).
   bool clone = false;
-  std::string clone_netns, clone_address, clone_bridge, clone_gateway;
+  std::string clone_netns, clone_address, clone_bridge, clone_gateway, clone_hostname;
 };
 // `files`: how many files came with the request; each needs its inherit.N key.
 Result<RestoreFields> decode_restore(const Fields& f, std::size_t files);

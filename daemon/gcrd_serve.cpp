@@ -762,6 +762,7 @@ Result<std::optional<CloneNetwork>> clone_network_for(const RestoreFields& f, co
                                                        f.clone_bridge, f.clone_gateway}));
   req.new_pid_namespace = true;
   req.netns = net.path();
+  req.hostname = f.clone_hostname;
   return std::optional<CloneNetwork>(std::move(net));
 }
 
@@ -851,6 +852,7 @@ Result<Fields> serve_restore(Daemon& d, Request& r) {
   if (clone) {  // a second instance: the original's schedule stays the original's
     out["clone"] = "1";
     out["clone_network"] = clone->description();
+    if (!f.clone_hostname.empty()) out["clone_hostname"] = f.clone_hostname;
     return out;
   }
   schedule_again(d, st, tools, rep, r.progress, out);

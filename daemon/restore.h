@@ -62,6 +62,7 @@ struct RestoreRequest {
   // A clone's network namespace (Note [A clone's network] in clone_network.h): the restore runs
   // there, in a PID namespace of its own. Empty: gcrd's.
   std::filesystem::path netns;
+  std::string hostname;  // ibid.: a UTS namespace of its own with this hostname
 };
 
 struct RestoreReport {

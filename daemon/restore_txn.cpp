@@ -486,7 +486,7 @@ Status RestoreTransaction::restore_external() {
 Status RestoreTransaction::choose_pid_namespace() {
   rep_.original_pid =
       static_cast<pid_t>(std::atoll(reader_->manifest().meta_or("pid", "0").c_str()));
-  rep_.new_pid_namespace = req_.new_pid_namespace || !req_.netns.empty();
+  rep_.new_pid_namespace = req_.new_pid_namespace || !req_.netns.empty() || !req_.hostname.empty();
   GCR_TRY(job_pid_in_use());  // Note [A job of several trees]: taken meanwhile?
   if (!rep_.new_pid_namespace && rep_.original_pid > 0 &&
       ports_.processes.pid_in_use(rep_.original_pid)) {
@@ -527,6 +527,7 @@ Status RestoreTransaction::restore_with_criu() {
   ro.restored_pid = &pid_;
   ro.new_pid_namespace = rep_.new_pid_namespace;
   ro.netns = req_.netns;
+  ro.hostname = req_.hostname;
   ro.shell_job = reader_->manifest().meta_or("shell_job") == "1";
   ro.tcp_close = reader_->manifest().meta_or("tcp_close") == "1";
   ro.tcp_established = !job_tcp_.empty();

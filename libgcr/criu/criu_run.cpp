@@ -584,8 +584,12 @@ Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o)
                    "restoring into a network namespace needs nsenter(1) (util-linux); install it"};
     argv = {nsenter->string(), "--net=" + o.netns.string(), "--"};
   }
-  argv.insert(argv.end(), {unshare->string(), "--pid", "--fork", "--kill-child", "--mount-proc",
-                           tools.criu.string(), "restore", "-D", o.image_dir.string(), "-L",
+  argv.insert(argv.end(), {unshare->string(), "--pid", "--fork", "--kill-child", "--mount-proc"});
+  if (!o.hostname.empty())  // a UTS namespace of its own, named before criu runs (as the init)
+    argv.insert(argv.end(),
+                {"--uts", "/bin/sh", "-c",
+                 "printf %s \"$0\" > /proc/sys/kernel/hostname && exec \"$@\"", o.hostname});
+  argv.insert(argv.end(), {tools.criu.string(), "restore", "-D", o.image_dir.string(), "-L",
                            tools.plugin_dir.string(), "--action-script", script.string(), "-o",
                            "restore.log", "-v4"});
   SpawnExtras extras;
@@ -837,10 +841,10 @@ BesideOutcome restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
 
 Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
-  if (!options.netns.empty() && !options.new_pid_namespace)
+  if ((!options.netns.empty() || !options.hostname.empty()) && !options.new_pid_namespace)
     return Error{Errc::invalid_argument,
-                 "a restore into a network namespace of its own is one into a PID namespace of "
-                 "its own too"};
+                 "a restore into network or UTS namespaces of its own is one into a PID namespace "
+                 "of its own too"};
   RestoreOptions o = options;
   LazyPages lazy;                   // the daemon until the restore has succeeded, then the caller's
   auto adopt = [&](pid_t daemon) {  // a listening daemon

@@ -126,6 +126,8 @@ struct RestoreOptions {
   // restored in it with their sockets (a clone: Note [A clone's network] in
   // daemon/clone_network.h). Empty: gcrd's.
   std::filesystem::path netns;
+  // With new_pid_namespace: a UTS namespace of its own with this hostname (empty: gcrd's).
+  std::string hostname;
   bool shell_job = false;  // the dump was a --shell-job one
   bool tcp_close = false;  // established TCP connections were dumped as closed
   // Established TCP connections were dumped (--tcp-established); the caller locks them

@@ -3,7 +3,8 @@
 # infer_server started from a shell under `gcr run`, writing a log, warmed up and answering on
 # 0.0.0.0:PORT; checkpointed while it serves (-R: it keeps serving); three clones restored at
 # once (`gcr restore --clone --address A/24 --bridge BR`), each in PID and network namespaces of
-# its own with its own address on a bridge this test makes. Each answers what the original
+# its own with its own address on a bridge this test makes (one named with --hostname in a UTS
+# namespace of its own). Each answers what the original
 # answers; a clone killed leaves the original and the others serving, and the original killed
 # leaves the clones serving; a clone into a namespace the caller made (--netns) answers there;
 # scripts/serve_on_demand.py restores a clone on the first request, ends it when idle, and
@@ -50,7 +51,9 @@ checkpoint_json "$T/warm.json" "$server" -R --name warm
 step "three clones restored at once"
 restorers=()
 for i in 1 2 3; do
-  "$GCR" restore warm --clone --address "$NET.$((10 + i))/24" --bridge "$BR" --detach \
+  named=()
+  ((i != 2)) || named=(--hostname "clone2-$$")
+  "$GCR" restore warm --clone --address "$NET.$((10 + i))/24" --bridge "$BR" --detach "${named[@]}" \
     --log "$T/clone$i.log" --json > "$T/clone$i.json" 2> "$T/clone$i.err" &
   restorers+=($!)
 done
@@ -70,6 +73,8 @@ for i in 1 2 3; do
 done
 [[ $(readlink /proc/"${clone_pids[0]}"/ns/net) != "$(readlink /proc/"${clone_pids[1]}"/ns/net)" ]] ||
   fail "clones 1 and 2 share a network namespace"
+[[ $(nsenter -t "${clone_pids[1]}" -u uname -n) == "clone2-$$" && $(nsenter -t "${clone_pids[0]}" -u uname -n) == "$(uname -n)" ]] ||
+  fail "clone 2 is not named clone2-$$ (--hostname), or clone 1 not as this host"
 echo "ok: 3 clones (pids ${clone_pids[*]}) answer as the original, each at its address; the three read $read_bytes bytes of device memory from the store for $(json_field region_bytes < "$T/clone1.json") each"
 
 step "a clone killed: the original and the other clones serve on"

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "clone_network.h"
 #include "daemon.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
@@ -137,6 +138,39 @@ TEST_CASE("Request fields: typed values") {
   auto restore = decode_restore({{"name", "n"}}, 1);
   REQUIRE_FALSE(restore);
   CHECK(restore.error().message.find("without an inherit.0 key") != std::string::npos);
+}
+
+// Note [A clone's network] (clone_network.h): a clone's request and network are checked before
+// anything is made.
+TEST_CASE("Clones: fields and networks refused by form") {
+  CHECK_FALSE(decode_restore({{"name", "n"}, {"clone_address", "10.0.0.2/24"}}, 0));
+  auto job = decode_restore({{"name", "n"}, {"clone", "1"}, {"job_part", "1"}}, 0);
+  REQUIRE_FALSE(job);
+  CHECK(job.error().message.find("not of a job's part") != std::string::npos);
+  auto clone = decode_restore(
+      {{"name", "n"}, {"clone", "1"}, {"clone_address", "10.0.0.2/24"}, {"clone_bridge", "br0"}},
+      0);
+  REQUIRE(clone);
+  CHECK(clone->clone);
+  CHECK(clone->clone_bridge == "br0");
+
+  auto said = [](const CloneNetworkSpec& spec) {
+    Status s = check_clone_network(spec);
+    return s ? std::string() : s.error().message;
+  };
+  CHECK(said({}).empty());  // loopback only
+  CHECK(said({"", "10.0.0.2/24", "", ""}).find("go together") != std::string::npos);
+  CHECK(said({"", "10.0.0.2", "br0", ""}).find("A.B.C.D/N") != std::string::npos);
+  CHECK(said({"", "10.0.0.2/33", "br0", ""}).find("A.B.C.D/N") != std::string::npos);
+  CHECK(said({"", "10.0.0.256/24", "br0", ""}).find("A.B.C.D/N") != std::string::npos);
+  CHECK(said({"", "10.0.0.2/24", "-x", ""}).find("interface name") != std::string::npos);
+  CHECK(said({"", "10.0.0.2/24", "br0;rm", ""}).find("interface name") != std::string::npos);
+  CHECK(said({"", "", "", "10.0.0.1"}).find("--gateway") != std::string::npos);
+  CHECK(said({"", "10.0.0.2/24", "gcr-no-such-br", ""}).find("no bridge gcr-no-such-br") !=
+        std::string::npos);
+  CHECK(said({"/nonexistent/netns", "", "", ""}).find("no network namespace") != std::string::npos);
+  CHECK(said({"/proc/self/ns/net", "10.0.0.2/24", "br0", ""}).find("alone") != std::string::npos);
+  CHECK(said({"/proc/self/ns/net", "", "", ""}).empty());
 }
 
 TEST_CASE("LogBudget: so many lines a minute, then a count of those left out") {
