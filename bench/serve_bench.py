@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,10 +53,13 @@ def drop_caches():
 
 
 def ask(host, port, n, deadline):
-    """'infer n' at host:port, retried until answered or the deadline: (answer line, t answered)."""
+    """'infer n' at host:port, retried until answered or the deadline: (answer line, t answered).
+    Connecting gives up after 50 ms and tries again: an address not up yet is not waited on for
+    ARP's seconds."""
     while True:
         try:
-            with socket.create_connection((host, port), timeout=max(1.0, deadline - time.monotonic())) as s:
+            with socket.create_connection((host, port), timeout=0.05) as s:
+                s.settimeout(max(1.0, deadline - time.monotonic()))
                 f = s.makefile("rw")
                 f.write(f"infer {n}\n")
                 f.flush()
@@ -84,7 +88,10 @@ class Bench:
         self.env.update(GCR_STORE=os.path.join(self.root, "store"), GCR_QUIET="1",
                         GCR_GCRD_SOCKET=os.path.join(self.root, "gcrd.sock"),
                         GCR_WORK_DIR=os.path.join(self.root, "work"), SIMGPU_DEVICES="1",
-                        SIMGPU_MEMORY=cb.size_arg(size + cb.GiB))
+                        # the simulated GPU's size, which every process on it shares: the
+                        # original's and each clone's weights and cache, and some to spare
+                        SIMGPU_MEMORY=cb.size_arg((max(args.clones) + 1) * (size + 256 * cb.MiB)
+                                                  + cb.GiB))
 
     def server_cmd(self, passes, make=False):
         return ([self.gcr, "run", "--", self.server, "--weights", self.weights, "--listen",
@@ -118,6 +125,19 @@ class Bench:
                    "--json"]
             procs.append(subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        # Clients ask from the start, as a front holding the first request does: a clone answers
+        # once it runs and the weights its answer reads are in, before its command returns (which
+        # waits for all of its device memory).
+        answers = [None] * k
+
+        def client(i):
+            try:
+                answers[i] = ask(f"{self.net}.{10 + i}", self.port, 1, t0 + self.timeout)
+            except cb.Failure as e:
+                answers[i] = e
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(k)]
+        for c in clients:
+            c.start()
         out, pids = [], []
         for i, p in enumerate(procs):
             so, se = p.communicate(timeout=self.timeout)
@@ -125,8 +145,11 @@ class Bench:
                 raise cb.Failure(f"clone {i} of {name}: " + se.decode(errors="replace").strip())
             pids.append(int(json.loads(so)["pid"]))
             cb.REAPER.add(pids[-1], "infer_server")
-        for i in range(k):
-            line, t1 = ask(f"{self.net}.{10 + i}", self.port, 1, t0 + self.timeout)
+        for i, c in enumerate(clients):
+            c.join()
+            if isinstance(answers[i], cb.Failure):
+                raise answers[i]
+            line, t1 = answers[i]
             out.append(((t1 - t0) * 1e3, line))
         for pid in pids:
             cb.REAPER.kill(pid)

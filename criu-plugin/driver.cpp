@@ -131,8 +131,14 @@ Status Driver::lock(int pid, unsigned timeout_ms) const {
 
 Status Driver::checkpoint(int pid) const {
   CUcheckpointCheckpointArgs args{};
-  if (CUresult r = checkpoint_(pid, &args))
-    return driver_error("cuCheckpointProcessCheckpoint", pid, r);
+  if (CUresult r = checkpoint_(pid, &args)) {
+    Error e = driver_error("cuCheckpointProcessCheckpoint", pid, r);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)  // what drivers before 610 refuse (and simgpu as they do)
+      e.message += " (the process shares device memory with another process: CUDA IPC, an "
+                   "exported handle, or gcrd's after a `gcr checkpoint -R` of it; the driver's "
+                   "checkpoint takes none of these: checkpoint it without --stop-copy)";
+    return e;
+  }
   return ok();
 }
 

@@ -10,7 +10,8 @@ clone is ended (scale to zero); the next connection restores a new one. The chec
   serve_on_demand.py NAME --listen 0.0.0.0:8000 --address 10.88.0.10/24 --bridge gcr0 --port 7811
                      [--idle 30] [--gcr PATH]
 
-Prints one line per event ("restored clone PID in N ms", "ended idle clone PID"); a restore that
+Prints one line per event ("clone answering N ms after its restore began", "restored clone PID
+in N ms (all its memory in)", "ended idle clone PID"); a restore that
 fails is said on stderr and its connection closed. Runs as root (clones are root's). Ends on
 SIGINT/SIGTERM, ending its clone. Exit codes: 0 ended by a signal, 2 bad usage.
 """
@@ -32,28 +33,50 @@ class Replica:
     def __init__(self, a):
         self.a = a
         self.host = a.address.split("/")[0]
-        self.pid = 0
+        self.pid = 0  # once its restore returned
+        self.restore = None  # the `gcr restore` of the clone
+        self.done = threading.Event()  # set once that restore returned
         self.active = 0
         self.last_used = time.monotonic()
         self.lock = threading.Lock()
 
     def ensure(self):
-        """The clone's address, restored first if none runs."""
+        """The clone's address, restored first if none runs. A connection goes through as soon as
+        the clone listens, before `gcr restore` returns (it waits for all device memory)."""
         with self.lock:
             self.active += 1
-            if self.pid and os.path.exists(f"/proc/{self.pid}"):
+            if self.restore and (self.restore.poll() is None or self.alive()):
                 return (self.host, self.a.port)
             t0 = time.monotonic()
-            p = subprocess.run([self.a.gcr, "restore", self.a.name, "--clone", "--address",
-                                self.a.address, "--bridge", self.a.bridge, "--detach", "--log",
-                                os.devnull, "--json"], capture_output=True, text=True)
-            if p.returncode != 0:
+            self.pid = 0
+            self.done = threading.Event()
+            self.restore = subprocess.Popen(
+                [self.a.gcr, "restore", self.a.name, "--clone", "--address", self.a.address,
+                 "--bridge", self.a.bridge, "--detach", "--log", os.devnull, "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            threading.Thread(target=self.restored, args=(self.restore, t0), daemon=True).start()
+            try:
+                wait_listening(self.host, self.a.port, 60, lambda: self.restore.poll() in (None, 0))
+            except RuntimeError:
                 self.active -= 1
-                raise RuntimeError(p.stderr.strip() or p.stdout.strip())
-            self.pid = int(json.loads(p.stdout)["pid"])
-            wait_listening(self.host, self.a.port, 60)
-            print(f"restored clone {self.pid} in {(time.monotonic() - t0) * 1e3:.0f} ms", flush=True)
+                raise
+            print(f"clone answering {(time.monotonic() - t0) * 1e3:.0f} ms after its restore began",
+                  flush=True)
             return (self.host, self.a.port)
+
+    def restored(self, p, t0):
+        out, err = p.communicate()
+        if p.returncode != 0:
+            print(f"serve_on_demand: the restore failed: {err.strip() or out.strip()}",
+                  file=sys.stderr, flush=True)
+        else:
+            self.pid = int(json.loads(out)["pid"])
+            print(f"restored clone {self.pid} in {(time.monotonic() - t0) * 1e3:.0f} ms (all its "
+                  "memory in)", flush=True)
+        self.done.set()
+
+    def alive(self):
+        return self.pid and os.path.exists(f"/proc/{self.pid}")
 
     def release(self):
         with self.lock:
@@ -62,26 +85,35 @@ class Replica:
 
     def end_if_idle(self):
         with self.lock:
-            if self.pid and self.active == 0 and time.monotonic() - self.last_used >= self.a.idle:
-                self.end()
-                print(f"ended idle clone {self.pid_was}", flush=True)
+            if (self.restore and self.restore.poll() is not None and self.active == 0
+                    and time.monotonic() - self.last_used >= self.a.idle):
+                pid = self.end()
+                print(f"ended idle clone {pid}", flush=True)
 
     def end(self):
-        self.pid_was, pid, self.pid = self.pid, self.pid, 0
+        """Ends the clone (its restore first, if it still runs); returns its pid."""
+        if self.restore:
+            self.done.wait()  # restored() has the pid
+        pid, self.pid, self.restore = self.pid, 0, None
         if pid:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        return pid
 
 
-def wait_listening(host, port, timeout_s):
+def wait_listening(host, port, timeout_s, still_coming):
+    """Until host:port takes a connection (each try gives up after 50 ms: an address not up yet
+    is not waited on for ARP's seconds), while still_coming()."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            socket.create_connection((host, port), timeout=1).close()
+            socket.create_connection((host, port), timeout=0.05).close()
             return
         except OSError:
+            if not still_coming():
+                raise RuntimeError(f"the clone's restore failed before it listened on {host}:{port}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the clone did not listen on {host}:{port} in {timeout_s} s")
             time.sleep(0.002)
