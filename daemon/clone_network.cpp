@@ -1,9 +1,14 @@
 #include "clone_network.h"
 
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "system_tool.h"
@@ -55,7 +60,25 @@ Result<std::string> random_suffix() {
   return std::string(hex);
 }
 
+constexpr std::string_view kClonePrefix = "gcr-clone-";
+
 }  // namespace
+
+void remove_stale_clone_names() {
+  std::error_code ec;
+  auto ip = find_system_tool("ip");
+  if (!ip) return;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(kClonePrefix)) continue;
+    const long pid = std::strtol(name.c_str() + kClonePrefix.size(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (Status s = run_system_tool({*ip, "netns", "del", name}); !s)
+      std::fprintf(stderr, "gcrd: %s\n", s.error().message.c_str());
+    else
+      std::fprintf(stderr, "gcrd: removed %s, left by a gcrd that is gone\n", name.c_str());
+  }
+}
 
 Status check_clone_network(const CloneNetworkSpec& spec) {
   if (!spec.netns.empty()) {
@@ -106,8 +129,9 @@ Result<CloneNetwork> CloneNetwork::make(const CloneNetworkSpec& spec) {
     return Error{Errc::unsupported,
                  "a clone's network namespace needs ip (Debian package iproute2)"};
   GCR_TRY_ASSIGN(std::string suffix, random_suffix());
-  GCR_TRY(run_system_tool({*ip, "netns", "add", "gcr-clone-" + suffix}));
-  n.made_ = "gcr-clone-" + suffix;  // from here the destructor removes it
+  const std::string name = std::string(kClonePrefix) + std::to_string(::getpid()) + "-" + suffix;
+  GCR_TRY(run_system_tool({*ip, "netns", "add", name}));
+  n.made_ = name;  // from here the destructor removes it
   n.path_ = "/run/netns/" + n.made_;
   GCR_TRY(n.set_up(spec, *ip).context("setting up the clone's network namespace"));
   n.description_ =

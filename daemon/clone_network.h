@@ -16,8 +16,10 @@
 //   old one time out. The clone is reached at A.B.C.D on the port it listens on (a server bound
 //   to a wildcard address, or to A.B.C.D itself).
 // - neither: a namespace with loopback alone, reached with `nsenter -t PID -n`.
-// gcrd names the namespace it makes (/run/netns/gcr-clone-XXXXXXXX) only while CRIU restores:
-// then the name goes, the namespace lives as long as the clone, and the veth pair goes with it.
+// gcrd names the namespace it makes (/run/netns/gcr-clone-GCRDPID-XXXXXXXX) only while CRIU
+// restores: then the name goes, the namespace lives as long as the clone, and the veth pair goes
+// with it. A gcrd killed meanwhile leaves the name: the next gcrd to start removes the names of
+// gcrds that are gone (never another live gcrd's, which may be restoring into it).
 #pragma once
 
 #include <filesystem>
@@ -36,6 +38,9 @@ struct CloneNetworkSpec {
 
 // Checks a spec's form before anything is made (a field at a time, saying what is wrong).
 Status check_clone_network(const CloneNetworkSpec& spec);
+
+// Removes /run/netns/gcr-clone-PID-* whose gcrd PID is gone (Note [A clone's network]).
+void remove_stale_clone_names();
 
 class CloneNetwork {
  public:

@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "clone_network.h"
 #include "daemon.h"
 #include "gcr/criu_creds.h"
 #include "gcr/human_output.h"
@@ -279,5 +280,6 @@ int main(int argc, char** argv) {
   daemon.periodic().persist_in(daemon.options().socket_path.parent_path() / "schedules",
                                daemon.options().self_dir, &daemon.work(),
                                [&daemon](const std::string& line) { daemon.log(line); });
+  if (geteuid() == 0) remove_stale_clone_names();  // Note [A clone's network] (clone_network.h)
   return daemon.run(std::move(listener), std::move(network));
 }

@@ -26,6 +26,8 @@ cleanup_net() {
   local p
   for p in "${clone_pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done
   ip netns del "$NS" 2> /dev/null || true
+  ip netns del "gcr-clone-4194305-0badc0de" 2> /dev/null || true
+  ip netns del "gcr-clone-$$-0badc0de" 2> /dev/null || true
   ip link del "$BR" 2> /dev/null || true
 }
 trap 'rc=$?; cleanup_net; (exit $rc); cleanup' EXIT
@@ -118,7 +120,12 @@ kill "$front"
 wait "$front" 2> /dev/null || true
 echo "ok: the front restored a clone on the first request, ended it when idle, and again: $(grep "^restored" "$T/front.log" | tr '\n' ';')"
 
-step "refused before anything is made"
+step "refused before anything is made; a crashed gcrd's namespace name removed by the next"
+# Names as gcrd gives them while it restores (gcr-clone-GCRDPID-X): one of a pid that cannot be
+# alive (above the kernel's limit), one of a live process's; a gcrd starting removes the first.
+ip netns add "gcr-clone-4194305-0badc0de"
+ip netns add "gcr-clone-$$-0badc0de"
+stop_gcrd
 link_names() { ip -o link | awk -F': ' '{print $2}' | sed 's/@.*//' | sort; }
 links=$(link_names)
 clone_namespaces=$(ip netns list | grep -c gcr-clone- || true)
@@ -131,7 +138,10 @@ if "$GCR" restore warm --address "$NET.21/24" --bridge "$BR" > "$T/refused2.out"
 fi
 # (links of clones that ended may still be going: only new ones count)
 new_links=$(comm -13 <(echo "$links") <(link_names))
-[[ -z $new_links && $(ip netns list | grep -c gcr-clone- || true) == "$clone_namespaces" ]] ||
+[[ -z $new_links && $(ip netns list | grep -c gcr-clone- || true) == $((clone_namespaces - 1)) ]] ||
   fail "a refused clone left links or namespaces behind: $new_links $(ip netns list)"
+! ip netns list | grep -q "gcr-clone-4194305-" || fail "gcrd did not remove a gone gcrd's namespace name"
+ip netns list | grep -q "gcr-clone-$$-" || fail "gcrd removed the namespace name of a live process"
+ip netns del "gcr-clone-$$-0badc0de"
 echo "ok: refused: $(head -n 1 "$T/refused.out")"
 finish
