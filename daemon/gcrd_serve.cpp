@@ -691,15 +691,9 @@ void schedule_job_again(Daemon& d, const std::shared_ptr<store::Store>& st,
   EveryRequest& e = *schedule;
   e.job_pids = rep.tree_pids;
   for (const RemoteRestored& r : remote) {
-    JobHost h{r.address, {}};
-    for (std::size_t at = 0; at < r.pids.size();) {
-      std::size_t comma = std::min(r.pids.find(',', at), r.pids.size());
-      h.pids.push_back(
-          static_cast<pid_t>(std::strtol(r.pids.substr(at, comma - at).c_str(), nullptr, 10)));
-      at = comma + 1;
-    }
-    if (h.pids.empty() || h.pids[0] <= 0) return;  // a host that did not say: not scheduled blind
-    e.hosts.push_back(std::move(h));
+    auto pids = parse_pid_list(r.pids);
+    if (!pids) return;  // a host that did not say: not scheduled blind
+    e.hosts.push_back(JobHost{r.address, std::move(*pids)});
   }
   job.peer = {};
   job.peer.copies = e.job.peer.copies;

@@ -40,14 +40,9 @@ Result<std::vector<JobPart>> decode_job_parts(const std::string& text) {
     std::string pids, rest;
     f >> p.address >> p.id >> pids;
     bool good = f && store::CheckpointId::from_hex(p.id).has_value() && !(f >> rest);
-    for (std::size_t at = 0; good && at < pids.size();) {
-      std::size_t comma = std::min(pids.find(',', at), pids.size());
-      long v = std::strtol(pids.substr(at, comma - at).c_str(), nullptr, 10);
-      good = v > 0;
-      p.pids.push_back(static_cast<pid_t>(v));
-      at = comma + 1;
-    }
-    if (!good || p.pids.empty())
+    auto parsed = parse_pid_list(pids);
+    if (parsed) p.pids = std::move(*parsed);
+    if (!good || !parsed)
       return Error{Errc::corrupt_image, "manifest META job_parts: a line reads '" +
                                             line.substr(0, 100) + "', not 'HOST:PORT ID PID,...'"};
     out.push_back(std::move(p));
@@ -147,12 +142,6 @@ Result<RemotePart> ask_host(const std::string& address, const NetKey& key,
   if (!send_line(p.conn.get(), std::string(kProtocol) + " " + verb + " " + encode_fields(fields)))
     return Error{Errc::unreachable, "the job's host " + address + " closed the connection"};
   return p;
-}
-
-std::string pid_list(const std::vector<pid_t>& pids) {
-  std::string out;
-  for (pid_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
-  return out;
 }
 
 // Note [Checkpoints in peers' memory]: the job's committed checkpoint (this host's part `rep`, the

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "comma_list.h"
 #include "gcr/criu.h"
 #include "gcr/result.h"
 #include "gcr/store.h"
@@ -104,6 +105,5 @@ Result<RestoreReport> restore_part(store::Store& store, const criu::Tools& tools
 Result<RemotePart> ask_host(const std::string& address, const NetKey& key,
                             std::chrono::milliseconds idle, const std::string& verb,
                             const WireFields& fields);
-std::string pid_list(const std::vector<pid_t>& pids);  // "1,2,3"
 
 }  // namespace gcr::gcrd

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comma_list.h"
 #include "gcr/store_transfer.h"
 #include "gcrd_client.h"
 #include "net_store.h"
@@ -47,12 +48,7 @@ std::map<std::string, std::vector<std::string>> decode_peer_copies(const std::st
     std::istringstream f(line);
     std::string part, list;
     if (!(f >> part >> list)) continue;
-    auto& hs = out[part];
-    for (std::size_t at = 0; at <= list.size();) {
-      std::size_t comma = std::min(list.find(',', at), list.size());
-      if (comma > at) hs.push_back(list.substr(at, comma - at));
-      at = comma + 1;
-    }
+    out[part] = split_commas(list);
   }
   return out;
 }

@@ -24,18 +24,6 @@ namespace gcr::gcrd {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-std::vector<std::string> split_pids(const std::string& list) {  // "1,2,3"
-  std::vector<std::string> out;
-  for (std::size_t at = 0; at < list.size();) {
-    std::size_t comma = std::min(list.find(',', at), list.size());
-    if (comma > at) out.push_back(list.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return out;
-}
-}  // namespace
-
 struct Periodic::Schedule {
   EveryStatus status;
   std::shared_ptr<store::Store> store;
@@ -196,12 +184,10 @@ void Periodic::persist_in(const std::filesystem::path& dir, const std::filesyste
     const bool same = r.pid > 0 && criu::process_start_time(r.pid) == number("start");
     for (std::size_t i = 0; f.count("remote." + std::to_string(i)); ++i) {
       JobHost h{f["remote." + std::to_string(i)], {}};
-      for (const std::string& p : split_pids(f["remote_pids." + std::to_string(i)]))
-        h.pids.push_back(static_cast<pid_t>(std::strtol(p.c_str(), nullptr, 10)));
+      h.pids = parse_pid_list(f["remote_pids." + std::to_string(i)]).value_or(std::vector<pid_t>{});
       r.hosts.push_back(std::move(h));
     }
-    for (const std::string& p : split_pids(f["job_pids"]))
-      r.job_pids.push_back(static_cast<pid_t>(std::strtol(p.c_str(), nullptr, 10)));
+    r.job_pids = parse_pid_list(f["job_pids"]).value_or(std::vector<pid_t>{});
     r.job.key = NetKey{f["net_key_name"], f["net_key"], std::nullopt};
     r.job.idle = std::chrono::milliseconds(number("idle_ms") ? number("idle_ms") : 30'000);
     r.job.peer.copies = static_cast<unsigned>(number("peer_copies"));

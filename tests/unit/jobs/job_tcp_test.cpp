@@ -86,4 +86,19 @@ TEST_CASE("META job_parts round-trips and refuses a malformed line") {
   CHECK_FALSE(decode_job_parts("10.0.0.2:7070 abc 1\n"));
   CHECK_FALSE(decode_job_parts("10.0.0.2:7070 " + std::string(32, 'a') + " -1\n"));
   CHECK_FALSE(decode_job_parts("10.0.0.2:7070 " + std::string(32, 'a') + "\n"));
+  CHECK_FALSE(decode_job_parts("10.0.0.2:7070 " + std::string(32, 'a') + " 12,x\n"));
+}
+
+TEST_CASE("Comma lists: pids and holders") {
+  CHECK(pid_list({1, 22, 333}) == "1,22,333");
+  CHECK(*parse_pid_list("1,22,333") == std::vector<pid_t>{1, 22, 333});
+  CHECK(*parse_pid_list(pid_list({7})) == std::vector<pid_t>{7});
+  CHECK(*parse_pid_list(",5,,6,") == std::vector<pid_t>{5, 6});
+  CHECK_FALSE(parse_pid_list(""));
+  CHECK_FALSE(parse_pid_list("0"));
+  CHECK_FALSE(parse_pid_list("3,-4"));
+  CHECK_FALSE(parse_pid_list("3,4x"));
+  CHECK_FALSE(parse_pid_list("99999999999"));
+  CHECK(split_commas("a:1,b:2,,") == std::vector<std::string>{"a:1", "b:2"});
+  CHECK(split_commas("").empty());
 }
