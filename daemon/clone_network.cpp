@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "gcr/chunk_id.h"
 #include "system_tool.h"
 
 namespace gcr::gcrd {
@@ -52,15 +52,13 @@ std::string mac_of(const std::string& cidr) {
   return mac;
 }
 
-Result<std::string> random_suffix() {
-  unsigned char b[4];
-  if (::getrandom(b, sizeof b, 0) != sizeof b) return errno_error("getrandom");
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
-  return std::string(hex);
-}
-
 constexpr std::string_view kClonePrefix = "gcr-clone-";
+
+// `ip netns del NAME`: the name goes; the namespace, with whatever is in it, lives on while a
+// process holds it.
+Status delete_name(const std::string& ip, const std::string& name) {
+  return run_system_tool({ip, "netns", "del", name});
+}
 
 }  // namespace
 
@@ -73,7 +71,7 @@ void remove_stale_clone_names() {
     if (!name.starts_with(kClonePrefix)) continue;
     const long pid = std::strtol(name.c_str() + kClonePrefix.size(), nullptr, 10);
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    if (Status s = run_system_tool({*ip, "netns", "del", name}); !s)
+    if (Status s = delete_name(*ip, name); !s)
       std::fprintf(stderr, "gcrd: %s\n", s.error().message.c_str());
     else
       std::fprintf(stderr, "gcrd: removed %s, left by a gcrd that is gone\n", name.c_str());
@@ -128,8 +126,8 @@ Result<CloneNetwork> CloneNetwork::make(const CloneNetworkSpec& spec) {
   if (!ip)
     return Error{Errc::unsupported,
                  "a clone's network namespace needs ip (Debian package iproute2)"};
-  GCR_TRY_ASSIGN(std::string suffix, random_suffix());
-  const std::string name = std::string(kClonePrefix) + std::to_string(::getpid()) + "-" + suffix;
+  const std::string name = std::string(kClonePrefix) + std::to_string(::getpid()) + "-" +
+                           store::Id128::random().hex().substr(0, 8);
   GCR_TRY(run_system_tool({*ip, "netns", "add", name}));
   n.made_ = name;  // from here the destructor removes it
   n.path_ = "/run/netns/" + n.made_;
@@ -163,7 +161,7 @@ CloneNetwork::~CloneNetwork() {
   if (made_.empty()) return;
   auto ip = find_system_tool("ip");
   if (!ip) return;
-  if (Status s = run_system_tool({*ip, "netns", "del", made_}); !s)
+  if (Status s = delete_name(*ip, made_); !s)
     std::fprintf(stderr, "gcrd: %s\n", s.error().message.c_str());
 }
 

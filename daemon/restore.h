@@ -60,7 +60,7 @@ struct RestoreRequest {
   // [Addresses that move with a rank] in address_takeover.h).
   bool take_addresses = false;
   // A clone's network namespace (Note [A clone's network] in clone_network.h): the restore runs
-  // there, in a PID namespace of its own. Empty: gcrd's.
+  // there; it goes with new_pid_namespace (criu::restore refuses it alone). Empty: gcrd's.
   std::filesystem::path netns;
   std::string hostname;  // ibid.: a UTS namespace of its own with this hostname
 };

@@ -486,7 +486,7 @@ Status RestoreTransaction::restore_external() {
 Status RestoreTransaction::choose_pid_namespace() {
   rep_.original_pid =
       static_cast<pid_t>(std::atoll(reader_->manifest().meta_or("pid", "0").c_str()));
-  rep_.new_pid_namespace = req_.new_pid_namespace || !req_.netns.empty() || !req_.hostname.empty();
+  rep_.new_pid_namespace = req_.new_pid_namespace;
   GCR_TRY(job_pid_in_use());  // Note [A job of several trees]: taken meanwhile?
   if (!rep_.new_pid_namespace && rep_.original_pid > 0 &&
       ports_.processes.pid_in_use(rep_.original_pid)) {

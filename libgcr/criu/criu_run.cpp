@@ -301,9 +301,6 @@ std::optional<fs::path> find_util_linux(const char* name) {
     if (executable(std::string(dir) + name)) return fs::path(std::string(dir) + name);
   return std::nullopt;
 }
-std::optional<fs::path> find_unshare() {
-  return find_util_linux("unshare");
-}
 
 }  // namespace
 
@@ -558,7 +555,7 @@ namespace {
 // the restored process is then criu's child, criu unshare's.
 Status restore_in_new_pid_namespace(const Tools& tools, const RestoreOptions& o) {
   fs::path log = o.image_dir / "restore.log";
-  auto unshare = find_unshare();
+  auto unshare = find_util_linux("unshare");
   if (!unshare)
     return Error{Errc::not_found,
                  "restoring into a new PID namespace needs unshare(1) (util-linux); install it"};
