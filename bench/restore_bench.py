@@ -58,12 +58,6 @@ VARIANTS = {"gcr": ["on-demand", "eager"], "stop-copy": ["stop-copy"],
             "gcr-eager-host": ["eager-host"], "gcr-lazy-images": ["lazy-images"]}
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=False)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
 def wait_gone(pid, timeout_s=30):
     deadline = time.monotonic() + timeout_s
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
@@ -118,7 +112,7 @@ def measure(footprint, mode, args, build):
         for cache in (["warm", "cold"] if not args.no_cold else ["warm"]):
             for variant in VARIANTS[mode]:
                 if cache == "cold":
-                    drop_caches()
+                    cb.drop_caches()
                 n_before = slog.count()
                 cmd = [gcr, "restore", "img", "--json"] + (["--eager"] if variant == "eager" else [])
                 if args.trace:  # Note [Kernel timeline]: gcrd, CRIU and the restored tasks

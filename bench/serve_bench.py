@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,29 +41,21 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckpt_bench as cb  # noqa: E402  (shared helpers: processes, gcrd, formatting)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "workloads", "infer_server"))
+import infer_ask  # noqa: E402  (infer_server's client: connect() and ask())
 
 LOAD_GOAL_SHARE = 0.6  # the warm load goal (issue 38): 60% of a single-thread memcpy, measured
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=False)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
 def ask(host, port, n, deadline):
-    """'infer n' at host:port, retried until answered or the deadline: (answer line, t answered).
-    Connecting gives up after 50 ms and tries again: an address not up yet is not waited on for
-    ARP's seconds."""
+    """'infer n' at host:port, retried until answered or the deadline: (answer line, t answered)."""
     while True:
+        left = deadline - time.monotonic()
         try:
-            with socket.create_connection((host, port), timeout=0.05) as s:
-                s.settimeout(max(1.0, deadline - time.monotonic()))
-                f = s.makefile("rw")
-                f.write(f"infer {n}\n")
-                f.flush()
-                line = f.readline().strip()
-                if line.startswith(f"answer {n} "):
+            with infer_ask.connect(host, port, max(0.01, left), max(1.0, left)) as s:
+                line = infer_ask.ask(s.makefile("rw"), n)
+                if line:
                     return line, time.monotonic()
         except OSError:
             pass
@@ -107,7 +98,7 @@ class Bench:
 
     def cold_start(self, cache):
         if cache == "cold":
-            drop_caches()
+            cb.drop_caches()
         t0 = time.monotonic()
         p = self.start_server(self.args.warmup_passes)
         line, t1 = ask("127.0.0.1", self.port, 1, t0 + self.timeout)
@@ -116,7 +107,7 @@ class Bench:
     def clones(self, name, k, cache):
         """k clones of checkpoint `name` restored at once: each one's (first answer ms, answer)."""
         if cache == "cold":
-            drop_caches()
+            cb.drop_caches()
         t0 = time.monotonic()
         procs = []
         for i in range(k):
@@ -178,7 +169,7 @@ class Bench:
         caches = ["warm"] if self.args.no_cold else ["warm", "cold"]
         # A process gcr has checkpointed holds memory shared with gcrd, which the driver's own
         # checkpoint refuses (as drivers before 610 do): the --stop-copy image is of a server of
-        # its own, the first cold start; the warm checkpoint of the last.
+        # its own, the first cold start; the warm checkpoint of the last (or of one more).
         for i, cache in enumerate(caches):
             server, line, ms = self.cold_start(cache)
             r["cold"][cache] = ms
@@ -192,6 +183,8 @@ class Bench:
                 cb.run_gcr([self.gcr, "checkpoint", str(server.pid), "--stop-copy", "--name",
                             "stopcopy", "--json"], self.env, self.timeout)
                 server.wait(timeout=60)
+                if len(caches) == 1:  # the warm image needs a server of its own too
+                    server = self.cold_start("warm")[0]
             if i == len(caches) - 1:
                 cb.run_gcr([self.gcr, "checkpoint", str(server.pid), "-R", "--name", "warm",
                             "--json"], self.env, self.timeout)
