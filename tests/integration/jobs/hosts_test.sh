@@ -137,12 +137,10 @@ restore_job() {  # NAME
   echo "ok: $1 restored as pids ${R[*]}"
 }
 
-# Each scenario's heading says how far into the test it starts: a slow one shows in CI's log.
-section() { echo "== $1 [${SECONDS} s in]"; }
 wanted() { [[ -z ${JOB_TEST_ONLY:-} || " $JOB_TEST_ONLY " == *" $1 "* ]]; }
 
 if wanted a; then
-section "a: 3 ranks on 3 hosts, two live checkpoints at random moments"
+step "a: 3 ranks on 3 hosts, two live checkpoints at random moments"
 start_job a 3
 first=$((RANDOM % 30 + 10))
 wait_steps "$T/a-r0.log" "$first"
@@ -168,7 +166,7 @@ done
 fi
 
 if wanted c; then
-section "c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
+step "c: checkpoint (the job ends), restore, live checkpoint of the restored job, restore"
 # Rank 1 lags before its all-reduce every 4th step while the others' streams wait on flags only
 # its proxy's sends will set, and every 3rd step all meet at a barrier of the store, the others
 # blocked in a receive: the checkpoints come at random moments among these.
@@ -230,7 +228,7 @@ fault() {  # TAG I PHASE
   echo "ok: $tag: refused ($(grep -m1 gcr: "$T/$tag.out" | cut -c1-150)); the job ran on and ended with $REF; nothing listed"
 }
 
-section "b: faults before the commit"
+step "b: faults before the commit"
 wanted b1 && fault b1 1 parked
 wanted b2 && fault b2 0 parked
 wanted b3 && CUT=1 PAUSE_S=5 fault b3 1 quiesced
@@ -271,7 +269,7 @@ after_commit() {  # TAG I
   echo "ok: $tag: host $i's gcrd killed after the commit; the job ran on, and the checkpoint restored ends with $REF"
 }
 
-section "d: faults after the commit"
+step "d: faults after the commit"
 wanted d1 && PAUSE_S=4 after_commit d1 1
 wanted d2 && PAUSE_S=30 after_commit d2 0
 start_host_gcrd 0
@@ -324,7 +322,7 @@ reference_p() {
   REF_P=$(checksum_of "$T/ref-p.log")
 }
 if wanted p; then
-  section "p: checkpointed every second, each part copied into the other host's memory; a host lost"
+  step "p: checkpointed every second, each part copied into the other host's memory; a host lost"
   # Ranks on hosts 0 and 3 (host 3 is this scenario's alone); host 2 is the spare.
   reference_p
   launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT"
@@ -422,7 +420,7 @@ failed_move() {  # TAG A I POINT K
 }
 
 if wanted m; then
-  section "m: one rank moved to the spare host while the job runs"
+  step "m: one rank moved to the spare host while the job runs"
   start_move_job m 1
   move_rank1 m1 || fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
   moved=$(json_field destination_pid < "$T/m1.json")
@@ -443,7 +441,7 @@ if wanted m; then
   failed_move m3 3 0 bystander-frozen 0
 fi
 if wanted e; then
-  section "e: a host lost; its rank restored on the spare host"
+  step "e: a host lost; its rank restored on the spare host"
   start_job e 2
   wait_steps "$T/e-r0.log" $((RANDOM % 30 + 10))
   checkpoint_job "$T/e1.json" -R --copy-parts --name e1
@@ -466,7 +464,7 @@ if wanted e; then
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
 fi
 if wanted q; then
-  section "q: the coordinator's host lost; restored from the other host, the coordinator's part from its memory"
+  step "q: the coordinator's host lost; restored from the other host, the coordinator's part from its memory"
   for i in 4 5 6; do
     make_host $i
     start_host_gcrd $i
@@ -513,4 +511,4 @@ if wanted q; then
   resumed_within_age q
   echo "ok: host 4 (the coordinator) lost at step $killed_at; restored from host 5: rank 0 on host 6 from host 5's memory, at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
 fi
-echo "PASS [${SECONDS} s]"
+step "PASS"
