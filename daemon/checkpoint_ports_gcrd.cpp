@@ -264,9 +264,8 @@ Status MemberSessions::reopen(std::size_t m) {
 // After a failed dump or store: undoes a driver lock CRIU may have left (it died, or crashed),
 // then maps the parked regions back and lets the process run.
 bool MemberSessions::give_back(std::size_t m, const std::vector<control::ParkedRegion>& regions) {
-  if (!same_process(m)) return false;  // ended: its memory has no one to go back to
-  (void)ensure_cuda_running(pid(m));
-  auto again = connect_again(m);
+  (void)ensure_running(m);
+  auto again = connect_again(m);  // none when it ended: its memory has no one to go back to
   if (!again) return false;
   Status unparked = again->unpark(regions);
   (void)again->resume();
