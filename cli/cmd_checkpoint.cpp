@@ -58,9 +58,10 @@ struct CheckpointOptions {
   bool copy_parts = false;  // --copy-parts
   // Note [Checkpoints in peers' memory] (daemon/memory_tier.h) and [Checkpoints every period]
   // (daemon/periodic.h): a job's schedule.
-  unsigned peer_copies = 0;  // --peer-copies
-  std::string every;         // --every DURATION
-  unsigned keep = 3;         // --keep
+  unsigned peer_copies = 0;         // --peer-copies
+  std::string every;                // --every DURATION
+  unsigned keep = 3;                // --keep
+  std::vector<std::string> labels;  // --label KEY=VALUE
 };
 
 // PID, or PID@HOST:PORT (a rank on the host whose gcrd listens at HOST:PORT).
@@ -212,6 +213,10 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
       {"tcp_close", o.tcp_close ? "1" : "0"},
       {"timeout_ms", std::to_string(static_cast<long long>(o.timeout_s * 1000))},
       {"store", store}};
+  for (const std::string& l : o.labels) {  // checked when parsed: KEY=VALUE
+    auto eq = l.find('=');
+    fields["label." + l.substr(0, eq)] = l.substr(eq + 1);
+  }
   if (!o.name.empty())
     fields["tag"] = o.pids.size() == 1 ? o.name : o.name + "-" + std::to_string(o.pids[i]);
   for (int p : o.job_pids)
@@ -991,6 +996,14 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("SECONDS")
       ->default_val(30)
       ->check(CLI::Range(0.1, 3600.0));
+  c->add_option("--label", co.labels,
+                "Keep KEY=VALUE with the checkpoint (in its META as label.KEY: gcr image inspect "
+                "shows it); KEY of a-z, 0-9, '.', '_', '-'; repeat for several")
+      ->type_name("KEY=VALUE")
+      ->check([](const std::string& l) {
+        auto eq = l.find('=');
+        return eq == std::string::npos || eq == 0 ? std::string("a label is KEY=VALUE") : "";
+      });
   c->add_flag("--json", co.json, "Machine-readable output");
   c->footer(
       "Without --leave-running the process is gone once the checkpoint is committed.\n\n"

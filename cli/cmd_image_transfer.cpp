@@ -3,8 +3,10 @@
 // store another host's gcrd serves (gcr://HOST:PORT, `gcr daemon --listen`).
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "cmd_image.h"
 #include "gcr/human_output.h"
@@ -25,10 +27,58 @@ struct TransferCliOptions {
   bool json = false;
 };
 
-Status report(const store::TransferReport& r, bool json, std::string_view verb,
-              const std::string& where, std::optional<std::uint64_t> staged) {
+// Note [A job across hosts] (daemon/job_link.h): a job's manifest names its other hosts' parts
+// (META job_parts, one line each: HOST:PORT ID PIDS). Each part the source holds (the coordinator's
+// store after --copy-parts, a bucket they were pushed to) goes along, so that the job can be
+// restored from the destination (gcr restore --place) without its old hosts.
+struct PartsCopied {
+  std::size_t named = 0, copied = 0;
+  std::uint64_t copied_bytes = 0;
+  std::vector<std::string> missing;  // HOST:PORT of each part the source lacks
+};
+
+Result<PartsCopied> copy_job_parts(store::Backend& from, store::Backend& to,
+                                   const store::CheckpointId& id, const std::string& source) {
+  GCR_TRY_ASSIGN(store::Manifest m, store::read_checkpoint_manifest(from, id));
+  PartsCopied out;
+  std::istringstream lines(m.meta_or("job_parts"));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string host, part;
+    if (!(words >> host >> part)) continue;
+    auto part_id = store::CheckpointId::from_hex(part);
+    if (!part_id)
+      return Error{Errc::corrupt_image, "checkpoint " + id.hex().substr(0, 12) +
+                                            " names a job part '" + part + "' that is no id"};
+    ++out.named;
+    GCR_TRY_ASSIGN(bool there, store::has_checkpoint(from, *part_id));
+    if (!there) {
+      out.missing.push_back(host);
+      continue;
+    }
+    auto r = store::copy_checkpoint(from, to, *part_id, {});
+    if (!r) return std::move(r).context("the job's part of host " + host + " in " + source).error();
+    ++out.copied;
+    out.copied_bytes += r->copied_bytes;
+  }
+  return out;
+}
+
+Status report(const store::TransferReport& r, const PartsCopied& parts, bool json,
+              std::string_view verb, const std::string& where,
+              std::optional<std::uint64_t> staged) {
   if (!json) {
     print(store::describe_transfer(r, verb, where));
+    if (parts.named)
+      print("with " + std::to_string(parts.copied) + " of the job's " +
+            std::to_string(parts.named) + " other parts (" + format_bytes(parts.copied_bytes) +
+            " copied)\n");
+    for (const std::string& h : parts.missing)
+      std::fprintf(stderr,
+                   "gcr: warning: the part of host %s is not in the source: a restore reads it "
+                   "from that host (checkpoint the job with --copy-parts to keep every part in "
+                   "the coordinator's store)\n",
+                   h.c_str());
     if (staged) print("staged on the destination's GPU: " + format_bytes(*staged) + " loaded\n");
     return ok();
   }
@@ -45,6 +95,14 @@ Status report(const store::TransferReport& r, bool json, std::string_view verb,
       .field("packs", r.packs_written)
       .field("elapsed_ns", r.elapsed_ns);
   if (staged) j.field("staged_loaded_bytes", *staged);
+  if (parts.named) {
+    j.field("job_parts", parts.named)
+        .field("job_parts_copied", parts.copied)
+        .field("job_parts_copied_bytes", parts.copied_bytes);
+    j.key("job_parts_missing").begin_array();
+    for (const std::string& h : parts.missing) j.value(h);
+    j.end_array();
+  }
   j.end_object();
   print(j.take() + "\n");
   return ok();
@@ -98,6 +156,7 @@ Status copy(Context& ctx, End from, const std::string& name, End to, const Trans
   auto r = store::copy_checkpoint(*from.backend, *to.backend, *id, t);
   line.clear();
   if (!r) return std::move(r).error();
+  GCR_TRY_ASSIGN(PartsCopied parts, copy_job_parts(*from.backend, *to.backend, *id, from.text));
   std::optional<std::uint64_t> staged;
   if (o.stage) {
     // Note [Staged restore] (daemon/staged.h): the gcrd there loads it onto its GPU now,
@@ -110,7 +169,7 @@ Status copy(Context& ctx, End from, const std::string& name, End to, const Trans
           .error();
     staged = *loaded;
   }
-  return report(*r, o.json, verb, where, staged);
+  return report(*r, parts, o.json, verb, where, staged);
 }
 
 Status image_push(Context& ctx, const TransferCliOptions& o) {

@@ -18,6 +18,7 @@
 #include "cmd_doctor.h"
 #include "cmd_image.h"
 #include "cmd_process.h"
+#include "cmd_slurm.h"
 #include "cmd_trace.h"
 #include "context.h"
 #include "exit_codes.h"
@@ -93,6 +94,7 @@ void describe_app(CLI::App& app, Context& ctx) {
   register_image_commands(app, ctx);
   register_doctor_command(app, ctx);
   register_trace_command(app, ctx);
+  register_slurm_commands(app, ctx);
 }
 
 // A command line CLI11 could not parse: says why on stderr; returns the exit code.

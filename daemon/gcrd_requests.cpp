@@ -16,6 +16,25 @@ Error bad(const std::string& key, const std::string& why) {
   return Error{Errc::invalid_argument, "request field " + key + ": " + why};
 }
 
+// label.KEY=VALUE fields: KEY of [a-z0-9._-], at most 64 bytes; VALUE printable, at most 4096;
+// at most 32 of them.
+Result<std::map<std::string, std::string>> decode_labels(const Fields& f) {
+  std::map<std::string, std::string> out;
+  for (auto it = f.lower_bound("label."); it != f.end() && it->first.starts_with("label."); ++it) {
+    const std::string key = it->first.substr(6);
+    if (key.empty() || key.size() > 64 ||
+        key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
+      return bad(it->first, "a label's name is 1 to 64 of a-z, 0-9, '.', '_' and '-'");
+    if (it->second.size() > 4096 || std::any_of(it->second.begin(), it->second.end(), [](char c) {
+          return static_cast<unsigned char>(c) < 0x20;
+        }))
+      return bad(it->first, "a label's value is at most 4096 printable bytes");
+    if (out.size() == 32) return bad(it->first, "more than 32 labels");
+    out[key] = it->second;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::string> RequestFields::text(const std::string& key, std::size_t max_bytes) const {
@@ -113,6 +132,9 @@ Result<CheckpointFields> decode_checkpoint(const Fields& f) {
   if (every) c.every = std::chrono::milliseconds(*every);
   GCR_TRY_ASSIGN(auto keep, r.integer("every_keep", 1, 10'000));
   if (keep) c.every_keep = static_cast<unsigned>(*keep);
+  GCR_TRY_ASSIGN(c.labels, decode_labels(f));
+  if (!c.labels.empty() && (c.every.count() || c.move))
+    return Error{Errc::invalid_argument, "labels are for one checkpoint, not a schedule or a move"};
   if ((c.peer_copies || c.every.count()) && (c.remote.empty() || c.move))
     return Error{Errc::invalid_argument,
                  "peer_copies and every_ms are for a job across hosts (remote.N); a process is "

@@ -69,6 +69,9 @@ struct CheckpointFields {
   // once now), keeping every_keep.
   std::chrono::milliseconds every{0};
   unsigned every_keep = 3;
+  // label.KEY: the user's own words, kept in the manifest's META as label.KEY (gcr checkpoint
+  // --label; gcr slurm records its job's tasks so).
+  std::map<std::string, std::string> labels;
 };
 Result<CheckpointFields> decode_checkpoint(const Fields& f);
 

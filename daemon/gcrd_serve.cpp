@@ -151,8 +151,10 @@ pid_t plugin_pid(const std::string& fields) {
 
 // --- the handlers --------------------------------------------------------------------------------
 
-Result<Fields> serve_ping(Daemon&, Request&) {
-  return Fields{{"pid", std::to_string(getpid())}};
+Result<Fields> serve_ping(Daemon& d, Request&) {
+  Fields out{{"pid", std::to_string(getpid())}};
+  if (!d.options().listen_address.empty()) out["listen"] = d.options().listen_address;
+  return out;
 }
 
 // What gcrd is doing to which process, for `gcr ps` (work_registry.h).
@@ -369,6 +371,7 @@ Result<Fields> serve_checkpoint(Daemon& d, Request& r) {
   req.tcp_close = f.tcp_close;
   req.device_only = f.device_only;
   req.quiesce_timeout = f.timeout;
+  for (const auto& [key, value] : f.labels) req.extra_meta["label." + key] = value;
   if (f.hold)
     req.hold = [fd = r.client_fd](const std::string& id,
                                   const std::function<void(const std::string&)>& heard) {

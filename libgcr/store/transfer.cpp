@@ -229,6 +229,11 @@ Result<bool> has_checkpoint(Backend& store, const CheckpointId& id) {
   return std::move(bytes).error();
 }
 
+Result<Manifest> read_checkpoint_manifest(Backend& store, const CheckpointId& id) {
+  auto read = read_manifests(store, {id});
+  return std::move(read.front());
+}
+
 Result<std::uint64_t> bytes_to_copy(Backend& from, Backend& to, const CheckpointId& id) {
   auto existing = to.get(manifest_key(id), kMaxManifestBytes);
   if (existing) return std::uint64_t{0};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gcr/chunk_id.h"
+#include "gcr/manifest.h"
 #include "gcr/result.h"
 #include "gcr/store_backend.h"
 
@@ -67,6 +68,9 @@ Result<CheckpointId> resolve_checkpoint(Backend& store, std::string_view name,
 
 // Whether `store` holds checkpoint `id` (its manifest); an error only when it cannot say.
 Result<bool> has_checkpoint(Backend& store, const CheckpointId& id);
+
+// Checkpoint `id`'s manifest in `store`, decoded and checked against its name.
+Result<Manifest> read_checkpoint_manifest(Backend& store, const CheckpointId& id);
 
 // What copying checkpoint `id` from `from` to `to` would add there: the raw bytes of the distinct
 // non-zero chunks it names that `to` lacks (0 when `to` has its manifest). For a destination with

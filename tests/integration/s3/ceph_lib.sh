@@ -6,7 +6,7 @@
 # to ~3 s).
 #
 #   . ceph_lib.sh
-#   ceph_start DIR          exports AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+#   ceph_start DIR          (CEPH_RGW_ADDR: the gateway's address, default 127.0.0.1) exports AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 #                           AWS_REGION, CEPH_RGW_PID; returns 77 when Ceph is not installed
 #   ceph_rgw_stop / ceph_rgw_start   the gateway alone (an endpoint going down and coming back)
 #   ceph_stop               every daemon it started
@@ -103,7 +103,7 @@ memstore_device_bytes = 2147483648
 # tcp_nodelay: beast writes a response's headers and body apart, and with Nagle on its socket the
 # body waits for the client's delayed ACK: 40 ms on every small request (measured: a pull of 7
 # packs spent 0.4 s of 0.9 s so). Production RGWs set it; S3 itself does not delay so.
-rgw_frontends = beast endpoint=127.0.0.1:$rgw_port tcp_nodelay=1
+rgw_frontends = beast endpoint=${CEPH_RGW_ADDR:-127.0.0.1}:$rgw_port tcp_nodelay=1
 rgw_data = $CEPH_DIR/rgw
 rgw_gc_obj_min_wait = 5
 rgw_gc_processor_period = 5
@@ -120,7 +120,7 @@ CONF
     ceph-osd "${conf[@]}" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$CEPH_DIR/log/osd.out" 2>&1 || return 1
     ceph-osd "${conf[@]}" -i 0 -f >>"$CEPH_DIR/log/osd.out" 2>&1 &
     CEPH_PIDS+=($!)
-    export AWS_ENDPOINT_URL="http://127.0.0.1:$rgw_port" AWS_REGION=us-east-1
+    export AWS_ENDPOINT_URL="http://${CEPH_RGW_ADDR:-127.0.0.1}:$rgw_port" AWS_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=gcrtestkey AWS_SECRET_ACCESS_KEY=gcrtestsecret0123456789
     unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3
     ceph_rgw_start || return 1
