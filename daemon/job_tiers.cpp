@@ -94,14 +94,6 @@ PeerCopiesReport copy_to_peers(const std::map<std::string, std::string>& parts,
   return rep;
 }
 
-Status remove_remote_part(const std::string& address, const std::string& id, const NetKey& key) {
-  GCR_TRY_ASSIGN(UniqueFd fd, net_connect(address, key, "request"));
-  GCR_TRY_ASSIGN(auto reply,
-                 call(fd.get(), "tier", {{"op", "remove"}, {"id", id}}, [](const std::string&) {}));
-  (void)reply;
-  return ok();
-}
-
 std::vector<PartSource> part_sources(const std::string& host,
                                      const std::filesystem::path& local_store,
                                      const std::filesystem::path& memory_store,

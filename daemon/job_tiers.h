@@ -53,10 +53,6 @@ PeerCopiesReport copy_to_peers(const std::map<std::string, std::string>& parts,
                                const PeerCopyOptions& options, const NetKey& key,
                                const Progress& progress);
 
-// Asks the gcrd at `address` to remove the job part `id` from its store (a checkpoint of a
-// schedule beyond its --keep).
-Status remove_remote_part(const std::string& address, const std::string& id, const NetKey& key);
-
 // Where a restore may read the part of `host`, fastest first: this host's store, this host's
 // memory tier (`memory_store`, empty for none; reached by others at `self_address`), the memory of
 // the part's holders, the part's own host. Each is opened when asked for; those another host can

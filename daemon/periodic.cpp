@@ -19,6 +19,7 @@
 #include "gcr/process_tree.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_protocol.h"
+#include "net_store.h"
 
 namespace gcr::gcrd {
 

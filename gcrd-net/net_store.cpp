@@ -393,6 +393,14 @@ Result<std::uint64_t> net_stage(const std::string& address, const NetKey& token,
   return field_u64(reply, "loaded_bytes");
 }
 
+Status remove_remote_part(const std::string& address, const std::string& id, const NetKey& key) {
+  GCR_TRY_ASSIGN(UniqueFd fd, net_connect(address, key, "request"));
+  GCR_TRY_ASSIGN(auto reply,
+                 call(fd.get(), "tier", {{"op", "remove"}, {"id", id}}, [](const std::string&) {}));
+  (void)reply;
+  return ok();
+}
+
 Result<std::unique_ptr<store::Backend>> open_net_backend(const std::string& address,
                                                          const NetKey& token, NetStore which) {
   const bool memory = which == NetStore::memory;

@@ -59,6 +59,10 @@ Result<UniqueFd> net_connect(const std::string& address, const NetKey& token,
 Result<std::uint64_t> net_stage(const std::string& address, const NetKey& token,
                                 const std::string& name);
 
+// Asks the gcrd at `address` to remove the job part `id` from its store (verb tier op=remove: a
+// checkpoint of a schedule beyond its --keep, of a Slurm job gcr slurm forgets).
+Status remove_remote_part(const std::string& address, const std::string& id, const NetKey& key);
+
 // The destination's store as a Backend (`parallelism` connections at most): the store it serves,
 // or its peer memory tier (connection verb "memory": Note [Checkpoints in peers' memory] in
 // daemon/memory_tier.h).

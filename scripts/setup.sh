@@ -48,7 +48,10 @@ GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
           libcurl4-openssl-dev curl ceph-mon ceph-osd ceph-common radosgw
 # ... containers: runc and podman for tests/integration/containers (installed without its Recommends: Debian's
 # criu 3.17 fails on this kernel and would put an old criu-plugin.h in /usr/include)
-          runc podman conmon)
+          runc podman conmon
+# ... Slurm: gcr's SPANK plugin builds against libslurm-dev's slurm/spank.h; tests/integration/slurm
+# runs a cluster of Debian's slurmctld and slurmd with munge (without Recommends: ~35 plugins)
+          slurmctld slurmd slurm-client munge libslurm-dev)
 # CRIU's `make criu`: required (criu/Makefile.packages; python3-protobuf and python3-yaml also run
 # CRIU's zdtm tests in tests/integration/criu/zdtm_test.sh) ...
 CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf python3-yaml

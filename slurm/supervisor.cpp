@@ -335,7 +335,7 @@ void Supervisor::checkpointed(int code, const std::string& name) {
 }
 
 void Supervisor::requeue() {
-  if (requeued_) return;
+  if (requeued_ || stopping_) return;  // cancelled meanwhile: the job ends, as its user asked
   requeued_ = true;
   requeue_after_ = false;
   say("job " + std::to_string(env_.job) + ": requeued (scontrol requeue)");

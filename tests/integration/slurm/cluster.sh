@@ -9,7 +9,9 @@
 #   on_node I CMD...       CMD in node I's namespaces (its gcrd, store and /etc/hosts)
 #   node_addr I            node I's address; node_gcrd I: its gcrd's HOST:PORT
 #   node_pids I            every process of node I (its network namespace)
-#   kill_node I / start_node I   node I lost (everything in it killed) / back again
+#   kill_node I / start_node I   node I lost (everything in it killed, its namespace and link
+#                          gone) / back again, as after a reboot
+#   start_gcrd I [VAR=VALUE...]  (again) node I's gcrd, with VARs in its environment
 #   slurm_stop             everything it started, no process, namespace, link or mount left
 #   sq JOB FIELD           a field of `scontrol show job JOB` (JobState, Restarts, NodeList...)
 #   SLURM_CONF is exported: sbatch, srun, scontrol and sinfo of this shell talk to the cluster.
@@ -126,7 +128,17 @@ start_node() {
     fail "slurmd n$i did not start: $(tail -n 5 "$SL/log/slurmd-n$i.log" 2> /dev/null)"
   wait_until 30 eval "[[ -s $SL/run/slurmd-n$i.pid ]] && kill -0 \$(slurmd_pid $i) 2> /dev/null" ||
     fail "slurmd n$i wrote no pid file: $(tail -n 5 "$SL/log/slurmd-n$i.log" 2> /dev/null)"
-  on_node "$i" "$BUILD/bin/gcrd" --detach --listen "$(node_gcrd "$i")" --token-file "$SL/token" \
+  start_gcrd "$i"
+}
+
+start_gcrd() {
+  local i=$1 p
+  shift
+  p=$(pgrep -f "gcrd --detach --listen $(node_gcrd "$i") " || true)
+  [[ -z $p ]] || kill -9 $p
+  wait_until 30 eval "! pgrep -f 'gcrd --detach --listen $(node_gcrd "$i") ' > /dev/null" ||
+    fail "node n$i's old gcrd did not go"
+  on_node "$i" env "$@" "$BUILD/bin/gcrd" --detach --listen "$(node_gcrd "$i")" --token-file "$SL/token" \
     --allow-uids 0 > /dev/null 2> "$SL/n$i/gcrd.err" < /dev/null ||
     fail "node n$i's gcrd did not start: $(cat "$SL/n$i/gcrd.err")"
 }
@@ -164,14 +176,12 @@ slurm_start() {
 kill_node() {
   node_pids "$1" | xargs -r kill -9 2> /dev/null || true
   wait_until 30 eval "[[ -z \$(node_pids $1) ]]" || fail "node n$1 still has processes: $(node_pids "$1")"
+  ip netns del "$(node_ns "$1")" 2> /dev/null || true  # its addresses with it, as a reboot
 }
 
 slurm_stop() {
   local i
-  for ((i = 1; i <= NODES; i++)); do
-    kill_node "$i" 2> /dev/null || true
-    ip netns del "$(node_ns "$i")" 2> /dev/null || true
-  done
+  for ((i = 1; i <= NODES; i++)); do kill_node "$i" 2> /dev/null || true; done
   ip netns pids "$(ctl_ns)" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
   ip netns del "$(ctl_ns)" 2> /dev/null || true
   local p
