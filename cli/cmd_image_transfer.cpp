@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "cmd_image.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
 #include "gcrd_client.h"
+#include "job_parts.h"
 #include "net_store.h"
 #include "remote.h"
 
@@ -40,24 +40,19 @@ struct PartsCopied {
 Result<PartsCopied> copy_job_parts(store::Backend& from, store::Backend& to,
                                    const store::CheckpointId& id, const std::string& source) {
   GCR_TRY_ASSIGN(store::Manifest m, store::read_checkpoint_manifest(from, id));
+  GCR_TRY_ASSIGN(std::vector<gcrd::JobPart> named, gcrd::decode_job_parts(m.meta_or("job_parts")));
   PartsCopied out;
-  std::istringstream lines(m.meta_or("job_parts"));
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line);
-    std::string host, part;
-    if (!(words >> host >> part)) continue;
-    auto part_id = store::CheckpointId::from_hex(part);
-    if (!part_id)
-      return Error{Errc::corrupt_image, "checkpoint " + id.hex().substr(0, 12) +
-                                            " names a job part '" + part + "' that is no id"};
-    ++out.named;
-    GCR_TRY_ASSIGN(bool there, store::has_checkpoint(from, *part_id));
+  out.named = named.size();
+  for (const gcrd::JobPart& p : named) {
+    const auto part_id = *store::CheckpointId::from_hex(p.id);  // checked by decode_job_parts
+    GCR_TRY_ASSIGN(bool there, store::has_checkpoint(from, part_id));
     if (!there) {
-      out.missing.push_back(host);
+      out.missing.push_back(p.address);
       continue;
     }
-    auto r = store::copy_checkpoint(from, to, *part_id, {});
-    if (!r) return std::move(r).context("the job's part of host " + host + " in " + source).error();
+    auto r = store::copy_checkpoint(from, to, part_id, {});
+    if (!r)
+      return std::move(r).context("the job's part of host " + p.address + " in " + source).error();
     ++out.copied;
     out.copied_bytes += r->copied_bytes;
   }

@@ -6,6 +6,8 @@
 #include <cstdlib>
 
 #include "cmd_process.h"
+#include "comma_list.h"
+#include "forget.h"
 #include "node_tools.h"
 #include "slurm_env.h"
 #include "supervisor.h"
@@ -15,7 +17,8 @@ namespace gcr::cli {
 namespace {
 
 struct SlurmCliOptions {
-  std::vector<std::string> command;
+  std::vector<std::string> command;  // or the checkpoints to forget
+  std::string token_file, also;
   std::string address;
   std::uint32_t job = 0, step = 0;
 };
@@ -48,6 +51,15 @@ Status reap(const SlurmCliOptions& o) {
                  o.job, o.step);
     ::kill(p, SIGKILL);
   }
+  return ok();
+}
+
+Status forget(const SlurmCliOptions& o) {
+  GCR_TRY_ASSIGN(slurm::Forgotten f,
+                 slurm::forget_checkpoints(o.command, gcrd::split_commas(o.also), o.token_file));
+  for (const std::string& w : f.warnings) std::fprintf(stderr, "gcr: warning: %s\n", w.c_str());
+  print("removed " + std::to_string(f.checkpoints) + " checkpoints and " + std::to_string(f.parts) +
+        " parts of them\n");
   return ok();
 }
 
@@ -89,6 +101,15 @@ void register_slurm_commands(CLI::App& app, Context& ctx) {
   r->add_option("job", o.job, "SLURM_JOB_ID")->required();
   r->add_option("step", o.step, "SLURM_STEP_ID")->required();
   on_run(r, ctx, [] { return reap(o); });
+  auto* f = slurm->add_subcommand(
+      "forget",
+      "Remove a job's checkpoints here and their parts on every host (Note [A job's "
+      "old checkpoints] in slurm/forget.h)");
+  f->add_option("names", o.command, "The checkpoints (tags in this node's store)")->required();
+  f->add_option("--token-file", o.token_file, "The key of the job's gcrds")->type_name("FILE");
+  f->add_option("--also", o.also, "More gcrds a restore may have placed parts on")
+      ->type_name("HOST:PORT,...");
+  on_run(f, ctx, [] { return forget(o); });
 }
 
 }  // namespace gcr::cli

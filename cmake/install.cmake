@@ -11,6 +11,7 @@
 #   lib/gcr/criu-plugin/gcr_criu_plugin.so   the plugin directory gcr hands its own CRIU (-L)
 #   lib/gcr/criu/criu                        gcr's patched CRIU (when set-up built one)
 #   lib/criu/gcr_criu_plugin.so              a link where a system CRIU (prefix /usr) looks
+#   lib/gcr/slurm/gcr_spank.so              gcr's SPANK plugin (plugstack.conf names it: docs/slurm.md)
 #   lib/systemd/system/gcrd.{service,socket} gcrd as a service, started on first use
 #   share/man/man1/gcr.1.gz                  generated from `gcr --help` of every command
 #   share/doc/gcr/                           README and docs
@@ -21,6 +22,9 @@ install(TARGETS gcr_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS gcrd gcr-keeper RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/gcr)
 install(TARGETS gcr_interpose LIBRARY DESTINATION ${GCR_PRIVATE_DIR} NAMELINK_SKIP)
 install(TARGETS simgpu LIBRARY DESTINATION ${GCR_PRIVATE_DIR}/simgpu NAMELINK_SKIP)
+if(TARGET gcr_spank)
+  install(TARGETS gcr_spank LIBRARY DESTINATION ${GCR_PRIVATE_DIR}/slurm)
+endif()
 if(TARGET gcr_criu_plugin)
   install(TARGETS gcr_criu_plugin LIBRARY DESTINATION ${GCR_PRIVATE_DIR}/criu-plugin)
   install(CODE "

@@ -15,6 +15,7 @@
 #include "gcr/result.h"
 #include "gcr/store.h"
 #include "job_hosts.h"
+#include "job_parts.h"
 #include "job_tiers.h"
 #include "peer_keys.h"
 #include "restore.h"
@@ -27,14 +28,6 @@ struct JobHost {
   std::string address;
   std::vector<pid_t> pids;
 };
-
-// META job_parts: one line per other host's part, "HOST:PORT ID PID,PID".
-struct JobPart {
-  std::string address, id;
-  std::vector<pid_t> pids;
-};
-std::string encode_job_parts(const std::vector<JobPart>& parts);
-Result<std::vector<JobPart>> decode_job_parts(const std::string& text);
 
 // The coordinator: this host's part is `req` (its roots), the others are asked over gcrd-net with
 // `key`; a host silent for `idle` is taken for gone. `copy_parts`: once committed, every other

@@ -23,6 +23,7 @@
 //   address is given back.
 // No exceptions and no allocation that could throw: it runs inside Slurm's daemons.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 // spank.h declares the callbacks without C linkage of their own.
 extern "C" {
 #include <slurm/slurm.h>
@@ -37,10 +38,6 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 
-#ifndef GCR_DEFAULT_BINARY
-#define GCR_DEFAULT_BINARY "/usr/bin/gcr"
-#endif
-
 // SPANK_PLUGIN(gcr, 1), with the external linkage a const at namespace scope lacks in C++.
 extern "C" {
 extern const char plugin_name[] = "gcr";
@@ -52,7 +49,7 @@ extern const unsigned int spank_plugin_version = 1;
 namespace {
 
 struct Config {
-  char gcr[512] = GCR_DEFAULT_BINARY;
+  char gcr[512] = "";
   char token[512] = "";
   char store[1024] = "";
   std::uint32_t pool = 0;  // host order; 0: no job addresses
@@ -85,7 +82,20 @@ bool parse_pool(const char* text) {
   return true;
 }
 
+// Without gcr=: the gcr installed with this plugin, PREFIX/bin/gcr beside PREFIX/lib/gcr/slurm/
+// (the build tree has the same shape).
+void find_gcr() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&find_gcr), &info) || !info.dli_fname) return;
+  char path[512];
+  std::snprintf(path, sizeof path, "%s", info.dli_fname);
+  for (int up = 0; up < 4; ++up)  // the file, slurm/, gcr/, lib/
+    if (char* slash = std::strrchr(path, '/')) *slash = 0;
+  std::snprintf(config.gcr, sizeof config.gcr, "%s/bin/gcr", path);
+}
+
 int parse_arguments(int ac, char** av) {
+  find_gcr();
   for (int i = 0; i < ac; ++i) {
     const char* a = av[i];
     if (std::strncmp(a, "gcr=", 4) == 0) {

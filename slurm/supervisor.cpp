@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "child_command.h"
 #include "gcr/chunk_id.h"
@@ -157,6 +158,8 @@ class Supervisor {
   void checkpoint(bool requeue);
   void checkpointed(int code, const std::string& name);
   void requeue();
+  Result<ChildCommand> forget(const std::vector<std::string>& names);
+  void forget_all();
   void then(Result<ChildCommand> started, std::function<void(int)> next);
   void command_ended();
   int poll_timeout() const;
@@ -176,6 +179,7 @@ class Supervisor {
   std::function<void(int)> next_;
   bool requeue_after_ = false, requeued_ = false, stopping_ = false;
   unsigned seq_ = 0;
+  std::string previous_;  // the job's checkpoint before the newest (Note [A job's old checkpoints])
   Clock::time_point next_period_ = Clock::time_point::max();
 };
 
@@ -325,13 +329,36 @@ void Supervisor::checkpointed(int code, const std::string& name) {
   then(ChildCommand::gcr({"image", "push", name, env_.store, "--name", "slurm-" + job},
                          "gcr image push"),
        [this, job, name, finish](int pushed) {
-         say(pushed == 0 ? "job " + job + ": checkpoint " + name + " is in " + env_.store +
-                               " as slurm-" + job
-                         : "job " + job + ": pushing checkpoint " + name + " to " + env_.store +
-                               " failed (exit " + std::to_string(pushed) +
-                               "): the store keeps the previous one");
-         finish();
+         if (pushed != 0) {
+           say("job " + job + ": pushing checkpoint " + name + " to " + env_.store +
+               " failed (exit " + std::to_string(pushed) + "): the store keeps the previous one");
+           return finish();
+         }
+         say("job " + job + ": checkpoint " + name + " is in " + env_.store + " as slurm-" + job);
+         const std::string before = std::exchange(previous_, name);
+         if (before.empty()) return finish();
+         then(forget({before}), [finish](int) { finish(); });
        });
+}
+
+// Note [A job's old checkpoints] (forget.h).
+Result<ChildCommand> Supervisor::forget(const std::vector<std::string>& names) {
+  std::vector<std::string> args{"slurm",         "forget", "--token-file",
+                                env_.token_file, "--also", join(node_gcrds(step_.tasks), ',')};
+  args.insert(args.end(), names.begin(), names.end());
+  return ChildCommand::gcr(args, "gcr slurm forget");
+}
+
+// The script ended by itself: the job is done, and so are its checkpoints.
+void Supervisor::forget_all() {
+  const std::string job = std::to_string(env_.job);
+  if (!previous_.empty())
+    if (auto c = forget({previous_})) (void)c->wait();
+  if (env_.store.empty() || (seq_ == 0 && env_.restarts == 0)) return;  // none was pushed
+  if (auto c =
+          ChildCommand::gcr({"--store", env_.store, "image", "rm", "slurm-" + job}, "gcr image rm"))
+    if (auto code = c->wait(); code && *code == 0)
+      say("job " + job + ": done; its checkpoints are removed (Note [A job's old checkpoints])");
 }
 
 void Supervisor::requeue() {
@@ -389,6 +416,7 @@ void Supervisor::restored(int code, const std::string& why) {
   const std::string job = std::to_string(env_.job);
   if (code == 0) {
     say("job " + job + ": step " + std::to_string(plan_->step) + " restored; it runs on");
+    previous_ = plan_->name;
   } else {
     say("job " + job + ": the restore of step " + std::to_string(plan_->step) + " failed" +
         (why.empty() ? " (exit " + std::to_string(code) + ")" : ": " + why) +
@@ -498,6 +526,7 @@ Result<int> Supervisor::run() {
     if (!running_ && plan_ && !waiting_.empty() && waiting_.size() == waiting_.front().reg.ntasks)
       restore_step();
   }
+  if (!stopping_ && !requeued_) forget_all();
   return *script_status_;
 }
 

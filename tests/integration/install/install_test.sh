@@ -18,6 +18,8 @@ for f in bin/gcr libexec/gcr/gcrd libexec/gcr/gcr-keeper lib/gcr/libcuda.so.1 \
          share/man/man1/gcr.1.gz; do
   [[ -e $I/$f ]] || fail "not installed: $f"
 done
+[[ ! -e $BUILD/lib/gcr/slurm/gcr_spank.so || -e $I/lib/gcr/slurm/gcr_spank.so ]] ||
+  fail "not installed: lib/gcr/slurm/gcr_spank.so (gcr's SPANK plugin)"
 [[ $(readlink "$I/lib/criu/gcr_criu_plugin.so") == ../gcr/criu-plugin/gcr_criu_plugin.so ]] ||
   fail "lib/criu/gcr_criu_plugin.so is not a relative link into lib/gcr"
 # The dynamic linker must never find the interposer by itself: not in lib/, not on a RUNPATH.

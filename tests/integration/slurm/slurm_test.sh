@@ -26,7 +26,7 @@ SLURM_GRACE=30
 source "$(dirname "$0")/cluster.sh"
 source "$(dirname "$0")/../s3/ceph_lib.sh"
 trap 'rc=$?; slurm_stop; ceph_stop; (exit $rc); cleanup' EXIT
-[[ -e $BUILD/lib/slurm/gcr_spank.so ]] || { echo "SKIP: gcr's SPANK plugin is not built (libslurm-dev)"; exit 77; }
+[[ -e $BUILD/lib/gcr/slurm/gcr_spank.so ]] || { echo "SKIP: gcr's SPANK plugin is not built (libslurm-dev)"; exit 77; }
 
 step "the cluster and the store"
 slurm_start
@@ -34,7 +34,8 @@ rc=0
 CEPH_RGW_ADDR=$(login_addr) ceph_start "$T/ceph" || rc=$?
 ((rc == 0)) || { [[ $rc == 77 ]] && echo "SKIP: Ceph is missing" && exit 77; fail "Ceph did not start"; }
 [[ $(s3_curl PUT gcr-slurm -o /dev/null -w '%{http_code}') == 200 ]] || fail "the bucket was not made"
-echo "optional $BUILD/lib/slurm/gcr_spank.so gcr=$GCR token=$SL/token store=s3://gcr-slurm/jobs" \
+# Without gcr=, the plugin runs the gcr beside it (build/bin/gcr, as PREFIX/bin/gcr installed).
+echo "optional $BUILD/lib/gcr/slurm/gcr_spank.so token=$SL/token store=s3://gcr-slurm/jobs" \
   "addresses=$SNET.128/25" > "$SL/etc/plugstack.conf"
 sbatch --help | grep -q -- '--gcr' || fail "sbatch --help does not show --gcr: $(cat "$SL/etc/plugstack.conf")"
 export LD_LIBRARY_PATH=$BUILD/simgpu  # the jobs' environment: gcr run finds simgpu there
@@ -99,6 +100,25 @@ ends_right() {  # TAG JOB STEPS
   echo "ok: $tag: both ranks ended with the reference $REF"
 }
 
+# What a job that ended by itself leaves of its checkpoints (Note [A job's old checkpoints] in
+# slurm/forget.h): the bucket's slurm-JOB is gone, and so is every checkpoint of it in the stores
+# of the nodes it ended on. Prints what each node still holds.
+checkpoints_gone() {  # TAG JOB
+  local i nodes
+  wait_until 60 eval "! $GCR --store s3://gcr-slurm/jobs image ls 2> /dev/null | grep -q 'slurm-$2\\b'" ||
+    fail "$1: the bucket still holds slurm-$2: $($GCR --store s3://gcr-slurm/jobs image ls 2>&1 | head)"
+  nodes=$(scontrol show hostnames "$(sq "$2" NodeList)")
+  for i in $nodes; do
+    on_node "${i#n}" "$GCR" image ls 2> /dev/null | grep -q "slurm-$2\." &&
+      fail "$1: node $i keeps checkpoints of job $2: $(on_node "${i#n}" "$GCR" image ls)"
+  done
+  for i in 1 2 3; do
+    echo "    n$i holds $(on_node "$i" "$GCR" image ls --json 2> /dev/null | grep -o '"id"' | wc -l) checkpoints," \
+      "$(on_node "$i" "$GCR" --store /var/lib/gcr/served image ls --json 2> /dev/null | grep -o '"id"' | wc -l) parts served"
+  done
+  echo "ok: $1: the bucket and the nodes it ended on hold no checkpoint of job $2"
+}
+
 restored_once() {  # TAG
   [[ $(job_says "$1" "restored; it runs on") -ge 1 ]] ||
     fail "$1: the job says no restore: $(tail -n 20 "$SL/jobs/$1.out")"
@@ -123,6 +143,7 @@ if wanted preempt; then
   scancel "$H"
   ends_right pre "$J" "$STEPS"
   restored_once pre
+  checkpoints_gone pre "$J"
   show "$J"
   sed 's/^/    /' "$SL/jobs/pre.out" | grep -E "gcr:|batch on" || true
 fi
@@ -133,6 +154,7 @@ if wanted timelimit; then
   submit lim --time=1 --signal=B:USR1@30
   ends_right lim "$J" $((STEPS * 2))
   restored_once lim
+  checkpoints_gone lim "$J"
   [[ $(sq "$J" Restarts) -ge 1 ]] || fail "lim: never requeued"
   show "$J"
   sed 's/^/    /' "$SL/jobs/lim.out" | grep -E "gcr:|batch on" || true
@@ -154,6 +176,7 @@ if wanted nodeloss; then
   echo "ok: loss runs again on $(sq "$J" NodeList)"
   ends_right loss "$J" $((STEPS * 2))
   restored_once loss
+  checkpoints_gone loss "$J"
   # The restored rank 0 went on from its checkpoint's step: the first step it logged after
   # the loss, against the last one before.
   resumed=$(awk -v at="$at" '/^step / {if (seen && $2 <= at && !r) r=$2; if ($2 >= at) seen=1} END {print r+0}' "$SL/jobs/loss-r0.log")
