@@ -998,7 +998,7 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(0.1, 3600.0));
   c->add_option("--label", co.labels,
                 "Keep KEY=VALUE with the checkpoint (in its META as label.KEY: gcr image inspect "
-                "shows it); KEY of a-z, 0-9, '.', '_', '-'; repeat for several")
+                "shows it); KEY of a-z, 0-9, '.' and '_'; repeat for several")
       ->type_name("KEY=VALUE")
       ->check([](const std::string& l) {
         auto eq = l.find('=');

@@ -16,15 +16,15 @@ Error bad(const std::string& key, const std::string& why) {
   return Error{Errc::invalid_argument, "request field " + key + ": " + why};
 }
 
-// label.KEY=VALUE fields: KEY of [a-z0-9._-], at most 64 bytes; VALUE printable, at most 4096;
-// at most 32 of them.
+// label.KEY=VALUE fields: KEY of [a-z0-9._] (META's keys: docs/image-format.md §4), at most 64
+// bytes; VALUE printable, at most 4096; at most 32 of them.
 Result<std::map<std::string, std::string>> decode_labels(const Fields& f) {
   std::map<std::string, std::string> out;
   for (auto it = f.lower_bound("label."); it != f.end() && it->first.starts_with("label."); ++it) {
     const std::string key = it->first.substr(6);
     if (key.empty() || key.size() > 64 ||
-        key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
-      return bad(it->first, "a label's name is 1 to 64 of a-z, 0-9, '.', '_' and '-'");
+        key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._") != std::string::npos)
+      return bad(it->first, "a label's name is 1 to 64 of a-z, 0-9, '.' and '_'");
     if (it->second.size() > 4096 || std::any_of(it->second.begin(), it->second.end(), [](char c) {
           return static_cast<unsigned char>(c) < 0x20;
         }))

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "gcr/store.h"
 #include "gcr/unique_fd.h"
 #include "gcrd_client.h"
+#include "job_labels.h"
 #include "slurm_env.h"
 #include "supervisor_wire.h"
 
@@ -35,12 +37,6 @@ namespace gcr::slurm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Task {
-  pid_t pid = 0;
-  std::string gcrd;
-  unsigned node = 0;
-};
 
 struct Step {
   bool known = false;
@@ -50,78 +46,22 @@ struct Step {
   bool complete() const { return known && tasks.size() == ntasks; }
 };
 
-// What a checkpoint's labels say (Note [The job's supervisor]).
-struct Plan {
-  std::string name;
-  std::uint32_t step = 0;
-  std::map<unsigned, Task> tasks;
-  std::vector<std::string> nodes;  // each node's gcrd then, in node order
-};
-
 struct Waiting {
   UniqueFd conn;
   Registration reg;
 };
 
+// One line of the job's output, stamped with the wall clock (to the millisecond: what each step
+// took is read off them).
 void say(const std::string& text) {
-  std::fprintf(stderr, "gcr: %s\n", text.c_str());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  tm local{};
+  localtime_r(&now.tv_sec, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%H:%M:%S", &local);
+  std::fprintf(stderr, "gcr: %s.%03ld %s\n", stamp, now.tv_nsec / 1'000'000, text.c_str());
   std::fflush(stderr);
-}
-
-std::vector<std::string> split(const std::string& text, char by) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string w; std::getline(in, w, by);)
-    if (!w.empty()) out.push_back(w);
-  return out;
-}
-
-std::string tasks_label(const std::map<unsigned, Task>& tasks) {
-  std::string out;
-  for (const auto& [rank, t] : tasks)
-    out += (out.empty() ? "" : ",") + std::to_string(rank) + ":" + std::to_string(t.pid) + ":" +
-           std::to_string(t.node);
-  return out;
-}
-
-// Each node's gcrd, in node order; "" for a node with no task.
-std::vector<std::string> node_gcrds(const std::map<unsigned, Task>& tasks) {
-  std::vector<std::string> out;
-  for (const auto& [rank, t] : tasks) {
-    if (out.size() <= t.node) out.resize(t.node + 1);
-    out[t.node] = t.gcrd;
-  }
-  return out;
-}
-
-std::string join(const std::vector<std::string>& words, char by) {
-  std::string out;
-  for (const std::string& w : words) out += (out.empty() ? "" : std::string(1, by)) + w;
-  return out;
-}
-
-Result<Plan> plan_of(const store::Manifest& m, const std::string& name) {
-  Plan p;
-  p.name = name;
-  const std::string step = m.meta_or("label.slurm.step");
-  const Error bad{Errc::corrupt_image,
-                  "checkpoint " + name + " has no or bad slurm.* labels (not gcr slurm's?)"};
-  if (step.empty() || step.find_first_not_of("0123456789") != std::string::npos) return bad;
-  p.step = static_cast<std::uint32_t>(std::stoul(step));
-  for (const std::string& t : split(m.meta_or("label.slurm.tasks"), ',')) {
-    auto f = split(t, ':');
-    if (f.size() != 3 || f[0].find_first_not_of("0123456789") != std::string::npos ||
-        f[1].find_first_not_of("0123456789") != std::string::npos ||
-        f[2].find_first_not_of("0123456789") != std::string::npos)
-      return bad;
-    Task task;
-    task.pid = static_cast<pid_t>(std::stol(f[1]));
-    task.node = static_cast<unsigned>(std::stoul(f[2]));
-    p.tasks[static_cast<unsigned>(std::stoul(f[0]))] = task;
-  }
-  p.nodes = split(m.meta_or("label.slurm.nodes"), ',');
-  if (p.tasks.empty() || p.nodes.empty()) return bad;
-  return p;
 }
 
 // This host's address as the job's other nodes know it (its name in their hosts), else "".
