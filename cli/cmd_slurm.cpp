@@ -20,7 +20,7 @@ struct SlurmCliOptions {
   std::vector<std::string> command;  // or the checkpoints to forget
   std::string token_file, also;
   std::string address;
-  std::uint32_t job = 0, step = 0;
+  std::uint32_t job = 0, step = 0, uid = 0;
 };
 
 // The batch script's and a task's exit code is the job's: gcr's own codes would hide it.
@@ -46,7 +46,7 @@ Status task(const SlurmCliOptions& o) {
 }
 
 Status reap(const SlurmCliOptions& o) {
-  for (pid_t p : slurm::leftovers_of_step(o.job, o.step)) {
+  for (pid_t p : slurm::leftovers_of_step(o.job, o.step, static_cast<uid_t>(o.uid))) {
     std::fprintf(stderr, "gcr: ending pid %d, left by step %u.%u (a restored task's rank)\n", p,
                  o.job, o.step);
     ::kill(p, SIGKILL);
@@ -100,6 +100,7 @@ void register_slurm_commands(CLI::App& app, Context& ctx) {
       "reap", "End what a step's restored tasks left on this node (root, after the step)");
   r->add_option("job", o.job, "SLURM_JOB_ID")->required();
   r->add_option("step", o.step, "SLURM_STEP_ID")->required();
+  r->add_option("uid", o.uid, "The job's user: only its processes are ended")->required();
   on_run(r, ctx, [] { return reap(o); });
   auto* f = slurm->add_subcommand(
       "forget",

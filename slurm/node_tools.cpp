@@ -57,15 +57,18 @@ Status release_job_address(const std::string& ip) {
   return ok();
 }
 
-std::vector<pid_t> leftovers_of_step(std::uint32_t job, std::uint32_t step) {
+std::vector<pid_t> leftovers_of_step(std::uint32_t job, std::uint32_t step, uid_t uid) {
   const ino_t mine = net_namespace_of("self");
-  const std::string self = std::to_string(getpid());
+  const std::string self = std::to_string(getpid()), parent = std::to_string(getppid());
   const std::string job_text = std::to_string(job), step_text = std::to_string(step);
   std::vector<pid_t> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos || name == self) continue;
+    if (name.find_first_not_of("0123456789") != std::string::npos || name == self || name == parent)
+      continue;  // not a process, or gcr and the slurmstepd that runs it
+    struct stat owner {};
+    if (::stat(("/proc/" + name).c_str(), &owner) != 0 || owner.st_uid != uid) continue;
     if (net_namespace_of(name) != mine || !environment_names(name, job_text, step_text)) continue;
     out.push_back(static_cast<pid_t>(std::stoi(name)));
   }

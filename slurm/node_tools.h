@@ -19,9 +19,9 @@ Status take_job_address(const std::string& ip);
 // Removed, when this node has it.
 Status release_job_address(const std::string& ip);
 
-// Every process in this network namespace (this node) whose environment names Slurm job `job`
-// and step `step` (SLURM_JOB_ID, SLURM_STEP_ID), but this one: what is left of a step once its
-// tasks ended is a restored rank (not a task's child, so Slurm's tracking misses it).
-std::vector<pid_t> leftovers_of_step(std::uint32_t job, std::uint32_t step);
+// Every process of user `uid` in this network namespace (this node) whose environment names
+// Slurm job `job` and step `step` (SLURM_JOB_ID, SLURM_STEP_ID), but this one: what is left of a
+// step once its tasks ended is a restored rank (not a task's child, so Slurm's tracking misses it).
+std::vector<pid_t> leftovers_of_step(std::uint32_t job, std::uint32_t step, uid_t uid);
 
 }  // namespace gcr::slurm

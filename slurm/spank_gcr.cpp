@@ -87,7 +87,7 @@ bool parse_pool(const char* text) {
 void find_gcr() {
   Dl_info info{};
   if (!dladdr(reinterpret_cast<void*>(&find_gcr), &info) || !info.dli_fname) return;
-  char path[512];
+  char path[sizeof config.gcr - 16];  // room for "/bin/gcr"
   std::snprintf(path, sizeof path, "%s", info.dli_fname);
   for (int up = 0; up < 4; ++up)  // the file, slurm/, gcr/, lib/
     if (char* slash = std::strrchr(path, '/')) *slash = 0;
@@ -248,13 +248,16 @@ int slurm_spank_task_init(spank_t sp, int, char**) {
 int slurm_spank_exit(spank_t sp, int, char**) {
   if (!wanted || !spank_remote(sp) || is_batch(sp)) return 0;
   std::uint32_t job = 0, step = 0, node = 0;
+  uid_t uid = 0;
   if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS)
+      spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS)
     return 0;
-  char job_text[16], step_text[16];
+  char job_text[16], step_text[16], uid_text[16];
   std::snprintf(job_text, sizeof job_text, "%u", job);
   std::snprintf(step_text, sizeof step_text, "%u", step);
-  const char* reap[] = {"slurm", "reap", job_text, step_text, nullptr};
+  std::snprintf(uid_text, sizeof uid_text, "%u", static_cast<unsigned>(uid));
+  const char* reap[] = {"slurm", "reap", job_text, step_text, uid_text, nullptr};
   if (run_gcr(reap) != 0) slurm_error("gcr: gcr slurm reap %u %u failed", job, step);
   if (spank_get_item(sp, S_JOB_NODEID, &node) == ESPANK_SUCCESS)
     if (std::uint32_t mine = job_address(sp, node)) {

@@ -6,7 +6,8 @@
 # to ~3 s).
 #
 #   . ceph_lib.sh
-#   ceph_start DIR          (CEPH_RGW_ADDR: the gateway's address, default 127.0.0.1) exports AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+#   ceph_start DIR          (CEPH_RGW_ADDR: the gateway's address, default 127.0.0.1;
+#                           CEPH_MEMSTORE_BYTES: the OSD's RAM, default 2 GiB) exports AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 #                           AWS_REGION, CEPH_RGW_PID; returns 77 when Ceph is not installed
 #   ceph_rgw_stop / ceph_rgw_start   the gateway alone (an endpoint going down and coming back)
 #   ceph_stop               every daemon it started
@@ -98,7 +99,7 @@ mon_data = $CEPH_DIR/mon
 [osd]
 osd_data = $CEPH_DIR/osd
 osd_objectstore = memstore
-memstore_device_bytes = 2147483648
+memstore_device_bytes = ${CEPH_MEMSTORE_BYTES:-2147483648}
 [client.rgw]
 # tcp_nodelay: beast writes a response's headers and body apart, and with Nagle on its socket the
 # body waits for the client's delayed ACK: 40 ms on every small request (measured: a pull of 7

@@ -3,7 +3,8 @@
 # cluster of Debian's slurmctld and three slurmds (cluster.sh: nodes as namespaces, each a host of
 # its own for gcr), gcr's SPANK plugin in plugstack.conf, and Ceph RGW on the bridge as the store
 # every node reaches. The job: `sbatch --gcr` of mp_train's 2 ranks on 2 nodes talking over TCP
-# (each rank on its node's job address), its ranks' logs appended to by every run:
+# (each rank on its node's job address, each node's simulated GPU its gres gpu:1), its ranks' logs
+# appended to by every run:
 #   preempt:   the job in partition low, preempted at a random moment by a job of partition high
 #              that wants its first node: checkpointed at the signal, requeued, restored on the
 #              other two nodes (node 0's part from the bucket), and it ends bit-identical to an
@@ -75,7 +76,7 @@ JOB
 submit() {
   local tag=$1
   shift
-  J=$(sbatch --parsable --gcr -N2 --ntasks-per-node=1 --requeue --open-mode=append \
+  J=$(sbatch --parsable --gcr -N2 --ntasks-per-node=1 --gres=gpu:1 --requeue --open-mode=append \
     --output="$SL/jobs/$tag.out" "$@" "$SL/jobs/$tag.sh") || fail "sbatch $tag: $J"
   echo "ok: $tag is job $J"
 }
