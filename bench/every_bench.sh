@@ -11,12 +11,8 @@
 # Prints a table and writes bench/results/every-<time>.json. Asserts nothing about time. Root
 # (CRIU).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD_ARG=$HERE/../build
-if [[ $# -gt 0 && $1 != --* ]]; then
-  BUILD_ARG=$1
-  shift
-fi
+source "$(dirname "$0")/lib.sh" "$@"
+set -- "${BENCH_ARGS[@]}"
 MIB_LIST=256,1024
 EVERY=1s
 STEPS=600

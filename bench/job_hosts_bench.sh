@@ -28,12 +28,8 @@
 # Prints a table and writes bench/results/job-hosts-<time>.json. Asserts nothing about time.
 # Needs root (CRIU, namespaces).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD_ARG=$HERE/../build
-if [[ $# -gt 0 && $1 != --* ]]; then
-  BUILD_ARG=$1
-  shift
-fi
+source "$(dirname "$0")/lib.sh" "$@"
+set -- "${BENCH_ARGS[@]}"
 RANKS_LIST=2,4
 MIB_LIST=256,1024
 MOVE=0

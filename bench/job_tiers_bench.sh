@@ -24,12 +24,8 @@
 # Prints a table and writes bench/results/job-tiers-<time>.json. Asserts nothing about time, but
 # fails if the restored job does not end with the baseline's checksum. Needs root.
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD_ARG=$HERE/../build
-if [[ $# -gt 0 && $1 != --* ]]; then
-  BUILD_ARG=$1
-  shift
-fi
+source "$(dirname "$0")/lib.sh" "$@"
+set -- "${BENCH_ARGS[@]}"
 MIB=256
 EVERY=1s
 STEPS=1500

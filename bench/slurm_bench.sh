@@ -22,12 +22,8 @@
 # Prints a table and writes bench/results/slurm-<time>.json. Asserts nothing about time. Needs
 # root, Slurm, munge and Ceph (scripts/setup.sh).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD_ARG=$HERE/../build
-if [[ $# -gt 0 && $1 != --* ]]; then
-  BUILD_ARG=$1
-  shift
-fi
+source "$(dirname "$0")/lib.sh" "$@"
+set -- "${BENCH_ARGS[@]}"
 MIB_LIST=256,1024
 AT=300
 while (($#)); do
