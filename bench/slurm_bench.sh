@@ -4,18 +4,18 @@
 # Slurm, Ceph RGW on the bridge as the bucket); the job: mp_train's 2 ranks on 2 nodes over TCP,
 # B MiB of device memory per rank (--ballast-mib), 15 ms a step, in partition low. At step AT a
 # job of partition high takes its first node (--exclusive): Slurm preempts the low job, which
-#   gcr:      (sbatch --gcr --signal=B:USR1@10) is checkpointed live into the bucket at the signal,
-#             requeues itself, and is restored on the other two nodes;
-#   scratch:  (no --gcr, the baseline) is killed after GraceTime, requeued by Slurm, and starts
-#             again from step 0 on the other two nodes.
+#   gcr:        (sbatch --gcr --signal=B:USR1@10) is checkpointed live into the bucket at the
+#               signal, requeues itself, and is restored on the other two nodes;
+#   framework:  (sbatch --signal=USR1@10, mp_train --state: Note [A framework's checkpoint] in
+#               tests/workloads/mp_train/trainer.h) writes its own state at the signal (every
+#               rank its weights, moments and device memory, to the shared job directory), the
+#               script requeues the job, and the ranks read it back when it starts again;
+#   scratch:    (neither) is killed after GraceTime (10 s), requeued by Slurm, and starts again
+#               from step 0.
 # Measured from the high job's submission: the low job running again (Slurm's RUNNING, restart 1),
 # and working again: rank 0 logging a step at or past AT once more. For gcr also the parts, from
-# the supervisor's stamped lines: the checkpoint and its upload (signal -> in the bucket), the
+# the supervisor's stamped lines: the checkpoint and its upload (signal -> in the bucket) and the
 # pull and restore (the restart's first line -> restored).
-# A framework-style checkpoint (the workload writing its state at the signal and reading it when
-# requeued) is modelled, since mp_train has no state file: writing and reading B MiB per rank to
-# the bucket (PUT and GET of that much, timed here), plus the requeue and the job's start as gcr
-# measured them, plus the steps from 0 to the first logged step (the job's own start-up).
 #
 #   bench/slurm_bench.sh [BUILD_DIR] [--mib 256,1024] [--at 300]
 #
@@ -57,25 +57,37 @@ stamp_ms() {  # the time of the supervisor's first line saying TEXT in FILE, as 
 }
 last_step() { awk '/^step / {s=$2} END {print s+0}' "$1" 2> /dev/null || echo 0; }
 
-make_job() {  # TAG MIB
-  cat > "$SL/jobs/$1.sh" << JOB
+make_job() {  # MODE TAG MIB
+  local mode=$1 tag=$2 mib=$3 store listen="" state="" after=""
+  case $mode in
+    gcr) store='$GCR_SLURM_MASTER_ADDR' listen='--listen $GCR_SLURM_NODE_ADDR' ;;
+    *) store='$MASTER' ;;
+  esac
+  [[ $mode != framework ]] || {
+    state="--state $SL/jobs/$tag.state"
+    after='[[ $rc != 75 ]] || scontrol requeue $SLURM_JOB_ID  # the state is written: again'
+  }
+  cat > "$SL/jobs/$tag.sh" << JOB
 #!/bin/bash
-srun --output=$SL/jobs/$1-r%t.log --open-mode=append sh -c 'exec $BUILD/tests/workloads/mp_train \\
-  --transport tcp --ranks 2 --rank \$SLURM_PROCID --store \$GCR_SLURM_MASTER_ADDR:29500 \\
-  --listen \$GCR_SLURM_NODE_ADDR --steps $((AT * 4)) --step-delay-ms 15 --ballast-mib $2'
+export MASTER=\$(getent hosts \$(scontrol show hostnames \$SLURM_JOB_NODELIST | head -n 1) | cut -d' ' -f1)
+srun --output=$SL/jobs/$tag-r%t.log --open-mode=append sh -c 'exec $BUILD/tests/workloads/mp_train \\
+  --transport tcp --ranks 2 --rank \$SLURM_PROCID --store $store:29500 $listen $state \\
+  --steps $((AT * 4)) --step-delay-ms 15 --ballast-mib $mib'
+rc=\$?
+$after
 JOB
 }
 
 # run_case MODE MIB: prints "running_ms first_step_ms working_ms [checkpoint_ms restore_ms
 # signal_ms]", each from the high job's submission.
 run_case() {
-  local mode=$1 mib=$2 tag=$1-$2 gcr=() j h t0 t_running lines_before
-  make_job "$tag" "$mib"
-  # Without gcr the ranks still need the job's addresses, which only --gcr's plugin gives: the
-  # baseline listens on its node's own address instead.
-  [[ $mode == gcr ]] && gcr=(--gcr --signal=B:USR1@10) ||
-    sed -i 's/\$GCR_SLURM_MASTER_ADDR/$(getent hosts $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1) | cut -d" " -f1)/; s/--listen \$GCR_SLURM_NODE_ADDR//' "$SL/jobs/$tag.sh"
-  j=$(sbatch --parsable "${gcr[@]}" -p low -N2 --ntasks-per-node=1 --requeue --open-mode=append \
+  local mode=$1 mib=$2 tag=$1-$2 how=() j h t0 t_running lines_before
+  make_job "$mode" "$tag" "$mib"
+  case $mode in
+    gcr) how=(--gcr --signal=B:USR1@10) ;;
+    framework) how=(--signal=USR1@10) ;;  # to the ranks, not the script
+  esac
+  j=$(sbatch --parsable "${how[@]}" -p low -N2 --ntasks-per-node=1 --requeue --open-mode=append \
     --output="$SL/jobs/$tag.out" "$SL/jobs/$tag.sh")
   wait_until 300 eval "(( \$(last_step $SL/jobs/$tag-r0.log) >= $AT ))" ||
     fail "$tag: rank 0 did not reach step $AT: $(tail -n 3 "$SL/jobs/$tag-r0.log" "$SL/jobs/$tag.out")"
@@ -108,41 +120,26 @@ run_case() {
   echo "$((t_running - t0)) $((t_first - t0)) $((t_working - t0)) $extra"
 }
 
-# The modelled framework checkpoint's I/O: B MiB per rank written to and read from the bucket.
-io_ms() {  # MIB: "put_ms get_ms" of one rank's state (the ranks write theirs side by side)
-  head -c "$(($1 << 20))" /dev/urandom > "$T/state"
-  local a b c
-  a=$(now_ms)
-  s3_curl PUT "gcr-slurm/state-$1" --data-binary @"$T/state" -o /dev/null
-  b=$(now_ms)
-  s3_curl GET "gcr-slurm/state-$1" -o "$T/state.back"
-  c=$(now_ms)
-  rm -f "$T/state" "$T/state.back"
-  echo "$((b - a)) $((c - b))"
-}
-
-printf '%-6s %-9s %12s %12s %12s %12s %12s\n' MiB mode running_s working_s ckpt+push_s pull+rest_s signal_lead
+printf '%-6s %-10s %12s %12s %12s %12s %12s\n' MiB mode running_s working_s ckpt+push_s pull+rest_s signal_s
 json="{\"at_step\": $AT, \"step_delay_ms\": 15, \"cases\": ["
 first=1
 IFS=, read -ra mibs <<< "$MIB_LIST"
 for mib in "${mibs[@]}"; do
   read -r g_run _ g_work g_ckpt g_rest g_lead <<< "$(run_case gcr "$mib")"
-  read -r s_run s_first s_work <<< "$(run_case scratch "$mib")"
-  read -r put get <<< "$(io_ms "$mib")"
-  # Framework-style: gcr's timeline with its checkpoint replaced by the state's PUT, then the
-  # fresh start a requeued job makes (running to its first step, as the baseline's) and the GET.
-  f_work=$((g_run - g_ckpt + put + (s_first - s_run) + get))
-  printf '%-6s %-9s %12.2f %12.2f %12.2f %12.2f %12.2f\n' "$mib" gcr "$(bc -l <<< "$g_run/1000")" \
-    "$(bc -l <<< "$g_work/1000")" "$(bc -l <<< "$g_ckpt/1000")" "$(bc -l <<< "$g_rest/1000")" "$(bc -l <<< "$g_lead/1000")"
-  printf '%-6s %-9s %12.2f %12.2f\n' "$mib" scratch "$(bc -l <<< "$s_run/1000")" "$(bc -l <<< "$s_work/1000")"
-  printf '%-6s %-9s %12s %12.2f   (modelled: state PUT %.2f s + GET %.2f s per rank)\n' "$mib" framework - \
-    "$(bc -l <<< "$f_work/1000")" "$(bc -l <<< "$put/1000")" "$(bc -l <<< "$get/1000")"
-  echo "       working again: scratch / gcr = $(bc -l <<< "scale=1; $s_work/$g_work")x, framework / gcr = $(bc -l <<< "scale=1; $f_work/$g_work")x"
+  read -r f_run _ f_work <<< "$(run_case framework "$mib")"
+  read -r s_run _ s_work <<< "$(run_case scratch "$mib")"
+  sec() { bc -l <<< "$1/1000"; }
+  printf '%-6s %-10s %12.2f %12.2f %12.2f %12.2f %12.2f\n' "$mib" gcr "$(sec "$g_run")" "$(sec "$g_work")" \
+    "$(sec "$g_ckpt")" "$(sec "$g_rest")" "$(sec "$g_lead")"
+  printf '%-6s %-10s %12.2f %12.2f\n' "$mib" framework "$(sec "$f_run")" "$(sec "$f_work")"
+  printf '%-6s %-10s %12.2f %12.2f\n' "$mib" scratch "$(sec "$s_run")" "$(sec "$s_work")"
+  echo "       working again: framework / gcr = $(bc -l <<< "scale=2; $f_work/$g_work")x," \
+    "scratch / gcr = $(bc -l <<< "scale=2; $s_work/$g_work")x"
   ((first)) || json+=", "
   first=0
   json+="{\"mib\": $mib, \"gcr\": {\"running_ms\": $g_run, \"working_ms\": $g_work, \"checkpoint_push_ms\": $g_ckpt, \"pull_restore_ms\": $g_rest, \"signal_after_ms\": $g_lead},"
-  json+=" \"scratch\": {\"running_ms\": $s_run, \"first_step_ms\": $s_first, \"working_ms\": $s_work},"
-  json+=" \"framework_modelled\": {\"working_ms\": $f_work, \"state_put_ms\": $put, \"state_get_ms\": $get}}"
+  json+=" \"framework\": {\"running_ms\": $f_run, \"working_ms\": $f_work},"
+  json+=" \"scratch\": {\"running_ms\": $s_run, \"working_ms\": $s_work}}"
 done
 json+="]}"
 mkdir -p "$HERE/results"

@@ -120,6 +120,14 @@ checkpoints_gone() {  # TAG JOB
   echo "ok: $1: the bucket and the nodes it ended on hold no checkpoint of job $2"
 }
 
+job_pids_on() {  # I JOB: the processes of node I whose environment names Slurm job JOB
+  local p
+  for p in $(node_pids "$1"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "SLURM_JOB_ID=$2" && echo "$p"
+  done
+  return 0
+}
+
 restored_once() {  # TAG
   [[ $(job_says "$1" "restored; it runs on") -ge 1 ]] ||
     fail "$1: the job says no restore: $(tail -n 20 "$SL/jobs/$1.out")"
@@ -209,7 +217,8 @@ if wanted cancel; then
       fail "can: node n$i's gcrd did not give back the parked memory: $(tail -n 12 "$SL/n$i/run-gcr/gcrd.log")"
   done
   for i in 1 2; do
-    wait_until 60 eval "! pgrep -f 'mp_train' > /dev/null" || fail "can: mp_train still runs: $(pgrep -af mp_train)"
+    wait_until 60 eval "[[ -z \$(job_pids_on $i $J) ]]" ||
+      fail "can: node n$i still runs processes of job $J: $(job_pids_on "$i" "$J" | xargs -r ps -o pid,args -p)"
     wait_until 60 eval "on_node $i $GCR ps 2>&1 | grep -q 'no processes are running under gcr'" ||
       fail "can: node n$i's gcrd still works on: $(on_node "$i" "$GCR" ps 2>&1)"
     ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-" ||

@@ -55,4 +55,24 @@ std::uint64_t Ballast::digest() const {
   return h;
 }
 
+bool Ballast::save(std::FILE* out) const {
+  std::vector<std::uint64_t> host(std::min(words_, kChunkWords));
+  for (std::uint64_t at = 0; at < words_; at += kChunkWords) {
+    const std::uint64_t n = std::min(kChunkWords, words_ - at);
+    CU_CHECK(cuMemcpyDtoH(host.data(), chunks_[at / kChunkWords], n * sizeof(std::uint64_t)));
+    if (std::fwrite(host.data(), sizeof(std::uint64_t), n, out) != n) return false;
+  }
+  return true;
+}
+
+bool Ballast::load(std::FILE* in) {
+  std::vector<std::uint64_t> host(std::min(words_, kChunkWords));
+  for (std::uint64_t at = 0; at < words_; at += kChunkWords) {
+    const std::uint64_t n = std::min(kChunkWords, words_ - at);
+    if (std::fread(host.data(), sizeof(std::uint64_t), n, in) != n) return false;
+    CU_CHECK(cuMemcpyHtoD(chunks_[at / kChunkWords], host.data(), n * sizeof(std::uint64_t)));
+  }
+  return true;
+}
+
 }  // namespace mp

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace mp {
@@ -25,6 +26,9 @@ class Ballast {
   void rewrite(CUstream stream, int step);
   // FNV-1a 64 over its 64-bit words, in order (read back with the stream idle).
   std::uint64_t digest() const;
+  // Its words to `out` / from `in`, chunk by chunk (--state, state.h); false on a short file.
+  bool save(std::FILE* out) const;
+  bool load(std::FILE* in);
 
   static constexpr std::uint64_t kSliceWords = 8192;     // 64 KiB
   static constexpr std::uint64_t kChunkWords = 1 << 18;  // 2 MiB

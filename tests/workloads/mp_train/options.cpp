@@ -12,7 +12,7 @@ constexpr char kUsage[] =
     "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M] [--spread]\n"
     "                [--memop-barrier [--barrier-gap-ms M]]\n"
     "                [--transport rotate|scm|pidfd|proxy|ipc|tcp] [--ballast-mib M]\n"
-    "                [--step-log FILE]\n"
+    "                [--step-log FILE] [--state FILE]\n"
     "       mp_train --transport tcp --ranks N --rank R --store HOST:PORT [--listen ADDR]\n"
     "                [--store-every K] [--connect-timeout-s S] [flags above]\n"
     "  --ranks N          processes training data-parallel, 1..4, with tcp 1..12 (default 2);\n"
@@ -38,6 +38,9 @@ constexpr char kUsage[] =
     "  --ballast-mib M    M MiB of device memory per rank, filled once, a slice rewritten every\n"
     "                     step; prints 'rank R ballast HEX' at the end (default 0)\n"
     "  --step-log FILE    append 'step S T_ms' (the step's wall time, without --step-delay-ms)\n"
+    "  --state FILE       a framework's checkpoint: on SIGUSR1 the ranks agree (tcp: at the next\n"
+    "                     store barrier) to write FILE.rR at one step and exit 75; started with\n"
+    "                     FILE.rR there, a rank reads it and goes on from the next step\n"
     "tcp (one rank per process, started apart as on several hosts):\n"
     "  --rank R           this process's rank (without it, a launcher starts all N on loopback)\n"
     "  --store HOST:PORT  the rendezvous store; rank 0 serves it there, the others connect\n"
@@ -73,6 +76,7 @@ Options parse_options(int argc, char** argv) {
       static_cast<int>(flags.integer("--connect-timeout-s", o.connect_timeout_s, 1, 86'400));
   o.ballast_mib = static_cast<std::uint64_t>(flags.integer("--ballast-mib", 0, 0, 1 << 20));
   o.step_log = flags.text("--step-log", "");
+  o.state = flags.text("--state", "");
   flags.finish();
   if (!parse_transport_choice(transport, &o.transport)) {
     flags.error("--transport wants rotate, scm, pidfd, proxy, ipc or tcp, got '" + transport + "'");
@@ -94,6 +98,8 @@ Options parse_options(int argc, char** argv) {
         "which --transport tcp does not have");
   if (o.lag_rank >= o.ranks) flags.error("--lag-rank must be below --ranks");
   if (o.barrier_gap_ms && !o.memop_barrier) flags.error("--barrier-gap-ms needs --memop-barrier");
+  if (!o.state.empty() && o.ranks > 1 && (!tcp || o.rank < 0 || o.store_every == 0))
+    flags.error("--state with several ranks needs --transport tcp, --rank and store barriers");
   return o;
 }
 

@@ -33,6 +33,9 @@ struct Options {
   // For benchmarks, every transport
   std::uint64_t ballast_mib = 0;  // device memory per rank, rewritten a little each step
   std::string step_log;           // appends "step S T_ms" per step
+  // --state FILE: the workload's own checkpoint, a framework's (trainer.h, Note [A framework's
+  // checkpoint])
+  std::string state;
 };
 
 inline bool is_tcp(const Options& o) {

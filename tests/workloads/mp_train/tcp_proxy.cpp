@@ -122,8 +122,17 @@ void TcpProxy::recv_loop() {
   }
 }
 
+namespace {
+std::atomic<int> leave_code{0};
+}  // namespace
+
+void peers_may_leave(int code) {
+  leave_code = code;
+}
+
 void TcpProxy::fail(const Peer& peer, const std::string& what) const {
   std::fflush(stdout);
+  if (int code = leave_code.load()) ::_exit(code);
   std::fprintf(stderr, "mp_train: rank %d: the connection with rank %d (%s): %s\n", rank_,
                peer.rank, peer.address.c_str(), what.c_str());
   // From a proxy thread: no exit handlers while the main thread may be inside the driver.

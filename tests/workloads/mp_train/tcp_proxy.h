@@ -58,6 +58,10 @@ struct Peer {
   std::string address;
 };
 
+// After every rank saved its state (--state, Note [A framework's checkpoint] in trainer.h) its
+// peers hang up: a proxy that sees it then ends the process with `code` instead of failing.
+void peers_may_leave(int code);
+
 class TcpProxy {
  public:
   // Moves `allreduces` all-reduces of pieces.size() pieces each: piece i of each is send_bytes[i]

@@ -102,7 +102,8 @@ RingSockets connect_ring(const Options& o, StoreClient& store) {
 
 }  // namespace
 
-TcpRing::TcpRing(const Options& o, StoreClient& store, CUfunction accumulate, std::size_t words)
+TcpRing::TcpRing(const Options& o, StoreClient& store, CUfunction accumulate, std::size_t words,
+                 std::uint64_t allreduces)
     : o_(o), accumulate_(accumulate), pieces_(plan(words, o.rank, o.ranks)) {
   std::size_t slot_words = 1;
   std::vector<std::size_t> send_bytes, recv_bytes;
@@ -114,8 +115,7 @@ TcpRing::TcpRing(const Options& o, StoreClient& store, CUfunction accumulate, st
   staging_ = std::make_unique<Staging>(slot_words * sizeof(unsigned long long));
   RingSockets ring = connect_ring(o, store);
   proxy_ = std::make_unique<TcpProxy>(*staging_, o.rank, std::move(ring.next), std::move(ring.prev),
-                                      std::move(send_bytes), std::move(recv_bytes),
-                                      static_cast<std::uint64_t>(o.steps));
+                                      std::move(send_bytes), std::move(recv_bytes), allreduces);
 }
 
 TcpRing::~TcpRing() {

@@ -58,8 +58,9 @@ class TcpRing {
  public:
   // Meets the neighbours through `store` and connects the ring (exits 2 naming the peer or
   // address that cannot be reached within --connect-timeout-s), then starts the proxy threads
-  // for o.steps all-reduces of `words` unsigned 64-bit integers.
-  TcpRing(const Options& o, StoreClient& store, CUfunction accumulate, std::size_t words);
+  // for `allreduces` all-reduces of `words` unsigned 64-bit integers.
+  TcpRing(const Options& o, StoreClient& store, CUfunction accumulate, std::size_t words,
+          std::uint64_t allreduces);
   ~TcpRing();
   TcpRing(const TcpRing&) = delete;
   TcpRing& operator=(const TcpRing&) = delete;

@@ -1,7 +1,12 @@
 #include "trainer.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -99,10 +104,95 @@ Trainer::Trainer(const Options& o, const Kernels& k) : o_(o), k_(k) {
     ballast_ = std::make_unique<Ballast>(o.ballast_mib, rank, k.ballast_write, stream_);
   CU_CHECK(cuCtxSynchronize());
   if (!o.step_log.empty()) step_log_ = std::make_unique<StepLog>(o.step_log);
+  if (!o.state.empty()) load_state();  // before the ring: it runs the steps left
   if (is_tcp(o) && o.rank >= 0)
     connect_tcp();
   else if (o.ranks > 1)
     ring_ = std::make_unique<Ring>(o, k.ring_allreduce, words_);
+}
+
+namespace {
+std::atomic<bool> save_asked{false};
+void ask_to_save(int) {
+  save_asked = true;
+}
+std::string state_file(const Options& o) {
+  return o.state + ".r" + std::to_string(o.rank < 0 ? 0 : o.rank);
+}
+}  // namespace
+
+void Trainer::load_state() {
+  std::signal(SIGUSR1, ask_to_save);
+  std::FILE* in = std::fopen(state_file(o_).c_str(), "rb");
+  if (!in) return;  // a first start
+  char magic[16] = {};
+  int step = 0;
+  bool good = std::fread(magic, 1, sizeof magic, in) == sizeof magic &&
+              std::string(magic, 15) == "mp_train state1" &&
+              std::fread(&step, sizeof step, 1, in) == 1 &&
+              std::fread(&beta1_power_, sizeof(double), 1, in) == 1 &&
+              std::fread(&beta2_power_, sizeof(double), 1, in) == 1;
+  std::vector<float> host;
+  for (Layer& layer : layers_)
+    for (CUdeviceptr p : {layer.param, layer.adam_m, layer.adam_v}) {
+      host.resize(layer.count());
+      good = good && std::fread(host.data(), sizeof(float), host.size(), in) == host.size();
+      if (good) CU_CHECK(cuMemcpyHtoD(p, host.data(), host.size() * sizeof(float)));
+    }
+  if (ballast_) good = good && ballast_->load(in);
+  std::fclose(in);
+  if (!good) {
+    std::fprintf(stderr, "mp_train: %s is not a whole state file\n", state_file(o_).c_str());
+    std::exit(1);
+  }
+  first_step_ = step + 1;
+  std::printf("rank %d read its state at step %d from %s\n", o_.rank < 0 ? 0 : o_.rank, step,
+              state_file(o_).c_str());
+  std::fflush(stdout);
+}
+
+void Trainer::save_state_and_exit(int s) {
+  CU_CHECK(cuCtxSynchronize());
+  const std::string file = state_file(o_), tmp = file + ".tmp";
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  char magic[16] = "mp_train state1";
+  bool good = out && std::fwrite(magic, 1, sizeof magic, out) == sizeof magic &&
+              std::fwrite(&s, sizeof s, 1, out) == 1 &&
+              std::fwrite(&beta1_power_, sizeof(double), 1, out) == 1 &&
+              std::fwrite(&beta2_power_, sizeof(double), 1, out) == 1;
+  std::vector<float> host;
+  for (const Layer& layer : layers_)
+    for (CUdeviceptr p : {layer.param, layer.adam_m, layer.adam_v}) {
+      host.resize(layer.count());
+      CU_CHECK(cuMemcpyDtoH(host.data(), p, host.size() * sizeof(float)));
+      good = good && std::fwrite(host.data(), sizeof(float), host.size(), out) == host.size();
+    }
+  if (ballast_) good = good && ballast_->save(out);
+  good = out && std::fflush(out) == 0 && ::fsync(fileno(out)) == 0 && good;
+  if (out) std::fclose(out);
+  if (!good || std::rename(tmp.c_str(), file.c_str()) != 0) {
+    std::fprintf(stderr, "mp_train: cannot write %s\n", file.c_str());
+    std::exit(1);
+  }
+  std::printf("rank %d saved its state at step %d to %s\n", o_.rank < 0 ? 0 : o_.rank, s,
+              file.c_str());
+  std::fflush(stdout);
+  if (store_) {  // every rank saved before any hangs up on its peers
+    store_->barrier("saved/" + std::to_string(s), o_.ranks);
+    peers_may_leave(75);
+    leave_store();  // rank 0 serves the store until every rank has hung up
+  }
+  std::_Exit(75);
+}
+
+// Note [A framework's checkpoint]: every rank learns whether any was asked, at the same step.
+bool Trainer::all_asked_to_save(int s) {
+  if (o_.state.empty()) return false;
+  if (!store_) return save_asked;
+  const std::string key = "save/" + std::to_string(s);
+  store_->add(key, save_asked ? 1 : 0);
+  store_->barrier("asked/" + std::to_string(s), o_.ranks);
+  return store_->add(key, 0) > 0;
 }
 
 // Rank 0 serves the store; every rank keeps one connection to it for the run.
@@ -111,7 +201,9 @@ void Trainer::connect_tcp() {
   parse_host_port(o_.store, &store);  // checked by parse_options
   if (o_.rank == 0) store_server_ = std::make_unique<StoreServer>(store);
   store_ = std::make_unique<StoreClient>(store, o_.rank, o_.connect_timeout_s * 1000, o_.listen);
-  if (o_.ranks > 1) tcp_ring_ = std::make_unique<TcpRing>(o_, *store_, k_.accumulate, words_);
+  if (o_.ranks > 1)
+    tcp_ring_ = std::make_unique<TcpRing>(o_, *store_, k_.accumulate, words_,
+                                          static_cast<std::uint64_t>(o_.steps - first_step_));
 }
 
 Trainer::~Trainer() {
@@ -148,7 +240,7 @@ void Trainer::run() {
   std::vector<float> y(static_cast<std::size_t>(o_.batch) * kOutputDim);
   const float total_outputs = static_cast<float>(o_.batch * kOutputDim);
   float loss = 0.0f;
-  for (int s = 0; s < o_.steps; ++s) {
+  for (int s = first_step_; s < o_.steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
     teacher.make_batch(static_cast<std::uint64_t>(s), o_.batch, x.data(), y.data());
     std::size_t nx = static_cast<std::size_t>(local_) * kInputDim;
@@ -193,9 +285,13 @@ void Trainer::run() {
 // Every --store-every steps, after the step's delay: a rank that gets here first blocks in a
 // receive from the store until the last one arrives.
 double Trainer::store_barrier(int s) {
-  if (!store_ || o_.store_every == 0 || (s + 1) % o_.store_every != 0) return 0.0;
+  if (!store_ || o_.store_every == 0 || (s + 1) % o_.store_every != 0) {
+    if (!store_ && all_asked_to_save(s)) save_state_and_exit(s);  // one process: at once
+    return 0.0;
+  }
   const auto start = std::chrono::steady_clock::now();
   store_->barrier("barrier/" + std::to_string(s), o_.ranks);
+  if (all_asked_to_save(s)) save_state_and_exit(s);
   return ms_since(start);
 }
 

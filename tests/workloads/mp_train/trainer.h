@@ -37,6 +37,13 @@ class StoreClient;
 class StoreServer;
 class TcpRing;
 
+// Note [A framework's checkpoint]
+// --state FILE is what a training framework does for itself (bench/slurm_bench.sh's baseline
+// against gcr under Slurm): SIGUSR1 asks for a checkpoint; the ranks agree on one step (at the
+// next store barrier each adds 1 to "save/STEP" if it was asked, and all read the sum after it),
+// each writes FILE.rR (the step, the Adam powers, every layer's weights and moments, the ballast)
+// and exits 75 (EX_TEMPFAIL: requeue me). A rank started with FILE.rR there reads it and goes on
+// from the next step, ending bit-identical to a run never stopped.
 class Trainer {
  public:
   Trainer(const Options& options, const Kernels& kernels);
@@ -57,7 +64,10 @@ class Trainer {
 
   void connect_tcp();
   void step(int step);
-  double store_barrier(int step);  // the ms it took
+  double store_barrier(int step);    // the ms it took
+  bool all_asked_to_save(int step);  // Note [A framework's checkpoint]
+  [[noreturn]] void save_state_and_exit(int step);
+  void load_state();
   void leave_store();
   std::uint64_t checksum() const;
 
@@ -80,6 +90,7 @@ class Trainer {
   std::unique_ptr<Ballast> ballast_;
   std::unique_ptr<StepLog> step_log_;
   double beta1_power_ = 1.0, beta2_power_ = 1.0;
+  int first_step_ = 0;  // --state: the step after the one read back
 };
 
 }  // namespace mp
