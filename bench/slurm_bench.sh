@@ -4,20 +4,25 @@
 # Slurm, Ceph RGW on the bridge as the bucket); the job: mp_train's 2 ranks on 2 nodes over TCP,
 # B MiB of device memory per rank (--ballast-mib), 15 ms a step, in partition low. At step AT a
 # job of partition high takes its first node (--exclusive): Slurm preempts the low job, which
-#   gcr:        (sbatch --gcr --signal=B:USR1@10) is checkpointed live into the bucket at the
-#               signal, requeues itself, and is restored on the other two nodes;
+#   gcr:        (sbatch --gcr --signal=B:USR1@10) is checkpointed live into the store at the
+#               signal (its first checkpoint), requeues itself, and is restored on the other two
+#               nodes;
+#   gcr-every:  the same with --gcr=every=5s: the checkpoint at the signal is incremental (or
+#               the one under way serves);
 #   framework:  (sbatch --signal=USR1@10, mp_train --state: Note [A framework's checkpoint] in
 #               tests/workloads/mp_train/trainer.h) writes its own state at the signal (every
 #               rank its weights, moments and device memory, to the shared job directory), the
 #               script requeues the job, and the ranks read it back when it starts again;
-#   scratch:    (neither) is killed after GraceTime (10 s), requeued by Slurm, and starts again
-#               from step 0.
+#   scratch:    (no checkpoint: the script traps --signal=B:USR1 and requeues the job, as a job
+#               that wants to come back at all must) starts again from step 0.
 # Measured from the high job's submission: the low job running again (Slurm's RUNNING, restart 1),
 # and working again: rank 0 logging a step at or past AT once more. For gcr also the parts, from
-# the supervisor's stamped lines: the checkpoint and its upload (signal -> in the bucket) and the
-# pull and restore (the restart's first line -> restored).
+# the supervisor's stamped lines: the signal to the requeue (the checkpoint and its upload), the
+# pull (the restart's first line to the restore's start), and the restore to working again.
+# --store dir: gcr's store is a directory every node reaches (the job directory, where the
+# framework writes its state) instead of the bucket.
 #
-#   bench/slurm_bench.sh [BUILD_DIR] [--mib 256,1024] [--at 300]
+#   bench/slurm_bench.sh [BUILD_DIR] [--mib 256,1024] [--at 300] [--store bucket|dir]
 #
 # Prints a table and writes bench/results/slurm-<time>.json. Asserts nothing about time. Needs
 # root, Slurm, munge and Ceph (scripts/setup.sh).
@@ -26,11 +31,13 @@ source "$(dirname "$0")/lib.sh" "$@"
 set -- "${BENCH_ARGS[@]}"
 MIB_LIST=256,1024
 AT=300
+STORE_KIND=bucket
 while (($#)); do
   case $1 in
     --mib) MIB_LIST=$2; shift 2 ;;
     --at) AT=$2; shift 2 ;;
-    *) echo "usage: $0 [BUILD_DIR] [--mib 256,1024] [--at 300]" >&2; exit 2 ;;
+    --store) STORE_KIND=$2; shift 2 ;;
+    *) echo "usage: $0 [BUILD_DIR] [--mib 256,1024] [--at 300] [--store bucket|dir]" >&2; exit 2 ;;
   esac
 done
 TEST_NAME=bench-slurm
@@ -45,7 +52,9 @@ OUT=$HERE/results/slurm-$(date -u +%Y-%m-%dT%H%M%S).json
 slurm_start
 CEPH_MEMSTORE_BYTES=$((8 << 30)) CEPH_RGW_ADDR=$(login_addr) ceph_start "$T/ceph" || fail "Ceph did not start"
 s3_curl PUT gcr-slurm -o /dev/null
-echo "optional $BUILD/lib/gcr/slurm/gcr_spank.so token=$SL/token store=s3://gcr-slurm/jobs" \
+STORE=s3://gcr-slurm/jobs
+[[ $STORE_KIND == bucket ]] || STORE=$SL/jobs/store
+echo "optional $BUILD/lib/gcr/slurm/gcr_spank.so token=$SL/token store=$STORE" \
   "addresses=$SNET.128/25" > "$SL/etc/plugstack.conf"
 export LD_LIBRARY_PATH=$BUILD/simgpu SIMGPU_MEMORY=4G
 
@@ -58,21 +67,27 @@ stamp_ms() {  # the time of the supervisor's first line saying TEXT in FILE, as 
 last_step() { awk '/^step / {s=$2} END {print s+0}' "$1" 2> /dev/null || echo 0; }
 
 make_job() {  # MODE TAG MIB
-  local mode=$1 tag=$2 mib=$3 store listen="" state="" after=""
+  local mode=$1 tag=$2 mib=$3 store listen="" state="" after="" before="" bg=""
   case $mode in
-    gcr) store='$GCR_SLURM_MASTER_ADDR' listen='--listen $GCR_SLURM_NODE_ADDR' ;;
+    gcr*) store='$GCR_SLURM_MASTER_ADDR' listen='--listen $GCR_SLURM_NODE_ADDR' ;;
     *) store='$MASTER' ;;
   esac
   [[ $mode != framework ]] || {
     state="--state $SL/jobs/$tag.state"
     after='[[ $rc != 75 ]] || scontrol requeue $SLURM_JOB_ID  # the state is written: again'
   }
+  [[ $mode != scratch ]] || {  # what a job without a checkpoint does to come back at all
+    before='requeue() { scontrol requeue $SLURM_JOB_ID; }; trap requeue USR1'
+    bg=' &
+wait'
+  }
   cat > "$SL/jobs/$tag.sh" << JOB
 #!/bin/bash
 export MASTER=\$(getent hosts \$(scontrol show hostnames \$SLURM_JOB_NODELIST | head -n 1) | cut -d' ' -f1)
+$before
 srun --output=$SL/jobs/$tag-r%t.log --open-mode=append sh -c 'exec $BUILD/tests/workloads/mp_train \\
   --transport tcp --ranks 2 --rank \$SLURM_PROCID --store $store:29500 $listen $state \\
-  --steps $((AT * 4)) --step-delay-ms 15 --ballast-mib $mib'
+  --steps $((AT * 4)) --step-delay-ms 15 --ballast-mib $mib'$bg
 rc=\$?
 $after
 JOB
@@ -85,7 +100,9 @@ run_case() {
   make_job "$mode" "$tag" "$mib"
   case $mode in
     gcr) how=(--gcr --signal=B:USR1@10) ;;
+    gcr-every) how=(--gcr=every=5s --signal=B:USR1@10) ;;
     framework) how=(--signal=USR1@10) ;;  # to the ranks, not the script
+    scratch) how=(--signal=B:USR1@10) ;;
   esac
   j=$(sbatch --parsable "${how[@]}" -p low -N2 --ntasks-per-node=1 --requeue --open-mode=append \
     --output="$SL/jobs/$tag.out" "$SL/jobs/$tag.sh")
@@ -106,13 +123,15 @@ run_case() {
   local t_working
   t_working=$(now_ms)
   local extra=""
-  if [[ $mode == gcr ]]; then
-    local sig in_bucket restart restored
+  if [[ $mode == gcr* ]]; then
+    local sig requeued restart restoring
+    # The signal; the requeue once the checkpoint is in the store (with every=, the one under
+    # way then, if any, else a new one); the restart's first line; the restore's start.
     sig=$(stamp_ms "$SL/jobs/$tag.out" "got User defined signal")
-    in_bucket=$(stamp_ms "$SL/jobs/$tag.out" "is in s3")
+    requeued=$(stamp_ms "$SL/jobs/$tag.out" "requeued (scontrol requeue)")
     restart=$(stamp_ms "$SL/jobs/$tag.out" "(restart 1)")
-    restored=$(stamp_ms "$SL/jobs/$tag.out" "restored; it runs on")
-    extra="$((in_bucket - sig)) $((restored - restart)) $((sig - t0))"
+    restoring=$(stamp_ms "$SL/jobs/$tag.out" "restoring step")
+    extra="$((requeued - sig)) $((restoring - restart)) $((t_working - restoring)) $((sig - t0))"
   fi
   scancel "$j" "$h"
   wait_until 120 eval "[[ \$(sq $j JobState) != RUNNING && \$(sq $h JobState) != RUNNING ]]" || true
@@ -120,26 +139,31 @@ run_case() {
   echo "$((t_running - t0)) $((t_first - t0)) $((t_working - t0)) $extra"
 }
 
-printf '%-6s %-10s %12s %12s %12s %12s %12s\n' MiB mode running_s working_s ckpt+push_s pull+rest_s signal_s
-json="{\"at_step\": $AT, \"step_delay_ms\": 15, \"cases\": ["
+printf '%-6s %-10s %10s %10s %12s %10s %12s %10s\n' MiB mode running_s working_s sig-requeue pull_s restore-work signal_s
+json="{\"at_step\": $AT, \"step_delay_ms\": 15, \"gcr_store\": \"$STORE_KIND\", \"cases\": ["
 first=1
 IFS=, read -ra mibs <<< "$MIB_LIST"
 for mib in "${mibs[@]}"; do
-  read -r g_run _ g_work g_ckpt g_rest g_lead <<< "$(run_case gcr "$mib")"
-  read -r f_run _ f_work <<< "$(run_case framework "$mib")"
-  read -r s_run _ s_work <<< "$(run_case scratch "$mib")"
-  sec() { bc -l <<< "$1/1000"; }
-  printf '%-6s %-10s %12.2f %12.2f %12.2f %12.2f %12.2f\n' "$mib" gcr "$(sec "$g_run")" "$(sec "$g_work")" \
-    "$(sec "$g_ckpt")" "$(sec "$g_rest")" "$(sec "$g_lead")"
-  printf '%-6s %-10s %12.2f %12.2f\n' "$mib" framework "$(sec "$f_run")" "$(sec "$f_work")"
-  printf '%-6s %-10s %12.2f %12.2f\n' "$mib" scratch "$(sec "$s_run")" "$(sec "$s_work")"
-  echo "       working again: framework / gcr = $(bc -l <<< "scale=2; $f_work/$g_work")x," \
-    "scratch / gcr = $(bc -l <<< "scale=2; $s_work/$g_work")x"
+  sec() { bc -l <<< "scale=2; $1/1000"; }
   ((first)) || json+=", "
   first=0
-  json+="{\"mib\": $mib, \"gcr\": {\"running_ms\": $g_run, \"working_ms\": $g_work, \"checkpoint_push_ms\": $g_ckpt, \"pull_restore_ms\": $g_rest, \"signal_after_ms\": $g_lead},"
-  json+=" \"framework\": {\"running_ms\": $f_run, \"working_ms\": $f_work},"
-  json+=" \"scratch\": {\"running_ms\": $s_run, \"working_ms\": $s_work}}"
+  json+="{\"mib\": $mib"
+  for mode in gcr gcr-every framework scratch; do
+    read -r run _ work ckpt pull rest lead <<< "$(run_case "$mode" "$mib")"
+    eval "work_${mode//-/_}=$work"
+    if [[ $mode == gcr* ]]; then
+      printf '%-6s %-10s %10.2f %10.2f %12.2f %10.2f %12.2f %10.2f\n' "$mib" "$mode" "$(sec "$run")" \
+        "$(sec "$work")" "$(sec "$ckpt")" "$(sec "$pull")" "$(sec "$rest")" "$(sec "$lead")"
+      json+=", \"$mode\": {\"running_ms\": $run, \"working_ms\": $work, \"signal_to_requeue_ms\": $ckpt,"
+      json+=" \"pull_ms\": $pull, \"restore_to_working_ms\": $rest, \"signal_after_ms\": $lead}"
+    else
+      printf '%-6s %-10s %10.2f %10.2f\n' "$mib" "$mode" "$(sec "$run")" "$(sec "$work")"
+      json+=", \"$mode\": {\"running_ms\": $run, \"working_ms\": $work}"
+    fi
+  done
+  json+="}"
+  echo "       working again, against gcr-every: gcr $(bc -l <<< "scale=2; $work_gcr/$work_gcr_every")x," \
+    "framework $(bc -l <<< "scale=2; $work_framework/$work_gcr_every")x, scratch $(bc -l <<< "scale=2; $work_scratch/$work_gcr_every")x"
 done
 json+="]}"
 mkdir -p "$HERE/results"

@@ -182,8 +182,13 @@ void Supervisor::load_plan() {
     return;
   }
   const std::string name = "slurm-" + std::to_string(env_.job);
-  auto pull = ChildCommand::gcr({"image", "pull", env_.store + "/" + name, "--name", name},
-                                "gcr image pull");
+  // A bucket is pulled from; a directory every node reaches is pushed from into this node's store.
+  const bool url = env_.store.starts_with("s3://") || env_.store.starts_with("gcr://");
+  auto pull = ChildCommand::gcr(
+      url ? std::vector<std::string>{"image", "pull", env_.store + "/" + name, "--name", name}
+          : std::vector<std::string>{"--store", env_.store, "image", "push", name,
+                                     store::Store::default_root().string(), "--name", name},
+      "gcr image pull");
   auto code = pull ? pull->wait() : Result<int>(pull.error());
   if (!code || *code != 0) {
     say("job " + std::to_string(env_.job) + " (restart " + std::to_string(env_.restarts) +
@@ -303,6 +308,17 @@ void Supervisor::forget_all() {
 
 void Supervisor::requeue() {
   if (requeued_ || stopping_) return;  // cancelled meanwhile: the job ends, as its user asked
+  // It ended while it was checkpointed: done, not to be run again from before its end.
+  std::string ended;
+  if (script_status_)
+    ended = "its script ended meanwhile (exit " + std::to_string(*script_status_) + ")";
+  for (const auto& [rank, t] : step_.tasks)
+    if (ended.empty() && t.gcrd == self_gcrd_ && ::kill(t.pid, 0) != 0 && errno == ESRCH)
+      ended = "its rank " + std::to_string(rank) + " ended meanwhile";
+  if (!ended.empty()) {
+    say("job " + std::to_string(env_.job) + ": " + ended + ": not requeued");
+    return;
+  }
   requeued_ = true;
   requeue_after_ = false;
   say("job " + std::to_string(env_.job) + ": requeued (scontrol requeue)");
@@ -453,12 +469,14 @@ Result<int> Supervisor::run() {
         on_signal(static_cast<int>(info.ssi_signo));
     }
     if (p[1].revents) on_connection();
-    if (p[3].revents && running_) command_ended();
+    // The script's end first: a checkpoint that ends in the same turn must not requeue a job
+    // whose script is done.
     if (p[2].revents && !script_status_) {
       int status = 0;
       if (waitpid(script_, &status, 0) == script_)
         script_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
+    if (p[3].revents && running_) command_ended();
     if (Clock::now() >= next_period_) {
       next_period_ = Clock::now() + std::chrono::milliseconds(options_.every_ms);
       if (!running_ && !requeued_ && !stopping_ && !script_status_) checkpoint(false);

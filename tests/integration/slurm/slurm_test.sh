@@ -14,6 +14,9 @@
 #   nodeloss:  --gcr=every=3s; node 0 (the batch script's, the checkpoints' coordinator) lost:
 #              Slurm requeues the job, it restores the newest checkpoint in the bucket on the
 #              nodes left, losing at most a period of work, and ends bit-identical;
+#   late:      --gcr=every=3s; the checkpoint under way at preemption held (a gcrd paused) past
+#              GraceTime: Slurm ends and requeues the job, which restores the newest checkpoint in
+#              the bucket and ends bit-identical;
 #   cancel:    scancel while a checkpoint is held in its parked phase: nothing of the job is left on
 #              any node (no process, nothing parked in gcrd, no network lock) and no checkpoint of
 #              it is listed anywhere but complete ones.
@@ -196,25 +199,47 @@ if wanted nodeloss; then
   sed 's/^/    /' "$SL/jobs/loss.out" | grep -E "gcr:|batch on" || true
 fi
 
+if wanted late; then
+  step "late: the checkpoint at the signal is not done when Slurm ends the job"
+  make_job late $((STEPS * 2))
+  submit late -p low --signal=B:USR1@10 --gcr=every=3s
+  wait_until 120 eval "(( \$(job_says late 'is in s3') >= 2 ))" ||
+    { show "$J"; tail -n 20 "$SL/jobs/late.out"; fail "late: no two checkpoints pushed"; }
+  node0=$(scontrol show hostnames "$(sq "$J" NodeList)" | head -n 1)
+  start_gcrd "${node0#n}" GCR_GCRD_PAUSE_AT=parked:120  # the coordinator's next checkpoint holds
+  wait_until 60 eval "grep -q 'paused at parked' $SL/$node0/run-gcr/gcrd.log" || fail "late: no checkpoint held"
+  H=$(sbatch --parsable -p high -N1 -w "$node0" --exclusive --output=/dev/null --wrap "sleep 600")
+  echo "ok: job $J's checkpoint is held; preempted by job $H (GraceTime ${SLURM_GRACE}s)"
+  wait_until 180 eval "[[ \$(sq $J Restarts) -ge 1 && \$(sq $J JobState) == RUNNING ]]" ||
+    { show "$J"; tail -n 20 "$SL/jobs/late.out"; fail "late was not requeued and started again"; }
+  scancel "$H"
+  ends_right late "$J" $((STEPS * 2))
+  restored_once late  # from the newest checkpoint in the bucket, made before the held one
+  sed 's/^/    /' "$SL/jobs/late.out" | grep -E "gcr:|batch on" | grep -v "checkpointing step\|is in s3" || true
+  start_gcrd "${node0#n}"
+fi
+
 if wanted cancel; then
   step "cancel: scancel while the checkpoint is parked"
   start_gcrd 1 GCR_GCRD_PAUSE_AT=parked:10
   start_gcrd 2 GCR_GCRD_PAUSE_AT=parked:10
+  from1=$(lines "$SL/n1/run-gcr/gcrd.log") from2=$(lines "$SL/n2/run-gcr/gcrd.log")
+  new_in() { eval "tail -n +\$((from$1 + 1)) $SL/n$1/run-gcr/gcrd.log"; }  # I: this scenario's lines
   make_job can $((STEPS * 4))
   submit can -w n1,n2
   wait_until 60 eval "(( \$(last_step $SL/jobs/can-r0.log) >= 100 ))" || fail "can did not start"
   scancel --signal=USR1 --batch "$J"
-  wait_until 60 eval "grep -q 'paused at parked' $SL/n1/run-gcr/gcrd.log $SL/n2/run-gcr/gcrd.log" ||
+  wait_until 60 eval "new_in 1 | grep -q 'paused at parked' || new_in 2 | grep -q 'paused at parked'" ||
     fail "can: no gcrd paused in the checkpoint: $(tail -n 5 "$SL/jobs/can.out")"
   scancel "$J"
   echo "ok: cancelled job $J with its checkpoint parked"
   wait_until 60 eval "[[ \$(sq $J JobState) == CANCELLED ]]" || { show "$J"; fail "can was not cancelled"; }
   # Each gcrd goes on after its pause, finds the ranks gone and undoes its part (its log says).
   for i in 1 2; do
-    wait_until 60 eval "grep -q -E '^gcrd: (checkpoint|job_part) failed' $SL/n$i/run-gcr/gcrd.log" ||
-      fail "can: node n$i's gcrd did not end the checkpoint: $(tail -n 5 "$SL/n$i/run-gcr/gcrd.log")"
-    grep -q "undo the memory parked" "$SL/n$i/run-gcr/gcrd.log" ||
-      fail "can: node n$i's gcrd did not give back the parked memory: $(tail -n 12 "$SL/n$i/run-gcr/gcrd.log")"
+    wait_until 60 eval "new_in $i | grep -q -E '^gcrd: (checkpoint|job_part) failed'" ||
+      fail "can: node n$i's gcrd did not end the checkpoint: $(new_in "$i" | tail -n 5)"
+    new_in "$i" | grep -q "undo the memory parked" ||
+      fail "can: node n$i's gcrd did not give back the parked memory: $(new_in "$i" | tail -n 12)"
   done
   for i in 1 2; do
     wait_until 60 eval "[[ -z \$(job_pids_on $i $J) ]]" ||
