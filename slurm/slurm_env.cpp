@@ -9,13 +9,10 @@
 namespace gcr::slurm {
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-Result<std::uint32_t> number(const char* name, bool required, std::uint32_t fallback) {
-  const std::string v = env(name);
+Result<std::uint32_t> number(const EnvLookup& env, const char* name, bool required,
+                             std::uint32_t fallback) {
+  const char* text = env(name);
+  const std::string v = text ? text : "";
   if (v.empty()) {
     if (!required) return fallback;
     return Error{Errc::invalid_argument,
@@ -68,16 +65,20 @@ std::optional<int> parse_signal(const std::string& text) {
   return static_cast<int>(n);
 }
 
-Result<SlurmEnv> read_slurm_env(bool task) {
+Result<SlurmEnv> read_slurm_env(bool task, const EnvLookup& lookup) {
+  auto env = [&lookup](const char* name) {
+    const char* v = lookup(name);
+    return std::string(v ? v : "");
+  };
   SlurmEnv e;
-  GCR_TRY_ASSIGN(e.job, number("SLURM_JOB_ID", true, 0));
-  GCR_TRY_ASSIGN(e.restarts, number("SLURM_RESTART_COUNT", false, 0));
+  GCR_TRY_ASSIGN(e.job, number(lookup, "SLURM_JOB_ID", true, 0));
+  GCR_TRY_ASSIGN(e.restarts, number(lookup, "SLURM_RESTART_COUNT", false, 0));
   if (task) {
-    GCR_TRY_ASSIGN(e.step, number("SLURM_STEP_ID", true, 0));
-    GCR_TRY_ASSIGN(e.procid, number("SLURM_PROCID", true, 0));
-    GCR_TRY_ASSIGN(e.node, number("SLURM_NODEID", false, 0));
-    GCR_TRY_ASSIGN(std::uint32_t all, number("SLURM_NTASKS", false, 1));
-    GCR_TRY_ASSIGN(e.ntasks, number("SLURM_STEP_NUM_TASKS", false, all));
+    GCR_TRY_ASSIGN(e.step, number(lookup, "SLURM_STEP_ID", true, 0));
+    GCR_TRY_ASSIGN(e.procid, number(lookup, "SLURM_PROCID", true, 0));
+    GCR_TRY_ASSIGN(e.node, number(lookup, "SLURM_NODEID", false, 0));
+    GCR_TRY_ASSIGN(std::uint32_t all, number(lookup, "SLURM_NTASKS", false, 1));
+    GCR_TRY_ASSIGN(e.ntasks, number(lookup, "SLURM_STEP_NUM_TASKS", false, all));
   }
   e.node_name = env("SLURMD_NODENAME");
   e.token_file = env("GCR_SLURM_TOKEN_FILE");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gcr/result.h"
+#include "gcr/settings.h"
 
 namespace gcr::slurm {
 
@@ -27,8 +28,9 @@ struct SlurmEnv {
   int signal = 10;    // signal=NAME: the one that means "checkpoint, then requeue"
 };
 
-// The job's environment; an error names the variable and says what it should hold.
-Result<SlurmEnv> read_slurm_env(bool task);
+// The job's environment (through gcr's one reader of it, gcr/settings.h; tests pass a stand-in);
+// an error names the variable and says what it should hold.
+Result<SlurmEnv> read_slurm_env(bool task, const EnvLookup& lookup = env_lookup);
 
 // "USR1", "SIGUSR1" or a number; nullopt when none of these.
 std::optional<int> parse_signal(const std::string& text);

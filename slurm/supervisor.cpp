@@ -353,9 +353,8 @@ void Supervisor::restore_step() {
   for (const Waiting& w : waiting_) now[w.reg.node] = w.reg.gcrd;
   if (now[0] != self_gcrd_)
     return restored(1, "node 0 of the step is not this node (the batch script's)");
-  bool remote = false;
+  const bool remote = plan_->nodes.size() > 1;
   for (std::size_t n = 1; n < plan_->nodes.size(); ++n) {
-    remote = true;
     if (!now.count(static_cast<unsigned>(n)))
       return restored(1, "the step has no task on node " + std::to_string(n) + " now");
     if (plan_->nodes[n] != now[static_cast<unsigned>(n)])
@@ -378,7 +377,7 @@ void Supervisor::restored(int code, const std::string& why) {
         (why.empty() ? " (exit " + std::to_string(code) + ")" : ": " + why) +
         "; the step starts from the beginning");
   }
-  step_ = Step{true, plan_->step, plan_->tasks.empty() ? 0 : waiting_.front().reg.ntasks, {}};
+  step_ = Step{true, plan_->step, waiting_.front().reg.ntasks, {}};  // every task is waiting
   for (Waiting& w : waiting_) {
     Answer a;
     Task t{w.reg.pid, w.reg.gcrd, w.reg.node};
