@@ -245,6 +245,11 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
   ProgressLine bar(!o.json && ctx.stderr_tty && o.pids.size() == 1,
                    "pid " + std::to_string(o.pids[i]) + ": storing");
   return gcrd::call(conn->get(), "checkpoint", fields, [&](const std::string& line) {
+    if (line.rfind("warning: ", 0) == 0) {  // what this checkpoint does the slow way: always said
+      std::lock_guard lock(mu);
+      std::fprintf(stderr, "gcr: pid %d: %s\n", o.pids[i], line.c_str());
+      return;
+    }
     if (o.json || !ctx.stderr_tty) return;
     std::lock_guard lock(mu);
     if (!draw_bytes_progress(bar, line))
