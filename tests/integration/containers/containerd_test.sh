@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# containerd (Debian 12's 1.6, its runc shim and runc) checkpoints and restores a container running
+# `gcr run mlp_train` with ctr, through gcr's CRIU plugin and gcrd (docs/containerd.md): the device
+# memory is parked and stored by gcrd, so CRIU's images (inside containerd's checkpoint image) hold
+# a small fraction of the footprint, and every restored run ends with the checksum of an
+# uninterrupted one. The test starts a containerd of its own (its own root, state, socket, runc
+# root and namespace) with a clean environment: the shim's runc finds CRIU as the first `criu` in
+# PATH (ctr sets no CriuPath), and CRIU's settings come from files, as on a node.
+#   a. `ctr containers checkpoint --task` (ctr 1.6's restorable checkpoint: containerd pauses the
+#      task, runc checkpoints it with --leave-running, containerd resumes it); the original is
+#      stopped and removed; `ctr containers restore --live` makes a new container and task from the
+#      checkpoint image
+#   b. the same checkpoint, the original left to run: it ends right, and its image restores right
+#   c. `ctr tasks checkpoint --exit --image-path DIR`: the task ends, CRIU's images land in DIR
+#      (ctr 1.6 cannot restore these: docs/containerd.md)
+#   d. restore with gcrd down fails before any process of the container exists, saying why
+#
+#   containerd_test.sh BUILD_DIR      (needs root, containerd, runc and CRIU; exits 77 to skip)
+set -euo pipefail
+TEST_NAME=containerd-test
+source "$(dirname "$0")/lib.sh"
+for tool in containerd ctr containerd-shim-runc-v2 runc; do
+  command -v $tool > /dev/null || skip "$tool is missing (scripts/setup.sh installs containerd and runc)"
+done
+FOOTPRINT_MIB=64
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
+LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
+REF=$(checksum_of "$T/ref.log")
+start_gcrd "$GCR_GCRD_SOCKET"
+
+# What a node's /etc/gcr/gcr.conf and CRIU's plugin directory give CRIU (containerd hands the
+# shim its own environment, which on a node is systemd's: nothing of gcr's).
+cat > "$T/gcr.conf" << CONF
+gcrd_socket = $GCR_GCRD_SOCKET
+driver = $BUILD/simgpu/libcuda.so.1
+CONF
+mkdir -p "$T/bin" "$T/share" "$T/ctrd/tmp"
+cat > "$T/bin/criu" << WRAP
+#!/bin/sh
+export CRIU_LIBS_DIR=$BUILD/criu-plugin GCR_CONFIG=$T/gcr.conf
+exec $CRIU "\$@"
+WRAP
+chmod +x "$T/bin/criu"
+
+# containerd of its own. The CRI plugin is off (no kubelet here); TMPDIR keeps the checkpoint
+# directories the daemon and the shim unpack out of /tmp.
+SOCK=$T/ctrd/containerd.sock
+cat > "$T/ctrd/config.toml" << TOML
+version = 2
+root = "$T/ctrd/root"
+state = "$T/ctrd/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+TOML
+env -i "PATH=$T/bin:/usr/sbin:/usr/bin:/sbin:/bin" "TMPDIR=$T/ctrd/tmp" \
+  containerd --config "$T/ctrd/config.toml" > "$T/containerd.log" 2>&1 < /dev/null &
+CONTAINERD_PID=$!
+NS=gcr-test
+# Every ctr call is bounded: a task whose restore failed can leave `ctr task rm -f` waiting forever.
+CTR=(timeout 60 ctr --address "$SOCK" --namespace "$NS")
+ctrd_serves() { "${CTR[@]}" version > /dev/null 2>&1; }
+wait_until 30 ctrd_serves || fail "containerd did not start: $(tail -3 "$T/containerd.log")"
+
+# The cleanup: every task killed and removed while containerd runs, then containerd, then any shim
+# of this containerd still there (their address names this test's directory).
+cleanup_extra() {
+  local c
+  if kill -0 "$CONTAINERD_PID" 2> /dev/null; then
+    for c in $("${CTR[@]}" containers ls -q 2> /dev/null); do
+      timeout 15 ctr --address "$SOCK" -n "$NS" tasks kill -s KILL "$c" > /dev/null 2>&1 || true
+      timeout 15 ctr --address "$SOCK" -n "$NS" tasks rm -f "$c" > /dev/null 2>&1 || true
+      timeout 15 ctr --address "$SOCK" -n "$NS" containers rm "$c" > /dev/null 2>&1 || true
+    done
+    kill "$CONTAINERD_PID" 2> /dev/null || true
+    wait_gone "$CONTAINERD_PID" 15 || kill -9 "$CONTAINERD_PID" 2> /dev/null || true
+  fi
+  pkill -9 -f "containerd-shim-runc-v2 .*-address $SOCK" 2> /dev/null || true
+  # What the shims left mounted of their bundles (a shim killed above unmounts nothing).
+  grep -o " $T/ctrd/[^ ]*" /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
+}
+
+python3 "$ROOT/tests/integration/containers/make_oci_image.py" "$T/base.tar" localhost/gcr-test-base:latest
+"${CTR[@]}" images import --snapshotter native "$T/base.tar" > "$T/import.log" 2>&1 || fail "ctr images import of the base image: $(tail -3 "$T/import.log")"
+
+# run_container NAME LOG: a container running the workload under gcr, at step 20 or later. It sees
+# /usr and /etc of the host, the repository (read-only) and $T/share; its own pid, network, ipc,
+# uts and mount namespaces (containerd's defaults).
+run_container() {
+  local mounts=(--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=nosuid:nodev")
+  for dir in /usr /etc "$ROOT"; do mounts+=(--mount "type=bind,src=$dir,dst=$dir,options=rbind:ro"); done
+  mounts+=(--mount "type=bind,src=$T/share,dst=$T/share,options=rbind:rw")
+  "${CTR[@]}" run -d --null-io --snapshotter native --runc-root "$T/ctrd/runc" "${mounts[@]}" \
+    --env SIMGPU_DEVICES="$SIMGPU_DEVICES" --env SIMGPU_MEMORY="$SIMGPU_MEMORY" --env GCR_QUIET=1 \
+    localhost/gcr-test-base:latest "$1" /bin/sh -c "exec $GCR run -- ${MLP[*]} < /dev/null >> $2 2>&1" \
+    > "$T/$1.run.log" 2>&1 || fail "ctr run $1: $(tail -3 "$T/$1.run.log")"
+  wait_steps "$2" 20
+}
+task_status() { "${CTR[@]}" tasks ls 2> /dev/null | awk -v c="$1" '$1 == c {print $3}'; }
+is_stopped() { [[ $(task_status "$1") == STOPPED ]]; }
+# remove NAME: the container and its task, killed if it runs.
+remove() {
+  "${CTR[@]}" tasks kill -s KILL "$1" > /dev/null 2>&1 || true
+  wait_until 15 is_stopped "$1" || true
+  "${CTR[@]}" tasks rm "$1" > /dev/null 2>&1 || true
+  "${CTR[@]}" containers rm "$1" > /dev/null 2>&1 || fail "ctr containers rm $1"
+}
+# check_checkpoint REF: checkpoint image REF holds CRIU's images (a tar) that name a gcr checkpoint
+# and hold less than a quarter of the footprint in pages; sets `sizes` to say how much.
+check_checkpoint() {
+  local index digest size pages
+  index=$("${CTR[@]}" images ls | awk -v r="$1" '$1 == r {print $3}')
+  [[ -n $index ]] || fail "no checkpoint image $1"
+  "${CTR[@]}" content get "$index" > "$T/$1.index.json" || fail "ctr content get $index"
+  read -r digest size < <(python3 -c '
+import json, sys
+for m in json.load(open(sys.argv[1]))["manifests"]:
+    if m["mediaType"].endswith("criu.checkpoint.criu.tar"):
+        print(m["digest"], m["size"])' "$T/$1.index.json")
+  [[ -n $digest ]] || fail "checkpoint image $1 has no CRIU images"
+  "${CTR[@]}" content get "$digest" | tar -tv > "$T/$1.list" || fail "the CRIU images of $1 are not a tar"
+  grep -qE " (\./)?gcr-checkpoint$" "$T/$1.list" || fail "the CRIU images of $1 have no gcr-checkpoint reference"
+  pages=$(awk '$6 ~ /pages-/ {s += $3} END {print int(s / 1048576)}' "$T/$1.list")
+  (( pages * 4 < FOOTPRINT_MIB )) || fail "CRIU wrote $pages MiB of pages for a $FOOTPRINT_MIB MiB footprint: the device memory was not parked"
+  sizes="CRIU's images $((size >> 10)) KiB ($pages MiB of pages), device footprint $FOOTPRINT_MIB MiB"
+}
+# restore NEW REF LOG: `ctr containers restore --live` of REF as container NEW; LOG ends with $REF.
+restore() {
+  : > "$3"
+  "${CTR[@]}" containers restore --live "$1" "$2" > "$T/$1.restore.log" 2>&1 < /dev/null ||
+    fail "ctr containers restore $1: $(tail -3 "$T/$1.restore.log")"
+  wait_checksum "$3"
+  [[ $(checksum_of "$3") == "$REF" ]] || fail "$1 ended with $(checksum_of "$3"), an uninterrupted run with $REF"
+}
+
+step "a. ctr containers checkpoint --task; the original removed; restored as a new container"
+run_container a1 "$T/share/a.log"
+"${CTR[@]}" containers checkpoint --task a1 ckpt-a > "$T/a.ckpt.log" 2>&1 || fail "ctr containers checkpoint: $(tail -3 "$T/a.ckpt.log")"
+grep -q "gcrd parked and stored the device memory" "$T/ctrd/state/io.containerd.runtime.v2.task/$NS/a1/work/criu-work/dump.log" ||
+  fail "the plugin did not hand the device memory to gcrd"
+check_checkpoint ckpt-a
+steps_before=$(steps_in "$T/share/a.log")
+remove a1
+restore a2 ckpt-a "$T/share/a.log"
+echo "ok: checkpointed at step $steps_before; $sizes; restored: $REF"
+remove a2
+
+step "b. the original runs on to the end; its image restores too"
+run_container b1 "$T/share/b.log"
+"${CTR[@]}" containers checkpoint --task b1 ckpt-b > "$T/b.ckpt.log" 2>&1 || fail "ctr containers checkpoint: $(tail -3 "$T/b.ckpt.log")"
+check_checkpoint ckpt-b
+wait_checksum "$T/share/b.log"
+[[ $(checksum_of "$T/share/b.log") == "$REF" ]] || fail "the original ran on to $(checksum_of "$T/share/b.log"), expected $REF"
+remove b1
+restore b2 ckpt-b "$T/share/b.log"
+echo "ok: the original and its restored copy end with $REF"
+remove b2
+
+step "c. ctr tasks checkpoint --exit --image-path: the task ends"
+run_container c1 "$T/share/c.log"
+"${CTR[@]}" tasks checkpoint --exit --image-path "$T/c-img" --work-path "$T/c-work" c1 > "$T/c.ckpt.log" 2>&1 ||
+  fail "ctr tasks checkpoint --exit: $(tail -3 "$T/c.ckpt.log")"
+grep -q "gcrd parked and stored the device memory" "$T/c-work/dump.log" || fail "the plugin did not hand the device memory to gcrd"
+[[ -f $T/c-img/gcr-checkpoint ]] || fail "the images directory has no gcr-checkpoint reference"
+wait_until 15 is_stopped c1 || fail "c1 is $(task_status c1) after ctr tasks checkpoint --exit"
+pages=$(du -cm "$T/c-img"/pages-*.img | tail -1 | cut -f1)
+(( pages * 4 < FOOTPRINT_MIB )) || fail "CRIU wrote $pages MiB of pages for a $FOOTPRINT_MIB MiB footprint"
+echo "ok: the task ended; CRIU's images $(du -sk "$T/c-img" | cut -f1) KiB ($pages MiB of pages), device footprint $FOOTPRINT_MIB MiB"
+remove c1
+
+step "d. restore with gcrd down fails before the process exists"
+pkill -f "gcrd --socket $GCR_GCRD_SOCKET" || true
+gcrd_gone() { ! pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" > /dev/null; }
+wait_until 10 gcrd_gone || fail "gcrd did not stop"
+if "${CTR[@]}" containers restore --live d1 ckpt-a > "$T/d1.restore.log" 2>&1 < /dev/null; then
+  fail "a restore with gcrd down succeeded"
+fi
+grep -q "gcrd does not answer" "$T/ctrd/state/io.containerd.runtime.v2.task/$NS/d1/work/restore.log" ||
+  fail "the restore's log does not say gcrd is down: $(tail -3 "$T/d1.restore.log")"
+[[ $(task_status d1) != RUNNING ]] || fail "task d1 runs after the failed restore"
+[[ -z $("${CTR[@]}" tasks ps d1 2> /dev/null | awk 'NR > 1') ]] || fail "task d1 has processes after the failed restore"
+echo "ok: ctr says: $(grep -o "criu failed[^:]*" "$T/d1.restore.log" | head -1); task d1 is $(task_status d1) with no process"
+finish
