@@ -14,6 +14,9 @@
 #   c. `ctr tasks checkpoint --exit --image-path DIR`: the task ends, CRIU's images land in DIR
 #      (ctr 1.6 cannot restore these: docs/containerd.md)
 #   d. restore with gcrd down fails before any process of the container exists, saying why
+#   e. self-contained images (gcr.conf: criu_images = self-contained): the checkpoint image, device
+#      memory inside, is exported, the "host" wiped (containerd, gcrd and store gone), and a second
+#      one (another containerd, gcrd and store) imports and restores it
 #
 #   containerd_test.sh BUILD_DIR      (needs root, containerd, runc and CRIU; exits 77 to skip)
 set -euo pipefail
@@ -26,15 +29,22 @@ FOOTPRINT_MIB=64
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
-start_gcrd "$GCR_GCRD_SOCKET"
 
-# What a node's /etc/gcr/gcr.conf and CRIU's plugin directory give CRIU (containerd hands the
-# shim its own environment, which on a node is systemd's: nothing of gcr's).
-cat > "$T/gcr.conf" << CONF
+# host_config N: what a node's /etc/gcr/gcr.conf and CRIU's plugin directory give CRIU on host N
+# (containerd hands the shim its own environment, which on a node is systemd's: nothing of gcr's),
+# and a gcrd of its own with its own store. MORE: further gcr.conf lines.
+host_config() {
+  export GCR_GCRD_SOCKET=$T/host$1/gcrd.sock GCR_STORE=$T/host$1/store
+  mkdir -p "$T/host$1"
+  cat > "$T/gcr.conf" << CONF
+# gcr.conf of host $1
 gcrd_socket = $GCR_GCRD_SOCKET
 driver = $BUILD/simgpu/libcuda.so.1
+${2:-}
 CONF
-mkdir -p "$T/bin" "$T/share" "$T/ctrd/tmp"
+  start_gcrd "$GCR_GCRD_SOCKET"
+}
+mkdir -p "$T/bin" "$T/share"
 cat > "$T/bin/criu" << WRAP
 #!/bin/sh
 export CRIU_LIBS_DIR=$BUILD/criu-plugin GCR_CONFIG=$T/gcr.conf
@@ -42,13 +52,19 @@ exec $CRIU "\$@"
 WRAP
 chmod +x "$T/bin/criu"
 
-# containerd of its own. The CRI plugin is off (no kubelet here); TMPDIR keeps the checkpoint
-# directories the daemon and the shim unpack out of /tmp.
-SOCK=$T/ctrd/containerd.sock
-cat > "$T/ctrd/config.toml" << TOML
+# start_containerd DIR: a containerd of its own under DIR (root, state, socket; the runc root is
+# the containers' --runc-root), started with a clean environment, and the base image imported. The
+# CRI plugin is off (no kubelet here); TMPDIR keeps the checkpoint directories the daemon and the
+# shim unpack out of /tmp. Every ctr call is bounded (CTR).
+NS=gcr-test
+start_containerd() {
+  CTRD=$1
+  SOCK=$CTRD/containerd.sock
+  mkdir -p "$CTRD/tmp"
+  cat > "$CTRD/config.toml" << TOML
 version = 2
-root = "$T/ctrd/root"
-state = "$T/ctrd/state"
+root = "$CTRD/root"
+state = "$CTRD/state"
 disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = "$SOCK"
@@ -59,18 +75,23 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [metrics]
   address = ""
 TOML
-env -i "PATH=$T/bin:/usr/sbin:/usr/bin:/sbin:/bin" "TMPDIR=$T/ctrd/tmp" \
-  containerd --config "$T/ctrd/config.toml" > "$T/containerd.log" 2>&1 < /dev/null &
-CONTAINERD_PID=$!
-NS=gcr-test
-# Every ctr call is bounded: a task whose restore failed can leave `ctr task rm -f` waiting forever.
-CTR=(timeout 60 ctr --address "$SOCK" --namespace "$NS")
+  env -i "PATH=$T/bin:/usr/sbin:/usr/bin:/sbin:/bin" "TMPDIR=$CTRD/tmp" \
+    containerd --config "$CTRD/config.toml" > "$CTRD/containerd.log" 2>&1 < /dev/null &
+  CONTAINERD_PID=$!
+  CTR=(timeout 60 ctr --address "$SOCK" --namespace "$NS")
+  wait_until 30 ctrd_serves || fail "containerd did not start: $(tail -3 "$CTRD/containerd.log")"
+  "${CTR[@]}" images import --snapshotter native "$T/base.tar" > "$CTRD/import.log" 2>&1 ||
+    fail "ctr images import of the base image: $(tail -3 "$CTRD/import.log")"
+}
+stop_gcrd() {
+  pkill -f "gcrd --socket $GCR_GCRD_SOCKET" || true
+  wait_until 10 gcrd_gone || fail "gcrd did not stop"
+}
+gcrd_gone() { ! pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" > /dev/null; }
 ctrd_serves() { "${CTR[@]}" version > /dev/null 2>&1; }
-wait_until 30 ctrd_serves || fail "containerd did not start: $(tail -3 "$T/containerd.log")"
-
-# The cleanup: every task killed and removed while containerd runs, then containerd, then any shim
-# of this containerd still there (their address names this test's directory).
-cleanup_extra() {
+# stop_containerd: every task killed and removed while containerd runs, then containerd, then any
+# shim of it still there (their address names this test's directory).
+stop_containerd() {
   local c
   if kill -0 "$CONTAINERD_PID" 2> /dev/null; then
     for c in $("${CTR[@]}" containers ls -q 2> /dev/null); do
@@ -80,26 +101,14 @@ cleanup_extra() {
     wait_gone "$CONTAINERD_PID" 15 || kill -9 "$CONTAINERD_PID" 2> /dev/null || true
   fi
   pkill -9 -f "containerd-shim-runc-v2 .*-address $SOCK" 2> /dev/null || true
+  # Containers whose shim is gone (runc's state is under the containers' --runc-root, per namespace).
+  for c in "$CTRD/runc/$NS"/*/; do
+    [[ -d $c ]] && runc --root "$CTRD/runc/$NS" delete -f "$(basename "$c")" > /dev/null 2>&1 || true
+  done
   # What the shims left mounted of their bundles (a shim killed above unmounts nothing).
-  grep -o " $T/ctrd/[^ ]*" /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
+  grep -o " $CTRD/[^ ]*" /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
 }
-
-python3 "$ROOT/tests/integration/containers/make_oci_image.py" "$T/base.tar" localhost/gcr-test-base:latest
-"${CTR[@]}" images import --snapshotter native "$T/base.tar" > "$T/import.log" 2>&1 || fail "ctr images import of the base image: $(tail -3 "$T/import.log")"
-
-# run_container NAME LOG: a container running the workload under gcr, at step 20 or later. It sees
-# /usr and /etc of the host, the repository (read-only) and $T/share; its own pid, network, ipc,
-# uts and mount namespaces (containerd's defaults).
-run_container() {
-  local mounts=(--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=nosuid:nodev")
-  for dir in /usr /etc "$ROOT"; do mounts+=(--mount "type=bind,src=$dir,dst=$dir,options=rbind:ro"); done
-  mounts+=(--mount "type=bind,src=$T/share,dst=$T/share,options=rbind:rw")
-  "${CTR[@]}" run -d --null-io --snapshotter native --runc-root "$T/ctrd/runc" "${mounts[@]}" \
-    --env SIMGPU_DEVICES="$SIMGPU_DEVICES" --env SIMGPU_MEMORY="$SIMGPU_MEMORY" --env GCR_QUIET=1 \
-    localhost/gcr-test-base:latest "$1" /bin/sh -c "exec $GCR run -- ${MLP[*]} < /dev/null >> $2 2>&1" \
-    > "$T/$1.run.log" 2>&1 || fail "ctr run $1: $(tail -3 "$T/$1.run.log")"
-  wait_steps "$2" 20
-}
+cleanup_extra() { [[ -z ${CONTAINERD_PID:-} ]] || stop_containerd; }
 task_status() { "${CTR[@]}" tasks ls 2> /dev/null | awk -v c="$1" '$1 == c {print $3}'; }
 is_stopped() { [[ $(task_status "$1") == STOPPED ]]; }
 # remove NAME: the container and its task, killed if it runs. (Not `tasks rm -f`: for a task whose
@@ -112,24 +121,43 @@ remove() {
   "${CTR[@]}" tasks rm "$1" > /dev/null 2>&1 || true
   "${CTR[@]}" containers rm "$1" > /dev/null 2>&1 || fail "ctr containers rm $1"
 }
+
+python3 "$ROOT/tests/integration/containers/make_oci_image.py" "$T/base.tar" localhost/gcr-test-base:latest
+host_config 1
+start_containerd "$T/ctrd"
+
+# run_container NAME LOG: a container running the workload under gcr, at step 20 or later. It sees
+# /usr and /etc of the host, the repository (read-only) and $T/share; its own pid, network, ipc,
+# uts and mount namespaces (containerd's defaults).
+run_container() {
+  local mounts=(--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=nosuid:nodev")
+  for dir in /usr /etc "$ROOT"; do mounts+=(--mount "type=bind,src=$dir,dst=$dir,options=rbind:ro"); done
+  mounts+=(--mount "type=bind,src=$T/share,dst=$T/share,options=rbind:rw")
+  "${CTR[@]}" run -d --null-io --snapshotter native --runc-root "$CTRD/runc" "${mounts[@]}" \
+    --env SIMGPU_DEVICES="$SIMGPU_DEVICES" --env SIMGPU_MEMORY="$SIMGPU_MEMORY" --env GCR_QUIET=1 \
+    localhost/gcr-test-base:latest "$1" /bin/sh -c "exec $GCR run -- ${MLP[*]} < /dev/null >> $2 2>&1" \
+    > "$T/$1.run.log" 2>&1 || fail "ctr run $1: $(tail -3 "$T/$1.run.log")"
+  wait_steps "$2" 20
+}
 # check_checkpoint REF: checkpoint image REF holds CRIU's images (a tar) that name a gcr checkpoint
-# and hold less than a quarter of the footprint in pages; sets `sizes` to say how much.
+# and hold less than a quarter of the footprint in pages; sets criu_kib, pages (KiB) and `sizes`.
 check_checkpoint() {
-  local index digest size pages
+  local index digest size list=$T/${1//[\/:]/_}
   index=$("${CTR[@]}" images ls | awk -v r="$1" '$1 == r {print $3}')
   [[ -n $index ]] || fail "no checkpoint image $1"
-  "${CTR[@]}" content get "$index" > "$T/$1.index.json" || fail "ctr content get $index"
+  "${CTR[@]}" content get "$index" > "$list.index.json" || fail "ctr content get $index"
   read -r digest size < <(python3 -c '
 import json, sys
 for m in json.load(open(sys.argv[1]))["manifests"]:
     if m["mediaType"].endswith("criu.checkpoint.criu.tar"):
-        print(m["digest"], m["size"])' "$T/$1.index.json")
+        print(m["digest"], m["size"])' "$list.index.json")
   [[ -n $digest ]] || fail "checkpoint image $1 has no CRIU images"
-  "${CTR[@]}" content get "$digest" | tar -tv > "$T/$1.list" || fail "the CRIU images of $1 are not a tar"
-  grep -qE " (\./)?gcr-checkpoint$" "$T/$1.list" || fail "the CRIU images of $1 have no gcr-checkpoint reference"
-  pages=$(awk '$6 ~ /pages-/ {s += $3} END {print int(s / 1024)}' "$T/$1.list")
+  "${CTR[@]}" content get "$digest" | tar -tv > "$list.list" || fail "the CRIU images of $1 are not a tar"
+  grep -qE " (\./)?gcr-checkpoint$" "$list.list" || fail "the CRIU images of $1 have no gcr-checkpoint reference"
+  pages=$(awk '$6 ~ /pages-/ {s += $3} END {print int(s / 1024)}' "$list.list")
   (( pages * 4 < FOOTPRINT_MIB * 1024 )) || fail "CRIU wrote $pages KiB of pages for a $FOOTPRINT_MIB MiB footprint: the device memory was not parked"
-  sizes="CRIU's images $((size >> 10)) KiB (pages $pages KiB), device footprint $FOOTPRINT_MIB MiB"
+  criu_kib=$((size >> 10))
+  sizes="CRIU's images $criu_kib KiB (pages $pages KiB), device footprint $FOOTPRINT_MIB MiB"
 }
 # restore NEW REF LOG: `ctr containers restore --live` of REF as container NEW; LOG ends with $REF.
 restore() {
@@ -145,7 +173,7 @@ run_container a1 "$T/share/a.log"
 steps_before=$(steps_in "$T/share/a.log")
 "${CTR[@]}" containers checkpoint --task a1 ckpt-a > "$T/a.ckpt.log" 2>&1 || fail "ctr containers checkpoint: $(tail -3 "$T/a.ckpt.log")"
 # (The shim deletes CRIU's work directory, dump.log with it, when the client names none: ctr does not.)
-grep -q "criu_dump" "$T/gcrd.log" || fail "the plugin did not ask gcrd for the device memory"
+grep -q "criu_dump" "$T/host1/gcrd.log" || fail "the plugin did not ask gcrd for the device memory"
 check_checkpoint ckpt-a
 remove a1
 restore a2 ckpt-a "$T/share/a.log"
@@ -176,16 +204,34 @@ echo "ok: the task ended; CRIU's images $(du -sk "$T/c-img" | cut -f1) KiB (page
 remove c1
 
 step "d. restore with gcrd down fails before the process exists"
-pkill -f "gcrd --socket $GCR_GCRD_SOCKET" || true
-gcrd_gone() { ! pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" > /dev/null; }
-wait_until 10 gcrd_gone || fail "gcrd did not stop"
+stop_gcrd
 if "${CTR[@]}" containers restore --live d1 ckpt-a > "$T/d1.restore.log" 2>&1 < /dev/null; then
   fail "a restore with gcrd down succeeded"
 fi
-why=$(grep -m1 "gcrd does not answer" "$T/ctrd/state/io.containerd.runtime.v2.task/$NS/d1/work/restore.log") ||
+why=$(grep -m1 "gcrd does not answer" "$CTRD/state/io.containerd.runtime.v2.task/$NS/d1/work/restore.log") ||
   fail "the restore's log does not say gcrd is down: $(tail -3 "$T/d1.restore.log")"
 [[ $(task_status d1) != RUNNING ]] || fail "task d1 runs after the failed restore"
 [[ -z $("${CTR[@]}" tasks ps d1 2> /dev/null | awk 'NR > 1') ]] || fail "task d1 has processes after the failed restore"
 echo "ok: task d1 is $(task_status d1) with no process; restore.log: ${why#*: }"
 remove d1
+
+step "e. self-contained: the checkpoint image moves to another containerd, gcrd and store"
+host_config 1 "criu_images = self-contained"
+run_container e1 "$T/share/e.log"
+"${CTR[@]}" containers checkpoint --task e1 localhost/ckpt-e:1 > "$T/e.ckpt.log" 2>&1 ||
+  fail "ctr containers checkpoint (self-contained): $(tail -3 "$T/e.ckpt.log")"
+check_checkpoint localhost/ckpt-e:1
+grep -qE " (\./)?gcr-store/" "$T/localhost_ckpt-e_1.list" || fail "the CRIU images do not carry the device memory (gcr-store)"
+remove e1
+"${CTR[@]}" images export --skip-manifest-json "$T/ckpt-e.tar" localhost/ckpt-e:1 > "$T/e.export.log" 2>&1 || fail "ctr images export: $(tail -3 "$T/e.export.log")"
+stop_containerd
+stop_gcrd
+rm -rf "$GCR_STORE"
+host_config 2 "criu_images = self-contained"
+start_containerd "$T/ctrd2"
+"${CTR[@]}" images import --no-unpack "$T/ckpt-e.tar" > "$T/e.import.log" 2>&1 || fail "ctr images import of the checkpoint: $(tail -3 "$T/e.import.log")"
+restore e2 localhost/ckpt-e:1 "$T/share/e.log"
+grep -q "criu_restore" "$T/host2/gcrd.log" || fail "host 2's gcrd never saw the restore"
+echo "ok: CRIU's images with the device memory (gcr-store) $criu_kib KiB, pages $pages KiB; the exported checkpoint image $(( $(stat -c %s "$T/ckpt-e.tar") >> 20 )) MiB; restored on host 2 from it alone: $REF"
+remove e2
 finish
