@@ -17,6 +17,8 @@
 #   e. self-contained images (gcr.conf: criu_images = self-contained): the checkpoint image, device
 #      memory inside, is exported, the "host" wiped (containerd, gcrd and store gone), and a second
 #      one (another containerd, gcrd and store) imports and restores it
+#   f. a CUDA process not under gcr: the baseline, device memory in CRIU's pages (the sizes to
+#      compare), and it runs on
 #
 #   containerd_test.sh BUILD_DIR      (needs root, containerd, runc and CRIU; exits 77 to skip)
 set -euo pipefail
@@ -103,7 +105,7 @@ stop_containerd() {
   pkill -9 -f "containerd-shim-runc-v2 .*-address $SOCK" 2> /dev/null || true
   # Containers whose shim is gone (runc's state is under the containers' --runc-root, per namespace).
   for c in "$CTRD/runc/$NS"/*/; do
-    [[ -d $c ]] && runc --root "$CTRD/runc/$NS" delete -f "$(basename "$c")" > /dev/null 2>&1 || true
+    if [[ -d $c ]]; then runc --root "$CTRD/runc/$NS" delete -f "$(basename "$c")" > /dev/null 2>&1 || true; fi
   done
   # What the shims left mounted of their bundles (a shim killed above unmounts nothing).
   grep -o " $CTRD/[^ ]*" /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
@@ -126,16 +128,18 @@ python3 "$ROOT/tests/integration/containers/make_oci_image.py" "$T/base.tar" loc
 host_config 1
 start_containerd "$T/ctrd"
 
-# run_container NAME LOG: a container running the workload under gcr, at step 20 or later. It sees
-# /usr and /etc of the host, the repository (read-only) and $T/share; its own pid, network, ipc,
-# uts and mount namespaces (containerd's defaults).
+# run_container NAME LOG [WRAPPER...]: a container running the workload under WRAPPER (default:
+# gcr run --), at step 20 or later. It sees /usr and /etc of the host, the repository (read-only)
+# and $T/share; its own pid, network, ipc, uts and mount namespaces (containerd's defaults).
 run_container() {
+  local wrapper=("${@:3}")
+  ((${#wrapper[@]})) || wrapper=("$GCR" run --)
   local mounts=(--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=nosuid:nodev")
   for dir in /usr /etc "$ROOT"; do mounts+=(--mount "type=bind,src=$dir,dst=$dir,options=rbind:ro"); done
   mounts+=(--mount "type=bind,src=$T/share,dst=$T/share,options=rbind:rw")
   "${CTR[@]}" run -d --null-io --snapshotter native --runc-root "$CTRD/runc" "${mounts[@]}" \
     --env SIMGPU_DEVICES="$SIMGPU_DEVICES" --env SIMGPU_MEMORY="$SIMGPU_MEMORY" --env GCR_QUIET=1 \
-    localhost/gcr-test-base:latest "$1" /bin/sh -c "exec $GCR run -- ${MLP[*]} < /dev/null >> $2 2>&1" \
+    localhost/gcr-test-base:latest "$1" /bin/sh -c "exec ${wrapper[*]} ${MLP[*]} < /dev/null >> $2 2>&1" \
     > "$T/$1.run.log" 2>&1 || fail "ctr run $1: $(tail -3 "$T/$1.run.log")"
   wait_steps "$2" 20
 }
@@ -159,11 +163,15 @@ for m in json.load(open(sys.argv[1]))["manifests"]:
   criu_kib=$((size >> 10))
   sizes="CRIU's images $criu_kib KiB (pages $pages KiB), device footprint $FOOTPRINT_MIB MiB"
 }
-# restore NEW REF LOG: `ctr containers restore --live` of REF as container NEW; LOG ends with $REF.
+# restore NEW REF LOG: `ctr containers restore --live` of REF as container NEW (restore_ms: how
+# long ctr took); LOG ends with $REF.
 restore() {
   : > "$3"
+  local t0
+  t0=$(date +%s%N)
   "${CTR[@]}" containers restore --live "$1" "$2" > "$T/$1.restore.log" 2>&1 < /dev/null ||
     fail "ctr containers restore $1: $(tail -3 "$T/$1.restore.log")"
+  restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   wait_checksum "$3"
   [[ $(checksum_of "$3") == "$REF" ]] || fail "$1 ended with $(checksum_of "$3"), an uninterrupted run with $REF"
 }
@@ -171,13 +179,15 @@ restore() {
 step "a. ctr containers checkpoint --task; the original removed; restored as a new container"
 run_container a1 "$T/share/a.log"
 steps_before=$(steps_in "$T/share/a.log")
+t0=$(date +%s%N)
 "${CTR[@]}" containers checkpoint --task a1 ckpt-a > "$T/a.ckpt.log" 2>&1 || fail "ctr containers checkpoint: $(tail -3 "$T/a.ckpt.log")"
+checkpoint_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 # (The shim deletes CRIU's work directory, dump.log with it, when the client names none: ctr does not.)
 grep -q "criu_dump" "$T/host1/gcrd.log" || fail "the plugin did not ask gcrd for the device memory"
 check_checkpoint ckpt-a
 remove a1
 restore a2 ckpt-a "$T/share/a.log"
-echo "ok: checkpointed after step $steps_before; $sizes; restored: $REF"
+echo "ok: checkpointed after step $steps_before ($checkpoint_ms ms); $sizes; restored ($restore_ms ms): $REF"
 remove a2
 
 step "b. the original runs on to the end; its image restores too"
@@ -234,4 +244,22 @@ restore e2 localhost/ckpt-e:1 "$T/share/e.log"
 grep -q "criu_restore" "$T/host2/gcrd.log" || fail "host 2's gcrd never saw the restore"
 echo "ok: CRIU's images with the device memory (gcr-store) $criu_kib KiB, pages $pages KiB; the exported checkpoint image $(( $(stat -c %s "$T/ckpt-e.tar") >> 20 )) MiB; restored on host 2 from it alone: $REF"
 remove e2
+
+step "f. a CUDA process not under gcr: the baseline (device memory in CRIU's pages)"
+run_container f1 "$T/share/f.log" env "LD_LIBRARY_PATH=$BUILD/simgpu"
+"${CTR[@]}" containers checkpoint --task f1 ckpt-f > "$T/f.ckpt.log" 2>&1 || fail "ctr containers checkpoint (baseline): $(tail -3 "$T/f.ckpt.log")"
+index=$("${CTR[@]}" images ls | awk '$1 == "ckpt-f" {print $3}')
+read -r digest size < <("${CTR[@]}" content get "$index" | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["manifests"]:
+    if m["mediaType"].endswith("criu.checkpoint.criu.tar"):
+        print(m["digest"], m["size"])')
+"${CTR[@]}" content get "$digest" | tar -tv > "$T/ckpt-f.list"
+! grep -q "gcr-checkpoint$" "$T/ckpt-f.list" || fail "gcrd took part in the checkpoint of a process not under gcr"
+pages=$(awk '$6 ~ /pages-/ {s += $3} END {print int(s / 1048576)}' "$T/ckpt-f.list")
+(( pages >= FOOTPRINT_MIB )) || fail "the baseline image holds $pages MiB of pages for a $FOOTPRINT_MIB MiB footprint"
+wait_checksum "$T/share/f.log"
+[[ $(checksum_of "$T/share/f.log") == "$REF" ]] || fail "the process not under gcr ran on to $(checksum_of "$T/share/f.log"), expected $REF"
+echo "ok: the baseline: CRIU's images $((size >> 20)) MiB ($pages MiB of pages) for $FOOTPRINT_MIB MiB of device memory; it ran on to $REF"
+remove f1
 finish
