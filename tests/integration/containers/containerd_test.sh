@@ -59,6 +59,7 @@ chmod +x "$T/bin/criu"
 # CRI plugin is off (no kubelet here); TMPDIR keeps the checkpoint directories the daemon and the
 # shim unpack out of /tmp. Every ctr call is bounded (CTR).
 NS=gcr-test
+names=()  # every container this test made (their shims' sockets)
 start_containerd() {
   CTRD=$1
   SOCK=$CTRD/containerd.sock
@@ -103,6 +104,10 @@ stop_containerd() {
     wait_gone "$CONTAINERD_PID" 15 || kill -9 "$CONTAINERD_PID" 2> /dev/null || true
   fi
   pkill -9 -f "containerd-shim-runc-v2 .*-address $SOCK" 2> /dev/null || true
+  # A shim killed leaves its socket, /run/containerd/s/SHA256(ADDRESS/NAMESPACE/ID) in 1.6.
+  for c in "${names[@]}"; do
+    rm -f "/run/containerd/s/$(printf '%s' "$SOCK/$NS/$c" | sha256sum | cut -d' ' -f1)"
+  done
   # Containers whose shim is gone (runc's state is under the containers' --runc-root, per namespace).
   for c in "$CTRD/runc/$NS"/*/; do
     if [[ -d $c ]]; then runc --root "$CTRD/runc/$NS" delete -f "$(basename "$c")" > /dev/null 2>&1 || true; fi
@@ -137,6 +142,7 @@ run_container() {
   local mounts=(--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=nosuid:nodev")
   for dir in /usr /etc "$ROOT"; do mounts+=(--mount "type=bind,src=$dir,dst=$dir,options=rbind:ro"); done
   mounts+=(--mount "type=bind,src=$T/share,dst=$T/share,options=rbind:rw")
+  names+=("$1")
   "${CTR[@]}" run -d --null-io --snapshotter native --runc-root "$CTRD/runc" "${mounts[@]}" \
     --env SIMGPU_DEVICES="$SIMGPU_DEVICES" --env SIMGPU_MEMORY="$SIMGPU_MEMORY" --env GCR_QUIET=1 \
     localhost/gcr-test-base:latest "$1" /bin/sh -c "exec ${wrapper[*]} ${MLP[*]} < /dev/null >> $2 2>&1" \
@@ -169,6 +175,7 @@ restore() {
   : > "$3"
   local t0
   t0=$(date +%s%N)
+  names+=("$1")
   "${CTR[@]}" containers restore --live "$1" "$2" > "$T/$1.restore.log" 2>&1 < /dev/null ||
     fail "ctr containers restore $1: $(tail -3 "$T/$1.restore.log")"
   restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -215,6 +222,7 @@ remove c1
 
 step "d. restore with gcrd down fails before the process exists"
 stop_gcrd
+names+=(d1)
 if "${CTR[@]}" containers restore --live d1 ckpt-a > "$T/d1.restore.log" 2>&1 < /dev/null; then
   fail "a restore with gcrd down succeeded"
 fi
