@@ -49,6 +49,8 @@ GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
 # ... containers: runc and podman for tests/integration/containers (installed without its Recommends: Debian's
 # criu 3.17 fails on this kernel and would put an old criu-plugin.h in /usr/include)
           runc podman conmon
+# ... containerd 1.6 (its runc shim, ctr) for tests/integration/containers/containerd_test.sh
+          containerd
 # ... Slurm: gcr's SPANK plugin builds against libslurm-dev's slurm/spank.h; tests/integration/slurm
 # runs a cluster of Debian's slurmctld and slurmd with munge (without Recommends: ~35 plugins)
           slurmctld slurmd slurm-client munge libslurm-dev)
