@@ -645,14 +645,16 @@ Status stop_container(const ContainerImages& c) {
 
 // The checkpoint gcr's CRIU plugin stored the container's device memory as.
 Result<gcrd::ImagesReference> read_images_reference(const ContainerImages& c) {
-  std::ifstream ref_file(c.images / gcrd::kImagesReferenceName);
-  if (!ref_file)
-    return Error{Errc::unsupported,
-                 "gcr's CRIU plugin stored no device memory for "
-                 "container " +
-                     c.o.container + " (see " + (c.work / "dump.log").string() + ")"};
-  return gcrd::decode_reference(
-      std::string(std::istreambuf_iterator<char>(ref_file), std::istreambuf_iterator<char>()));
+  auto text = gcrd::read_checkpoint_reference(c.rt, c.images);
+  if (!text && text.error().code == Errc::not_found)
+    return Error{
+        Errc::unsupported,
+        "gcr's CRIU plugin stored no device memory for container " + c.o.container + " (see " +
+            (c.work / (c.rt.kind == gcrd::RuntimeKind::podman ? "runtime.log" : "dump.log"))
+                .string() +
+            ")"};
+  if (!text) return std::move(text).error();
+  return gcrd::decode_reference(*text);
 }
 
 // The destination's restore of the container: the connection that asked for it (open until the

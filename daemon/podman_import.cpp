@@ -11,6 +11,7 @@
 
 #include "gcr/json_read.h"
 #include "gcr/unique_fd.h"
+#include "gcrd_protocol.h"
 #include "tar_members.h"
 
 namespace gcr::gcrd {
@@ -211,7 +212,8 @@ Status prepare_podman_archive(const fs::path& archive, const std::string& name,
   UniqueFd out(
       ::open(rewritten.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) return errno_error("creating " + rewritten.string());
-  return copy_tar_replacing(fd.get(), out.get(), "checkpoint/gcr-checkpoint", reference);
+  return copy_tar_replacing(fd.get(), out.get(), std::string("checkpoint/") + kImagesReferenceName,
+                            reference);
 }
 
 }  // namespace gcr::gcrd

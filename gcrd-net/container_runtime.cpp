@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gcr/criu.h"
+#include "gcrd_protocol.h"
 #include "podman_runtime.h"
 #include "runtime_exec.h"
 
@@ -116,6 +117,13 @@ Status checkpoint_container(const ContainerRuntime& rt, const std::string& name,
   return run_runc(
       rt, {"checkpoint", "--image-path", images.string(), "--work-path", work.string(), name},
       work / "runtime.log", work / "dump.log", "checkpointing container " + name);
+}
+
+Result<std::string> read_checkpoint_reference(const ContainerRuntime& rt, const fs::path& images) {
+  if (rt.kind == RuntimeKind::podman) return podman_reference(images);
+  std::ifstream in(images / kImagesReferenceName);
+  if (!in) return Error{Errc::not_found, "no " + (images / kImagesReferenceName).string()};
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 Status restore_container(const ContainerRuntime& rt, const std::string& name,

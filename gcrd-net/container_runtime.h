@@ -62,6 +62,11 @@ Result<ContainerState> container_state(const ContainerRuntime& rt, const std::st
 Status checkpoint_container(const ContainerRuntime& rt, const std::string& name,
                             const std::filesystem::path& images, const std::filesystem::path& work);
 
+// What gcr's plugin wrote into the checkpoint's images (kImagesReferenceName, gcrd_protocol.h):
+// from `images` (runc), or from the archive there (podman). Errc::not_found when it wrote none.
+Result<std::string> read_checkpoint_reference(const ContainerRuntime& rt,
+                                              const std::filesystem::path& images);
+
 // `runc restore --detach` of `images` as container `name` from `bundle`, or `podman container
 // restore --import images/container.tar` (`bundle` unused: the archive holds the container's
 // configuration); the runtime's output and runc's CRIU's log in `work`.

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "gcr/unique_fd.h"
+#include "gcrd_protocol.h"
 #include "runtime_exec.h"
+#include "tar_members.h"
 
 namespace gcr::gcrd {
 namespace {
@@ -74,6 +76,18 @@ Status podman_checkpoint(const ContainerRuntime& rt, const std::string& name,
                     {"container", "checkpoint", "--export", (images / kPodmanArchiveName).string(),
                      "--compress", "none", "--keep", name},
                     work, "checkpointing container " + name);
+}
+
+Result<std::string> podman_reference(const fs::path& images) {
+  const fs::path archive = images / kPodmanArchiveName;
+  UniqueFd fd(::open(archive.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return errno_error("opening " + archive.string());
+  GCR_TRY_ASSIGN(std::vector<TarMember> members, list_tar_members(fd.get()));
+  for (const TarMember& m : members)
+    if (m.name == std::string("checkpoint/") + kImagesReferenceName)
+      return read_tar_member(fd.get(), m, 4096);
+  return Error{Errc::not_found,
+               archive.string() + " has no checkpoint/" + std::string(kImagesReferenceName)};
 }
 
 Status podman_import(const ContainerRuntime& rt, const std::string& name, const fs::path& images,

@@ -25,6 +25,8 @@ Result<ContainerState> podman_state(const ContainerRuntime& rt, const std::strin
 // `podman container checkpoint --export IMAGES/container.tar --compress none --keep NAME`.
 Status podman_checkpoint(const ContainerRuntime& rt, const std::string& name,
                          const std::filesystem::path& images, const std::filesystem::path& work);
+// checkpoint/gcr-checkpoint of IMAGES/container.tar; Errc::not_found when there is none.
+Result<std::string> podman_reference(const std::filesystem::path& images);
 // `podman container restore --import IMAGES/container.tar`.
 Status podman_import(const ContainerRuntime& rt, const std::string& name,
                      const std::filesystem::path& images, const std::filesystem::path& work);

@@ -23,7 +23,7 @@ NET=10.81.0  # neither migrate.container's nor migrate.two_hosts's
 source "$(dirname "$0")/two_hosts.sh"
 
 FOOTPRINT_MIB=64
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 500 --step-delay-ms 20 --footprint ${FOOTPRINT_MIB}M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
@@ -37,22 +37,35 @@ cat > "$T/runc-b/runc" << SH
 #!/bin/sh
 exec runc --root "$T/runc-b/state" "\$@"
 SH
-podman_host() {  # HOST [RUNTIME]: a script that runs podman as that host's
+# podman's run root must be a short path (at most 50 characters).
+PODMAN_STATE=$(mktemp -d /tmp/gcr-pm.XXXXXX)
+# Each host's runc, named runc (podman refuses to import an archive of another runtime's name).
+podman_host() {  # HOST RUNC: a script that runs podman as that host's
+  cat > "$T/containers-$1.conf" << CONF
+[containers]
+# Debian's /usr/share/containers/containers.conf (CONTAINERS_CONF replaces it)
+default_capabilities = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE",
+                        "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]
+[engine.runtimes]
+runc = ["$2"]
+CONF
   cat > "$T/podman-$1.sh" << SH
 #!/bin/sh
-exec podman --root "$T/podman-$1/root" --runroot "$T/podman-$1/run" --cgroup-manager=cgroupfs \
-  --events-backend=file --runtime "$2" --storage-driver vfs "\$@"
+export CONTAINERS_CONF="$T/containers-$1.conf"
+exec podman --root "$PODMAN_STATE/$1/root" --runroot "$PODMAN_STATE/$1/run" --cgroup-manager=cgroupfs \
+  --events-backend=file --runtime runc --storage-driver vfs "\$@"
 SH
   chmod 755 "$T/podman-$1.sh"
 }
 chmod 755 "$T/runc-b/runc"
-podman_host a runc
+podman_host a "$(command -v runc)"
 podman_host b "$T/runc-b/runc"
 cleanup_extra() {
   "$T/podman-a.sh" rm -f -a > /dev/null 2>&1 || true
   "$T/podman-b.sh" rm -f -a > /dev/null 2>&1 || true
   "$T/podman-a.sh" system reset -f > /dev/null 2>&1 || true
   "$T/podman-b.sh" system reset -f > /dev/null 2>&1 || true
+  rm -rf "$PODMAN_STATE"
   mend_link
   remove_link
 }
