@@ -95,25 +95,13 @@ run_job() {
   wait_steps "$1" $((RANDOM % 40 + 20))
 }
 status_on() { "$T/podman-$1.sh" container inspect --format '{{.State.Status}}' job 2> /dev/null || true; }
-ends_once() {  # LOG: exactly one copy ended the run, with the reference checksum
-  wait_checksum "$1"
-  sleep 0.5
-  [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
-  [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
-}
 migrate_job() {  # TO [ARGS...]
   "$GCR" migrate --container job --runtime "$T/podman-a.sh" --to "$1" --token-file "$T/token" "${@:2}"
 }
 DEST_GCRD_ARGS=(--containers "$T/bundles-b" --runtime "$T/podman-b.sh")
 
 step "a. over a shaped link (10 Gbit/s, 1 ms round trip) at a random moment"
-TBF=(root tbf rate 10gbit burst 4mb latency 20ms)
-tc qdisc add dev "$VA" "${TBF[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${TBF[@]}" ||
-  echo "(no tc tbf here: the rate is the veth's own)"
-"$BUILD/tests/link/delay_relay" "$NET.1:7072" "$DEST" 500 > "$T/relay.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
-grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+shape_link 7072
 dest_gcrd a
 run_job "$T/share/a.log"
 migrate_job "$NET.1:7072" --json > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate --container (podman): $(cat "$T/a.err")"
