@@ -46,8 +46,7 @@ bool podmans_own_file(const std::string& destination, const fs::path& source) {
   if (!kOwn.count(destination)) return false;
   const std::string s = source.lexically_normal().string();
   const std::string base = fs::path(destination).filename().string();
-  return s.find("/userdata/") != std::string::npos &&
-         source.filename().string() == (base == "shm" ? "shm" : base) &&
+  return s.find("/userdata/") != std::string::npos && source.filename().string() == base &&
          s.find("..") == std::string::npos;
 }
 
@@ -121,6 +120,12 @@ Status check_config(const JsonValue& config, const std::string& name,
                  "it runs the image '" + image + "', which podman.conf does not list"};
   if (const JsonValue* p = config.get("privileged"); p && p->boolean)
     return Error{Errc::permission_denied, "it is privileged"};
+  // A volume is named, and the name would be resolved here: another container's data.
+  for (const char* key : {"namedVolumes", "overlayVolumes", "imageVolumes"})
+    if (const JsonValue* v = config.get(key); v && !v->items.empty())
+      return Error{Errc::permission_denied,
+                   std::string("it uses podman volumes (") + key +
+                       "), which this host does not take from a peer; bind a host path instead"};
   return ok();
 }
 

@@ -16,16 +16,18 @@
 // Before podman runs, gcrd reads the archive's config.dump and spec.dump (nothing is extracted:
 // tar_members.h; links and pax headers are refused, so gcrd reads what podman will) and refuses,
 // naming the reason, an archive whose container is not NAME, whose image is not listed, that is
-// privileged, that has an OCI hook, that has no pid, mount, ipc, uts or network namespace of its
-// own (one joined by path: only a network namespace under /run/netns, podman's), that bind-mounts
-// a host path not listed (podman's own files of the container, /etc/hosts, /etc/hostname,
-// /etc/resolv.conf, /run/.containerenv and /dev/shm from its storage's userdata, pass: podman
-// makes them anew), whose capabilities go beyond podman's defaults and the listed ones, or with a
-// device not listed. Then the uids of its processes are checked as runc's are (Note [Who a peer
-// may run]), from CRIU's core images in the archive. What B still takes from the peer: the rest of
-// the configuration (environment, resource limits, sysctls, the seccomp and AppArmor profiles,
-// masked paths), the changes to the container's root file system that podman applies inside it,
-// and CRIU's images, as for runc.
+// privileged, that uses podman volumes (named, overlay or image: a name is resolved on this host,
+// and could be another container's data), that has an OCI hook, that has no pid, mount, ipc, uts or
+// network namespace of its own (one joined by path: only a network namespace under /run/netns,
+// podman's), that bind-mounts a host path not listed (podman's own files of the container,
+// /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and /dev/shm from its storage's
+// userdata, pass: they are the container's own), whose capabilities go beyond podman's default set
+// (containers.conf's default_capabilities as Debian ships it: 11) and the listed ones, or with a
+// device not listed. Then the uids of its processes are checked as runc's
+// are (Note [Who a peer may run]), from CRIU's core images in the archive. What this host still
+// takes from the peer: the rest of the configuration (environment, resource limits, sysctls, the
+// seccomp and AppArmor profiles, masked paths), the changes to the container's root file system
+// that podman applies inside it, and CRIU's images, as for runc.
 #pragma once
 
 #include <filesystem>

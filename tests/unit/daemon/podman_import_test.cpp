@@ -104,6 +104,9 @@ TEST_CASE("an archive that reaches beyond what the operator allowed is refused")
   refused(R"({"name":"job","rootfsImageName":"evil:latest"})", spec(), "image 'evil:latest'");
   refused(R"({"name":"job","rootfsImageName":"localhost/base:latest","privileged":true})", spec(),
           "privileged");
+  refused(R"({"name":"job","rootfsImageName":"localhost/base:latest",
+              "namedVolumes":[{"Name":"db","Dest":"/data"}]})",
+          spec(), "podman volumes (namedVolumes)");
   refused(kConfig, spec(R"(,{"destination":"/host","type":"bind","source":"/"})"),
           "bind-mounts the host's /");
   refused(kConfig,
