@@ -1151,11 +1151,13 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("LIST");
   d->add_option("--containers", dopt.containers,
                 "With --listen: restore containers migrated here (gcr migrate --container), "
-                "container NAME only from the bundle DIR/NAME prepared on this host")
+                "container NAME only from the bundle DIR/NAME prepared on this host (podman: as "
+                "DIR/NAME/podman.conf allows; docs/containers.md)")
       ->type_name("DIR");
   d->add_option("--runtime", dopt.runtime,
-                "With --containers: the runtime that restores them (default: runc in PATH)")
-      ->type_name("RUNC");
+                "With --containers: the runtime that restores them (default: runc in PATH; "
+                "podman containers: this when it is a podman, else podman in PATH)")
+      ->type_name("RUNTIME");
   d->add_option("--peer-memory", dopt.peer_memory,
                 "With --listen: keep up to SIZE (512M, 4G) of other hosts' job checkpoints in "
                 "this host's memory (gcr checkpoint --job ... --peer-copies); when full, the "
