@@ -21,6 +21,7 @@
 
 #include <fcntl.h>
 
+#include "gcr/criu.h"
 #include "gcr/result.h"
 #include "gcr/settings.h"
 
@@ -66,38 +67,6 @@ Status send_tracked(int sock, std::int32_t pid, int fd) {
     return errno_error("handing the tracked host memory of pid " + std::to_string(pid) +
                        " to CRIU");
   return ok();
-}
-
-// Reads one message; false when none is waiting. *pid 0: the end of CRIU's list (or of CRIU);
-// -1: CRIU takes the list handed in (gcrd answers -2 once it has stopped serving it).
-bool receive_tracked(int sock, std::int32_t* pid, UniqueFd* fd) {
-  char control[CMSG_SPACE(sizeof(int))];
-  std::int32_t v = 0;
-  iovec iov{&v, sizeof v};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  while (n < 0 && errno == EINTR);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-  *pid = 0;
-  fd->reset();
-  if (n != static_cast<ssize_t>(sizeof v)) return true;  // EOF or garbage: the end
-  if (cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_level == SOL_SOCKET &&
-                                      h->cmsg_type == SCM_RIGHTS &&
-                                      h->cmsg_len == CMSG_LEN(sizeof(int))) {
-    int got;
-    std::memcpy(&got, CMSG_DATA(h), sizeof got);
-    fd->reset(got);
-  }
-  if (v == -1 && !fd->valid())
-    *pid = -1;
-  else
-    *pid = v > 0 && fd->valid() ? v : 0;
-  return true;
 }
 
 // GCR_HOST_TRACK_BLOCK (Settings::host_track_block_bytes): how much memory one fault unprotects
@@ -235,7 +204,7 @@ struct HostTracking::State {
     const std::uint64_t session = socket.session;
     std::int32_t pid;
     UniqueFd fd;
-    while (receive_tracked(socket.fd.get(), &pid, &fd)) {
+    while (criu::receive_cow_track(socket.fd.get(), &pid, &fd)) {
       if (pid == -1) {
         // CRIU takes them over: gcrd stops serving them and closes its copies (from here CRIU's
         // death ends the protection at once), then says so, and CRIU goes on.

@@ -29,7 +29,7 @@ case "${1:-}" in
     --header-only) HEADER_ONLY=1 ;;
     --stock) STOCK=1 ;;
 esac
-PREFIX="${GCR_CRIU_PREFIX:-$ROOT/.deps/criu$([[ $STOCK == 1 ]] && echo -stock)}"
+PREFIX="${GCR_CRIU_PREFIX:-$ROOT/.deps/criu$([[ $STOCK == 1 ]] && echo -stock || true)}"
 SRC="$ROOT/.deps/src"
 APTDIR="$SRC/apt"
 STAMP="$PREFIX/.gcr-criu-version"
@@ -179,7 +179,7 @@ for p in "${PATCHES[@]}"; do
     patch -d "$BUILDDIR" -p1 --forward --quiet <"$p" || die "patch $(basename "$p") does not apply to criu $UPVER"
 done
 JOBS="$(nproc 2>/dev/null || echo 2)"
-BUILDLOG="$SRC/criu-build$([[ $STOCK == 1 ]] && echo -stock).log"
+BUILDLOG="$SRC/criu-build$([[ $STOCK == 1 ]] && echo -stock || true).log"
 log "make -j$JOBS criu (log: $BUILDLOG)"
 t0=$SECONDS
 if ! make -C "$BUILDDIR" -j"$JOBS" criu >"$BUILDLOG" 2>&1; then

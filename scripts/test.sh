@@ -34,6 +34,11 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
 fi
 echo "[test] cmake --build $BUILD_DIR -j2"
 cmake --build "$BUILD_DIR" -j2
+# Each CRIU's capabilities are probed once per binary (Note [CRIU's capabilities probed] in
+# libgcr/include/gcr/criu_capabilities.h): probed here, not inside the first timed test.
+for c in "$GCR_CRIU" "$STOCK_CRIU"; do
+    [[ -x $c ]] && GCR_CRIU=$c "$BUILD_DIR/bin/gcr" doctor --capability cow-dump > /dev/null 2>&1 || true
+done
 # The interposer aborts on a lock taken against its order (Note [Lock order], interpose/locks.h):
 # in tests a violation fails the test that found it instead of one line on stderr.
 export GCR_LOCK_ORDER="${GCR_LOCK_ORDER:-abort}"

@@ -162,24 +162,14 @@ std::optional<std::string> unknown_option(const std::string& out,
 
 // A (pid, userfaultfd) that CRIU handed over on --cow-track's socket; true if one came.
 bool userfaultfd_came_back(int ours, pid_t pid) {
-  for (;;) {
-    std::int32_t v = 0;
-    char control[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{&v, sizeof v};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
-    if (::recvmsg(ours, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != sizeof v) return false;
-    cmsghdr* h = CMSG_FIRSTHDR(&m);
-    int fd = -1;
-    if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-      std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
-    if (fd >= 0) ::close(fd);  // the protection ends with it
-    if (v == pid && fd >= 0) return true;
-    if (v == 0) return false;
-  }
+  std::int32_t v = 0;
+  UniqueFd fd;  // closed: the protection ends with it
+  while (receive_cow_track(ours, &v, &fd))
+    if (v == pid && fd)
+      return true;
+    else if (v == 0)
+      return false;
+  return false;
 }
 
 struct DumpAttempt {
@@ -290,7 +280,7 @@ Child start_shell_job(const fs::path& sleep, int terminal, pid_t* job) {
     ::setsid();
     ::ioctl(terminal, TIOCSCTTY, 0);
     for (int fd = 0; fd < 3; ++fd) ::dup2(terminal, fd);
-    ::dup2(p[1], 3);            // where the job's pid goes
+    ::dup2(p[1], 3);           // where the job's pid goes
     ::close_range(4, ~0U, 0);  // the master stays outside: the terminal is external to the job
     pid_t j = ::fork();
     if (j == 0) {

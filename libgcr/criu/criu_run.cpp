@@ -896,4 +896,34 @@ Status restore(const Tools& tools, const RestoreOptions& options) {
   return ok();
 }
 
+bool receive_cow_track(int sock, std::int32_t* pid, UniqueFd* fd) {
+  char control[CMSG_SPACE(sizeof(int))];
+  std::int32_t v = 0;
+  iovec iov{&v, sizeof v};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  *pid = 0;
+  fd->reset();
+  if (n != static_cast<ssize_t>(sizeof v)) return true;  // EOF or garbage: the end
+  if (cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_level == SOL_SOCKET &&
+                                      h->cmsg_type == SCM_RIGHTS &&
+                                      h->cmsg_len == CMSG_LEN(sizeof(int))) {
+    int got;
+    std::memcpy(&got, CMSG_DATA(h), sizeof got);
+    fd->reset(got);
+  }
+  if (v == -1 && !fd->valid())
+    *pid = -1;
+  else
+    *pid = v > 0 && fd->valid() ? v : 0;
+  return true;
+}
+
 }  // namespace gcr::criu

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -223,6 +224,11 @@ Result<int> run(const std::vector<std::string>& argv, const std::map<std::string
 Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                 const std::filesystem::path& log, const std::vector<int>& inherit,
                 bool new_session = false);
+// --cow-track's socket (0006-cow-track.patch): reads one message of CRIU's; false when none is
+// waiting. *pid 0: the end of CRIU's list (or of CRIU); -1: CRIU takes the list handed in (the
+// caller answers -2 once it has stopped serving it); else a task's pid, with its userfaultfd in
+// *fd.
+bool receive_cow_track(int sock, std::int32_t* pid, UniqueFd* fd);
 // A CRIU command line's start as gcr runs it: the binary, the command, and --unprivileged where
 // gcr is not root.
 std::vector<std::string> criu_command(const std::filesystem::path& criu, const char* command);

@@ -20,7 +20,7 @@ set -euo pipefail
 TEST_NAME=shared-incremental
 source "$(dirname "$0")/lib.sh"
 TABLE_MIB=32
-ST=("$BUILD/tests/workloads/shared_table" --steps 150 --step-delay-ms 15 --table-bytes ${TABLE_MIB}M
+ST=("$BUILD/tests/workloads/shared_table" --steps 250 --step-delay-ms 15 --table-bytes ${TABLE_MIB}M
     --private-bytes 4M)
 checksums() { grep '^checksum' "$1" | sort | tr '\n' ' '; }  # LOG: both processes' lines
 checksums_after() { tail -c +$(($2 + 1)) "$1" | grep '^checksum' | sort | tr '\n' ' '; }

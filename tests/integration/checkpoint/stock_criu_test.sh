@@ -17,11 +17,10 @@ set -euo pipefail
 TEST_NAME=stock-criu
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
-PATCHED=${GCR_CRIU:-$ROOT/.deps/criu/criu}
+PATCHED=$ROOT/.deps/criu/criu  # set-up's, whatever GCR_CRIU says (the suite may run on another)
 STOCK=${GCR_STOCK_CRIU_BIN:-$ROOT/.deps/criu-stock/criu}
 [[ -x $STOCK ]] || { echo "SKIP: no stock CRIU at $STOCK (scripts/setup.sh builds it: scripts/build-criu.sh --stock)"; exit 77; }
-[[ -x $PATCHED ]] || fail "no CRIU at $PATCHED"
-criu_has_patches() { GCR_CRIU=$PATCHED "$GCR" doctor --capability cow-dump > /dev/null 2>&1; }
+[[ -x $PATCHED ]] || { echo "SKIP: no CRIU of gcr's set-up at $PATCHED to compare with"; exit 77; }
 STEPS=300
 MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 12 --footprint 16M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
