@@ -9,6 +9,7 @@
 #pragma once
 
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,6 +25,34 @@ inline constexpr const char* kEmulator = GCR_TEST_EMULATOR;
 inline constexpr bool kUnderEmulator = false;
 inline constexpr const char* kEmulator = "";
 #endif
+
+// qemu-user runs posix_spawn's vfork as a fork that does not wait for the exec: the parent goes on
+// while the child still holds copies of its fds (simgpu's mailbox memfd: the child looks like a
+// CUDA process). Made before the spawn, an ExecFence's wait() returns once the child has called
+// execve (or died): its copy of the close-on-exec pipe is then closed. Natively it does nothing.
+class ExecFence {
+ public:
+  ExecFence() {
+    if (kUnderEmulator && pipe2(fds_, O_CLOEXEC) != 0) fds_[0] = fds_[1] = -1;
+  }
+  ~ExecFence() {
+    for (int fd : fds_)
+      if (fd >= 0) close(fd);
+  }
+  ExecFence(const ExecFence&) = delete;
+  ExecFence& operator=(const ExecFence&) = delete;
+  void wait() {
+    if (fds_[1] < 0) return;
+    close(fds_[1]);
+    fds_[1] = -1;
+    char c;
+    while (read(fds_[0], &c, 1) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
 
 // True if path is an ELF file for the architecture this program was built for.
 inline bool is_own_architecture(const std::string& path) {

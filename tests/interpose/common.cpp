@@ -174,10 +174,12 @@ Child Child::start(const std::vector<std::string>& argv, const std::vector<std::
   for (auto& a : argv_copy) args.push_back(a.data());
   args.push_back(nullptr);
 
+  gcr::test::ExecFence fence;  // under qemu-user: wait for the exec
   pid_t pid = -1;
   int rc = search_path
                ? posix_spawnp(&pid, argv_copy[0].c_str(), &actions, &attr, args.data(), envp.data())
                : posix_spawn(&pid, argv_copy[0].c_str(), &actions, &attr, args.data(), envp.data());
+  if (rc == 0) fence.wait();
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(in[0]);
