@@ -54,11 +54,12 @@ launcher=()
 if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
+mkdir -p "$BUILD_DIR"
 echo "[aarch64] cmake -S . -B $BUILD_DIR --toolchain cmake/toolchain-aarch64-linux-gnu.cmake ($FLAGS)"
 cmake -S . -B "$BUILD_DIR" -G Ninja --toolchain cmake/toolchain-aarch64-linux-gnu.cmake \
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_C_FLAGS_RELEASE=$FLAGS" "-DCMAKE_CXX_FLAGS_RELEASE=$FLAGS" \
-    "${launcher[@]}" >"$BUILD_DIR.configure.log" 2>&1 ||
-    { cat "$BUILD_DIR.configure.log"; exit 1; }
+    "${launcher[@]}" >"$BUILD_DIR/gcr-configure.log" 2>&1 ||
+    { cat "$BUILD_DIR/gcr-configure.log"; exit 1; }
 
 if [[ "${GCR_AARCH64_FULL:-0}" == 1 ]]; then
     echo "[aarch64] cmake --build $BUILD_DIR -j2 (every target)"
