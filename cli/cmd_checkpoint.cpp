@@ -245,6 +245,11 @@ Result<std::map<std::string, std::string>> checkpoint_pid(const CheckpointOption
   ProgressLine bar(!o.json && ctx.stderr_tty && o.pids.size() == 1,
                    "pid " + std::to_string(o.pids[i]) + ": storing");
   return gcrd::call(conn->get(), "checkpoint", fields, [&](const std::string& line) {
+    if (line.rfind("warning: ", 0) == 0) {  // what this checkpoint does the slow way: always said
+      std::lock_guard lock(mu);
+      std::fprintf(stderr, "gcr: pid %d: %s\n", o.pids[i], line.c_str());
+      return;
+    }
     if (o.json || !ctx.stderr_tty) return;
     std::lock_guard lock(mu);
     if (!draw_bytes_progress(bar, line))
@@ -1146,11 +1151,13 @@ void register_checkpoint_commands(CLI::App& app, Context& ctx) {
       ->type_name("LIST");
   d->add_option("--containers", dopt.containers,
                 "With --listen: restore containers migrated here (gcr migrate --container), "
-                "container NAME only from the bundle DIR/NAME prepared on this host")
+                "container NAME only from the bundle DIR/NAME prepared on this host (podman: as "
+                "DIR/NAME/podman.conf allows; docs/containers.md)")
       ->type_name("DIR");
   d->add_option("--runtime", dopt.runtime,
-                "With --containers: the runtime that restores them (default: runc in PATH)")
-      ->type_name("RUNC");
+                "With --containers: the runtime that restores them (default: runc in PATH; "
+                "podman containers: this when it is a podman, else podman in PATH)")
+      ->type_name("RUNTIME");
   d->add_option("--peer-memory", dopt.peer_memory,
                 "With --listen: keep up to SIZE (512M, 4G) of other hosts' job checkpoints in "
                 "this host's memory (gcr checkpoint --job ... --peer-copies); when full, the "

@@ -18,6 +18,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +28,7 @@
 
 #include "exit_codes.h"
 #include "gcr/criu.h"
+#include "gcr/criu_capabilities.h"
 #include "gcr/human_output.h"
 #include "gcr/json.h"
 #include "gcrd_client.h"
@@ -115,26 +117,23 @@ Check criu_version_check(const criu::Tools& tools) {
   return c;
 }
 
-Check criu_patches_check(const criu::Tools& tools) {
-  // Set-up's build records its patches beside the binary (.deps/criu, or its sbin/).
-  std::string line, patches;
-  for (const fs::path& dir : {tools.criu.parent_path(), tools.criu.parent_path().parent_path()}) {
-    std::ifstream stamp(dir / ".gcr-criu-version");
-    while (std::getline(stamp, line))
-      if (line.rfind("patches=", 0) == 0) patches = line.substr(8);
-    if (!patches.empty()) break;
+// Note [CRIU's capabilities probed] (gcr/criu_capabilities.h): one line per capability gcr
+// takes from a patch of its own, with what its absence costs.
+std::vector<Check> capability_checks(const criu::Tools& tools) {
+  std::vector<Check> out;
+  for (std::size_t i = 0; i < criu::kCapabilities; ++i) {
+    auto cap = static_cast<criu::Capability>(i);
+    const criu::CapabilityState& s = tools.can->state(cap);
+    Check c{std::string("CRIU ") + criu::info(cap).name, State::ok, "", "", false};
+    c.detail = (s.present ? std::string(criu::info(cap).does) + " (" + s.seen + ")" : s.seen);
+    if (!s.present) {
+      c.state = State::warn;
+      c.fix = std::string(criu::info(cap).without) + "; gcr's CRIU has it (" +
+              criu::info(cap).patch + ", scripts/setup.sh builds it)";
+    }
+    out.push_back(std::move(c));
   }
-  Check p{"CRIU patches", State::ok, "", "", false};
-  if (!patches.empty()) {
-    p.detail = "built by gcr's set-up with its patches (" + patches + ")";
-  } else {
-    p.state = State::warn;
-    p.detail = "a CRIU without gcr's patches";
-    p.fix =
-        "restoring a process that had a terminal, and processes whose session is outside "
-        "their pid namespace, need gcr's patched CRIU: run scripts/setup.sh";
-  }
-  return p;
+  return out;
 }
 
 // `criu check` (root only).
@@ -149,19 +148,21 @@ Check run_criu_check(const criu::Tools& tools) {
 }
 
 // Note [CRIU's kernel probe cached] (libgcr/criu/criu_run.cpp)
-Check kdat_check() {
+Check kdat_check(const criu::Tools& tools) {
   Check kdat{"CRIU kernel probe", State::ok, "", "", false};
   struct statfs run_fs {};
-  if (!criu::kdat_cache_dir().empty()) {
+  if (!criu::kdat_cache_dir().empty() && tools.can->has(criu::Capability::kdat_cache_dir)) {
     kdat.detail = "cached in " + criu::kdat_cache_dir() + " (every CRIU start skips it)";
   } else if (::statfs("/run", &run_fs) == 0 && run_fs.f_type == TMPFS_MAGIC) {
     kdat.detail = "cached by CRIU in /run (a tmpfs)";
   } else {
     kdat.state = State::warn;
     kdat.detail = "not cached: every CRIU start probes the kernel again (40-60 ms on each restore)";
-    kdat.fix = "/dev/shm/gcr-criu-" + std::to_string(geteuid()) +
-               " must be a directory only this user can write on a mounted /dev/shm (a tmpfs); "
-               "remove one another user made";
+    kdat.fix = tools.can->has(criu::Capability::kdat_cache_dir)
+                   ? "/dev/shm/gcr-criu-" + std::to_string(geteuid()) +
+                         " must be a directory only this user can write on a mounted /dev/shm (a "
+                         "tmpfs); remove one another user made"
+                   : "this CRIU lacks kdat-cache-dir: mount a tmpfs on /run, or use gcr's CRIU";
   }
   return kdat;
 }
@@ -192,11 +193,11 @@ std::vector<Check> criu_checks() {
     return out;
   }
   out.push_back(criu_version_check(*tools));
-  out.push_back(criu_patches_check(*tools));
+  for (Check& c : capability_checks(*tools)) out.push_back(std::move(c));
   out.push_back(
       {"CRIU plugin", State::ok, tools->plugin_dir.string() + "/gcr_criu_plugin.so", "", true});
   if (geteuid() == 0) out.push_back(run_criu_check(*tools));
-  out.push_back(kdat_check());
+  out.push_back(kdat_check(*tools));
   out.push_back(permissions_check(*tools));
   return out;
 }
@@ -478,11 +479,13 @@ Status doctor(bool json, Context& ctx) {
     print(j.take());
   } else {
     std::string out;
+    int width = 14;
+    for (const Check& c : checks) width = std::max(width, static_cast<int>(c.name.size()));
     for (const Check& c : checks) {
-      char head[64];
-      std::snprintf(head, sizeof head, "%-8s %-14s ", state_name(c.state), c.name.c_str());
+      char head[96];
+      std::snprintf(head, sizeof head, "%-8s %-*s ", state_name(c.state), width, c.name.c_str());
       out += head + display_safe(c.detail) + "\n";
-      if (!c.fix.empty()) out += std::string(24, ' ') + "fix: " + c.fix + "\n";
+      if (!c.fix.empty()) out += std::string(10 + width, ' ') + "fix: " + c.fix + "\n";
     }
     out += blocking ? std::to_string(blocking) +
                           " required part(s) missing: gcr cannot checkpoint or restore here yet\n"
@@ -497,19 +500,59 @@ Status doctor(bool json, Context& ctx) {
   return ok();
 }
 
+// `gcr doctor --capability NAME`: whether gcr's CRIU here has one capability (exit 0) or not
+// (8), for scripts and tests that need it.
+Status capability_answer(const std::string& name, bool json) {
+  criu::Capability cap;
+  if (!criu::capability_named(name, &cap)) {
+    std::string names;
+    for (std::size_t i = 0; i < criu::kCapabilities; ++i)
+      names += std::string(i ? ", " : "") + criu::info(static_cast<criu::Capability>(i)).name;
+    return Error{Errc::invalid_argument, "no CRIU capability is called '" + name + "': " + names};
+  }
+  GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
+  const criu::CapabilityState& s = tools.can->state(cap);
+  if (json) {
+    JsonWriter j;
+    j.begin_object()
+        .field("capability", name)
+        .field("present", s.present)
+        .field("probed", s.probed)
+        .field("seen", s.seen)
+        .field("criu", tools.criu.string())
+        .end_object();
+    print(j.take());
+  } else {
+    print(name + ": " + (s.present ? "present" : "absent") + " (" + s.seen + ")\n");
+  }
+  if (!s.present)
+    return Error{Errc::unsupported,
+                 tools.criu.string() + " lacks " + name + ": " + criu::info(cap).without};
+  return ok();
+}
+
 }  // namespace
 
 void register_doctor_command(CLI::App& app, Context& ctx) {
   static bool json = false;
+  static std::string capability;
   auto* d = app.add_subcommand(
       "doctor",
-      "What this machine supports and what is missing for gcr (CRIU, the GPU driver and its "
+      "What this machine supports and what is missing for gcr (CRIU and each capability gcr "
+      "takes from its CRIU patches, probed, with what its absence costs; the GPU driver and its "
       "checkpoint API, permissions, the store, io_uring, userfaultfd, write protection, "
       "soft-dirty, eBPF), each "
       "with its fix; exit 0 when gcr can checkpoint and restore here, 8 when a required part is "
       "missing");
   d->add_flag("--json", json, "Machine-readable output");
-  on_run(d, ctx, [&ctx] { return doctor(json, ctx); });
+  d->add_option(
+      "--capability", capability,
+      "Only whether this CRIU has one capability of gcr's patches (terminal-onto-any-file, "
+      "cow-dump, ...: the names `gcr doctor` lists after 'CRIU'); exit 0 if it has, 8 if "
+      "not");
+  on_run(d, ctx, [&ctx] {
+    return capability.empty() ? doctor(json, ctx) : capability_answer(capability, json);
+  });
 }
 
 }  // namespace gcr::cli

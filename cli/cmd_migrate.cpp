@@ -65,7 +65,8 @@ using Clock = std::chrono::steady_clock;
 
 struct MigrateOptions {
   pid_t pid = 0;
-  std::string container, runtime;  // --container NAME, --runtime RUNC (Note [Container migration])
+  std::string container,
+      runtime;  // --container NAME, --runtime RUNTIME (Note [Container migration])
   std::string to, token_file;
   int rounds = 5;
   std::string converge = "16M";
@@ -524,6 +525,14 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
 // in them) go to the destination, whose gcrd runs `runc restore` from the bundle its operator
 // prepared (Note [Containers restored for a network peer] in daemon/container_host.h).
 //
+// podman is the same with its own commands: its state from `podman container inspect`, the stop
+// `podman container checkpoint --export --keep` (one archive: CRIU's images, the container's
+// configuration, its root file system's changes), which the destination imports where its
+// operator allows that configuration (Note [podman archives restored for a network peer] in
+// daemon/podman_import.h). Its CRIU gets gcr's settings through PATH (Note [podman's CRIU] in
+// gcrd-net/podman_runtime.h). A failed move restores it here from the images the checkpoint kept
+// (`podman container restore NAME`); a move that succeeded removes podman's stopped container here.
+//
 // At most one copy runs. A failure before the destination has the whole request (the link, the
 // destination, the push), a restore it refuses, or a destination whose gcrd is gone, restores
 // the container here from the same images: a longer stop, nothing lost. A destination that got
@@ -531,14 +540,33 @@ Status migrate(const MigrateOptions& o, Context& ctx, MigrateTrace& mt) {
 // the images stay for `runc restore` here should it not run there. The checkpoints stay in both
 // stores.
 
-// The runtime, with the CRIU and plugin its checkpoint and restore run.
+// The runtime, with the CRIU and plugin its checkpoint and restore run: --runtime (runc, podman,
+// or a path: its kind is what its --version says), else runc when it knows the container, else
+// podman when it does.
 Result<gcrd::ContainerRuntime> container_runtime(const MigrateOptions& o, const Endpoints& ends) {
-  GCR_TRY_ASSIGN(std::filesystem::path runtime, gcrd::find_container_runtime(o.runtime));
   GCR_TRY_ASSIGN(criu::Tools tools, criu::find_tools(self_dir()));
   GCR_TRY_ASSIGN(std::filesystem::path driver, real_driver_path());  // the driver gcrd uses
-  return gcrd::ContainerRuntime{
-      runtime, tools.criu, tools.plugin_dir, gcrd::default_socket_path(), ends.location.directory,
+  gcrd::ContainerRuntime rt{
+      {},    tools.criu, tools.plugin_dir, gcrd::default_socket_path(), ends.location.directory,
       driver};
+  if (!o.runtime.empty()) {
+    GCR_TRY_ASSIGN(rt.binary, gcrd::find_container_runtime(o.runtime));
+    GCR_TRY_ASSIGN(rt.kind, gcrd::container_runtime_kind(rt.binary));
+    return rt;
+  }
+  auto runc = gcrd::find_container_runtime("runc");
+  if (runc) {
+    rt.binary = *runc;
+    if (gcrd::container_state(rt, o.container)) return rt;
+  }
+  if (auto podman = gcrd::find_container_runtime("podman")) {
+    gcrd::ContainerRuntime p = rt;
+    p.binary = *podman;
+    p.kind = gcrd::RuntimeKind::podman;
+    if (gcrd::container_state(p, o.container)) return p;
+  }
+  if (!runc) return std::move(runc).error();
+  return rt;  // runc's "no container" is the error
 }
 
 // The container's state, once it is running and some process of it runs under gcr.
@@ -576,8 +604,9 @@ struct ContainerImages {
     // The plugin of that restore reaches gcrd and starts none: a gcrd that died since the stop
     // is started again first (its store holds the checkpoint).
     auto started = gcrd_connection();
-    auto back = started ? gcrd::restore_container(rt, o.container, state.bundle, images, work)
-                        : Status(std::move(started).error());
+    auto back =
+        started ? gcrd::restore_checkpointed_container(rt, o.container, state.bundle, images, work)
+                : Status(std::move(started).error());
     e.message += back ? "; container " + o.container + " restored here and runs on"
                       : "; restoring it here failed too (" + back.error().message +
                             "): its images are in " + images.string();
@@ -600,7 +629,8 @@ Result<ContainerImages> make_images_directory(const MigrateOptions& o,
   return c;
 }
 
-// `runc checkpoint` of the container into c.images; the error says whether it runs on.
+// `runc checkpoint` (`podman container checkpoint --export`) of the container into c.images; the
+// error says whether it runs on.
 Status stop_container(const ContainerImages& c) {
   if (Status s = gcrd::checkpoint_container(c.rt, c.o.container, c.images, c.work); !s) {
     auto now = gcrd::container_state(c.rt, c.o.container);
@@ -615,14 +645,16 @@ Status stop_container(const ContainerImages& c) {
 
 // The checkpoint gcr's CRIU plugin stored the container's device memory as.
 Result<gcrd::ImagesReference> read_images_reference(const ContainerImages& c) {
-  std::ifstream ref_file(c.images / gcrd::kImagesReferenceName);
-  if (!ref_file)
-    return Error{Errc::unsupported,
-                 "gcr's CRIU plugin stored no device memory for "
-                 "container " +
-                     c.o.container + " (see " + (c.work / "dump.log").string() + ")"};
-  return gcrd::decode_reference(
-      std::string(std::istreambuf_iterator<char>(ref_file), std::istreambuf_iterator<char>()));
+  auto text = gcrd::read_checkpoint_reference(c.rt, c.images);
+  if (!text && text.error().code == Errc::not_found)
+    return Error{
+        Errc::unsupported,
+        "gcr's CRIU plugin stored no device memory for container " + c.o.container + " (see " +
+            (c.work / (c.rt.kind == gcrd::RuntimeKind::podman ? "runtime.log" : "dump.log"))
+                .string() +
+            ")"};
+  if (!text) return std::move(text).error();
+  return gcrd::decode_reference(*text);
 }
 
 // The destination's restore of the container: the connection that asked for it (open until the
@@ -641,8 +673,11 @@ Result<ContainerRestore> restore_container_at_destination(const ContainerImages&
   const MigrateOptions& o = c.o;
   auto rconn = gcrd::net_connect(o.to, token, "request");
   if (!rconn) return c.restore_here(std::move(rconn).error());
-  const std::string request = std::string(gcrd::kProtocol) + " restore_container " +
-                              gcrd::encode_fields({{"name", o.container}, {"id", id}}) + "\n";
+  Fields fields{{"name", o.container}, {"id", id}};
+  if (c.rt.kind != gcrd::RuntimeKind::runc)  // docs/protocol.md §14: runc when absent
+    fields["runtime"] = gcrd::runtime_kind_name(c.rt.kind);
+  const std::string request =
+      std::string(gcrd::kProtocol) + " restore_container " + gcrd::encode_fields(fields) + "\n";
   bool sent = ::send(rconn->get(), request.data(), request.size(), MSG_NOSIGNAL) ==
               static_cast<ssize_t>(request.size());
   auto images_sent = sent ? gcrd::send_images(rconn->get(), c.images)
@@ -663,8 +698,9 @@ Result<ContainerRestore> restore_container_at_destination(const ContainerImages&
         restored.error().code,
         "the destination was asked to restore container " + o.container + " and did not answer (" +
             restored.error().message + "); it is stopped here. If it does not run on " + o.to +
-            ", '" + c.rt.binary.filename().string() + " restore --image-path " + c.images.string() +
-            " --bundle " + c.state.bundle.string() + " " + o.container + "' brings it back here"};
+            ", '" +
+            gcrd::restore_checkpointed_command(c.rt, o.container, c.state.bundle, c.images) +
+            "' brings it back here"};
   return ContainerRestore{std::move(rconn).value(), std::move(images_sent).value(),
                           std::move(restored).value()};
 }
@@ -718,7 +754,8 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
   // The stop. The images are the container's memory: a private directory (mkdtemp: 0700).
   GCR_TRY_ASSIGN(const ContainerImages c, make_images_directory(o, rt, state));
   const auto t_stop = Clock::now();
-  say("stopping container " + o.container + " (" + rt.binary.filename().string() + " checkpoint)");
+  say("stopping container " + o.container + " (" + gcrd::runtime_kind_name(rt.kind) +
+      " checkpoint)");
   GCR_TRY(stop_container(c));
   // From here the container exists only as its images: any failure restores it (here or there).
   auto ref = read_images_reference(c);
@@ -733,11 +770,14 @@ Status migrate_container(const MigrateOptions& o, Context& ctx, MigrateTrace& mt
   auto t_restore = Clock::now();
   GCR_TRY_ASSIGN(ContainerRestore restored,
                  restore_container_at_destination(c, ends->token, last.id, say));
-  std::error_code ec;
-  std::filesystem::remove_all(c.work, ec);
   t.restore = since(t_restore);
   t.downtime = since(t_stop);
   t.total = since(t_begin);
+  // podman's stopped container here, and the images its checkpoint kept: the copy there runs.
+  if (Status removed = gcrd::remove_checkpointed_container(rt, o.container, c.work); !removed)
+    say("container " + o.container + " runs on " + o.to + "; " + removed.error().message);
+  std::error_code ec;
+  std::filesystem::remove_all(c.work, ec);
   print_container_migrated(o, mt, state.pid, rounds, last, restored, t);
   return ok();
 }
@@ -752,11 +792,14 @@ void register_migrate_command(CLI::App& app, Context& ctx) {
       "rounds while it runs, then a short stop");
   m->add_option("pid", o.pid, "The process (and its tree) to move");
   m->add_option("--container", o.container,
-                "Move this container instead (runc; the destination's gcrd restores it from its "
-                "own bundle of that name: gcr daemon --listen ... --containers DIR)")
+                "Move this container instead (runc or podman; the destination's gcrd restores it "
+                "from its own bundle of that name, or imports podman's checkpoint of it where its "
+                "DIR/NAME/podman.conf allows: gcr daemon --listen ... --containers DIR)")
       ->type_name("NAME");
-  m->add_option("--runtime", o.runtime, "The container runtime (default: runc in PATH)")
-      ->type_name("RUNC");
+  m->add_option("--runtime", o.runtime,
+                "The container runtime: runc, podman, or a path (a script that runs either with "
+                "options of its own); default: runc when it knows the container, else podman")
+      ->type_name("RUNTIME");
   m->add_option("--to", o.to, "The destination gcrd's HOST:PORT")
       ->required()
       ->type_name("HOST:PORT");

@@ -14,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "gcr/criu_capabilities.h"
 #include "gcr/settings.h"
 #include "proc_info.h"
 
@@ -339,6 +340,9 @@ std::string CriuDumper::images_in() const {
 }
 
 Result<bool> CriuDumper::prepare(const PinnedHostMemory& pinned, const Progress& progress) {
+  // Note [CRIU's capabilities probed] (gcr/criu_capabilities.h)
+  for (const criu::ProcessTree& tree : trees_.trees) GCR_TRY(criu::dumpable_by(tree, *tools_.can));
+  say_fallbacks(progress);
   // Note [Dumping into memory]: CRIU writes host memory there while the process is frozen.
   GCR_TRY_ASSIGN(WorkDir w, WorkDir::create_for_dump(resident_bytes(trees_.all.pids), &in_memory_));
   work_.emplace(std::move(w));
@@ -349,6 +353,15 @@ Result<bool> CriuDumper::prepare(const PinnedHostMemory& pinned, const Progress&
                                req_.leave_running, !req_.leave_running,
                                driver_env(),       dump_arguments(trees_.all, trees_, req_)};
   options_.cow_dump = true;  // Note [Pages written after the resume] (gcr/criu.h)
+  // Pinned pages a device may write after the resume reach the images unseen without --cow-dma,
+  // unless the interposer writes each first (Note [Device writes to pinned host memory]), which
+  // GCR_PINNED_FROZEN=1 declines: all is then written in the freeze.
+  if (req_.leave_running && tools_.cow_dump && !tools_.cow_dma && settings().pinned_frozen) {
+    options_.cow_dump = false;
+    progress("warning: " + criu::Capabilities::lacking(criu::Capability::cow_dma,
+                                                       "host memory written inside the freeze "
+                                                       "(GCR_PINNED_FROZEN=1)"));
+  }
   // Ibid.: pinned host memory, written after park, read by CRIU in the freeze.
   if (req_.leave_running && tools_.cow_dma && !several_) {
     dma_file_.reset(::memfd_create("gcr-cow-dma", MFD_CLOEXEC));
@@ -389,6 +402,20 @@ Result<bool> CriuDumper::prepare(const PinnedHostMemory& pinned, const Progress&
   progress("starting CRIU");
   GCR_TRY(early_->wait_ready(std::chrono::seconds(30)));
   return true;
+}
+
+// One line per thing this checkpoint does the slow way because this CRIU cannot do it the fast.
+void CriuDumper::say_fallbacks(const Progress& progress) const {
+  if (!req_.leave_running) return;
+  if (settings().criu_cow_dump && !tools_.can->has(criu::Capability::cow_dump)) {
+    progress("warning: " + criu::Capabilities::lacking(criu::Capability::cow_dump,
+                                                       "host memory written inside the freeze"));
+  } else if (tools_.cow_dump && !several_ && settings().criu_cow_track &&
+             !tools_.can->has(criu::Capability::cow_track)) {
+    progress("warning: " + criu::Capabilities::lacking(criu::Capability::cow_track,
+                                                       "all host memory copied again (none is "
+                                                       "tracked between checkpoints)"));
+  }
 }
 
 void CriuDumper::cancel() {

@@ -125,6 +125,7 @@ class CriuDumper final : public Dumper {
   void tell_keepers(std::function<void(const std::string&)> say) { say_ = std::move(say); }
 
  private:
+  void say_fallbacks(const Progress& progress) const;
   void stop_tracking(bool forget);
   Status lock_tcp();
   void end_tcp_repair();

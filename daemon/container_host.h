@@ -9,7 +9,9 @@
 // container (runc's name rules), never a path. The images it sends (CRIU's, ~1 MiB: device memory
 // is parked and travels through the store) are written into a fresh private work directory, its
 // gcr-checkpoint reference rewritten to name the checkpoint in this gcrd's served store, and
-// removed once the runtime is done with them. The checkpoint stays in the store.
+// removed once the runtime is done with them. The checkpoint stays in the store. A podman
+// container comes as podman's archive, which carries its configuration; what the operator allows
+// of that is Note [podman archives restored for a network peer] in podman_import.h.
 #pragma once
 
 #include <sys/types.h>

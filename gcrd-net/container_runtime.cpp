@@ -1,4 +1,4 @@
-// container_runtime.h: runc for a container's migration.
+// container_runtime.h: runc for a container's migration, and podman through podman_runtime.h.
 #include "container_runtime.h"
 
 #include <unistd.h>
@@ -10,56 +10,25 @@
 #include <vector>
 
 #include "gcr/criu.h"
+#include "gcrd_protocol.h"
+#include "podman_runtime.h"
+#include "runtime_exec.h"
 
 namespace gcr::gcrd {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The last lines of a runtime's output (or of CRIU's log, lines with "Error"), for a message.
-std::string tail_of(const fs::path& p, std::size_t lines, bool errors_only = false) {
-  std::istringstream in(read_all(p));
-  std::vector<std::string> kept;
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty() && (!errors_only || l.find("Error") != std::string::npos)) kept.push_back(l);
-  std::string out;
-  for (std::size_t i = kept.size() > lines ? kept.size() - lines : 0; i < kept.size(); ++i)
-    out += (out.empty() ? "" : " | ") + kept[i];
-  return out;
-}
-
-std::map<std::string, std::string> plugin_env(const ContainerRuntime& rt) {
-  std::map<std::string, std::string> env;
-  if (!rt.plugin_dir.empty()) env["CRIU_LIBS_DIR"] = rt.plugin_dir.string();
-  if (!rt.gcrd_socket.empty()) env["GCR_GCRD_SOCKET"] = rt.gcrd_socket.string();
-  if (!rt.store.empty()) env["GCR_STORE"] = rt.store.string();
-  if (!rt.driver.empty()) env["GCR_REAL_LIBCUDA"] = rt.driver.string();
-  env["GCR_CRIU_IMAGES"] = "reference";  // the device memory travels by gcr's own push
-  return env;
-}
-
-// Runs the runtime (output into `log`); an error naming what failed and why.
-Status run_runtime(const ContainerRuntime& rt, std::vector<std::string> args, const fs::path& log,
-                   const fs::path& criu_log, const std::string& what) {
+// Runs runc (with --criu when given; output into `log`).
+Status run_runc(const ContainerRuntime& rt, std::vector<std::string> args, const fs::path& log,
+                const fs::path& criu_log, const std::string& what) {
   std::vector<std::string> argv = {rt.binary.string()};
   if (!rt.criu.empty()) {
     argv.push_back("--criu");
     argv.push_back(rt.criu.string());
   }
   argv.insert(argv.end(), args.begin(), args.end());
-  GCR_TRY_ASSIGN(int rc, criu::run(argv, plugin_env(rt), log));
-  if (rc == 0) return ok();
-  std::string why = tail_of(log, 2);
-  std::string criu_errors = criu_log.empty() ? "" : tail_of(criu_log, 3, true);
-  return Error{Errc::io_error, what + " failed (" + rt.binary.filename().string() + " exit " +
-                                   std::to_string(rc) + (why.empty() ? "" : ": " + why) + ")" +
-                                   (criu_errors.empty() ? "" : "; CRIU: " + criu_errors) +
-                                   (criu_log.empty() ? "" : "; CRIU's log: " + criu_log.string())};
+  return run_runtime_command(argv, plugin_env(rt), log, criu_log, what);
 }
 
 // `"key": "value"` or `"key": 123` of runc's state JSON (flat fields only).
@@ -105,20 +74,31 @@ bool valid_container_name(const std::string& name) {
   return true;
 }
 
+const char* runtime_kind_name(RuntimeKind kind) {
+  return kind == RuntimeKind::podman ? "podman" : "runc";
+}
+
+Result<RuntimeKind> parse_runtime_kind(const std::string& name) {
+  if (name == "runc") return RuntimeKind::runc;
+  if (name == "podman") return RuntimeKind::podman;
+  return Error{Errc::unsupported, "container runtime '" + name + "': runc or podman"};
+}
+
+Result<RuntimeKind> container_runtime_kind(const fs::path& binary) {
+  GCR_TRY_ASSIGN(CommandOutput out, run_for_output({binary.string(), "--version"}));
+  if (out.status != 0)
+    return Error{Errc::not_found,
+                 binary.string() + " --version failed: " + out.text.substr(0, out.text.find('\n'))};
+  return out.text.starts_with("podman") ? RuntimeKind::podman : RuntimeKind::runc;
+}
+
 Result<ContainerState> container_state(const ContainerRuntime& rt, const std::string& name) {
   if (!valid_container_name(name))
     return Error{Errc::invalid_argument, "'" + name + "' is not a container name"};
-  char tmpl[] = "/tmp/gcr-runtime-state.XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  if (fd < 0) return errno_error("a temporary file for the runtime's answer");
-  ::close(fd);
-  const fs::path out = tmpl;
-  auto rc = criu::run({rt.binary.string(), "state", name}, {}, out);
-  std::string json = read_all(out);
-  std::error_code ec;
-  fs::remove(out, ec);
-  if (!rc) return std::move(rc).error();
-  if (*rc != 0)
+  if (rt.kind == RuntimeKind::podman) return podman_state(rt, name);
+  GCR_TRY_ASSIGN(CommandOutput out, run_for_output({rt.binary.string(), "state", name}));
+  const std::string& json = out.text;
+  if (out.status != 0)
     return Error{Errc::not_found, "no container '" + name + "' (" + rt.binary.filename().string() +
                                       " state: " + json.substr(0, json.find('\n')) + ")"};
   ContainerState s;
@@ -133,17 +113,48 @@ Result<ContainerState> container_state(const ContainerRuntime& rt, const std::st
 
 Status checkpoint_container(const ContainerRuntime& rt, const std::string& name,
                             const fs::path& images, const fs::path& work) {
-  return run_runtime(
+  if (rt.kind == RuntimeKind::podman) return podman_checkpoint(rt, name, images, work);
+  return run_runc(
       rt, {"checkpoint", "--image-path", images.string(), "--work-path", work.string(), name},
       work / "runtime.log", work / "dump.log", "checkpointing container " + name);
 }
 
+Result<std::string> read_checkpoint_reference(const ContainerRuntime& rt, const fs::path& images) {
+  if (rt.kind == RuntimeKind::podman) return podman_reference(images);
+  std::ifstream in(images / kImagesReferenceName);
+  if (!in) return Error{Errc::not_found, "no " + (images / kImagesReferenceName).string()};
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 Status restore_container(const ContainerRuntime& rt, const std::string& name,
                          const fs::path& bundle, const fs::path& images, const fs::path& work) {
-  return run_runtime(rt,
-                     {"restore", "--detach", "--image-path", images.string(), "--work-path",
-                      work.string(), "--bundle", bundle.string(), name},
-                     work / "runtime.log", work / "restore.log", "restoring container " + name);
+  if (rt.kind == RuntimeKind::podman) return podman_import(rt, name, images, work);
+  return run_runc(rt,
+                  {"restore", "--detach", "--image-path", images.string(), "--work-path",
+                   work.string(), "--bundle", bundle.string(), name},
+                  work / "runtime.log", work / "restore.log", "restoring container " + name);
+}
+
+Status restore_checkpointed_container(const ContainerRuntime& rt, const std::string& name,
+                                      const fs::path& bundle, const fs::path& images,
+                                      const fs::path& work) {
+  if (rt.kind == RuntimeKind::podman) return podman_restore_kept(rt, name, work);
+  return restore_container(rt, name, bundle, images, work);
+}
+
+std::string restore_checkpointed_command(const ContainerRuntime& rt, const std::string& name,
+                                         const fs::path& bundle, const fs::path& images) {
+  if (rt.kind == RuntimeKind::podman)
+    return rt.binary.filename().string() + " container restore " + name + " (or --import " +
+           (images / kPodmanArchiveName).string() + ")";
+  return rt.binary.filename().string() + " restore --image-path " + images.string() + " --bundle " +
+         bundle.string() + " " + name;
+}
+
+Status remove_checkpointed_container(const ContainerRuntime& rt, const std::string& name,
+                                     const fs::path& work) {
+  if (rt.kind == RuntimeKind::podman) return podman_remove(rt, name, work);
+  return ok();
 }
 
 }  // namespace gcr::gcrd

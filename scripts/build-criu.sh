@@ -3,6 +3,8 @@
 #
 #   scripts/build-criu.sh                 resolve, download (cached), build and install
 #   scripts/build-criu.sh --header-only   only install include/criu/criu-plugin.h (for a system criu)
+#   scripts/build-criu.sh --stock         the same CRIU without gcr's patches, into .deps/criu-stock
+#                                         (what a distribution ships: docs/criu-patches.md)
 #
 # Source: the .orig.tar.xz of Debian unstable's (sid's) criu 4.2.x, falling back to trixie's 4.1.x.
 # apt runs with a private configuration and state under .deps/src/apt/ (deb-src lines only), so the
@@ -15,20 +17,26 @@
 #   GCR_CRIU_PREFIX           install prefix (default <repo>/.deps/criu)
 #   GCR_DEBIAN_MIRROR         Debian mirror URL (default: taken from the machine's apt sources)
 #   GCR_REBUILD_CRIU=1        rebuild even if the installed build is current
+#   GCR_CRIU_UPSTREAM         an upstream version whose tarball is cached: built without asking apt
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERIES="${GCR_CRIU_SERIES:-4.2}"
 FALLBACK="${GCR_CRIU_FALLBACK_SERIES:-4.1}"
-PREFIX="${GCR_CRIU_PREFIX:-$ROOT/.deps/criu}"
+HEADER_ONLY=0
+STOCK=0
+case "${1:-}" in
+    --header-only) HEADER_ONLY=1 ;;
+    --stock) STOCK=1 ;;
+esac
+PREFIX="${GCR_CRIU_PREFIX:-$ROOT/.deps/criu$([[ $STOCK == 1 ]] && echo -stock)}"
 SRC="$ROOT/.deps/src"
 APTDIR="$SRC/apt"
 STAMP="$PREFIX/.gcr-criu-version"
 PATCHDIR="$ROOT/scripts/criu-patches"
 # gcr's patches to CRIU (scripts/criu-patches/*.patch, applied in order); a change rebuilds CRIU.
 PATCHES_SHA="$(cat "$PATCHDIR"/*.patch 2>/dev/null | sha256sum | cut -c1-16)"
-HEADER_ONLY=0
-[[ "${1:-}" == "--header-only" ]] && HEADER_ONLY=1
+[[ $STOCK == 1 ]] && PATCHES_SHA=none
 
 log() { printf '[build-criu] %s\n' "$*"; }
 die() { printf '[build-criu] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -86,8 +94,12 @@ mkdir -p "$SRC"
 apt_private_init
 
 DEBVER="" ; UPVER=""
-log "apt-get update (criu source indexes for sid and trixie)"
-if apt-get "${APT_OPTS[@]}" update >"$SRC/apt-update.log" 2>&1; then
+if [[ -n "${GCR_CRIU_UPSTREAM:-}" && -f "$SRC/criu_$GCR_CRIU_UPSTREAM.orig.tar.xz" ]]; then
+    # The version asked for (the stock build: the patched build's own), from the cache: no apt.
+    UPVER="$GCR_CRIU_UPSTREAM"
+    log "using cached tarball for criu $UPVER (GCR_CRIU_UPSTREAM)"
+elif log "apt-get update (criu source indexes for sid and trixie)" &&
+     apt-get "${APT_OPTS[@]}" update >"$SRC/apt-update.log" 2>&1; then
     DEBVER="$(pick_version "$SERIES")"
     if [[ -z "$DEBVER" ]]; then
         log "WARNING: no criu $SERIES.x source package found; falling back to $FALLBACK.x"
@@ -97,7 +109,9 @@ else
     log "WARNING: apt-get update failed (see $SRC/apt-update.log); trying the local tarball cache"
 fi
 
-if [[ -n "$DEBVER" ]]; then
+if [[ -n "$UPVER" ]]; then
+    DEBVER="$UPVER (cached tarball)"
+elif [[ -n "$DEBVER" ]]; then
     UPVER="$(upstream_of "$DEBVER")"
     log "selected criu source package version $DEBVER (upstream $UPVER)"
 else
@@ -150,17 +164,22 @@ if [[ $HEADER_ONLY == 1 ]]; then
 fi
 
 # --- Build -----------------------------------------------------------------------------------------------
-BUILDDIR="$SRC/criu-$UPVER"
-rm -rf "$BUILDDIR"
-tar -xJf "$SRC/$TARBALL" -C "$SRC"
+# A directory of this run's own, so that two builds (patched and --stock) may run at once.
+BUILDROOT="$SRC/build.$$"
+BUILDDIR="$BUILDROOT/criu-$UPVER"
+rm -rf "$BUILDROOT"
+mkdir -p "$BUILDROOT"
+tar -xJf "$SRC/$TARBALL" -C "$BUILDROOT"
 [[ -f "$BUILDDIR/Makefile" ]] || die "unexpected tarball layout (no criu-$UPVER/Makefile)"
-for p in "$PATCHDIR"/*.patch; do
+PATCHES=("$PATCHDIR"/*.patch)
+[[ $STOCK == 1 ]] && PATCHES=() && log "stock CRIU: none of gcr's patches applied"
+for p in "${PATCHES[@]}"; do
     [[ -f "$p" ]] || continue
     log "applying $(basename "$p")"
     patch -d "$BUILDDIR" -p1 --forward --quiet <"$p" || die "patch $(basename "$p") does not apply to criu $UPVER"
 done
 JOBS="$(nproc 2>/dev/null || echo 2)"
-BUILDLOG="$SRC/criu-build.log"
+BUILDLOG="$SRC/criu-build$([[ $STOCK == 1 ]] && echo -stock).log"
 log "make -j$JOBS criu (log: $BUILDLOG)"
 t0=$SECONDS
 if ! make -C "$BUILDDIR" -j"$JOBS" criu >"$BUILDLOG" 2>&1; then
@@ -181,6 +200,6 @@ printf 'debian=%s\nupstream=%s\npatches=%s\nbuilt=%s\n' "$DEBVER" "$UPVER" "$PAT
 rm -rf "$PREFIX.old"
 [[ -e "$PREFIX" ]] && mv "$PREFIX" "$PREFIX.old"
 mv "$STAGE" "$PREFIX"
-rm -rf "$PREFIX.old" "$BUILDDIR"
+rm -rf "$PREFIX.old" "$BUILDROOT"
 log "installed $PREFIX/sbin/criu (symlink $PREFIX/criu) and $PREFIX/include/criu/criu-plugin.h"
 "$PREFIX/criu" --version | sed 's/^/[build-criu]   /'

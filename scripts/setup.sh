@@ -52,6 +52,8 @@ GCR_PKGS=(build-essential cmake ninja-build pkg-config python3 git
 # ... containers: runc and podman for tests/integration/containers (installed without its Recommends: Debian's
 # criu 3.17 fails on this kernel and would put an old criu-plugin.h in /usr/include)
           runc podman conmon
+# ... containerd 1.6 (its runc shim, ctr) for tests/integration/containers/containerd_test.sh
+          containerd
 # ... Slurm: gcr's SPANK plugin builds against libslurm-dev's slurm/spank.h; tests/integration/slurm
 # runs a cluster of Debian's slurmctld and slurmd with munge (without Recommends: ~35 plugins)
           slurmctld slurmd slurm-client munge libslurm-dev)
@@ -179,6 +181,21 @@ if [[ -z "$GCR_CRIU" ]]; then
     GCR_CRIU="$PREFIX/criu"
     GCR_CRIU_PLUGIN_INCLUDE="$PREFIX/include/criu"
 fi
+# 2c. the same CRIU without gcr's patches, as a distribution ships it: checkpoint.stock_criu and
+# `GCR_STOCK_CRIU=1 scripts/test.sh` run gcr against it (docs/criu-patches.md). GCR_NO_STOCK_CRIU=1
+# skips it.
+STOCK_PREFIX="$ROOT/.deps/criu-stock"
+if [[ "${GCR_NO_STOCK_CRIU:-0}" != 1 && -f "$PREFIX/.gcr-criu-version" ]]; then
+    upstream="$(sed -n 's/^upstream=//p' "$PREFIX/.gcr-criu-version")"
+    if [[ -x "$STOCK_PREFIX/criu" && "$(sed -n 's/^upstream=//p' "$STOCK_PREFIX/.gcr-criu-version" 2>/dev/null)" == "$upstream" ]]; then
+        log "criu (stock, without gcr's patches): $STOCK_PREFIX/criu is current"
+    else
+        t0=$SECONDS
+        GCR_CRIU_UPSTREAM="$upstream" bash "$ROOT/scripts/build-criu.sh" --stock || warn "the stock CRIU did not build: checkpoint.stock_criu will skip"
+        log "criu (stock): build step took $((SECONDS - t0)) s"
+    fi
+fi
+
 log "criu --version: $("$GCR_CRIU" --version 2>&1 | tr '\n' ' ')"
 log "criu check: ${CHECK_OUT//$'\n'/ | }"
 

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "gcr/criu.h"
+#include "gcr/criu_capabilities.h"
 #include "gcr/private_dir.h"
 #include "gcr/process_tree.h"
 #include "gcr/settings.h"
@@ -85,56 +86,6 @@ pid_t read_pid_file(const fs::path& file) {
 
 namespace {
 
-// Whether this CRIU knows an option of gcr's patches (its usage text names it, followed by a
-// space), once per path, modification time and option: a binary is read, not run; a script (a
-// wrapper, as the failure tests use) is asked for its --help.
-bool knows_option(const fs::path& criu, std::string_view option) {
-  static std::mutex mu;
-  static std::map<std::tuple<std::string, std::int64_t, std::string>, bool> known;
-  std::error_code ec;
-  auto mtime = fs::last_write_time(criu, ec);
-  if (ec) return false;
-  const std::string needle = std::string(option) + " ";
-  std::tuple<std::string, std::int64_t, std::string> key{criu.string(),
-                                                         mtime.time_since_epoch().count(), needle};
-  std::lock_guard lock(mu);
-  if (auto it = known.find(key); it != known.end()) return it->second;
-  auto search = [&](std::FILE* f) {
-    bool found = false;
-    std::string window;
-    char buf[1 << 16];
-    std::size_t n;
-    while (!found && (n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-      window.append(buf, n);
-      found = window.find(needle) != std::string::npos;
-      window.erase(0, window.size() > needle.size() ? window.size() - needle.size() : 0);
-    }
-    return found;
-  };
-  bool found = false;
-  bool script = false;
-  if (std::FILE* f = std::fopen(criu.c_str(), "rbe")) {
-    char head[2] = {};
-    script = std::fread(head, 1, 2, f) == 2 && head[0] == '#' && head[1] == '!';
-    std::rewind(f);
-    if (!script) found = search(f);
-    std::fclose(f);
-  }
-  if (script) {
-    std::string quoted = "'";
-    for (char c : criu.string()) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    quoted += "'";
-    if (std::FILE* p = ::popen((quoted + " --help 2>&1 </dev/null").c_str(), "re")) {
-      found = search(p);
-      while (std::fgetc(p) != EOF) {
-      }
-      ::pclose(p);
-    }
-  }
-  known[key] = found;
-  return found;
-}
-
 // Whether the running kernel is at least major.minor.
 bool kernel_at_least(int major, int minor) {
   utsname u{};
@@ -176,13 +127,16 @@ Result<Tools> find_tools(const fs::path& self_dir) {
     return Error{
         Errc::not_found,
         "gcr's CRIU plugin (gcr_criu_plugin.so) not found; build gcr or set GCR_CRIU_PLUGIN_DIR"};
-  t.cow_dump = settings().criu_cow_dump && knows_option(t.criu, "--cow-dump");
+  // Note [CRIU's capabilities probed] (gcr/criu_capabilities.h)
+  const Capabilities& can = capabilities_of(t.criu);
+  t.cow_dump = settings().criu_cow_dump && can.has(Capability::cow_dump);
   // Before 6.13 mremap() kept the write protection of the pages it moved, which then read as
   // unchanged at their new address whatever was written there since ("mm: clear uffd-wp PTE/PMD
   // state on mremap()"); --cow-track would take them from the parent.
   t.cow_track = t.cow_dump && settings().criu_cow_track && kernel_at_least(6, 13) &&
-                knows_option(t.criu, "--cow-track");
-  t.cow_dma = t.cow_dump && knows_option(t.criu, "--cow-dma");
+                can.has(Capability::cow_track);
+  t.cow_dma = t.cow_dump && can.has(Capability::cow_dma);
+  t.can = &can;
   return t;
 }
 
@@ -353,6 +307,20 @@ void restore_arguments(const RestoreOptions& o, std::vector<std::string>& argv,
 Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                 const fs::path& log) {
   return run_and_wait(argv, env, log, {});
+}
+
+Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                const fs::path& log, const std::vector<int>& inherit, bool new_session) {
+  SpawnExtras extras;
+  extras.fds = inherit;
+  extras.new_session = new_session;
+  return run_and_wait(argv, env, log, extras);
+}
+
+std::vector<std::string> criu_command(const fs::path& criu, const char* command) {
+  std::vector<std::string> argv = {criu.string(), command};
+  privilege_arguments(argv);
+  return argv;
 }
 
 namespace {
@@ -836,8 +804,26 @@ BesideOutcome restore_beside_daemon(const Tools& tools, const RestoreOptions& o,
 
 }  // namespace
 
+namespace {
+// An inherited terminal (a shell job's) needs terminal-onto-any-file (Note [CRIU's capabilities
+// probed] in gcr/criu_capabilities.h): refused before CRIU starts without it.
+Status terminal_restorable(const Tools& tools, const RestoreOptions& options) {
+  for (const auto& in : options.inherit)
+    if (in.key.rfind("tty[", 0) == 0 && tools.can &&
+        !tools.can->has(Capability::terminal_onto_any_file))
+      return Error{Errc::unsupported,
+                   "this process had a terminal of a session outside it (it was started from an "
+                   "interactive shell), which this CRIU cannot restore onto another file (it lacks "
+                   "terminal-onto-any-file, " +
+                       std::string(info(Capability::terminal_onto_any_file).patch) +
+                       "): restore it with gcr's CRIU (scripts/setup.sh)"};
+  return ok();
+}
+}  // namespace
+
 Status restore(const Tools& tools, const RestoreOptions& options) {
   GCR_TRY(check_unprivileged_criu(tools.criu));
+  GCR_TRY(terminal_restorable(tools, options));
   if ((!options.netns.empty() || !options.hostname.empty()) && !options.new_pid_namespace)
     return Error{Errc::invalid_argument,
                  "a restore into network or UTS namespaces of its own is one into a PID namespace "

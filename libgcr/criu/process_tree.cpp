@@ -396,10 +396,23 @@ std::vector<pid_t> proc_pids() {
   return out;
 }
 
-bool ProcessTree::shell_job() const {
-  if (!root_is_session_leader) return true;
+// The session id `pid` has in its own pid namespace (NSsid's last) is 0: its leader is outside.
+static bool session_outside_namespace(pid_t pid) {
+  auto nssid = process_status_field(pid, "NSsid");
+  if (!nssid) return false;
+  std::istringstream fields(*nssid);
+  long last = -1;
+  for (long v; fields >> v;) last = v;
+  return last == 0;
+}
+
+bool ProcessTree::has_outside_terminal() const {
   return std::any_of(files.begin(), files.end(),
                      [](const OpenFile& f) { return f.kind == FileKind::terminal && f.external; });
+}
+
+bool ProcessTree::shell_job() const {
+  return !root_is_session_leader || has_outside_terminal();
 }
 
 std::vector<std::string> ProcessTree::dump_arguments() const {
@@ -453,6 +466,7 @@ Result<ProcessTree> inspect_tree(pid_t root) {
   if (root <= 0 || !stat_fields(root, ppid, sid))
     return Error{Errc::not_found, "no process " + std::to_string(root)};
   t.root_is_session_leader = sid == root;
+  t.session_outside_namespace = session_outside_namespace(root);
   t.pids = descendants(root);
   std::map<std::uint64_t, InetSocket> inet;
   std::map<std::uint64_t, UnixSocket> peers;

@@ -22,6 +22,9 @@
 #   json_field KEY             a field of the JSON object (or first object of the list) on stdin
 #   free_port                  a TCP port below the kernel's ephemeral range (so no outgoing
 #                              connection is given it) that no socket here uses now
+#   criu_has NAME              the CRIU gcr runs here has capability NAME of gcr's patches (gcr
+#                              doctor --capability; $GCR); needs_criu NAME: skips (77) saying why
+#                              when it has not (docs/criu-patches.md: run against a stock CRIU)
 
 T0=$(date +%s.%N)
 problems=()
@@ -110,4 +113,12 @@ free_port() {
 }
 json_field() {  # nothing on stdin (a command that printed no JSON) gives an empty field
   python3 -c "import json,sys; t=sys.stdin.read().strip(); d=json.loads(t) if t else {}; d=(d[0] if d else {}) if isinstance(d,list) else d; print(d.get('$1',''))"
+}
+
+criu_has() { "$GCR" doctor --capability "$1" > /dev/null 2>&1; }
+needs_criu() {
+  local name
+  for name in "$@"; do
+    criu_has "$name" || { echo "SKIP: this CRIU (${GCR_CRIU:-the default}) lacks $name: $("$GCR" doctor --capability "$name" 2>&1 | head -1)"; exit 77; }
+  done
 }

@@ -17,6 +17,8 @@
 
 namespace gcr::criu {
 
+class Capabilities;  // gcr/criu_capabilities.h
+
 struct Tools {
   std::filesystem::path criu;        // the criu binary (GCR_CRIU, else .deps/criu/criu, else PATH)
   std::filesystem::path plugin_dir;  // a directory holding only gcr's plugin (GCR_CRIU_PLUGIN_DIR)
@@ -28,6 +30,8 @@ struct Tools {
   bool cow_track = false;
   // And --cow-dma (0007-cow-dma.patch): pinned host memory copied in the freeze.
   bool cow_dma = false;
+  // All it can do of what gcr's patches add (gcr/criu_capabilities.h); never null once found.
+  const Capabilities* can = nullptr;
 };
 
 // Finds CRIU and the plugin directory next to `self_dir` (the directory of the calling binary,
@@ -214,5 +218,13 @@ const std::string& kdat_cache_dir();
 // stdout/stderr go to `log` (appended) when not empty.
 Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                 const std::filesystem::path& log);
+// The same, the files `inherit` (the caller's, left open) at fds 3, 4, ... in order, and with
+// `new_session`, in a session of its own.
+Result<int> run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                const std::filesystem::path& log, const std::vector<int>& inherit,
+                bool new_session = false);
+// A CRIU command line's start as gcr runs it: the binary, the command, and --unprivileged where
+// gcr is not root.
+std::vector<std::string> criu_command(const std::filesystem::path& criu, const char* command);
 
 }  // namespace gcr::criu

@@ -63,6 +63,9 @@ struct ProcessTree {
   pid_t root = 0;
   std::vector<pid_t> pids;  // root first, then its descendants
   bool root_is_session_leader = false;
+  // The root's session leader is outside the root's pid namespace (its session id reads 0 there:
+  // started under `unshare --pid --fork` or a runner that makes no session).
+  bool session_outside_namespace = false;
   std::vector<OpenFile> files;  // every fd of every task
   // Regular files mapped into a task's memory (/proc/PID/maps), one entry per task and file:
   // fd -1, flags O_RDWR for a shared writable mapping, else O_RDONLY, size the file's. A restore
@@ -75,6 +78,8 @@ struct ProcessTree {
   bool shell_job() const;
   // What `criu dump` needs beyond the usual: --shell-job, --external tty[...] per outside terminal.
   std::vector<std::string> dump_arguments() const;
+  // A terminal of a session outside the tree is open in it (--external tty[...]).
+  bool has_outside_terminal() const;
 };
 
 // Reads the tree rooted at `root` from /proc. Fails when root does not exist or cannot be read.

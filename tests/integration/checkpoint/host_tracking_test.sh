@@ -15,10 +15,7 @@ set -euo pipefail
 TEST_NAME=host-tracking
 source "$(dirname "$0")/lib.sh"
 criu_bin=${GCR_CRIU:-$(dirname "$0")/../../../.deps/criu/criu}
-if ! "$criu_bin" --help 2>&1 | grep -q -- "--cow-track"; then
-  echo "SKIP: $criu_bin has no --cow-track (scripts/criu-patches/0006-cow-track.patch)"
-  exit 77
-fi
+needs_criu cow-dump cow-track  # what this test measures (Note [Host memory tracked between checkpoints])
 export GCR_MEMORY_WORK_DIR=off
 # mlp_train's pinned buffers: no device write may find a page still write-protected (a GPU's DMA
 # would pass the protection unseen; docs/simgpu.md), through every way the tracking ends below.

@@ -18,11 +18,7 @@
 set -euo pipefail
 TEST_NAME=pinned-memory
 source "$(dirname "$0")/lib.sh"
-criu_bin=${GCR_CRIU:-$(dirname "$0")/../../../.deps/criu/criu}
-if ! "$criu_bin" --help 2>&1 | grep -q -- "--cow-track"; then
-  echo "SKIP: $criu_bin has no --cow-track (scripts/criu-patches/0006-cow-track.patch)"
-  exit 77
-fi
+needs_criu cow-dump cow-track  # CRIU_FAULT=139 is 0009's, which comes with 0005 (docs/criu-patches.md)
 export GCR_MEMORY_WORK_DIR=off
 export GCR_HOST_TRACK_BLOCK=4096  # the workload writes pages all over its pinned memory
 PINNED_MIB=64
@@ -110,7 +106,7 @@ live frozen1
 wait_steps "$log" 30
 live frozen2
 [[ $(field frozen2 host_pinned_touched_bytes) == 0 ]] || fail "GCR_PINNED_FROZEN=1 was not heard"
-if "$criu_bin" --help 2>&1 | grep -q -- "--cow-dma"; then
+if criu_has cow-dma; then
   [[ $(field frozen1 host_pages_dma_frozen) -ge $PINNED_PAGES ]] ||
     fail "GCR_PINNED_FROZEN=1: the first checkpoint copied $(field frozen1 host_pages_dma_frozen) pinned pages while frozen"
 fi

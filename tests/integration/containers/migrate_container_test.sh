@@ -71,12 +71,6 @@ migrate_container() {  # NAME [ARGS...]
 }
 runs_here() { [[ $(runc state "$1" 2> /dev/null | json_field status) == running ]]; }
 runs_there() { [[ $(runc --root "$B_ROOT" state "$1" 2> /dev/null | json_field status) == running ]]; }
-ends_once() {  # LOG: exactly one copy ended the run, with the reference checksum
-  wait_checksum "$1"
-  sleep 0.5
-  [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
-  [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
-}
 DEST_GCRD_ARGS=(--containers "$T/bundles-b" --runtime "$T/runc-b.sh")
 
 step "a. migrate a container at a random moment"
@@ -167,13 +161,7 @@ refused_and_back cg g
 echo "ok: with a new gcrd here: $(tail -n 1 "$T/g.err" | cut -c1-120)..."
 
 step "h. over a shaped link (10 Gbit/s, 1 ms round trip) at a random moment"
-TBF=(root tbf rate 10gbit burst 4mb latency 20ms)
-tc qdisc add dev "$VA" "${TBF[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${TBF[@]}" ||
-  echo "(no tc tbf here: the rate is the veth's own)"
-"$BUILD/tests/link/delay_relay" "$NET.1:7072" "$DEST" 500 > "$T/relay.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
-grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+shape_link 7072
 dest_gcrd h
 run_container ch "$T/h.log"
 "$GCR" migrate --container ch --to "$NET.1:7072" --token-file "$T/token" --json > "$T/h.json" 2> "$T/h.err" ||

@@ -48,13 +48,6 @@ start_job() {
   pids+=("$P")
   wait_steps "$1" $((RANDOM % 40 + 20))
 }
-# ends_once LOG: exactly one copy ended the run, with the reference checksum.
-ends_once() {
-  wait_checksum "$1"
-  sleep 0.5
-  [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
-  [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
-}
 migrate() { "$GCR" migrate "$P" --to "$DEST" --token-file "$T/token" "$@"; }
 # migrate_to_commit NAME SECONDS: a destination that pauses SECONDS at the restore, a job, and a
 # migration run in the background (M) until the destination holds the restore request: the
@@ -200,13 +193,7 @@ ends_once "$T/g.log"
 echo "ok: $(tail -n 1 "$T/g.err" | cut -c1-150)"
 
 step "h. over a shaped link (10 Gbit/s, 1 ms round trip)"
-TBF=(root tbf rate 10gbit burst 4mb latency 20ms)
-tc qdisc add dev "$VA" "${TBF[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${TBF[@]}" ||
-  echo "(no tc tbf here: the rate is the veth's own)"
-"$BUILD/tests/link/delay_relay" 10.77.0.1:7072 "$DEST" 500 > "$T/relay.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
-grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+shape_link 7072
 dest_gcrd h
 start_job "$T/h.log"
 "$GCR" migrate "$P" --to 10.77.0.1:7072 --token-file "$T/token" --json > "$T/h.json" 2> "$T/h.err" ||

@@ -3,7 +3,9 @@
 # test that may run beside another takes its own), a token in $T/token, and
 # dest_gcrd, a gcrd of the destination in the namespace with its own store and work directory.
 # cut_link/mend_link drop everything between the two, silently; the namespace and the veth go at
-# the end (cleanup_extra).
+# the end (cleanup_extra). shape_link PORT shapes it like a fast network (tc tbf 10 Gbit/s on both
+# ends) and relays $NET.1:PORT to $DEST 0.5 ms late each way (tests/link/delay_relay). ends_once
+# LOG: exactly one copy of a migrated workload ended the run, with the checksum $REF.
 command -v ip > /dev/null || skip "ip (iproute2) is missing"
 NET=${NET:-10.77.0}
 NS=gcr-mig-$$
@@ -76,4 +78,21 @@ dest_gcrd() {
     sleep 0.02
   done
   DEST_LOG=$T/dest-$name/gcrd.log
+}
+
+shape_link() {  # PORT
+  local tbf=(root tbf rate 10gbit burst 4mb latency 20ms)
+  tc qdisc add dev "$VA" "${tbf[@]}" && ip netns exec "$NS" tc qdisc add dev "$VB" "${tbf[@]}" ||
+    echo "(no tc tbf here: the rate is the veth's own)"
+  "$BUILD/tests/link/delay_relay" "$NET.1:$1" "$DEST" 500 > "$T/relay.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do grep -q listening "$T/relay.out" && break; sleep 0.05; done
+  grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
+}
+
+ends_once() {  # LOG
+  wait_checksum "$1"
+  sleep 0.5
+  [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
+  [[ $(checksum_of "$1") == "$REF" ]] || fail "the run ended with $(checksum_of "$1"), an uninterrupted one with $REF"
 }
