@@ -68,7 +68,8 @@ add_custom_command(
   OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1.gz ${CMAKE_BINARY_DIR}/man/changelog.gz
   # Ninja makes an output's directory itself; Make does not.
   COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
+  COMMAND ${CMAKE_COMMAND} -E env "GCR_MANPAGE_EMULATOR=${CMAKE_CROSSCOMPILING_EMULATOR}"
+          ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
           $<TARGET_FILE:gcr_cli> ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man/gcr.1
   COMMAND gzip -9nf ${CMAKE_BINARY_DIR}/man/gcr.1
   COMMAND gzip -9nc ${CMAKE_SOURCE_DIR}/packaging/debian/changelog > ${CMAKE_BINARY_DIR}/man/changelog.gz
