@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "gcr/multiarch.h"
 #include "gcr/settings.h"
 #include "gcr/trusted_path.h"
 
@@ -39,7 +40,7 @@ Result<fs::path> interposer_path() {
 Result<fs::path> real_driver_path(bool* simulated) {
   if (simulated) *simulated = false;
   if (auto p = path_for_root("GCR_REAL_LIBCUDA", settings().real_libcuda)) return *p;
-  for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+  for (const char* p : {GCR_MULTIARCH_LIBDIR "/libcuda.so.1", "/usr/lib64/libcuda.so.1",
                         "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"})
     if (readable(p)) return fs::path(p);
   if (simulated) *simulated = true;

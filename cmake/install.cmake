@@ -34,7 +34,13 @@ if(TARGET gcr_criu_plugin)
 endif()
 
 # gcr's CRIU: the one set-up built (with gcr's patches), unless told to rely on a system CRIU.
-option(GCR_INSTALL_CRIU "Install the CRIU set-up built (.deps/criu) as lib/gcr/criu/criu" ON)
+# A cross build does not bundle it: set-up builds CRIU for the host (docs/arm64.md).
+set(_gcr_install_criu ON)
+if(CMAKE_CROSSCOMPILING)
+  set(_gcr_install_criu OFF)
+endif()
+option(GCR_INSTALL_CRIU "Install the CRIU set-up built (.deps/criu) as lib/gcr/criu/criu"
+       ${_gcr_install_criu})
 set(GCR_BUNDLED_CRIU "${CMAKE_SOURCE_DIR}/.deps/criu/sbin/criu" CACHE FILEPATH "CRIU to install")
 if(GCR_INSTALL_CRIU AND EXISTS "${GCR_BUNDLED_CRIU}")
   add_custom_command(
@@ -62,7 +68,8 @@ add_custom_command(
   OUTPUT ${CMAKE_BINARY_DIR}/man/gcr.1.gz ${CMAKE_BINARY_DIR}/man/changelog.gz
   # Ninja makes an output's directory itself; Make does not.
   COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
+  COMMAND ${CMAKE_COMMAND} -E env "GCR_MANPAGE_EMULATOR=${CMAKE_CROSSCOMPILING_EMULATOR}"
+          ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/gen-manpage.py
           $<TARGET_FILE:gcr_cli> ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man/gcr.1
   COMMAND gzip -9nf ${CMAKE_BINARY_DIR}/man/gcr.1
   COMMAND gzip -9nc ${CMAKE_SOURCE_DIR}/packaging/debian/changelog > ${CMAKE_BINARY_DIR}/man/changelog.gz

@@ -8,13 +8,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "gcr/multiarch.h"
 #include "gcr/trusted_path.h"
 
 namespace gcr::criu_plugin {
 namespace {
 
 const char* const kStandardPaths[] = {
-    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    GCR_MULTIARCH_LIBDIR "/libcuda.so.1",
     "/usr/lib64/libcuda.so.1",
     "/usr/lib/libcuda.so.1",
     "/usr/local/nvidia/lib64/libcuda.so.1",

@@ -22,7 +22,10 @@ class GateScope {
   GateScope() noexcept {
     for (;;) {
       g_calls_inside.fetch_add(1, std::memory_order_seq_cst);
-      if (__builtin_expect(!gcr_gate_closed, 1)) return;
+      // A seq_cst load: gate_close's store and this count must not both be missed (Dekker). On
+      // x86-64 the locked add already orders it (a plain load); on aarch64 a plain load may pass
+      // the add's store-release (ldaxr/stlxr), so it is an ldarb.
+      if (__builtin_expect(!__atomic_load_n(&gcr_gate_closed, __ATOMIC_SEQ_CST), 1)) return;
       g_calls_inside.fetch_sub(1, std::memory_order_seq_cst);
       gate_wait_open();
     }

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "gate.h"
+#include "gcr/multiarch.h"
 
 extern "C" void* gcr_slots[];  // trampolines.gen.S
 
@@ -57,7 +58,7 @@ void load() {
   if (!config().real_libcuda.empty()) {
     candidates.push_back(config().real_libcuda);
   } else {
-    candidates = {"/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    candidates = {GCR_MULTIARCH_LIBDIR "/libcuda.so.1",
                   "/usr/lib64/libcuda.so.1",
                   "/usr/lib/libcuda.so.1",
                   "/usr/local/nvidia/lib64/libcuda.so.1",

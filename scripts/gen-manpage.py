@@ -3,6 +3,7 @@
 
     gen-manpage.py GCR_BINARY VERSION OUT
 """
+import os
 import re
 import subprocess
 import sys
@@ -11,8 +12,12 @@ COMMANDS = ["run", "ps", "checkpoint", "restore", "image", "image ls", "image in
             "image verify", "image rm", "image gc", "image du", "daemon", "preload-path"]
 
 
+# A cross build's gcr runs under its emulator (CMAKE_CROSSCOMPILING_EMULATOR, from CMake).
+EMULATOR = [w for w in os.environ.get("GCR_MANPAGE_EMULATOR", "").split(";") if w]
+
+
 def help_of(gcr, words):
-    out = subprocess.run([gcr, *words, "--help"], capture_output=True, text=True,
+    out = subprocess.run([*EMULATOR, gcr, *words, "--help"], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "GCR_QUIET": "1"})
     return out.stdout if out.returncode == 0 else None
 

@@ -4,6 +4,8 @@
 #   scripts/setup.sh              Debian packages + CRIU (>= 4.2) + configure and build gcr into build/
 #   scripts/setup.sh --deps-only  Debian packages + CRIU only
 #   scripts/setup.sh --demo       ... and build only what scripts/demo.sh runs (target gcr_demo)
+#   ... --aarch64                 also the arm64 cross toolchain, qemu-user and arm64 libraries
+#                                 (docs/arm64.md; or GCR_AARCH64=1)
 #
 # Environment: GCR_REBUILD_CRIU=1 (force the CRIU build), GCR_CRIU_SERIES (default 4.2),
 # GCR_ALLOW_CRIU_CHECK_FAIL=1 (do not fail when `criu check` fails), GCR_BUILD_DIR (default build).
@@ -18,7 +20,8 @@ for arg in "$@"; do
     case "$arg" in
         --deps-only) DEPS_ONLY=1 ;;
         --demo) TARGET=(--target gcr_demo) ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --aarch64) GCR_AARCH64=1 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -76,6 +79,31 @@ else
     export DEBIAN_FRONTEND=noninteractive
     "${SUDO[@]}" apt-get update -q
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${MISSING[@]}"
+fi
+
+# --- 1b. arm64 cross build (--aarch64 or GCR_AARCH64=1: scripts/cross-test-aarch64.sh) ----------------
+# Debian's aarch64 cross compiler, qemu-user (static: an LD_PRELOAD for the arm64 program must not
+# reach qemu's own loader) and, through multiarch, the arm64 runtime and -dev packages of what the
+# qemu-user test subset links. A multiarch -dev package must have its amd64 twin's version: apt
+# upgrades the amd64 one along where they differ. A failure here only warns: the cross test skips.
+ARM64_PKGS=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libstdc++6:arm64 libzstd-dev:arm64
+            liblz4-dev:arm64 libxxhash-dev:arm64 liburing-dev:arm64 libcurl4-openssl-dev:arm64
+            libssl-dev:arm64)
+if [[ "${GCR_AARCH64:-0}" == 1 ]]; then
+    ARM64_MISSING=()
+    for p in "${ARM64_PKGS[@]}"; do
+        [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" == installed ]] || ARM64_MISSING+=("$p")
+    done
+    if [[ ${#ARM64_MISSING[@]} -eq 0 ]]; then
+        log "arm64 cross build: all ${#ARM64_PKGS[@]} packages present"
+    else
+        log "arm64 cross build: installing ${ARM64_MISSING[*]}"
+        { dpkg --print-foreign-architectures | grep -qx arm64 || "${SUDO[@]}" dpkg --add-architecture arm64; } &&
+        "${SUDO[@]}" apt-get update -q &&
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "${ARM64_MISSING[@]}" ||
+            warn "arm64 cross build: could not install ${ARM64_MISSING[*]}; the cross test will skip"
+    fi
 fi
 
 # --- 2. CRIU ------------------------------------------------------------------------------------------

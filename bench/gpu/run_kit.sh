@@ -39,7 +39,7 @@ export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The real driver, wherever this host keeps it.
 if [[ -z ${GCR_REAL_LIBCUDA:-} ]]; then
   # awk reads to the end: exiting early could kill ldconfig with SIGPIPE, and pipefail this script.
-  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ && !found {print $NF; found = 1}')
+  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64|AArch64/ && !found {print $NF; found = 1}')
   [[ -n $d ]] && export GCR_REAL_LIBCUDA=$d
 fi
 export GCR=$BUNDLE/bin/gcr GCR_CRIU=$BUNDLE/bin/criu W=$BUNDLE/workloads

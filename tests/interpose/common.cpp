@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "emulator.h"
 #include "probe_kernels_fatbin.h"
 
 extern char** environ;
@@ -169,14 +170,16 @@ Child Child::start(const std::vector<std::string>& argv, const std::vector<std::
   std::vector<char*> envp, args;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
+  std::vector<std::string> argv_copy = gcr::test::emulated_argv(argv);
   for (auto& a : argv_copy) args.push_back(a.data());
   args.push_back(nullptr);
 
+  gcr::test::ExecFence fence;  // under qemu-user: wait for the exec
   pid_t pid = -1;
   int rc = search_path
-               ? posix_spawnp(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data())
-               : posix_spawn(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data());
+               ? posix_spawnp(&pid, argv_copy[0].c_str(), &actions, &attr, args.data(), envp.data())
+               : posix_spawn(&pid, argv_copy[0].c_str(), &actions, &attr, args.data(), envp.data());
+  if (rc == 0) fence.wait();
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(in[0]);

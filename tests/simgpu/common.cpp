@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "emulator.h"
 #include "fidelity_kernels_fatbin.h"
 
 extern char** environ;
@@ -204,13 +205,16 @@ Child Child::start(const std::string& path, const std::vector<std::string>& argv
   std::vector<char*> envp, args;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
+  std::vector<std::string> argv_copy = gcr::test::emulated_argv(argv);
+  const std::string& run = argv_copy.size() > argv.size() ? argv_copy[0] : path;
   for (auto& a : argv_copy) args.push_back(a.data());
   args.push_back(nullptr);
 
+  gcr::test::ExecFence fence;  // under qemu-user: wait for the exec
   pid_t pid = -1;
-  int rc = search_path ? posix_spawnp(&pid, path.c_str(), &actions, &attr, args.data(), envp.data())
-                       : posix_spawn(&pid, path.c_str(), &actions, &attr, args.data(), envp.data());
+  int rc = search_path ? posix_spawnp(&pid, run.c_str(), &actions, &attr, args.data(), envp.data())
+                       : posix_spawn(&pid, run.c_str(), &actions, &attr, args.data(), envp.data());
+  if (rc == 0) fence.wait();
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(in[0]);

@@ -98,8 +98,9 @@ def run(cmd, stdin=None):
 class Toolchain:
     """The compilers, headers and include path shared by every preprocessing and compile step."""
 
-    def __init__(self, cc, cxx, headers, workdir):
+    def __init__(self, cc, cxx, headers, workdir, run_with=()):
         self.cc, self.cxx, self.workdir = cc, cxx, workdir
+        self.run_with = list(run_with)  # an emulator for the compiled checks (a cross build)
         self.include_lines = "".join('#include "%s"\n' % os.path.abspath(h) for h in headers)
         dirs = [self._write_shims()]
         for h in headers:
@@ -152,7 +153,7 @@ class Toolchain:
         with open(src, "w") as f:
             f.write(source)
         run([self.cxx, "-std=c++17", "-w", *defines, *self.include_flags, src, "-o", exe])
-        results = run([exe]).split()
+        results = run([*self.run_with, exe]).split()
         if len(results) != len(pairs):
             raise GenerationError("signature check %s printed %d results for %d pairs"
                                   % (tag, len(results), len(pairs)))
@@ -234,11 +235,11 @@ def ordered_assignments(rows, allowed, names):
     return results
 
 
-def derive(cc, cxx, cuda_h, typedef_headers, workdir):
+def derive(cc, cxx, cuda_h, typedef_headers, workdir, run_with=()):
     # Each typedefs header includes the header declaring its functions (cuda.h, cudaGL.h, ...).
     if not any(os.path.basename(h) == "cudaTypedefs.h" for h in typedef_headers):
         raise GenerationError("cudaTypedefs.h must be one of the --typedefs headers")
-    tools = Toolchain(cc, cxx, [cuda_h] + typedef_headers, workdir)
+    tools = Toolchain(cc, cxx, [cuda_h] + typedef_headers, workdir, run_with)
 
     views = {name: HeaderView(name, tools.preprocess(defines)) for name, defines in CONFIGS}
     exported = set().union(*(v.functions for v in views.values()))
@@ -371,13 +372,17 @@ def main(argv):
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--cc", default=os.environ.get("CC", "cc"))
     parser.add_argument("--cxx", default=os.environ.get("CXX", "c++"))
+    parser.add_argument("--run-with", action="append", default=[],
+                        help="run the compiled signature checks through this program (repeatable: "
+                             "an emulator and its arguments, for a cross build)")
     parser.add_argument("--verbose", action="store_true", help="print notes and the row mapping")
     args = parser.parse_args(argv)
 
     os.makedirs(args.out_dir, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(dir=args.out_dir) as workdir:
-            symbols, table, notes = derive(args.cc, args.cxx, args.cuda_h, args.typedefs, workdir)
+            symbols, table, notes = derive(args.cc, args.cxx, args.cuda_h, args.typedefs, workdir,
+                                           args.run_with)
     except GenerationError as e:
         print("gen_driver_api.py: error: %s" % e, file=sys.stderr)
         return 1

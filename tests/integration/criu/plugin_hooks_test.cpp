@@ -21,6 +21,8 @@
 
 #include <cuda.h>
 
+#include "gcr/multiarch.h"
+
 extern "C" {
 #include <criu/criu-plugin.h>
 }
@@ -208,7 +210,7 @@ TEST_CASE(
     CHECK(p.hook(CR_PLUGIN_HOOK__PAUSE_DEVICES, sleeper.pid) == -ENOTSUP);
     p.desc->exit(CR_PLUGIN_STAGE__PRE_DUMP, 0);
   }
-  for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+  for (const char* p : {GCR_MULTIARCH_LIBDIR "/libcuda.so.1", "/usr/lib64/libcuda.so.1",
                         "/usr/lib/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
                         "/usr/lib/wsl/lib/libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"})
     if (access(p, F_OK) == 0) return;  // a real driver here would be found after the bad path
@@ -223,7 +225,7 @@ TEST_CASE(
 #ifdef GCR_TEST_INTERPOSER
 TEST_CASE("gcr's interposer, also named libcuda.so.1, is never taken for the driver") {
   Env env;
-  for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+  for (const char* p : {GCR_MULTIARCH_LIBDIR "/libcuda.so.1", "/usr/lib64/libcuda.so.1",
                         "/usr/lib/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
                         "/usr/lib/wsl/lib/libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"})
     if (access(p, F_OK) == 0) return;  // a real driver here would be found after the interposer
