@@ -161,6 +161,7 @@ EOF
 chmod 755 "$T/criu" "$T/criu-action"
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
 export GCR_CRIU=$T/criu
+"$GCR" doctor --capability cow-dump > /dev/null 2>&1 || true  # probed now, not in the freeze's way
 start_run
 wait_steps "$log" 10
 live f_first

@@ -28,7 +28,7 @@ NET=10.79.0  # neither migrate.two_hosts's nor bench/migrate_bench.py's
 source "$(dirname "$0")/two_hosts.sh"
 
 FOOTPRINT_MIB=64
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 600 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"

@@ -30,7 +30,7 @@ chmod 711 "$T"  # a test user (nobody) may reach a folder of its own in it
 export GCR_STORE=$T/store GCR_GCRD_SOCKET=$T/gcrd/gcrd.sock GCR_WORK_DIR=$T/work GCR_QUIET=1
 export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
 GCRD_LOG=$T/gcrd/gcrd.log
-STEPS=200
+STEPS=300
 MLP_BIN=$BUILD/tests/workloads/mlp_train
 MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --footprint 32M --streams 2)
 pids=() # processes to kill on the way out
@@ -161,6 +161,9 @@ exit 0
 EOF
 chmod 755 "$T/criu" "$T/criu-action"
 export GCR_CRIU=$T/criu
+# A new CRIU path: its capabilities probed now (through the action script, no pause asked), not in
+# the first checkpoint (Note [CRIU's capabilities probed] in gcr/criu_capabilities.h).
+"$GCR" doctor --capability cow-dump > /dev/null 2>&1 || true
 
 # The reference: mlp_train without gcr.
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" >"$T/ref.log" 2>&1
