@@ -158,7 +158,7 @@ Check kdat_check(const criu::Tools& tools) {
   } else {
     kdat.state = State::warn;
     kdat.detail = "not cached: every CRIU start probes the kernel again (40-60 ms on each restore)";
-    kdat.fix = tools.can->has(criu::Capability::kdat_cache_dir)
+    kdat.fix = criu::kdat_cache_dir().empty()
                    ? "/dev/shm/gcr-criu-" + std::to_string(geteuid()) +
                          " must be a directory only this user can write on a mounted /dev/shm (a "
                          "tmpfs); remove one another user made"

@@ -6,6 +6,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 # round_trip GCR: mlp_train under that gcr, checkpointed live, killed, restored: bit-identical.
 round_trip() {
   local gcr=$1 log=$T/rt-$RANDOM.log
+  # Its CRIU's capabilities probed now, not in the checkpoint's time (a new CRIU path: Note
+  # [CRIU's capabilities probed] in gcr/criu_capabilities.h).
+  "$gcr" doctor --capability cow-dump > /dev/null 2>&1 || true
   "$gcr" run -- "${MLP[@]}" > "$log" 2>&1 &
   local p=$!
   pids+=("$p")
