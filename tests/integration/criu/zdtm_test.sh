@@ -11,8 +11,6 @@
 # (.deps/src/criu_<version>.orig.tar.xz); zdtm's programs are built here, in a temporary copy.
 #   GCR_ZDTM_TESTS="zdtm/static/a zdtm/static/b"  run these instead of the subset
 #   GCR_ZDTM_ALL=1   every test zdtm runs by default, host flavour (builds all of zdtm: minutes)
-# When CRIU was built from scripts/criu-patches as they are, the series is applied to the test
-# tree too, so that the zdtm tests the patches add can be run: GCR_ZDTM_TESTS=zdtm/static/cow_dump00.
 # Each run also loads the plugin with a driver (simgpu), as on a machine with an NVIDIA GPU.
 source "$(dirname "$0")/lib.sh"
 
@@ -30,22 +28,6 @@ step "CRIU $VERSION's test tree, from $TARBALL"
 tar -xJf "$TARBALL" -C "$WORK"
 SRC=$WORK/criu-$VERSION
 TESTDIR=$SRC/test
-# gcr's patches bring zdtm tests of their own (docs/criu-patches.md): the tree gets the series
-# when the CRIU was built from this very series (the stamp's patches= is the series' hash, as
-# scripts/build-criu.sh computes it); any other CRIU is tested with upstream's tree.
-PATCHDIR=$(cd "$(dirname "$0")/../../.." && pwd)/scripts/criu-patches
-BUILT_FROM=$(sed -n 's/^patches=//p' "$DEPS/.gcr-criu-version" 2>/dev/null || true)
-if [[ -n $BUILT_FROM && $BUILT_FROM == "$(cat "$PATCHDIR"/*.patch 2>/dev/null | sha256sum | cut -c1-16)" ]]; then
-  for p in "$PATCHDIR"/*.patch; do
-    patch -d "$SRC" -p1 --forward --quiet <"$p" >>"$WORK/patch.log" 2>&1 ||
-      { cat "$WORK/patch.log"; fail "$(basename "$p") does not apply to CRIU $VERSION's tree"; }
-  done
-  echo "gcr's patches applied to the test tree (their zdtm tests are there)"
-  PATCH_TESTS=(cow_dump00)  # 0005-cow-dump.patch
-else
-  echo "the test tree is upstream's: $CRIU was not built from scripts/criu-patches as they are"
-  PATCH_TESTS=()
-fi
 
 # pycriu (zdtm reads CRIU's statistics images with it): the image modules, as lib/pycriu's
 # Makefile makes them, without building CRIU a second time.
@@ -79,7 +61,7 @@ fi
 STATIC=(env00 pipe00 pipe01 fifo unlink_fstat00 sockets00 sk-unix01 socket_listen socket-tcp
   maps00 maps01 mprotect00 cow00 write_read00 file_locks00 timerfd eventfs00 signalfd00 inotify00
   pthread00 pthread01 zombie00 sigaltstack futex posix_timers vdso00 cwd00 umask00 rlimits00
-  sched_prio00 poll epoll fd "${PATCH_TESTS[@]}")
+  sched_prio00 poll epoll fd)
 if [[ -n ${GCR_ZDTM_TESTS:-} ]]; then
   read -r -a TESTS <<<"$GCR_ZDTM_TESTS"
 else
