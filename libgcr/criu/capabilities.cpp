@@ -70,7 +70,8 @@ std::string identity_of(const fs::path& criu) {
   return criu.string() + "\n" + b;
 }
 
-constexpr const char* kCacheHeader = "gcr-criu-capabilities 1";
+// Raised whenever what a probe concludes changes, so that answers of an older gcr are probed again.
+constexpr const char* kCacheHeader = "gcr-criu-capabilities 2";
 
 fs::path cache_file(const std::string& identity) {
   if (kdat_cache_dir().empty() || identity.empty()) return {};

@@ -347,14 +347,11 @@ void probe_terminal(const fs::path& criu, const fs::path& sleep, Capabilities& c
 }
 
 // 0002 (root: a pid namespace): a sleep alone in a pid namespace, its session outside, dumped
-// with --shell-job.
-void probe_session_outside(const fs::path& criu, const fs::path& sleep, Capabilities& caps) {
+// with --shell-job. False where it cannot be set up (no root, no unshare): set-up's record says.
+bool probe_session_outside(const fs::path& criu, const fs::path& sleep, Capabilities& caps) {
   auto unshare = find_program("unshare");
   ProbeDir dir;
-  if (::geteuid() != 0 || !unshare || dir.path().empty())
-    return set(
-        caps, Capability::session_outside_pidns, false,
-        ::geteuid() != 0 ? "not probed: a pid namespace needs root" : "not probed: no unshare(1)");
+  if (::geteuid() != 0 || !unshare || dir.path().empty()) return false;
   pid_t pid = ::fork();
   if (pid == 0) {
     int null = ::open("/dev/null", O_RDWR);
@@ -367,9 +364,7 @@ void probe_session_outside(const fs::path& criu, const fs::path& sleep, Capabili
   Child outer(pid > 0 ? pid : 0);
   pid_t inner = pid > 0 ? sleeping_child_of(pid) : 0;
   Child inner_left(inner > 0 ? inner : 0);
-  if (inner <= 0)
-    return set(caps, Capability::session_outside_pidns, false,
-               "not probed: no process in a pid namespace");
+  if (inner <= 0) return false;
   fs::path images = dir.make("images"), plugins = dir.make("plugins");
   std::vector<std::string> argv = dump_command(criu, inner, images, plugins);
   argv.push_back("--shell-job");
@@ -379,6 +374,7 @@ void probe_session_outside(const fs::path& criu, const fs::path& sleep, Capabili
       ok ? "a process whose session leader is outside its pid namespace was dumped"
          : "a process whose session leader is outside its pid namespace could not be dumped: " +
                error_line(read_text(images / "criu.out") + read_text(images / "dump.log")));
+  return true;
 }
 
 // The patches set-up built the binary with: its record beside it (.gcr-criu-version).
@@ -405,10 +401,12 @@ Capabilities probe_capabilities(const fs::path& criu) {
   }
   probe_live_dump(criu, *sleep, caps);
   probe_terminal(criu, *sleep, caps);
-  probe_session_outside(criu, *sleep, caps);
+  std::vector<Capability> recorded{Capability::unprivileged_bounding_set,
+                                   Capability::shell_job_group, Capability::lazy_pages_pipelined};
+  if (!probe_session_outside(criu, *sleep, caps))
+    recorded.push_back(Capability::session_outside_pidns);
   bool patched = built_with_patches(criu);
-  for (Capability c : {Capability::unprivileged_bounding_set, Capability::shell_job_group,
-                       Capability::lazy_pages_pipelined}) {
+  for (Capability c : recorded) {
     CapabilityState& s = caps.state(c);
     s.present = patched;
     s.probed = false;

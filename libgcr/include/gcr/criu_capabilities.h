@@ -18,7 +18,9 @@
 //   gcr's own holding a pseudo-terminal) is outside the dumped tree, dumped as gcr dumps a program
 //   started from a shell (--shell-job --external tty[...]) and restored as gcrd restores it, the
 //   terminal inherited as /dev/null; and, as root, the same `sleep` in a pid namespace of its own
-//   whose session leader is outside it, dumped.
+//   whose session leader is outside it, dumped. Not root (a pid namespace needs it), gcr takes
+//   session-outside-pidns from set-up's record, as below: a non-root gcrd under a runner with no
+//   session (a CI job) on gcr's CRIU must not refuse what that CRIU dumps.
 // - unprivileged-bounding-set, shell-job-group, lazy-pages-pipelined: not probed (a restore in a
 //   container's bounding set without CAP_SETPCAP, a restorer in a pid namespace whose group and
 //   session are both 0, and a speed-up with no option: none can be set up in a few milliseconds);

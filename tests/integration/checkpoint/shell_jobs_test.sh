@@ -14,7 +14,7 @@ MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 12 --foot
 command -v script > /dev/null || { echo "SKIP: script(1) (bsdutils) is not installed"; exit 77; }
 # Started where the session leader is outside the pid namespace (the ctest entries that run this
 # under unshare): what CRIU refuses without gcr's patches 0002 and 0004 (docs/criu-patches.md).
-if [[ $(awk '/^NSsid/ {print $NF}' /proc/self/status) == 0 ]]; then
+if session_outside_namespace; then
   needs_criu session-outside-pidns
   [[ $(awk '/^NSpgid/ {print $NF}' /proc/self/status) == 0 ]] || needs_criu shell-job-group
 fi

@@ -57,7 +57,8 @@ rc=0
 step "b. a live checkpoint on the stock CRIU: its fallback line; restored bit-identical"
 stop_gcrd
 export GCR_CRIU=$STOCK  # gcrd, started by the next command, runs the stock CRIU
-"$GCR" run -- "${MLP[@]}" > "$T/live.log" 2>&1 &
+# In a session of its own, as from a user's shell: a runner that makes no session (CI) is step d's.
+setsid "$GCR" run -- "${MLP[@]}" > "$T/live.log" 2>&1 < /dev/null &
 P=$!
 pids+=("$P")
 wait_steps "$T/live.log" $((RANDOM % 30 + 10))

@@ -14,6 +14,7 @@ TEST_NAME=track-validate
 source "$(dirname "$0")/lib.sh"
 PT=("$BUILD/tests/workloads/pointer_table" --steps 150 --step-delay-ms 10)
 PROFILE=$T/track.profile
+needs_dumpable_session
 
 echo "== --track validate names the kernel and records it"
 "$GCR" run --track validate --track-profile "$PROFILE" -- "$BUILD/tests/workloads/pointer_table" \
