@@ -319,42 +319,18 @@ Check write_protect_check() {
   return c;
 }
 
-// Soft-dirty bits: CRIU's pre-dump and incremental dumps of host memory track writes with them.
+// Soft-dirty bits: CRIU's own incremental dumps (--track-mem) track writes with them, which gcrd
+// uses where its CRIU lacks cow-track (Note [Incremental dumps made whole] in gcr/criu_pagemap.h).
 Check soft_dirty_check() {
-  Check c{"soft-dirty", State::ok, "", "", false};
-  long page = ::sysconf(_SC_PAGESIZE);
-  void* m = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return {"soft-dirty", State::warn, "cannot test (mmap failed)", "", false};
-  static_cast<volatile char*>(m)[0] = 1;
-  bool cleared = false, set = false;
-  {
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "4";
-    clear.flush();
-    cleared = clear.good();
-  }
-  if (cleared) {
-    static_cast<volatile char*>(m)[0] = 2;
-    int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    std::uint64_t entry = 0;
-    if (fd >= 0 &&
-        ::pread(fd, &entry, sizeof entry,
-                static_cast<off_t>(reinterpret_cast<std::uintptr_t>(m) / page * 8)) == sizeof entry)
-      set = (entry >> 55) & 1;
-    if (fd >= 0) ::close(fd);
-  }
-  ::munmap(m, page);
-  if (cleared && set) {
-    c.detail = "the kernel tracks writes to host memory";
-  } else {
-    c.state = State::warn;
-    c.detail = cleared ? "writes are not marked (no CONFIG_MEM_SOFT_DIRTY)"
-                       : "cannot clear soft-dirty bits (no CONFIG_MEM_SOFT_DIRTY)";
-    c.fix =
-        "CRIU's own incremental dumps (--track-mem) need it; gcr tracks host memory with "
-        "userfaultfd write protection instead (see 'write protection')";
-  }
-  return c;
+  if (criu::kernel_tracks_soft_dirty())
+    return {"soft-dirty", State::ok,
+            "the kernel tracks writes to host memory (a CRIU without cow-track dumps only what "
+            "changed, with --track-mem)",
+            "", false};
+  return {"soft-dirty", State::warn, "writes are not marked (no CONFIG_MEM_SOFT_DIRTY)",
+          "CRIU's own incremental dumps (--track-mem) need it; gcr tracks host memory with "
+          "userfaultfd write protection instead (see 'write protection'), which needs gcr's CRIU",
+          false};
 }
 
 Check bpf_check() {

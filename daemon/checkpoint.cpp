@@ -367,6 +367,10 @@ Status check_roots(const std::vector<pid_t>& roots) {
                      "process " + std::to_string(root) +
                          " belongs to another user; only root or its owner may checkpoint it"};
       return Error{Errc::not_found, "no process " + std::to_string(root)};
+    } else if (auto state = criu::process_status_field(root, "State");
+               state && (state->rfind("Z", 0) == 0 || state->rfind("X", 0) == 0)) {
+      return Error{Errc::not_found, "process " + std::to_string(root) +
+                                        " has exited (its parent has not reaped it yet)"};
     }
   return ok();
 }

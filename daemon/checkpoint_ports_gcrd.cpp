@@ -14,7 +14,9 @@
 #include <functional>
 #include <thread>
 
+#include "dump_parents.h"
 #include "gcr/criu_capabilities.h"
+#include "gcr/criu_pagemap.h"
 #include "gcr/settings.h"
 #include "proc_info.h"
 
@@ -383,6 +385,18 @@ Result<bool> CriuDumper::prepare(const PinnedHostMemory& pinned, const Progress&
       if (tracking_->parent_images()) options_.prev_images = *tracking_->parent_images();
     }
   }
+  // Note [Incremental dumps made whole] (gcr/criu_pagemap.h): CRIU's own tracking, where it lacks
+  // cow-track and the kernel has soft-dirty bits.
+  if (req_.leave_running && tools_.track_mem && !several_) {
+    options_.track_mem = true;
+    dump_parent_ = DumpParents::instance().take(key_);
+    if (dump_parent_) {
+      options_.prev_images = dump_parent_->path();
+      progress(
+          "host memory: only what was written since the previous checkpoint is taken from "
+          "the process (CRIU's --track-mem, the kernel's soft-dirty bits)");
+    }
+  }
   if (!start_criu_early()) return false;
   const auto wait_limit = std::chrono::duration_cast<std::chrono::seconds>(req_.quiesce_timeout) +
                           std::chrono::seconds(30);  // CRIU's --timeout: the cut and park too
@@ -535,6 +549,11 @@ Result<bool> CriuDumper::finish() {
 Result<Dumper::Stored> CriuDumper::store(store::CheckpointWriter& writer) {
   std::error_code ignored;
   fs::remove(work_->path() / "parent", ignored);  // --prev-images-dir's link: the dump stands alone
+  criu::WholeDump whole;
+  if (dump_parent_) {  // Note [Incremental dumps made whole] (gcr/criu_pagemap.h)
+    GCR_TRY_ASSIGN(whole, criu::make_dump_whole(work_->path(), dump_parent_->path())
+                              .context("making CRIU's incremental dump whole"));
+  }
   GCR_TRY(store_criu_images(writer, work_->path()));
   Stored out;
   HostPages pages;  // what CRIU's log says of --cow-dump, --cow-dma and --cow-track
@@ -546,6 +565,12 @@ Result<Dumper::Stored> CriuDumper::store(store::CheckpointWriter& writer) {
     out.from_parent = pages.from_parent;
     out.from_process = pages.from_process;
     out.tracked_tasks = tracking_->commit(std::move(*work_));
+    work_.reset();
+  } else if (options_.track_mem) {
+    out.from_parent = whole.from_parent;
+    out.from_process = whole.from_dump;
+    dump_parent_.reset();
+    DumpParents::instance().keep(key_, std::move(*work_));  // the next dump's parent
     work_.reset();
   }
   return out;

@@ -141,6 +141,7 @@ class CriuDumper final : public Dumper {
   criu::DumpOptions options_;
   UniqueFd dma_file_;
   std::optional<TrackedDump> tracking_;
+  std::optional<WorkDir> dump_parent_;  // --track-mem's previous dump (dump_parents.h)
   std::optional<criu::StartedDump> early_;
   std::vector<criu::StartedDump> early_trees_;
   bool criu_running_ = false;  // let the process go, still writing host memory (--cow-dump)

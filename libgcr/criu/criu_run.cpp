@@ -136,6 +136,7 @@ Result<Tools> find_tools(const fs::path& self_dir) {
   t.cow_track = t.cow_dump && settings().criu_cow_track && kernel_at_least(6, 13) &&
                 can.has(Capability::cow_track);
   t.cow_dma = t.cow_dump && can.has(Capability::cow_dma);
+  t.track_mem = !t.cow_track && settings().criu_track_mem && kernel_tracks_soft_dirty();
   t.can = &can;
   return t;
 }
@@ -373,6 +374,13 @@ std::vector<std::string> dump_argv(const Tools& tools, const DumpOptions& o, int
     if (dma_fd >= 0) {  // read through /proc: a new open file, from its start
       argv.push_back("--cow-dma");
       argv.push_back("/proc/self/fd/" + std::to_string(dma_fd));
+    }
+  }
+  if (o.track_mem) {
+    argv.push_back("--track-mem");
+    if (!o.prev_images.empty()) {
+      argv.push_back("--prev-images-dir");
+      argv.push_back(o.prev_images.string());
     }
   }
   if (o.leave_stopped && !o.leave_running) argv.push_back("--leave-stopped");

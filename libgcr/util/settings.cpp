@@ -146,6 +146,7 @@ void parse_tuning(const Reader& r, Settings& s) {
   s.criu_early = r.on_unless_zero("GCR_CRIU_EARLY");
   s.criu_cow_dump = r.on_unless_zero("GCR_CRIU_COW_DUMP");
   s.criu_cow_track = r.on_unless_zero("GCR_CRIU_COW_TRACK");
+  s.criu_track_mem = r.on_unless_zero("GCR_CRIU_TRACK_MEM");
   s.criu_lazy_pages = r.on_unless_zero("GCR_CRIU_LAZY_PAGES");
   s.host_pages_from_store = r.on_unless_zero("GCR_HOST_PAGES_FROM_STORE");
   s.pinned_frozen = r.one_or_zero("GCR_PINNED_FROZEN");

@@ -31,6 +31,9 @@ struct Tools {
   bool cow_track = false;
   // And --cow-dma (0007-cow-dma.patch): pinned host memory copied in the freeze.
   bool cow_dma = false;
+  // Without cow_track, the kernel keeps soft-dirty bits: live dumps use CRIU's own --track-mem
+  // (Note [Incremental dumps made whole] in gcr/criu_pagemap.h); GCR_CRIU_TRACK_MEM=0 turns it off.
+  bool track_mem = false;
   // All it can do of what gcr's patches add (gcr/criu_capabilities.h); never null once found.
   const Capabilities* can = nullptr;
 };
@@ -39,6 +42,10 @@ struct Tools {
 // used to find a build tree's .deps/ and criu-plugin/, or an install's lib/gcr/criu and
 // lib/gcr/criu-plugin). Fails with what to install or set.
 Result<Tools> find_tools(const std::filesystem::path& self_dir);
+
+// Whether this kernel marks the pages a process writes after its soft-dirty bits are cleared
+// (CONFIG_MEM_SOFT_DIRTY): tried once on a page of the caller's, then remembered.
+bool kernel_tracks_soft_dirty();
 
 struct DumpOptions {
   pid_t pid = 0;
@@ -57,6 +64,9 @@ struct DumpOptions {
   // written since from (--prev-images-dir).
   int cow_track_socket = -1;
   std::filesystem::path prev_images{};
+  // CRIU's own tracking (--track-mem; Tools::track_mem): the kernel's soft-dirty bits are cleared
+  // at the dump, and with prev_images, pages not written since are left in that dump (in_parent).
+  bool track_mem = false;
   // With cow_dump and a CRIU that can (--cow-dma): a file (the caller's, left open; CRIU reads it
   // in the freeze) of lines "PID START END" (hex addresses), memory a device may write by DMA,
   // which CRIU then copies in the freeze instead of after the resume (Note [Pages written after

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <vector>
 
@@ -40,5 +41,28 @@ struct Pagemap {
 // Parses a whole pagemap image. Fails on anything CRIU would not have written (bad magic, a
 // truncated entry, entries out of order or overlapping).
 [[nodiscard]] Result<Pagemap> parse_pagemap(std::span<const std::byte> image);
+
+// A pagemap image as CRIU writes it: the head, then each entry with vaddr, compat_nr_pages (0),
+// flags and nr_pages (offsets are the pages image's business: entries' order says them).
+std::vector<std::byte> encode_pagemap(const Pagemap& pm);
+
+// Note [Incremental dumps made whole]
+// Where CRIU lacks cow-track (a CRIU without gcr's patches) and the kernel keeps soft-dirty bits,
+// gcrd's live checkpoints use CRIU's own incremental dumps: each with --track-mem, and from the
+// second on with --prev-images-dir naming the previous dump. Such a dump writes only the pages
+// written since its parent; the others are entries flagged in_parent (PE_PARENT) that CRIU's
+// restore looks up through the images directory's `parent` link, down the chain. gcr's store keeps
+// dumps that stand alone (a chain would tie each checkpoint to every one before it, and a restore
+// to all of their files), so make_dump_whole rewrites each pagemap-*.img of `images` that has
+// such entries, with its pages-ID.img, taking those pages from the same-named images of `parent`
+// (itself whole): every entry present, in the order CRIU would have written them. A parent that
+// lacks a page the dump says it holds is a corrupt_image error (the dump cannot be stored whole).
+// Says how many pages came from where.
+struct WholeDump {
+  std::uint64_t from_parent = 0;  // copied from the parent's images
+  std::uint64_t from_dump = 0;    // the dump's own: written since the parent
+};
+[[nodiscard]] Result<WholeDump> make_dump_whole(const std::filesystem::path& images,
+                                                const std::filesystem::path& parent);
 
 }  // namespace gcr::criu

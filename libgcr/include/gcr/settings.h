@@ -41,6 +41,7 @@ struct Settings {
   bool criu_early = true;                             // GCR_CRIU_EARLY
   bool criu_cow_dump = true;                          // GCR_CRIU_COW_DUMP
   bool criu_cow_track = true;                         // GCR_CRIU_COW_TRACK
+  bool criu_track_mem = true;                         // GCR_CRIU_TRACK_MEM
   bool criu_lazy_pages = true;                        // GCR_CRIU_LAZY_PAGES
   bool host_pages_from_store = true;                  // GCR_HOST_PAGES_FROM_STORE
   bool pinned_frozen = false;                         // GCR_PINNED_FROZEN=1

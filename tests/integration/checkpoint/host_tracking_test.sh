@@ -71,6 +71,9 @@ log=$T/run.log
 start_run
 wait_steps "$log" 10
 live first
+wait_steps "$log" 40
+live second
+# The first's checks once the second is taken: none of their time falls between the two cuts.
 [[ $(field first host_tracked_tasks) -ge 1 ]] || fail "the first checkpoint tracks no task: $(cat "$T/first.json")"
 [[ $(field first host_pages_from_parent) == 0 ]] || fail "the first checkpoint took pages from a parent"
 # mlp_train's batch buffers and loss array are pinned: the interposer writes their pages before a
@@ -79,8 +82,6 @@ live first
   fail "the first checkpoint gave pinned memory special care: $(cat "$T/first.json")"
 [[ $(field first host_pages_from_process) -ge $HOST_PAGES ]] ||
   fail "the first checkpoint took $(field first host_pages_from_process) pages, fewer than the $HOST_PAGES of the host footprint"
-wait_steps "$log" 40
-live second
 from_parent=$(field second host_pages_from_parent)
 from_process=$(field second host_pages_from_process)
 echo "second: $from_process pages from the process, $from_parent from the first's images"

@@ -137,6 +137,13 @@ restore_job() {  # NAME
   echo "ok: $1 restored as pids ${R[*]}"
 }
 
+# in_host_ns PID I: PID runs in host I's network namespace (waited for a little: a restored
+# process's namespace is read as soon as its restore answers); else says where it is.
+in_host_ns() {
+  wait_until 10 eval "[[ \$(ip netns identify $1 2> /dev/null) == \"$(host_ns "$2")\" ]]" && return 0
+  echo "process $1 is in '$(ip netns identify "$1" 2>&1 | tr '\n' ' ')' ($(readlink "/proc/$1/ns/net" 2>&1)), not host $2's $(host_ns "$2") ($(ip netns exec "$(host_ns "$2")" readlink /proc/self/ns/net 2>&1)); state $(awk '/^State/ {print $2}' "/proc/$1/status" 2>&1)"
+  return 1
+}
 wanted() { [[ -z ${JOB_TEST_ONLY:-} || " $JOB_TEST_ONLY " == *" $1 "* ]]; }
 
 if wanted a; then
@@ -429,8 +436,7 @@ if wanted m; then
   move_rank1 m1 || fail "m1: gcr migrate --job: $(cat "$T/m1.err" "$T/m1.json" | head -n 30)"
   moved=$(json_field destination_pid < "$T/m1.json")
   pids+=("$moved")
-  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
-    fail "m1: rank 1 ($moved) is not in host 2's namespace: $(cat "$T/m1.json")"
+  where=$(in_host_ns "$moved" 2) || fail "m1: rank 1 ($moved) is not in host 2's namespace: $where: $(cat "$T/m1.json")"
   kill -0 "${R[0]}" || fail "m1: rank 0 is gone"
   stop=$(json_field job_stop_ns < "$T/m1.json")
   ((stop > 0)) || fail "m1: no job-wide stop reported: $(cat "$T/m1.json")"
@@ -462,8 +468,7 @@ if wanted e; then
     fail "e: rank 1 was not restored on host 2: $(cat "$T/restore-e1.json")"
   moved=$(json_field remote_pids.0 < "$T/restore-e1.json")
   pids+=("$(json_field pid < "$T/restore-e1.json")" "$moved")
-  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 2)" ]] ||
-    fail "e: restored rank 1 ($moved) is not in host 2's namespace"
+  where=$(in_host_ns "$moved" 2) || fail "e: restored rank 1 ($moved) is not in host 2's namespace: $where"
   job_ends_right e 2 "${before[@]}"
   echo "ok: host 1 lost; its rank restored on host 2 (pid $moved, host 1's address taken); every rank ended with $REF"
 fi
@@ -510,8 +515,7 @@ if wanted q; then
   moved=$(json_field pid < "$T/restore-q.json")
   pids+=("$moved" "$(json_field remote_pids.0 < "$T/restore-q.json")")
   scheduled_again 6 "$moved" "$T/restore-q.json" q  # by its new coordinator
-  [[ $(ip netns identify "$moved" 2> /dev/null) == "$(host_ns 6)" ]] ||
-    fail "q: restored rank 0 ($moved) is not in host 6's namespace"
+  where=$(in_host_ns "$moved" 6) || fail "q: restored rank 0 ($moved) is not in host 6's namespace: $where"
   resumed_within_age q
   echo "ok: host 4 (the coordinator) lost at step $killed_at; restored from host 5: rank 0 on host 6 from host 5's memory, at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old); ended with the reference"
 fi

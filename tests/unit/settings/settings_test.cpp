@@ -52,6 +52,7 @@ TEST_CASE("with no variable set every setting is its default") {
   CHECK(s.criu_early);
   CHECK(s.criu_cow_dump);
   CHECK(s.criu_cow_track);
+  CHECK(s.criu_track_mem);
   CHECK(s.criu_lazy_pages);
   CHECK(s.host_pages_from_store);
   CHECK_FALSE(s.pinned_frozen);
@@ -120,9 +121,10 @@ TEST_CASE("each variable reaches its field") {
 }
 
 TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
-  const char* switches[] = {
-      "GCR_CRIU_EARLY",      "GCR_CRIU_COW_DUMP",         "GCR_CRIU_COW_TRACK",
-      "GCR_CRIU_LAZY_PAGES", "GCR_HOST_PAGES_FROM_STORE", "GCR_STREAM_RESTORE"};
+  const char* switches[] = {"GCR_CRIU_EARLY",      "GCR_CRIU_COW_DUMP",
+                            "GCR_CRIU_COW_TRACK",  "GCR_CRIU_TRACK_MEM",
+                            "GCR_CRIU_LAZY_PAGES", "GCR_HOST_PAGES_FROM_STORE",
+                            "GCR_STREAM_RESTORE"};
   std::map<std::string, std::string> off, on;
   for (const char* v : switches) {
     off[v] = "0";
@@ -132,6 +134,7 @@ TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
   CHECK_FALSE(z.s.criu_early);
   CHECK_FALSE(z.s.criu_cow_dump);
   CHECK_FALSE(z.s.criu_cow_track);
+  CHECK_FALSE(z.s.criu_track_mem);
   CHECK_FALSE(z.s.criu_lazy_pages);
   CHECK_FALSE(z.s.host_pages_from_store);
   CHECK_FALSE(z.s.stream_restore);
@@ -140,6 +143,7 @@ TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
   CHECK(o.s.criu_early);
   CHECK(o.s.criu_cow_dump);
   CHECK(o.s.criu_cow_track);
+  CHECK(o.s.criu_track_mem);
   CHECK(o.s.criu_lazy_pages);
   CHECK(o.s.host_pages_from_store);
   CHECK(o.s.stream_restore);
