@@ -424,7 +424,7 @@ void CriuDumper::say_fallbacks(const Progress& progress) const {
   if (settings().criu_cow_dump && !tools_.can->has(criu::Capability::cow_dump)) {
     progress("warning: " + criu::Capabilities::lacking(criu::Capability::cow_dump,
                                                        "host memory written inside the freeze"));
-  } else if (tools_.cow_dump && !several_ && settings().criu_cow_track &&
+  } else if (tools_.cow_dump && !several_ && settings().criu_cow_track && !tools_.track_mem &&
              !tools_.can->has(criu::Capability::cow_track)) {
     progress("warning: " + criu::Capabilities::lacking(criu::Capability::cow_track,
                                                        "all host memory copied again (none is "

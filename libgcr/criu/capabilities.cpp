@@ -39,8 +39,8 @@ constexpr std::array<CapabilityInfo, kCapabilities> kInfo = {{
      "GiB of host memory"},
     {"cow-track", "0006-cow-track.patch",
      "host memory not written since the previous checkpoint is taken from it",
-     "every live checkpoint copies all host memory in the freeze (CRIU's --track-mem would do "
-     "it where the kernel has soft-dirty bits)"},
+     "every live checkpoint copies all host memory in the freeze, unless the kernel keeps "
+     "soft-dirty bits (then CRIU's own --track-mem dumps only what changed)"},
     {"cow-dma", "0007-cow-dma.patch",
      "host memory a device may write by DMA is copied in the freeze, the rest after",
      "pinned host memory is kept those of the cut by the interposer writing each page before a "
