@@ -124,16 +124,23 @@ bool sleeping(pid_t pid) {
   return false;
 }
 
+// In a child just forked: standard input and output /dev/null, no other file, then argv (made
+// before the fork: a child of a process with threads must not allocate).
+[[noreturn]] void exec_on_null(const char* const argv[]) {
+  int null = ::open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+  ::close_range(3, ~0U, 0);
+  ::execv(argv[0], const_cast<char* const*>(argv));
+  ::_exit(127);
+}
+
 // `sleep` in a session of its own, its files /dev/null.
 Child start_sleep(const fs::path& sleep) {
+  const char* const argv[] = {sleep.c_str(), "1000", nullptr};
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setsid();
-    int null = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
-    ::close_range(3, ~0U, 0);
-    ::execl(sleep.c_str(), sleep.c_str(), "1000", static_cast<char*>(nullptr));
-    ::_exit(127);
+    exec_on_null(argv);
   }
   Child c(pid > 0 ? pid : 0);
   if (pid > 0 && !sleeping(pid)) return Child();
@@ -352,15 +359,10 @@ bool probe_session_outside(const fs::path& criu, const fs::path& sleep, Capabili
   auto unshare = find_program("unshare");
   ProbeDir dir;
   if (::geteuid() != 0 || !unshare || dir.path().empty()) return false;
+  const char* const unshare_argv[] = {unshare->c_str(), "--pid", "--fork", "--kill-child",
+                                      sleep.c_str(),    "1000",  nullptr};
   pid_t pid = ::fork();
-  if (pid == 0) {
-    int null = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
-    ::close_range(3, ~0U, 0);
-    ::execl(unshare->c_str(), unshare->c_str(), "--pid", "--fork", "--kill-child", sleep.c_str(),
-            "1000", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  if (pid == 0) exec_on_null(unshare_argv);
   Child outer(pid > 0 ? pid : 0);
   pid_t inner = pid > 0 ? sleeping_child_of(pid) : 0;
   Child inner_left(inner > 0 ? inner : 0);

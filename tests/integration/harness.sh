@@ -113,14 +113,16 @@ free_port() {
 }
 # json_field KEY < JSON: a top-level field of a JSON object (of a list's first), as Python prints
 # it; nothing on stdin (a command that printed no JSON) gives an empty field. An integer or a plain
-# string of gcr's own output (an object, a key a line, two spaces in) is read by bash itself: a
+# string of gcr's own output (an object, or a list of them, a key a line) is read by bash itself: a
 # test reads fields between checkpoints of a running workload, and on a busy machine a Python
 # start there took seconds of its run.
 json_field() {
   local text="" line v want="  \"$1\": "
   IFS= read -r -d '' text || true
-  if [[ $text == "{"* ]]; then
+  [[ $text == "["* ]] && want="  $want"  # a list's first object: two spaces further in
+  if [[ $text == "{"* || $text == "["* ]]; then
     while IFS= read -r line; do
+      [[ $text == "["* && $line == "  }"* ]] && break  # past the first object
       [[ $line == "$want"* ]] || continue
       v=${line#"$want"}
       v=${v%,}

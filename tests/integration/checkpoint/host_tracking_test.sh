@@ -71,9 +71,14 @@ log=$T/run.log
 start_run
 wait_steps "$log" 10
 live first
-wait_steps "$log" 40
+# Each next cut 30 steps after the previous checkpoint returned; the checks once all three are
+# taken, so that none of their time falls between two cuts (more steps, more pages written).
+n=$(steps_in "$log")
+wait_steps "$log" $((n + 30))
 live second
-# The first's checks once the second is taken: none of their time falls between the two cuts.
+n=$(steps_in "$log")
+wait_steps "$log" $((n + 30))
+live third
 [[ $(field first host_tracked_tasks) -ge 1 ]] || fail "the first checkpoint tracks no task: $(cat "$T/first.json")"
 [[ $(field first host_pages_from_parent) == 0 ]] || fail "the first checkpoint took pages from a parent"
 # mlp_train's batch buffers and loss array are pinned: the interposer writes their pages before a
@@ -93,8 +98,6 @@ echo "second: $from_process pages from the process, $from_parent from the first'
 # the rest).
 [[ $(field second host_pages_pinned) == 0 ]] ||
   fail "the second checkpoint lifted the protection of $(field second host_pages_pinned) pinned pages"
-wait_steps "$log" 70
-live third
 [[ $(field third host_pages_from_parent) -ge $((HOST_PAGES / 2)) ]] ||
   fail "the third checkpoint took only $(field third host_pages_from_parent) pages from its parent"
 
