@@ -41,27 +41,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from forwarding_rule import classify  # noqa: E402
 
 
+def function(name: str, binding: str, type_mark: str, body: list, hidden: bool = False) -> list:
+    """One function's frame around its body: binding, type, alignment, label and CFI."""
+    return ([f"  .{binding} {name}"] + ([f"  .hidden {name}"] if hidden else []) +
+            [f"  .type {name},{type_mark}", "  .balign 16", f"{name}:", "  .cfi_startproc"] +
+            body + ["  .cfi_endproc", f"  .size {name}, .-{name}"])
+
+
 def refusal_stub(i: int, name: str) -> list:
-    return [
-        f"  .globl {name}",
-        f"  .type {name},@function",
-        "  .balign 16",
-        f"{name}:",
-        "  .cfi_startproc",
-        f"  movl ${i}, %edi",
-        "  jmp gcr_refused_call",
-        "  .cfi_endproc",
-        f"  .size {name}, .-{name}",
-    ]
+    return function(name, "globl", "@function", [f"  movl ${i}, %edi", "  jmp gcr_refused_call"])
 
 
 def trampoline(i: int, name: str) -> list:
-    return [
-        f"  .weak {name}",
-        f"  .type {name},@function",
-        "  .balign 16",
-        f"{name}:",
-        "  .cfi_startproc",
+    return function(name, "weak", "@function", [
         "  cmpb $0, gcr_gate_closed(%rip)",
         f"  jne .Lslow_{i}",
         f"  movq gcr_slots+{8 * i}(%rip), %r11",
@@ -71,90 +63,42 @@ def trampoline(i: int, name: str) -> list:
         f".Lslow_{i}:",
         f"  movl ${i}, %r11d",
         "  jmp gcr_trampoline_slow",
-        "  .cfi_endproc",
-        f"  .size {name}, .-{name}",
-    ]
+    ])
 
 
 # The slow path: keep every argument register (integer, vector, %rax for varargs), ask C++
 # for the target (it waits while the gate is closed and resolves lazily), then tail-call it.
 def slow_path() -> list:
-    return [
-        "  .globl gcr_trampoline_slow",
-        "  .hidden gcr_trampoline_slow",
-        "  .type gcr_trampoline_slow,@function",
-        "  .balign 16",
-        "gcr_trampoline_slow:",
-        "  .cfi_startproc",
+    integer = ["%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9", "%rax"]
+    saves = [f"  movq {r}, {8 * k}(%rsp)" for k, r in enumerate(integer)]
+    saves += [f"  movdqu %xmm{k}, {64 + 16 * k}(%rsp)" for k in range(8)]
+    restores = [f"  movq {8 * k}(%rsp), {r}" for k, r in enumerate(integer)]
+    restores += [f"  movdqu {64 + 16 * k}(%rsp), %xmm{k}" for k in range(8)]
+    return function("gcr_trampoline_slow", "globl", "@function", [
         "  pushq %rbp",
         "  .cfi_def_cfa_offset 16",
         "  .cfi_offset %rbp, -16",
         "  movq %rsp, %rbp",
         "  .cfi_def_cfa_register %rbp",
         "  subq $192, %rsp",
-        "  movq %rdi, 0(%rsp)",
-        "  movq %rsi, 8(%rsp)",
-        "  movq %rdx, 16(%rsp)",
-        "  movq %rcx, 24(%rsp)",
-        "  movq %r8, 32(%rsp)",
-        "  movq %r9, 40(%rsp)",
-        "  movq %rax, 48(%rsp)",
-        "  movdqu %xmm0, 64(%rsp)",
-        "  movdqu %xmm1, 80(%rsp)",
-        "  movdqu %xmm2, 96(%rsp)",
-        "  movdqu %xmm3, 112(%rsp)",
-        "  movdqu %xmm4, 128(%rsp)",
-        "  movdqu %xmm5, 144(%rsp)",
-        "  movdqu %xmm6, 160(%rsp)",
-        "  movdqu %xmm7, 176(%rsp)",
+    ] + saves + [
         "  movl %r11d, %edi",
         "  call gcr_trampoline_target",
         "  movq %rax, %r11",
-        "  movq 0(%rsp), %rdi",
-        "  movq 8(%rsp), %rsi",
-        "  movq 16(%rsp), %rdx",
-        "  movq 24(%rsp), %rcx",
-        "  movq 32(%rsp), %r8",
-        "  movq 40(%rsp), %r9",
-        "  movq 48(%rsp), %rax",
-        "  movdqu 64(%rsp), %xmm0",
-        "  movdqu 80(%rsp), %xmm1",
-        "  movdqu 96(%rsp), %xmm2",
-        "  movdqu 112(%rsp), %xmm3",
-        "  movdqu 128(%rsp), %xmm4",
-        "  movdqu 144(%rsp), %xmm5",
-        "  movdqu 160(%rsp), %xmm6",
-        "  movdqu 176(%rsp), %xmm7",
+    ] + restores + [
         "  leave",
         "  .cfi_def_cfa %rsp, 8",
         "  jmp *%r11",
-        "  .cfi_endproc",
-        "  .size gcr_trampoline_slow, .-gcr_trampoline_slow",
-    ]
+    ], hidden=True)
 
 
 def refusal_stub_aarch64(i: int, name: str) -> list:
-    return [
-        f"  .globl {name}",
-        f"  .type {name},%function",
-        "  .balign 16",
-        f"{name}:",
-        "  .cfi_startproc",
-        f"  mov w0, #{i}",
-        "  b gcr_refused_call",
-        "  .cfi_endproc",
-        f"  .size {name}, .-{name}",
-    ]
+    return function(name, "globl", "%function", [f"  mov w0, #{i}", "  b gcr_refused_call"])
 
 
 def trampoline_aarch64(i: int, name: str) -> list:
     slot = f"gcr_slots+{8 * i}"
-    return [
-        f"  .weak {name}",
-        f"  .type {name},%function",
-        "  .balign 16",
-        f"{name}:",
-        "  .cfi_startproc",
+    return function(name, "weak", "%function", [
         "  adrp x16, gcr_gate_closed",
         "  ldrb w16, [x16, :lo12:gcr_gate_closed]",
         f"  cbnz w16, .Lslow_{i}",
@@ -165,9 +109,7 @@ def trampoline_aarch64(i: int, name: str) -> list:
         f".Lslow_{i}:",
         f"  mov x17, #{i}",
         "  b gcr_trampoline_slow",
-        "  .cfi_endproc",
-        f"  .size {name}, .-{name}",
-    ]
+    ])
 
 
 # The slow path on aarch64: keep x0-x7 and v0-v7 (the argument registers) and x8 (the address of
@@ -176,32 +118,24 @@ def slow_path_aarch64() -> list:
     saves = [("stp x0, x1", 16), ("stp x2, x3", 32), ("stp x4, x5", 48), ("stp x6, x7", 64),
              ("str x8", 80), ("stp q0, q1", 96), ("stp q2, q3", 128), ("stp q4, q5", 160),
              ("stp q6, q7", 192)]
-    lines = [
-        "  .globl gcr_trampoline_slow",
-        "  .hidden gcr_trampoline_slow",
-        "  .type gcr_trampoline_slow,%function",
-        "  .balign 16",
-        "gcr_trampoline_slow:",
-        "  .cfi_startproc",
+    body = [
         "  stp x29, x30, [sp, #-224]!",
         "  .cfi_def_cfa_offset 224",
         "  .cfi_offset x29, -224",
         "  .cfi_offset x30, -216",
         "  mov x29, sp",
     ]
-    lines += [f"  {op}, [sp, #{off}]" for op, off in saves]
-    lines += ["  mov w0, w17", "  bl gcr_trampoline_target", "  mov x16, x0"]
-    lines += [f"  {op.replace('st', 'ld', 1)}, [sp, #{off}]" for op, off in saves]
-    lines += [
+    body += [f"  {op}, [sp, #{off}]" for op, off in saves]
+    body += ["  mov w0, w17", "  bl gcr_trampoline_target", "  mov x16, x0"]
+    body += [f"  {op.replace('st', 'ld', 1)}, [sp, #{off}]" for op, off in saves]
+    body += [
         "  ldp x29, x30, [sp], #224",
         "  .cfi_restore x29",
         "  .cfi_restore x30",
         "  .cfi_def_cfa_offset 0",
         "  br x16",
-        "  .cfi_endproc",
-        "  .size gcr_trampoline_slow, .-gcr_trampoline_slow",
     ]
-    return lines
+    return function("gcr_trampoline_slow", "globl", "%function", body, hidden=True)
 
 
 ARCHES = {
