@@ -120,6 +120,23 @@ void write_cache(const fs::path& file, const std::string& identity, const Capabi
   if (ec) fs::remove(tmp, ec);
 }
 
+// The answers kept for a CRIU binary that is no longer there (a test's wrapper, an old build
+// tree) go: the directory holds one file per binary, and a reboot is its only other cleaner.
+void remove_stale_answers(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("capabilities-", 0) != 0) continue;
+    std::ifstream in(it->path());
+    std::string header, path;
+    if (std::getline(in, header) && std::getline(in, path) && !path.empty() &&
+        !fs::exists(path, ec) && !ec) {
+      in.close();
+      fs::remove(it->path(), ec);
+    }
+    ec.clear();
+  }
+}
+
 }  // namespace
 
 const CapabilityInfo& info(Capability c) {
@@ -179,7 +196,10 @@ const Capabilities& capabilities_of(const fs::path& criu) {
     slot = std::make_unique<Capabilities>(*cached);
   } else {
     slot = std::make_unique<Capabilities>(probe_capabilities(criu));
-    if (!file.empty()) write_cache(file, identity, *slot);
+    if (!file.empty()) {
+      remove_stale_answers(file.parent_path());
+      write_cache(file, identity, *slot);
+    }
   }
   return *slot;
 }

@@ -124,3 +124,26 @@ TEST_CASE("answers are kept per binary: a changed binary is probed again") {
   CHECK(criu::capabilities_of(criu).has(Capability::cow_dump));
   CHECK(&criu::capabilities_of(criu) == &criu::capabilities_of(criu));
 }
+
+TEST_CASE("the answers kept for a binary that is gone go when another is probed") {
+  if (::geteuid() != 0 || criu::kdat_cache_dir().empty()) return;
+  auto kept_for = [](const fs::path& criu) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(criu::kdat_cache_dir())) {
+      std::ifstream in(e.path());
+      std::string header, path;
+      if (std::getline(in, header) && std::getline(in, path) && path == criu.string()) ++n;
+    }
+    return n;
+  };
+  fs::path gone;
+  {
+    ScratchDir dir;
+    gone = write_fake(dir, "");
+    (void)criu::capabilities_of(gone);
+    CHECK(kept_for(gone) == 1);
+  }
+  ScratchDir other;
+  (void)criu::capabilities_of(write_fake(other, "--cow-dump"));
+  CHECK(kept_for(gone) == 0);
+}
