@@ -159,7 +159,8 @@ step "d. the destination gcrd killed after the commit"
 migrate_to_commit d 20
 ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest-d" || true
 if wait "$M"; then fail "gcr migrate succeeded with its destination killed"; fi
-kill -0 "$P" || fail "the source is gone though the destination never restored it"
+kill -0 "$P" 2> /dev/null ||
+  fail "the source is gone though the destination never restored it: $(tail -n 4 "$T/d.err"); its log: $(tail -n 2 "$T/d.log"); gcrd: $(grep -v "^gcrd: request" "$T/gcrd.log" | tail -n 8)"
 ends_once "$T/d.log"
 echo "ok: the source ran on to $REF"
 
