@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "criu/protobuf_reader.h"
 #include "gcr/criu_pagemap.h"
 #include "gcr/file.h"
 #include "gcr/unique_fd.h"
@@ -19,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::uint32_t kCommonMagic = 0x54564319;   // IMG_COMMON_MAGIC
 constexpr std::uint32_t kPagemapMagic = 0x56084025;  // PAGEMAP_MAGIC
 // A pagemap image of a task is a few entries per mapping; one this large is not CRIU's.
 constexpr std::uint64_t kMaxPagemapBytes = 256ull << 20;
