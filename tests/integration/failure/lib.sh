@@ -32,7 +32,11 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
 GCRD_LOG=$T/gcrd/gcrd.log
 STEPS=300
 MLP_BIN=$BUILD/tests/workloads/mlp_train
-MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --footprint 32M --streams 2)
+# 15 ms a step while $T/slow exists: long enough for every phase of a checkpoint to be reached
+# while the process runs; kill_at removes it once its checkpoints are over, so that the run and
+# its restores go on at full speed (what they are checked for, the checksum, does not change).
+SLOW=$T/slow
+MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --delay-while "$SLOW" --footprint 32M --streams 2)
 pids=() # processes to kill on the way out
 
 cleanup() {
@@ -103,6 +107,7 @@ check_run() {
 # no size of an O_APPEND file); sets P.
 start() {
   : >"$1"
+  touch "$SLOW"
   setsid "$GCR" run -- "${MLP[@]}" >>"$1" 2>&1 </dev/null &
   P=$!
   pids+=("$P")
@@ -295,6 +300,7 @@ kill_at() {
       sleep 0.02
     done
   fi
+  rm -f "$SLOW"
   check_run "$what: the checkpointed process" "$p" "$log" 0 || true
   [[ -z $criu_pid ]] || wait_gone "$criu_pid" 10 || bad "$what: CRIU $criu_pid still runs"
   local verified

@@ -1,10 +1,12 @@
 // mlp_train: trains a small MLP with Adam on a synthetic regression task, printing the loss of
 // every step and, at the end, a checksum of the parameters that depends only on the flags that
-// change the math (not on --streams, --step-delay-ms or --quiet). See ../README.md.
+// change the math (not on --streams, --step-delay-ms, --delay-while or --quiet). See ../README.md.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <thread>
+
+#include <unistd.h>
 
 #include "data.h"
 #include "mlp_kernels_fatbin.h"
@@ -84,7 +86,8 @@ class Trainer {
                     wl::ms_since_start());
         std::fflush(stdout);
       }
-      if (o_.step_delay_ms > 0) {
+      if (o_.step_delay_ms > 0 &&
+          (o_.delay_while.empty() || ::access(o_.delay_while.c_str(), F_OK) == 0)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
       }
     }

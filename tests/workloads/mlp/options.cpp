@@ -8,7 +8,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
     "                 [--seed S] [--footprint BYTES] [--host-footprint BYTES] [--host-writes N] "
-    "[--pinned-footprint BYTES] [--step-delay-ms M] "
+    "[--pinned-footprint BYTES] [--step-delay-ms M] [--delay-while FILE] "
     "[--quiet] [--vmm]\n"
     "                 [--vmm-share]\n"
     "  --steps N          training steps (default 200)\n"
@@ -28,6 +28,8 @@ constexpr char kUsage[] =
     "                     another, and a kernel one page of a 64 KiB mapped buffer through its\n"
     "                     device pointer; their hash is printed as pinned_checksum\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
+    "  --delay-while FILE  sleep only while FILE exists (a test that needs the run slow while it\n"
+    "                     checkpoints it, and no longer after, removes FILE; restored runs too)\n"
     "  --quiet            print every 50th step only\n"
     "  --vmm              keep parameters and Adam state in an expandable segment: 2 MiB pages of\n"
     "                     cuMemCreate memory whose handles are held, as PyTorch's allocator does\n"
@@ -49,6 +51,7 @@ Options parse_options(int argc, char** argv) {
   o.host_writes = static_cast<std::uint64_t>(flags.integer("--host-writes", 1, 1, INT64_MAX));
   o.pinned_footprint = flags.bytes("--pinned-footprint", o.pinned_footprint);
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
+  o.delay_while = flags.text("--delay-while", "");
   o.quiet = flags.boolean("--quiet");
   o.vmm = flags.boolean("--vmm");
   o.vmm_share = flags.boolean("--vmm-share");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mlp {
 
@@ -20,6 +21,7 @@ struct Options {
   std::uint64_t host_writes = 1;       // pages of it each step rewrites
   std::uint64_t pinned_footprint = 0;  // bytes of pinned host memory written by the device
   int step_delay_ms = 0;
+  std::string delay_while;  // the delay only while this file exists; empty: always
   bool quiet = false;
   bool vmm = false;
   bool vmm_share = false;  // --vmm, and its first page exported as an fd held open  // parameters
