@@ -38,7 +38,9 @@ GCR="$B/bin/gcr"
 MLP=("$B/tests/workloads/mlp_train" --steps "$STEPS" --footprint "$FOOTPRINT" --step-delay-ms 10 --streams 2)
 [[ -x "$GCR" && -x "${MLP[0]}" ]] || { echo "demo.sh: gcr is not built in $B; run scripts/setup.sh" >&2; exit 1; }
 
-if [[ -e /dev/nvidiactl ]] && ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '; then
+# grep reads all of ldconfig's list (no -q): under pipefail, a grep that left at the first match
+# could fail ldconfig's next write (SIGPIPE) and so the test.
+if [[ -e /dev/nvidiactl ]] && ldconfig -p 2>/dev/null | grep 'libcuda.so.1 ' >/dev/null; then
     BACKEND="the NVIDIA driver"
     DIRECT=()
 else

@@ -41,7 +41,11 @@ CEPH_RGW_ADDR=$(login_addr) ceph_start "$T/ceph" || rc=$?
 # Without gcr=, the plugin runs the gcr beside it (build/bin/gcr, as PREFIX/bin/gcr installed).
 echo "optional $BUILD/lib/gcr/slurm/gcr_spank.so token=$SL/token store=s3://gcr-slurm/jobs" \
   "addresses=$SNET.128/25" > "$SL/etc/plugstack.conf"
-sbatch --help | grep -q -- '--gcr' || fail "sbatch --help does not show --gcr: $(cat "$SL/etc/plugstack.conf")"
+# Read whole before grep: `sbatch --help | grep -q` under pipefail failed when grep left early and
+# sbatch's next write got SIGPIPE (CI, once).
+help=$(sbatch --help 2>&1) || true
+grep -q -- '--gcr' <<<"$help" ||
+  fail "sbatch --help does not show --gcr: $(cat "$SL/etc/plugstack.conf"); it said: $(tail -n 5 <<<"$help" | tr '\n' ' ')"
 export LD_LIBRARY_PATH=$BUILD/simgpu  # the jobs' environment: gcr run finds simgpu there
 
 STEPS=${SLURM_STEPS:-1200}
