@@ -113,7 +113,9 @@ ends_right() {  # TAG JOB STEPS
 # of the nodes it ended on. Prints what each node still holds.
 checkpoints_gone() {  # TAG JOB
   local i nodes
-  wait_until 60 eval "! $GCR --store s3://gcr-slurm/jobs image ls 2> /dev/null | grep -q 'slurm-$2\\b'" ||
+  # (grep reads every line, no -q: under pipefail a grep leaving early could fail gcr's next write,
+  # and the ! would read that as "not listed".)
+  wait_until 60 eval "! $GCR --store s3://gcr-slurm/jobs image ls 2> /dev/null | grep 'slurm-$2\\b' > /dev/null" ||
     fail "$1: the bucket still holds slurm-$2: $($GCR --store s3://gcr-slurm/jobs image ls 2>&1 | head)"
   nodes=$(scontrol show hostnames "$(sq "$2" NodeList)")
   for i in $nodes; do
@@ -197,7 +199,10 @@ if wanted nodeloss; then
   # the loss, against the last one before.
   resumed=$(awk -v at="$at" '/^step / {if (seen && $2 <= at && !r) r=$2; if ($2 >= at) seen=1} END {print r+0}' "$SL/jobs/loss-r0.log")
   echo "ok: lost at step $at, went on from step $resumed: $((at - resumed)) steps of work lost (15 ms each; the period is 3 s)"
-  ((resumed > 0 && at - resumed <= 3000 / 15 + 200)) || fail "loss: went on from step $resumed after losing step $at"
+  # The newest checkpoint complete in the bucket at a loss is at most a period plus one push old;
+  # with both slurm tests at once on 2 cores a push took over 3 s (418 steps lost once), so the
+  # bound is two periods and 3 s: a restore from any older checkpoint still fails it.
+  ((resumed > 0 && at - resumed <= 2 * 3000 / 15 + 200)) || fail "loss: went on from step $resumed after losing step $at"
   start_node "${lost#n}"
   wait_until 60 nodes_idle || fail "node $lost did not come back: $(sinfo -N 2>&1 | head)"
   sed 's/^/    /' "$SL/jobs/loss.out" | grep -E "gcr:|batch on" || true
@@ -250,11 +255,11 @@ if wanted cancel; then
       fail "can: node n$i still runs processes of job $J: $(job_pids_on "$i" "$J" | xargs -r ps -o pid,args -p)"
     wait_until 60 eval "on_node $i $GCR ps 2>&1 | grep -q 'no processes are running under gcr'" ||
       fail "can: node n$i's gcrd still works on: $(on_node "$i" "$GCR" ps 2>&1)"
-    ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-" ||
+    ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep -- "-N GCR-" > /dev/null ||
       fail "can: node n$i keeps a network lock: $(ip netns exec "$(node_ns "$i")" iptables -S | grep GCR-)"
     [[ ! -d $SL/n$i/var-lib-gcr/store ]] || {
       on_node "$i" "$GCR" image verify > "$T/verify-$i" 2>&1 || fail "can: node n$i's store: $(cat "$T/verify-$i")"
-      ! on_node "$i" "$GCR" image ls 2>&1 | grep -q "slurm-$J\\." ||
+      ! on_node "$i" "$GCR" image ls 2>&1 | grep "slurm-$J\\." > /dev/null ||
         fail "can: node n$i lists the cancelled checkpoint: $(on_node "$i" "$GCR" image ls 2>&1)"
     }
   done
