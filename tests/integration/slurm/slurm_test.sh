@@ -119,7 +119,7 @@ checkpoints_gone() {  # TAG JOB
     fail "$1: the bucket still holds slurm-$2: $($GCR --store s3://gcr-slurm/jobs image ls 2>&1 | head)"
   nodes=$(scontrol show hostnames "$(sq "$2" NodeList)")
   for i in $nodes; do
-    on_node "${i#n}" "$GCR" image ls 2> /dev/null | grep -q "slurm-$2\." &&
+    on_node "${i#n}" "$GCR" image ls 2> /dev/null | grep "slurm-$2\." > /dev/null &&
       fail "$1: node $i keeps checkpoints of job $2: $(on_node "${i#n}" "$GCR" image ls)"
   done
   for i in 1 2 3; do
