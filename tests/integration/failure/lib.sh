@@ -36,7 +36,11 @@ MLP_BIN=$BUILD/tests/workloads/mlp_train
 # while the process runs; kill_at removes it once its checkpoints are over, so that the run and
 # its restores go on at full speed (what they are checked for, the checksum, does not change).
 SLOW=$T/slow
-MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --delay-while "$SLOW" --footprint 32M --streams 2)
+# While $T/hold exists the run does not end: kill_at's checkpoints must find it alive however long
+# gdb or a busy machine takes (it held 300 steps of 15 ms, 4.5 s, until a CI run showed otherwise).
+HOLD=$T/hold
+MLP=("$MLP_BIN" --steps "$STEPS" --step-delay-ms 15 --delay-while "$SLOW" --hold-while "$HOLD"
+  --footprint 32M --streams 2)
 pids=() # processes to kill on the way out
 
 cleanup() {
@@ -199,6 +203,7 @@ kill_at() {
   fi
   rm -f "$T/criu-pause-at" "$T/criu-paused" "$T/criu-go"
   stop_gcrd
+  touch "$HOLD"
   start "$log"
   local p=$P
   wait_steps "$log" 15
@@ -300,7 +305,7 @@ kill_at() {
       sleep 0.02
     done
   fi
-  rm -f "$SLOW"
+  rm -f "$SLOW" "$HOLD"
   check_run "$what: the checkpointed process" "$p" "$log" 0 || true
   [[ -z $criu_pid ]] || wait_gone "$criu_pid" 10 || bad "$what: CRIU $criu_pid still runs"
   local verified

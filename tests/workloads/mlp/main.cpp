@@ -1,6 +1,7 @@
 // mlp_train: trains a small MLP with Adam on a synthetic regression task, printing the loss of
 // every step and, at the end, a checksum of the parameters that depends only on the flags that
-// change the math (not on --streams, --step-delay-ms, --delay-while or --quiet). See ../README.md.
+// change the math (not on --streams, --step-delay-ms, --delay-while, --hold-while or --quiet). See
+// ../README.md.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -76,6 +77,7 @@ class Trainer {
                 model_.parameter_count());
     stage(0);
     for (int step = 0; step < o_.steps; ++step) {
+      if (step + 1 == o_.steps) hold();
       if (step + 1 < o_.steps) stage(step + 1);
       train(step);
       touch_host(step);
@@ -99,6 +101,14 @@ class Trainer {
   }
 
  private:
+  // --hold-while: a test's checkpoint may take its time on a busy machine; the run must not end
+  // under it.
+  void hold() const {
+    while (!o_.hold_while.empty() && ::access(o_.hold_while.c_str(), F_OK) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
   // --host-footprint: words that differ in every page (CRIU must copy each), --host-writes pages
   // of which each step rewrites (one by default, so that a second checkpoint finds little of it
   // changed).

@@ -9,7 +9,7 @@ constexpr char kUsage[] =
     "usage: mlp_train [--steps N] [--batch B] [--hidden H] [--layers L] [--streams K]\n"
     "                 [--seed S] [--footprint BYTES] [--host-footprint BYTES] [--host-writes N] "
     "[--pinned-footprint BYTES] [--step-delay-ms M] [--delay-while FILE] "
-    "[--quiet] [--vmm]\n"
+    "[--hold-while FILE] [--quiet] [--vmm]\n"
     "                 [--vmm-share]\n"
     "  --steps N          training steps (default 200)\n"
     "  --batch B          samples per step (default 64)\n"
@@ -30,6 +30,8 @@ constexpr char kUsage[] =
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
     "  --delay-while FILE  sleep only while FILE exists (a test that needs the run slow while it\n"
     "                     checkpoints it, and no longer after, removes FILE; restored runs too)\n"
+    "  --hold-while FILE  the last step waits while FILE exists (a test that must still find the\n"
+    "                     run alive, however slow the machine, removes FILE when done with it)\n"
     "  --quiet            print every 50th step only\n"
     "  --vmm              keep parameters and Adam state in an expandable segment: 2 MiB pages of\n"
     "                     cuMemCreate memory whose handles are held, as PyTorch's allocator does\n"
@@ -52,6 +54,7 @@ Options parse_options(int argc, char** argv) {
   o.pinned_footprint = flags.bytes("--pinned-footprint", o.pinned_footprint);
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
   o.delay_while = flags.text("--delay-while", "");
+  o.hold_while = flags.text("--hold-while", "");
   o.quiet = flags.boolean("--quiet");
   o.vmm = flags.boolean("--vmm");
   o.vmm_share = flags.boolean("--vmm-share");

@@ -22,6 +22,7 @@ struct Options {
   std::uint64_t pinned_footprint = 0;  // bytes of pinned host memory written by the device
   int step_delay_ms = 0;
   std::string delay_while;  // the delay only while this file exists; empty: always
+  std::string hold_while;   // the last step waits while this file exists; empty: never
   bool quiet = false;
   bool vmm = false;
   bool vmm_share = false;  // --vmm, and its first page exported as an fd held open  // parameters
