@@ -114,7 +114,7 @@ run_case() {
     fail "$tag: not running again: $(tail -n 5 "$SL/jobs/$tag.out")"
   t_running=$(now_ms)
   lines_before=$(wc -l < "$SL/jobs/$tag-r0.log")
-  wait_until 600 eval "tail -n +$((lines_before + 1)) $SL/jobs/$tag-r0.log | grep -q '^step '" ||
+  wait_until 600 eval "tail -n +$((lines_before + 1)) $SL/jobs/$tag-r0.log | grep_quiet '^step '" ||
     fail "$tag: no step after the restart: $(tail -n 3 "$SL/jobs/$tag-r0.log")"
   local t_first
   t_first=$(now_ms)

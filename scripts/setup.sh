@@ -98,7 +98,7 @@ if [[ "${GCR_AARCH64:-0}" == 1 ]]; then
         log "arm64 cross build: all ${#ARM64_PKGS[@]} packages present"
     else
         log "arm64 cross build: installing ${ARM64_MISSING[*]}"
-        { dpkg --print-foreign-architectures | grep -qx arm64 || "${SUDO[@]}" dpkg --add-architecture arm64; } &&
+        { dpkg --print-foreign-architectures | grep -x arm64 > /dev/null || "${SUDO[@]}" dpkg --add-architecture arm64; } &&
         "${SUDO[@]}" apt-get update -q &&
         "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
             "${ARM64_MISSING[@]}" ||

@@ -19,6 +19,9 @@
 #   wait_steps LOG N           until LOG shows N steps (fails after 60 s)
 #   wait_exit PID LOG          until PID is gone and LOG has a checksum (fails after 60 s)
 #   wait_for LOG PATTERN       until LOG has a line matching PATTERN (fails after 30 s)
+#   grep_quiet ARGS...         grep -q that reads its input to the end: under pipefail a grep -q
+#                              leaving at its first match can kill the writer with SIGPIPE, and
+#                              `cmd | grep -q X` then fails on a match (or `&& fail` never runs)
 #   json_field KEY             a field of the JSON object (or first object of the list) on stdin
 #   free_port                  a TCP port below the kernel's ephemeral range (so no outgoing
 #                              connection is given it) that no socket here uses now
@@ -27,6 +30,7 @@
 #                              when it has not (docs/criu-patches.md: run against a stock CRIU)
 
 T0=$(date +%s.%N)
+grep_quiet() { grep "$@" > /dev/null; }
 problems=()
 
 harness_dir() {
@@ -107,7 +111,7 @@ free_port() {
   local p _
   for _ in $(seq 1 500); do
     p=$((10000 + RANDOM % 22000))
-    ss -tanH "( sport = :$p or dport = :$p )" 2> /dev/null | grep -q . || { echo "$p"; return 0; }
+    ss -tanH "( sport = :$p or dport = :$p )" 2> /dev/null | grep_quiet . || { echo "$p"; return 0; }
   done
   return 1
 }

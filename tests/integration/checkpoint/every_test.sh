@@ -35,7 +35,7 @@ pids+=("$P")
 wait_until 60 taken "$P" 3 || fail "gcrd took $(every "$P" count) checkpoints in 60 s: $(every "$P" last_error)"
 [[ $(every "$P" every_ms) == 1000 && $(every "$P" failed) == 0 ]] ||
   fail "gcr ps shows the schedule as $("$GCR" ps --json)"
-wait_until 10 eval '"$GCR" ps | grep -q "every 1.00 s"' || fail "gcr ps does not show the schedule: $("$GCR" ps)"
+wait_until 10 eval '"$GCR" ps | grep_quiet "every 1.00 s"' || fail "gcr ps does not show the schedule: $("$GCR" ps)"
 # One listing: only the newest two are kept (ev.K-1, ev.K), and ev names the newest. (A listing
 # between two tags of one checkpoint is looked at again.)
 kept_right() {

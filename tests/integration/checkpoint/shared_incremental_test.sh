@@ -118,5 +118,5 @@ unset GCR_GCRD_PAUSE_AT
 echo "the checkpoint failed (exit $rc): $(tail -c 200 "$T/d-1.err")"
 wait_exit "$P" "$T/d.log"
 [[ $(checksums "$T/d.log") == "$REF" ]] || fail "after gcrd died the run ended with $(checksums "$T/d.log"), expected $REF"
-"$GCR" image ls --json | grep -q '"d-1' && fail "the checkpoint whose gcrd died was committed"
+"$GCR" image ls --json | grep_quiet '"d-1' && fail "the checkpoint whose gcrd died was committed"
 echo "ok: the pair ran on to $REF"

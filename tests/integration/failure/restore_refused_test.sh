@@ -214,7 +214,7 @@ fi
 wait_gone "$P" 5 || bad "the restored process $P is still there after its host memory failed"
 left=$(ours)
 [[ -z $left ]] || { bad "a process runs $MLP_BIN after the failed restore: $left"; kill -9 $left || true; }
-tail -n +$((lines + 1)) "$T/h.log" | grep -q "^checksum" &&
+tail -n +$((lines + 1)) "$T/h.log" | grep_quiet "^checksum" &&
   bad "the restored process ran to its end on a damaged page"
 
 step "the intact image restores"

@@ -9,7 +9,7 @@ set -euo pipefail
 TEST_NAME=deb
 source "$(dirname "$0")/lib.sh"
 command -v dpkg > /dev/null && command -v cpack > /dev/null || { echo "SKIP: dpkg or cpack missing"; exit 77; }
-if dpkg-query -W -f='${Status}' gcr 2>/dev/null | grep -q installed || [[ -e /usr/bin/gcr ]]; then
+if dpkg-query -W -f='${Status}' gcr 2>/dev/null | grep_quiet installed || [[ -e /usr/bin/gcr ]]; then
   echo "SKIP: a gcr is installed on this machine already; not replacing it"
   exit 77
 fi
@@ -27,7 +27,7 @@ extra_cleanup() {
   fail "cpack: $(tail -n 20 "$T/cpack.log")"
 DEB=$(ls "$T"/pkg/gcr_*.deb)
 echo "built $(basename "$DEB") ($(du -h "$DEB" | cut -f1))"
-dpkg-deb -f "$DEB" Depends | grep -q liburing || fail "Depends lacks liburing: $(dpkg-deb -f "$DEB" Depends)"
+dpkg-deb -f "$DEB" Depends | grep_quiet liburing || fail "Depends lacks liburing: $(dpkg-deb -f "$DEB" Depends)"
 if command -v lintian > /dev/null; then  # where installed (set-up does not install it)
   lintian "$DEB" > "$T/lintian.log" 2>&1 || true
   ! grep -q '^E:' "$T/lintian.log" || fail "lintian: $(grep '^E:' "$T/lintian.log")"

@@ -25,7 +25,7 @@ done
 # The dynamic linker must never find the interposer by itself: not in lib/, not on a RUNPATH.
 [[ ! -e $I/lib/libcuda.so.1 ]] || fail "the interposer is installed where ld.so looks"
 for f in "$I"/bin/* "$I"/libexec/gcr/* "$I"/lib/gcr/*.so* "$I"/lib/gcr/*/*.so*; do
-  if readelf -d "$f" 2>/dev/null | grep -qiE 'rpath|runpath'; then
+  if readelf -d "$f" 2>/dev/null | grep_quiet -iE 'rpath|runpath'; then
     fail "$f carries an RPATH/RUNPATH: $(readelf -d "$f" | grep -iE 'rpath|runpath')"
   fi
 done

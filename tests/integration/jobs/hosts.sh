@@ -60,7 +60,7 @@ start_host_gcrd() {
 }
 rank_addr() { echo "$NET.$(($1 + 101))"; }
 give_rank_address() { ip netns exec "$(host_ns "$1")" ip addr add "$(rank_addr "$2")/32" dev "gj$$h$1"; }
-has_address() { ip netns exec "$(host_ns "$1")" ip -4 -o addr show | grep -q " $2/"; }
+has_address() { ip netns exec "$(host_ns "$1")" ip -4 -o addr show | grep_quiet " $2/"; }
 cut_host() {
   ip netns exec "$(host_ns "$1")" iptables -I INPUT -j DROP
   ip netns exec "$(host_ns "$1")" iptables -I OUTPUT -j DROP

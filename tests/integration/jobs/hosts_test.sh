@@ -113,7 +113,7 @@ listed_on() {  # I NAME: host I lists checkpoint NAME
 no_locks() {
   local i
   for ((i = 0; i < HOSTS; i++)); do
-    if ip netns exec "$(host_ns "$i")" iptables -S 2> /dev/null | grep -q -- "-N GCR-"; then
+    if ip netns exec "$(host_ns "$i")" iptables -S 2> /dev/null | grep_quiet -- "-N GCR-"; then
       echo "host $i: $(ip netns exec "$(host_ns "$i")" iptables -S | grep GCR- | tr '\n' ';')"
       grep -h "unlocking" "$T"/h*/gcrd.log || true
       return 1
@@ -344,8 +344,8 @@ if wanted p; then
     fail "p: host 0's schedule: $(on_host 0 "$GCR" ps --json)"
   holds_copy_of 0 "$(host_gcrd 3)" && holds_copy_of 3 "$(host_gcrd 0)" ||
     fail "p: the hosts' memory holds $(cat "$(host_memory 0)/tier.index" "$(host_memory 3)/tier.index" 2>&1)"
-  on_host 0 "$GCR" ps | grep -q "in local+peers, a job of 2 hosts" || fail "p: gcr ps shows $(on_host 0 "$GCR" ps)"
-  on_host 3 "$GCR" ps | grep -q "^peer memory: [1-9][0-9]* copies of other hosts' job parts" ||
+  on_host 0 "$GCR" ps | grep_quiet "in local+peers, a job of 2 hosts" || fail "p: gcr ps shows $(on_host 0 "$GCR" ps)"
+  on_host 3 "$GCR" ps | grep_quiet "^peer memory: [1-9][0-9]* copies of other hosts' job parts" ||
     fail "p: gcr ps on host 3 does not show what it keeps: $(on_host 3 "$GCR" ps)"
   # Only the newest two are kept, on both hosts: pj.K-1 and pj.K. A cycle commits pj.K+1 before
   # it removes pj.K-1, so three show for a moment: kept is what a cycle leaves.

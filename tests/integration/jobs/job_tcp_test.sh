@@ -24,7 +24,7 @@ ROUNDS=260
 no_gcrd_lock() {
   local g
   g=$(pgrep -f "gcrd --socket $GCR_GCRD_SOCKET" | head -n 1)
-  [[ -z $g ]] || ! iptables -S 2> /dev/null | grep -q -- "-N GCR-$g-"
+  [[ -z $g ]] || ! iptables -S 2> /dev/null | grep_quiet -- "-N GCR-$g-"
 }
 # start_pair TAG: the serving and the connecting process, each under `gcr run` in the background
 # of this shell, logs $T/TAG-{s,c}.log; sets S and C.

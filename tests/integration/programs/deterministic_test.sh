@@ -42,5 +42,5 @@ run dw-3 "${SIM[@]}" "$DW" --steps 50 --workers 3 --step-delay-ms 2; c=$SUM
 run dw-gcr "$BUILD/bin/gcr" run -- "$DW" --steps 50 --workers 2; d=$SUM
 [[ $a == "$b" && $a == "$c" && $a == "$d" ]] || fail "data_workers: 2 workers $a, 1 worker $b, 3 workers $c, under gcr $d"
 echo "ok: data_workers checksum $a (1, 2, 3 workers, under gcr)"
-ls /dev/shm | grep -q '^gcr-data-workers-' && fail "data_workers left its ring in /dev/shm"
+ls /dev/shm | grep '^gcr-data-workers-' > /dev/null && fail "data_workers left its ring in /dev/shm"
 echo "PASS"

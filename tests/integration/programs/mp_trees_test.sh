@@ -177,7 +177,7 @@ grep -q connected "$T/reader.log" || fail "the reader did not connect: $(cat "$T
 refused 9 "bytes in flight between the trees" checkpoint --job "$READER" "$HOLDER" -R
 grep -q "bytes were in flight" "$T/c.err" || fail "the error does not say what was in flight: $(cat "$T/c.err")"
 kill -0 "$READER" && kill -0 "$HOLDER" || fail "a process of the job did not run on after the failed checkpoint"
-ps -o stat= -p "$READER" "$HOLDER" | grep -q T && fail "a process of the job was left stopped: $(ps -o pid,stat,args -p "$READER" "$HOLDER")"
+ps -o stat= -p "$READER" "$HOLDER" | grep_quiet T && fail "a process of the job was left stopped: $(ps -o pid,stat,args -p "$READER" "$HOLDER")"
 touch "$T/flag"
 for _ in $(seq 1 500); do grep -q "^read" "$T/reader.log" && break; sleep 0.02; done
 grep -q "^read hello" "$T/reader.log" || fail "the bytes in flight were lost: $(cat "$T/reader.log")"
@@ -198,7 +198,7 @@ GCR_GCRD_PAUSE_AT=dumped:60 "$GCR" checkpoint --job "$R0" "$R1" > "$T/e.out" 2> 
 CK=$!
 for _ in $(seq 1 1500); do grep -q "paused at dumped" "$T/gcrd.log" 2>/dev/null && break; sleep 0.02; done
 grep -q "paused at dumped" "$T/gcrd.log" || fail "gcrd did not reach the dump's end: $(tail -5 "$T/gcrd.log")"
-ps -o stat= -p "$R0" "$R1" | grep -q T || fail "the trees were not left stopped by their dumps: $(ps -o pid,stat -p "$R0" "$R1")"
+ps -o stat= -p "$R0" "$R1" | grep_quiet T || fail "the trees were not left stopped by their dumps: $(ps -o pid,stat -p "$R0" "$R1")"
 pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
 wait "$CK" || rc=$?
 [[ $rc != 0 ]] || fail "the checkpoint succeeded although gcrd was killed"

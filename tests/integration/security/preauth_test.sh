@@ -9,7 +9,7 @@
 #
 #   preauth_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
-ip -4 addr show lo | grep -q "127.0.0.1" || { echo "SKIP: no loopback"; exit 77; }
+ip -4 addr show lo | grep_quiet "127.0.0.1" || { echo "SKIP: no loopback"; exit 77; }
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
 chmod 600 "$T/token"
@@ -17,7 +17,7 @@ PORT=$(free_port)
 LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/bin/gcrd" --socket "$T/net/gcrd.sock" --listen "127.0.0.1:$PORT" --token-file "$T/token" \
   --store "$T/served" >"$T/gcrd-net.log" 2>&1 &
 pids+=($!)
-listening() { ss -ltn "sport = :$PORT" | grep -q LISTEN; }
+listening() { ss -ltn "sport = :$PORT" | grep_quiet LISTEN; }
 wait_until 30 listening || fail "gcrd --listen did not listen: $(tail -n 3 "$T/gcrd-net.log")"
 
 step "80 connections dripping their first line, from 127.0.0.2"

@@ -79,7 +79,7 @@ out=$("$GCR" restore held --json 2>&1) || fail "the restore of the unchanged fil
 rp=$(json_field pid <<<"$out")
 pids+=("$rp")
 wait_steps "$T/holder.log" $((before + 5))
-tail -n 1 "$T/holder.log" | grep -q "nobodys-data-001 nobodys-data-002" ||
+tail -n 1 "$T/holder.log" | grep_quiet "nobodys-data-001 nobodys-data-002" ||
   bad "the restored process reads something else: $(tail -n 1 "$T/holder.log")"
 kill -9 "$rp" 2>/dev/null || true
 finish

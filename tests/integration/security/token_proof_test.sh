@@ -11,7 +11,7 @@
 #
 #   token_proof_test.sh BUILD_DIR CRIU   (needs root; exits 77 to skip)
 source "$(dirname "$0")/lib.sh"
-ip -4 addr show lo | grep -q "127.0.0.1" || { echo "SKIP: no loopback"; exit 77; }
+ip -4 addr show lo | grep_quiet "127.0.0.1" || { echo "SKIP: no loopback"; exit 77; }
 PEER=$(dirname "$0")/net_peer.py
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token"
@@ -23,7 +23,7 @@ RELAY=$(free_port)
 LD_LIBRARY_PATH=$BUILD/simgpu "$BUILD/bin/gcrd" --socket "$T/net/gcrd.sock" --listen "127.0.0.1:$PORT" \
   --token-file "$T/token" --store "$T/served" >"$T/gcrd-net.log" 2>&1 &
 pids+=($!)
-listening() { ss -ltn "sport = :$1" | grep -q LISTEN; }
+listening() { ss -ltn "sport = :$1" | grep_quiet LISTEN; }
 wait_until 30 listening "$PORT" || fail "gcrd --listen did not listen: $(tail -n 3 "$T/gcrd-net.log")"
 
 step "a. root's gcr connects to nobody's squatter"
@@ -43,7 +43,7 @@ echo "ok: the squatter got $(wc -c <"$N/capture") bytes, no token; gcr said: $(t
 
 step "b. what the squatter received, sent to gcrd"
 answer=$(/usr/bin/python3 "$PEER" replay "$PORT" "$N/capture")
-echo "$answer" | grep -q "^ok" && bad "gcrd served what the squatter received: '$answer'"
+echo "$answer" | grep_quiet "^ok" && bad "gcrd served what the squatter received: '$answer'"
 echo "ok: gcrd answered '$(echo "$answer" | tr '\n' ' ' | cut -c1-160)'"
 
 step "c. an honest session recorded on the way, then replayed"
@@ -58,7 +58,7 @@ grep -q "wrong token\|refused" "$T/c.out" && fail "the honest client was refused
 wait_gone "$RECORDER" 30 || fail "the recording relay did not end"
 [[ -s $T/recorded ]] || fail "nothing was recorded"
 answer=$(/usr/bin/python3 "$PEER" replay "$PORT" "$T/recorded")
-echo "$answer" | grep -q "^ok" && bad "gcrd served a replayed session: '$answer'"
-echo "$answer" | grep -q "wrong token\|wrong%20token" || bad "gcrd's refusal of the replay does not say why: '$answer'"
+echo "$answer" | grep_quiet "^ok" && bad "gcrd served a replayed session: '$answer'"
+echo "$answer" | grep_quiet "wrong token\|wrong%20token" || bad "gcrd's refusal of the replay does not say why: '$answer'"
 echo "ok: replayed, gcrd answered '$(echo "$answer" | tr '\n' ' ' | cut -c1-160)'"
 finish

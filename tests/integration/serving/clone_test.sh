@@ -140,8 +140,8 @@ fi
 new_links=$(comm -13 <(echo "$links") <(link_names))
 [[ -z $new_links && $(ip netns list | grep -c gcr-clone- || true) == $((clone_namespaces - 1)) ]] ||
   fail "a refused clone left links or namespaces behind: $new_links $(ip netns list)"
-! ip netns list | grep -q "gcr-clone-4194305-" || fail "gcrd did not remove a gone gcrd's namespace name"
-ip netns list | grep -q "gcr-clone-$$-" || fail "gcrd removed the namespace name of a live process"
+! ip netns list | grep_quiet "gcr-clone-4194305-" || fail "gcrd did not remove a gone gcrd's namespace name"
+ip netns list | grep_quiet "gcr-clone-$$-" || fail "gcrd removed the namespace name of a live process"
 ip netns del "gcr-clone-$$-0badc0de"
 echo "ok: refused: $(head -n 1 "$T/refused.out")"
 finish

@@ -132,7 +132,7 @@ checkpoints_gone() {  # TAG JOB
 job_pids_on() {  # I JOB: the processes of node I whose environment names Slurm job JOB
   local p
   for p in $(node_pids "$1"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "SLURM_JOB_ID=$2" && echo "$p"
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep_quiet -x "SLURM_JOB_ID=$2" && echo "$p"
   done
   return 0
 }
@@ -238,22 +238,22 @@ if wanted cancel; then
   submit can -w n1,n2
   wait_until 60 eval "(( \$(last_step $SL/jobs/can-r0.log) >= 100 ))" || fail "can did not start"
   scancel --signal=USR1 --batch "$J"
-  wait_until 60 eval "new_in 1 | grep -q 'paused at parked' || new_in 2 | grep -q 'paused at parked'" ||
+  wait_until 60 eval "new_in 1 | grep_quiet 'paused at parked' || new_in 2 | grep_quiet 'paused at parked'" ||
     fail "can: no gcrd paused in the checkpoint: $(tail -n 5 "$SL/jobs/can.out")"
   scancel "$J"
   echo "ok: cancelled job $J with its checkpoint parked"
   wait_until 60 eval "[[ \$(sq $J JobState) == CANCELLED ]]" || { show "$J"; fail "can was not cancelled"; }
   # Each gcrd goes on after its pause, finds the ranks gone and undoes its part (its log says).
   for i in 1 2; do
-    wait_until 60 eval "new_in $i | grep -q -E '^gcrd: (checkpoint|job_part) failed'" ||
+    wait_until 60 eval "new_in $i | grep_quiet -E '^gcrd: (checkpoint|job_part) failed'" ||
       fail "can: node n$i's gcrd did not end the checkpoint: $(new_in "$i" | tail -n 5)"
-    new_in "$i" | grep -q "undo the memory parked" ||
+    new_in "$i" | grep_quiet "undo the memory parked" ||
       fail "can: node n$i's gcrd did not give back the parked memory: $(new_in "$i" | tail -n 12)"
   done
   for i in 1 2; do
     wait_until 60 eval "[[ -z \$(job_pids_on $i $J) ]]" ||
       fail "can: node n$i still runs processes of job $J: $(job_pids_on "$i" "$J" | xargs -r ps -o pid,args -p)"
-    wait_until 60 eval "on_node $i $GCR ps 2>&1 | grep -q 'no processes are running under gcr'" ||
+    wait_until 60 eval "on_node $i $GCR ps 2>&1 | grep_quiet 'no processes are running under gcr'" ||
       fail "can: node n$i's gcrd still works on: $(on_node "$i" "$GCR" ps 2>&1)"
     ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep -- "-N GCR-" > /dev/null ||
       fail "can: node n$i keeps a network lock: $(ip netns exec "$(node_ns "$i")" iptables -S | grep GCR-)"
