@@ -113,13 +113,11 @@ ends_right() {  # TAG JOB STEPS
 # of the nodes it ended on. Prints what each node still holds.
 checkpoints_gone() {  # TAG JOB
   local i nodes
-  # (grep reads every line, no -q: under pipefail a grep leaving early could fail gcr's next write,
-  # and the ! would read that as "not listed".)
-  wait_until 60 eval "! $GCR --store s3://gcr-slurm/jobs image ls 2> /dev/null | grep 'slurm-$2\\b' > /dev/null" ||
+  wait_until 60 eval "! $GCR --store s3://gcr-slurm/jobs image ls 2> /dev/null | grep_quiet 'slurm-$2\\b'" ||
     fail "$1: the bucket still holds slurm-$2: $($GCR --store s3://gcr-slurm/jobs image ls 2>&1 | head)"
   nodes=$(scontrol show hostnames "$(sq "$2" NodeList)")
   for i in $nodes; do
-    on_node "${i#n}" "$GCR" image ls 2> /dev/null | grep "slurm-$2\." > /dev/null &&
+    on_node "${i#n}" "$GCR" image ls 2> /dev/null | grep_quiet "slurm-$2\." &&
       fail "$1: node $i keeps checkpoints of job $2: $(on_node "${i#n}" "$GCR" image ls)"
   done
   for i in 1 2 3; do
@@ -255,11 +253,11 @@ if wanted cancel; then
       fail "can: node n$i still runs processes of job $J: $(job_pids_on "$i" "$J" | xargs -r ps -o pid,args -p)"
     wait_until 60 eval "on_node $i $GCR ps 2>&1 | grep_quiet 'no processes are running under gcr'" ||
       fail "can: node n$i's gcrd still works on: $(on_node "$i" "$GCR" ps 2>&1)"
-    ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep -- "-N GCR-" > /dev/null ||
+    ! ip netns exec "$(node_ns "$i")" iptables -S 2> /dev/null | grep_quiet -- "-N GCR-" ||
       fail "can: node n$i keeps a network lock: $(ip netns exec "$(node_ns "$i")" iptables -S | grep GCR-)"
     [[ ! -d $SL/n$i/var-lib-gcr/store ]] || {
       on_node "$i" "$GCR" image verify > "$T/verify-$i" 2>&1 || fail "can: node n$i's store: $(cat "$T/verify-$i")"
-      ! on_node "$i" "$GCR" image ls 2>&1 | grep "slurm-$J\\." > /dev/null ||
+      ! on_node "$i" "$GCR" image ls 2>&1 | grep_quiet "slurm-$J\\." ||
         fail "can: node n$i lists the cancelled checkpoint: $(on_node "$i" "$GCR" image ls 2>&1)"
     }
   done
