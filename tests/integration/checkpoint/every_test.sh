@@ -12,10 +12,14 @@ set -euo pipefail
 TEST_NAME=every-test
 source "$(dirname "$0")/lib.sh"
 STEP_MS=15
-# Long enough (>= 36 s) that a slow machine still kills it mid-run after its first checkpoints.
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 2400 --step-delay-ms $STEP_MS --footprint 32M --streams 2)
+# Long enough (>= 36 s) that a slow machine still kills it mid-run after its first checkpoints;
+# slow and held before its last step until its restore is checkpointed again ($T/slow), then at
+# full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 2400 --footprint 32M --streams 2)
+SLOW=(--step-delay-ms $STEP_MS --delay-while "$T/slow" --hold-while "$T/slow")
 
-# The reference runs beside the test (it needs no gcrd); its checksum is read at the end.
+# The reference runs beside the test (it needs no gcrd), at full speed; its checksum is read at
+# the end.
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1 &
 REF_PID=$!
 pids+=("$REF_PID")
@@ -29,7 +33,8 @@ for p in json.load(sys.stdin):
 taken() { [[ $(every "$1" count) -ge $2 ]]; }
 
 echo "== a run checkpointed every second"
-"$GCR" run --checkpoint-every 1s --keep 2 --checkpoint-name ev -- "${MLP[@]}" >> "$T/a.log" 2>&1 &
+: > "$T/slow"
+"$GCR" run --checkpoint-every 1s --keep 2 --checkpoint-name ev -- "${MLP[@]}" "${SLOW[@]}" >> "$T/a.log" 2>&1 &
 P=$!
 pids+=("$P")
 wait_until 60 taken "$P" 3 || fail "gcrd took $(every "$P" count) checkpoints in 60 s: $(every "$P" last_error)"
@@ -82,6 +87,7 @@ most=$(((age + gap) / STEP_MS + 3))
   fail "killed at step $killed_at, resumed at step $resumed_at: $lost steps lost, at most $most expected (newest checkpoint $age ms old)"
 echo "ok: killed at step $killed_at, resumed at step $resumed_at ($lost steps again; the newest checkpoint was $age ms old)"
 wait_until 60 taken "$P" $((n + 1)) || fail "the restored process was not checkpointed again: $("$GCR" ps --json)"
+rm -f "$T/slow"
 wait_until 180 exited_with_checksum "$P" "$T/a.log" || fail "the restored run did not finish (log $T/a.log)"
 wait_until 180 exited_with_checksum "$REF_PID" "$T/ref.log" || fail "the reference run did not finish"
 REF=$(checksum_of "$T/ref.log")

@@ -27,20 +27,26 @@ host_of() { awk '/^host_checksum/ {c=$2} END {print c}' "$1"; }
 host_after() { tail -c +$(($2 + 1)) "$1" | awk '/^host_checksum/ {c=$2} END {print c}'; }
 workload() {  # HOST_MIB WRITES: the workload, and its uninterrupted run's checksums (REF, HREF)
   MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 15 --footprint 4M
-       --host-footprint "$1M" --host-writes "$2" --streams 2)
+       --host-footprint "$1M" --host-writes "$2" --streams 2 --delay-while "$T/slow"
+       --hold-while "$T/slow")
   HOST_PAGES=$(($1 * 256))
   LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref-$1-$2.log" 2>&1
   REF=$(checksum_of "$T/ref-$1-$2.log")
   HREF=$(host_of "$T/ref-$1-$2.log")
   [[ -n $REF && -n $HREF ]] || fail "the reference printed no checksums"
 }
+# A run steps slowly and holds before its last step until ends_like_reference (its checkpoints
+# over): none finds it ended however slow the machine, and the rest and the restores go at full
+# speed (the reference, with no $T/slow, too).
 start_run() {  # from a shell, its output appended to $log; its pid in $p
   : > "$log"
+  : > "$T/slow"
   bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
   p=$!
   pids+=("$p")
 }
 ends_like_reference() {  # WHAT: the run ($p) ends with the uninterrupted run's checksums
+  rm -f "$T/slow"
   wait_exit "$p" "$log"
   [[ $(checksum_of "$log") == "$REF" && $(host_of "$log") == "$HREF" ]] ||
     fail "$1 did not end with the uninterrupted run's checksums"

@@ -24,7 +24,7 @@ export GCR_HOST_TRACK_BLOCK=4096  # the workload writes pages all over its pinne
 PINNED_MIB=64
 PINNED_PAGES=$((PINNED_MIB * 256))
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 800 --step-delay-ms 10 --footprint 4M
-     --pinned-footprint "${PINNED_MIB}M" --streams 2)
+     --pinned-footprint "${PINNED_MIB}M" --streams 2 --delay-while "$T/slow" --hold-while "$T/slow")
 pinned_of() { awk '/^pinned_checksum/ {c=$2} END {print c}' "$1"; }
 pinned_after() { tail -c +$(($2 + 1)) "$1" | awk '/^pinned_checksum/ {c=$2} END {print c}'; }
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -33,8 +33,12 @@ PREF=$(pinned_of "$T/ref.log")
 [[ -n $REF && -n $PREF ]] || fail "the reference printed no checksums"
 
 log=$T/run.log
+# A run steps slowly and holds before its last step until ends_like_reference (its checkpoints
+# over): none finds it ended however slow the machine, and the rest and the restores go at full
+# speed (the reference, with no $T/slow, too).
 start_run() {  # from a shell, its output appended to $log; its pid in $p
   : > "$log"
+  : > "$T/slow"
   bash -c "exec \"$GCR\" run -- ${MLP[*]} >> \"$log\" 2>&1" &
   p=$!
   pids+=("$p")
@@ -54,6 +58,7 @@ restore_and_check() {  # NAME
   echo "ok: $1 restores bit-identical, pinned memory included"
 }
 ends_like_reference() {
+  rm -f "$T/slow"
   wait_exit "$p" "$log"
   [[ $(checksum_of "$log") == "$REF" && $(pinned_of "$log") == "$PREF" ]] ||
     fail "$1 did not end with the uninterrupted run's checksums"

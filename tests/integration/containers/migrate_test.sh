@@ -36,13 +36,18 @@ TEST_NAME=migrate-test
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/two_hosts.sh"
 
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint 64M)
+# Each run steps slowly and holds before its last step while $T/slow exists (start_job makes it,
+# ends_once removes it): no migration finds the run ended however slow the machine, and the rest
+# goes at full speed (the reference, with no $T/slow, too).
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 300 --step-delay-ms 10 --footprint 64M
+     --delay-while "$T/slow" --hold-while "$T/slow")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
 
 # start_job LOG: the workload under gcr as a user starts a background job; sets P.
 start_job() {
+  : > "$T/slow"
   "$GCR" run -- "${MLP[@]}" < /dev/null >> "$1" 2>&1 &
   P=$!
   pids+=("$P")
@@ -65,8 +70,7 @@ step "a. migrate at a random moment"
 dest_gcrd a
 start_job "$T/a.log"
 migrate --json --trace "$T/a.trace.json" > "$T/a.json" 2> "$T/a.err" || fail "gcr migrate: $(cat "$T/a.err")"
-for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
+wait_until 5 source_gone "$P" || fail "the source still runs after the migration"
 ends_once "$T/a.log"
 (( $(json_field staged_bytes < "$T/a.json") > 0 )) || fail "the destination restored nothing it had staged: $(cat "$T/a.json")"
 # --trace: gcrd's phases of each round and of the stop, and (with eBPF) the source's threads held
@@ -99,7 +103,7 @@ if "$GCR" migrate "$P" --to "$DEST" --token-file "$T/bad-token" > /dev/null 2> "
   fail "a migration with a wrong token succeeded"
 fi
 grep -q "wrong token" "$T/b.err" || fail "the refusal does not say why: $(cat "$T/b.err")"
-kill -0 "$P" || fail "the process is gone after a refused migration"
+source_runs "$P" || fail "the process is gone after a refused migration"
 ends_once "$T/b.log"
 echo "ok: refused ('wrong token'); the process ran on to $REF"
 
@@ -108,7 +112,7 @@ dest_gcrd c SIMGPU_MEMORY=32M
 start_job "$T/c.log"
 if migrate > /dev/null 2> "$T/c.err"; then fail "a migration onto a GPU too small succeeded"; fi
 grep -q "process $P runs on" "$T/c.err" || fail "the failure does not say the process runs on: $(cat "$T/c.err")"
-kill -0 "$P" || fail "the source is gone after a failed migration"
+source_runs "$P" || fail "the source is gone after a failed migration"
 ends_once "$T/c.log"
 echo "ok: $(tail -n 1 "$T/c.err" | cut -c1-120)..."
 
@@ -159,7 +163,7 @@ step "d. the destination gcrd killed after the commit"
 migrate_to_commit d 20
 ip netns exec "$NS" pkill -9 -f "gcrd --socket $T/dest-d" || true
 if wait "$M"; then fail "gcr migrate succeeded with its destination killed"; fi
-kill -0 "$P" 2> /dev/null ||
+source_runs "$P" ||
   fail "the source is gone though the destination never restored it: $(tail -n 4 "$T/d.err"); its log: $(tail -n 2 "$T/d.log"); gcrd: $(grep -v "^gcrd: request" "$T/gcrd.log" | tail -n 8)"
 ends_once "$T/d.log"
 echo "ok: the source ran on to $REF"
@@ -168,13 +172,13 @@ step "e. the migrate command killed after the commit"
 migrate_to_commit e 2
 kill -9 "$M"
 wait "$M" 2> /dev/null || true
-for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-kill -0 "$P" 2> /dev/null && fail "the source runs on though it was committed to the destination"
+wait_until 10 source_gone "$P" || fail "the source runs on though it was committed to the destination"
 ends_once "$T/e.log"
 echo "ok: the destination ran it to $REF; the source ended"
 
 step "f. a process not under gcr is refused and runs on"
 dest_gcrd f
+: > "$T/slow"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" < /dev/null >> "$T/f.log" 2>&1 &
 P=$!
 pids+=("$P")
@@ -188,8 +192,7 @@ step "g. the source gcrd killed after the commit"
 migrate_to_commit g 3
 pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET" || fail "no source gcrd to kill"
 wait "$M" 2> /dev/null || true
-for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination restored it"
+wait_until 10 source_gone "$P" || fail "the source runs on though the destination restored it"
 ends_once "$T/g.log"
 echo "ok: $(tail -n 1 "$T/g.err" | cut -c1-150)"
 
@@ -199,8 +202,7 @@ dest_gcrd h
 start_job "$T/h.log"
 "$GCR" migrate "$P" --to 10.77.0.1:7072 --token-file "$T/token" --json > "$T/h.json" 2> "$T/h.err" ||
   fail "gcr migrate over the shaped link: $(cat "$T/h.err")"
-for _ in $(seq 1 100); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-kill -0 "$P" 2> /dev/null && fail "the source still runs after the migration"
+wait_until 5 source_gone "$P" || fail "the source still runs after the migration"
 ends_once "$T/h.log"
 echo "ok: $(json_field rounds < "$T/h.json") round(s), downtime $(( $(json_field downtime_ns < "$T/h.json") / 1000000 )) ms over the shaped link; the destination ended with $REF"
 
@@ -223,7 +225,7 @@ cut_link
 t_cut=$SECONDS
 if wait "$M"; then fail "gcr migrate succeeded over a link cut before the commit"; fi
 (( SECONDS - t_cut <= 20 )) || fail "gcr migrate took $((SECONDS - t_cut)) s to notice the cut"
-kill -0 "$P" || fail "the source is gone after a cut before the commit: $(cat "$T/i.err")"
+source_runs "$P" || fail "the source is gone after a cut before the commit: $(cat "$T/i.err")"
 grep -q "runs on" "$T/i.err" || fail "the failure does not say the process runs on: $(cat "$T/i.err")"
 mend_link
 ends_once "$T/i.log"
@@ -234,8 +236,7 @@ migrate_to_commit j 3
 cut_link
 if wait "$M"; then fail "gcr migrate succeeded over a cut link"; fi
 mend_link
-for _ in $(seq 1 200); do kill -0 "$P" 2> /dev/null || break; sleep 0.05; done
-kill -0 "$P" 2> /dev/null && fail "the source runs on though the destination may have restored it"
+wait_until 10 source_gone "$P" || fail "the source runs on though the destination may have restored it"
 ends_once "$T/j.log"
 echo "ok: $(tail -n 1 "$T/j.err" | cut -c1-150)"
 fi

@@ -5,7 +5,8 @@
 # cut_link/mend_link drop everything between the two, silently; the namespace and the veth go at
 # the end (cleanup_extra). shape_link PORT shapes it like a fast network (tc tbf 10 Gbit/s on both
 # ends) and relays $NET.1:PORT to $DEST 0.5 ms late each way (tests/link/delay_relay). ends_once
-# LOG: exactly one copy of a migrated workload ended the run, with the checksum $REF.
+# LOG: exactly one copy of a migrated workload ended the run, with the checksum $REF (a run held
+# by $T/slow goes on first).
 command -v ip > /dev/null || skip "ip (iproute2) is missing"
 NET=${NET:-10.77.0}
 NS=gcr-mig-$$
@@ -90,7 +91,12 @@ shape_link() {  # PORT
   grep -q listening "$T/relay.out" || fail "delay_relay did not start: $(cat "$T/relay.out")"
 }
 
+# PID runs here, on the source: the destination's copy of a migrated process runs in $NS, with
+# the same pid where CRIU could give it that (both "hosts" share one pid namespace).
+source_runs() { [[ $(readlink "/proc/$1/ns/net" 2> /dev/null) == "$(readlink /proc/self/ns/net)" ]]; }
+source_gone() { ! source_runs "$1"; }
 ends_once() {  # LOG
+  rm -f "$T/slow"  # a run that steps slowly and holds while it exists (migrate_test.sh's) goes on
   wait_checksum "$1"
   sleep 0.5
   [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"

@@ -69,13 +69,20 @@ REF=$(checksum_of "$T/ref.log")
 rank_checksum() { awk '/checksum/ {c=$NF} END {print c}' "$1"; }
 rank_checksums() { grep -c checksum "$1" 2> /dev/null || true; }
 
+# A job's ranks (and their restores) step slowly and hold before their last step while
+# $T/TAG.slow exists, so that no checkpoint finds the job ended however slow the machine:
+# job_ends_right removes it, and the rest of the run goes at full speed.
+slow_flags() {  # TAG
+  : > "$T/$1.slow"
+  echo --delay-while "$T/$1.slow" --hold-while "$T/$1.slow"
+}
 # start_job TAG N: ranks 0..N-1 on hosts 0..N-1, logs $T/TAG-rR.log; sets R (their pids).
 start_job() {
   local tag=$1 n=$2 r
   R=()
   for ((r = 0; r < n; r++)); do
     launch_on "$r" "$T/$tag-r$r.log" "${MP[@]}" --ranks "$n" --rank "$r" --store "$(host_addr 0):$STORE_PORT" \
-      "${JOB_EXTRA[@]}"
+      $(slow_flags "$tag") "${JOB_EXTRA[@]}"
     R+=("$P")
   done
 }
@@ -95,6 +102,7 @@ job_ends_right() {  # TAG N BEFORE...
   local tag=$1 n=$2 r
   shift 2
   local before=("$@")
+  rm -f "$T/$tag.slow"
   for ((r = 0; r < n; r++)); do
     wait_until 120 eval "(( \$(rank_checksums $T/$tag-r$r.log) > ${before[r]:-0} ))" ||
       fail "$tag: rank $r did not finish: $(tail -n 3 "$T/$tag-r$r.log")"
@@ -332,9 +340,11 @@ if wanted p; then
   step "p: checkpointed every second, each part copied into the other host's memory; a host lost"
   # Ranks on hosts 0 and 3 (host 3 is this scenario's alone); host 2 is the spare.
   reference_p
-  launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT"
+  launch_on 0 "$T/p-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT" \
+    $(slow_flags p)
   p0=$P
-  launch_on 3 "$T/p-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT"
+  launch_on 3 "$T/p-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT" \
+    $(slow_flags p)
   p1=$P
   wait_steps "$T/p-r0.log" 20
   on_host 0 "$GCR" checkpoint --job "$p0" "$p1@$(host_gcrd 3)" --token-file "$T/token" --every 1s --keep 2 \
@@ -390,10 +400,10 @@ start_move_job() {
   give_rank_address 1 "$2"
   R=()
   launch_on 0 "$T/$tag-r0.log" "${MP[@]}" --ranks 2 --rank 0 --store "$(host_addr 0):$STORE_PORT" \
-    --store-every 4
+    --store-every 4 $(slow_flags "$tag")
   R+=("$P")
   launch_on 1 "$T/$tag-r1.log" "${MP[@]}" --ranks 2 --rank 1 --store "$(host_addr 0):$STORE_PORT" \
-    --store-every 4 --listen "$(rank_addr "$2")"
+    --store-every 4 --listen "$(rank_addr "$2")" $(slow_flags "$tag")
   R+=("$P")
   wait_steps "$T/$tag-r0.log" $((RANDOM % 30 + 10))
 }
@@ -479,9 +489,11 @@ if wanted q; then
     start_host_gcrd $i
   done
   reference_p
-  launch_on 4 "$T/q-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 4):$STORE_PORT"
+  launch_on 4 "$T/q-r0.log" "${MP_P[@]}" --ranks 2 --rank 0 --store "$(host_addr 4):$STORE_PORT" \
+    $(slow_flags q)
   q0=$P
-  launch_on 5 "$T/q-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 4):$STORE_PORT"
+  launch_on 5 "$T/q-r1.log" "${MP_P[@]}" --ranks 2 --rank 1 --store "$(host_addr 4):$STORE_PORT" \
+    $(slow_flags q)
   q1=$P
   wait_steps "$T/q-r0.log" 20
   # Into a store of the user's, not the one host 4's gcrd serves (its part is put there for host 5).

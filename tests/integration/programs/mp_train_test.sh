@@ -30,7 +30,13 @@ set -euo pipefail
 export SIMGPU_DEVICES=2
 TEST_NAME=mp-train
 source "$(dirname "$0")/lib.sh"
-MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10)
+# A job steps slowly and holds before its last step while $T/slow exists (slow makes it, go_on
+# removes it once the job's checkpoints are taken): no checkpoint finds the job ended however slow
+# the machine, and the rest of the run and its restores go at full speed.
+MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10 --delay-while "$T/slow"
+    --hold-while "$T/slow")
+slow() { : > "$T/slow"; }
+go_on() { rm -f "$T/slow"; }
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/ref.log" 2>&1 || fail "reference: $(tail -3 "$T/ref.log")"
 REF=$(checksum_of "$T/ref.log")
@@ -50,6 +56,7 @@ wait_ranks() {  # LAUNCHER N
 # checksum to LOG.
 restore_job() {  # ID LOG RANKS [RESTORE OPTIONS...]
   local before rp
+  go_on
   before=$(ranks_ended "$2")
   "$GCR" restore "$1" "${@:4}" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
     fail "gcr restore $1: $(cat "$T/restore-$1.err" "$T/restore-$1.json" | head -n 20)"
@@ -71,6 +78,7 @@ restore_job() {  # ID LOG RANKS [RESTORE OPTIONS...]
 # gone, none having finished.
 checkpoint_ending_job() {  # TAG RANKS [MP_TRAIN OPTIONS...]
   local tag=$1 n=$2 tree p
+  slow
   launch "$T/$tag.log" "${MP[@]}" --ranks "$n" "${@:3}"
   disown "$P"
   wait_ranks "$P" "$n"
@@ -85,6 +93,7 @@ checkpoint_ending_job() {  # TAG RANKS [MP_TRAIN OPTIONS...]
 echo "== a: 4 ranks under gcr, rank 2 lagging"
 # Slower steps (the checksum does not depend on them): gcr ps and two checkpoints fit in the run
 # even on a loaded machine.
+slow
 launch "$T/a.log" "${MP[@]}" --ranks 4 --lag-rank 2 --lag-ms 5 --step-delay-ms 25
 wait_ranks "$P" 4
 RANK=$(pgrep -P "$P" -f "rank 1" | head -n 1 || true)
@@ -128,6 +137,7 @@ echo "checkpoint 2: $(json_field dirty_bytes < "$T/a2.json") of $(json_field reg
 # every rank writes its slab and its mailboxes every step, so here all of it is read again).
 [[ $(json_field stat.dup_parent_bytes < "$T/a2.json") -gt 0 ]] ||
   fail "the second checkpoint took nothing from the first: $(cat "$T/a2.json")"
+go_on
 wait "$P" || fail "the job failed after its checkpoints: $(tail -5 "$T/a.log")"
 every_rank_matches "$T/a.log" 4 "the job checkpointed twice"
 restore_job "$(json_field id < "$T/a1.json")" "$T/a.log" 4
@@ -140,6 +150,7 @@ restore_job "$(json_field id < "$T/b1.json")" "$T/b.log" 2 --device 1
 echo "== c: a cut that cannot be reached in time"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet --steps 6 > "$T/ref6.log" 2>&1 || fail "reference: $(tail -3 "$T/ref6.log")"
 REF=$(checksum_of "$T/ref6.log")
+slow
 launch "$T/c.log" "${MP[@]}" --ranks 2 --lag-rank 1 --lag-ms 3000 --steps 6
 wait_ranks "$P" 2
 sleep 1
@@ -148,6 +159,7 @@ rc=0
 [[ $rc == 10 ]] || fail "a cut past --timeout: exit $rc, expected 10: $(cat "$T/c.err")"
 grep -q "did not reach a consistent cut" "$T/c.err" || fail "the error does not say the cut was not reached: $(cat "$T/c.err")"
 echo "refused: $(head -c 300 "$T/c.err")"
+go_on
 wait "$P" || fail "the job failed after the abandoned cut: $(tail -5 "$T/c.log")"
 every_rank_matches "$T/c.log" 2 "the job whose cut was abandoned"
 [[ $("$GCR" image ls --json | python3 -c "import json,sys; print(len(json.load(sys.stdin)['checkpoints']))") == 3 ]] ||
@@ -156,6 +168,7 @@ every_rank_matches "$T/c.log" 2 "the job whose cut was abandoned"
 echo "== d: gcrd killed while the job's memory is parked in it"
 REF=$(checksum_of "$T/ref.log")
 pkill -f "gcrd --socket $GCR_GCRD_SOCKET" 2>/dev/null || true
+slow
 launch "$T/d.log" "${MP[@]}" --ranks 3 --lag-rank 1 --lag-ms 5
 wait_ranks "$P" 3
 wait_steps "$T/d.log" $((RANDOM % 30 + 5))
@@ -168,6 +181,7 @@ pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
 wait "$CK" || rc=$?
 [[ $rc != 0 ]] || fail "the checkpoint succeeded although gcrd was killed"
 echo "gcr said (exit $rc): $(head -c 200 "$T/d.err")"
+go_on
 wait "$P" || fail "the job failed after gcrd died with its memory parked: $(tail -5 "$T/d.log")"
 every_rank_matches "$T/d.log" 3 "the job whose gcrd died during its checkpoint"
 
@@ -187,6 +201,7 @@ done
 restore_job "$(json_field id < "$T/e1.json")" "$T/e.log" 2 --device-map 0=1,1=0
 
 echo "== f: a barrier of stream memory operations, rank 1 lagging before its write"
+slow
 launch "$T/f.log" "${MP[@]}" --ranks 2 --memop-barrier --lag-rank 1 --lag-ms 200
 wait_ranks "$P" 2
 at=$((RANDOM % 20 + 8))
@@ -196,6 +211,7 @@ for k in 1 2; do
   echo "checkpoint $k at step ~$at: cut in $(json_field time.cut_ns < "$T/f$k.json") ns, stall $(json_field time.stall_ns < "$T/f$k.json") ns"
   at=$((at + RANDOM % 20 + 8))
 done
+go_on
 wait "$P" || fail "the job failed after its checkpoints: $(tail -5 "$T/f.log")"
 every_rank_matches "$T/f.log" 2 "the memory-operation barrier job checkpointed twice"
 restore_job "$(json_field id < "$T/f2.json")" "$T/f.log" 2
@@ -210,6 +226,7 @@ wait_steps "$T/g.log" 5  # steps 0-4 done: step 5 is one rank 1 lags in
 sleep 0.4                # rank 0 now sleeps after its barrier; rank 1 before its write
 checkpoint_json "$T/g1.json" "$P" --name mp-g1 -R --timeout 8
 echo "checkpoint during the barrier: cut in $(json_field time.cut_ns < "$T/g1.json") ns"
+go_on
 wait "$P" || fail "the job failed after its checkpoint: $(tail -5 "$T/g.log")"
 every_rank_matches "$T/g.log" 2 "the job cut inside its barrier"
 restore_job "$(json_field id < "$T/g1.json")" "$T/g.log" 2

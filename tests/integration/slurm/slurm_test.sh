@@ -66,15 +66,20 @@ job_says() {  # TAG TEXT: how often TAG's job output says TEXT
   echo "${n:-0}"
 }
 
-# make_job TAG STEPS: the batch script of a 2-node job whose ranks log to TAG-rR.log.
+# make_job TAG STEPS: the batch script of a 2-node job whose ranks log to TAG-rR.log. Its ranks
+# (and their restores) step slowly and hold before their last step while $SL/jobs/TAG.slow
+# exists, so that no scenario finds the job ended however slow the machine: ends_right removes
+# it, and the rest of the run goes at full speed.
 make_job() {
   local tag=$1 steps=$2
+  : > "$SL/jobs/$tag.slow"
   cat > "$SL/jobs/$tag.sh" << JOB
 #!/bin/bash
 echo "\$(date +%T) batch on \$(hostname), restart \${SLURM_RESTART_COUNT:-0}, nodes \$SLURM_JOB_NODELIST"
 srun --output=$SL/jobs/$tag-r%t.log --open-mode=append sh -c 'exec $BUILD/tests/workloads/mp_train \\
   --transport tcp --ranks 2 --rank \$SLURM_PROCID --store \$GCR_SLURM_MASTER_ADDR:29500 \\
-  --listen \$GCR_SLURM_NODE_ADDR --steps $steps --step-delay-ms 15 --ballast-mib 8'
+  --listen \$GCR_SLURM_NODE_ADDR --steps $steps --step-delay-ms 15 --ballast-mib 8 \\
+  --delay-while $SL/jobs/$tag.slow --hold-while $SL/jobs/$tag.slow'
 echo "\$(date +%T) srun ended: \$?"
 JOB
 }
@@ -96,6 +101,7 @@ ends_right() {  # TAG JOB STEPS
   local tag=$1 r REF
   REF=$(reference "$3")
   [[ -n $REF ]] || fail "the reference printed no checksum"
+  rm -f "$SL/jobs/$tag.slow"
   wait_until 300 eval "[[ \$(sq $2 JobState) == COMPLETED ]]" ||
     { show "$2"; tail -n 30 "$SL/jobs/$tag.out"; fail "$tag: job $2 did not complete"; }
   for r in 0 1; do
@@ -168,10 +174,11 @@ if wanted timelimit; then
   step "timelimit: checkpointed before each time limit and requeued until it ends"
   make_job lim $((STEPS * 2))
   submit lim --time=1 --signal=B:USR1@30
+  wait_until 240 eval "[[ \$(sq $J Restarts) -ge 1 && \$(sq $J JobState) == RUNNING ]]" ||
+    { show "$J"; tail -n 20 "$SL/jobs/lim.out"; fail "lim was not requeued and started again"; }
   ends_right lim "$J" $((STEPS * 2))
   restored_once lim
   checkpoints_gone lim "$J"
-  [[ $(sq "$J" Restarts) -ge 1 ]] || fail "lim: never requeued"
   show "$J"
   sed 's/^/    /' "$SL/jobs/lim.out" | grep -E "gcr:|batch on" || true
 fi

@@ -9,7 +9,8 @@ namespace mp {
 namespace {
 constexpr char kUsage[] =
     "usage: mp_train [--ranks N] [--steps N] [--batch B] [--hidden H] [--seed S]\n"
-    "                [--step-delay-ms M] [--quiet] [--lag-rank R --lag-ms M] [--spread]\n"
+    "                [--step-delay-ms M] [--delay-while FILE] [--hold-while FILE] [--quiet]\n"
+    "                [--lag-rank R --lag-ms M] [--spread]\n"
     "                [--memop-barrier [--barrier-gap-ms M]]\n"
     "                [--transport rotate|scm|pidfd|proxy|ipc|tcp] [--ballast-mib M]\n"
     "                [--step-log FILE] [--state FILE]\n"
@@ -22,6 +23,10 @@ constexpr char kUsage[] =
     "  --hidden H         width of the two hidden layers (default 64)\n"
     "  --seed S           seed of data and initial weights (default 1)\n"
     "  --step-delay-ms M  sleep M ms after every step (default 0)\n"
+    "  --delay-while FILE  sleep only while FILE exists (a test that needs the run slow while it\n"
+    "                     checkpoints removes it once done)\n"
+    "  --hold-while FILE  the last step waits while FILE exists (a test that must still find the\n"
+    "                     run alive, however slow the machine, removes it when done)\n"
     "  --quiet            print every 50th step only\n"
     "  --spread           rank R runs on GPU R % (the number of GPUs) instead of GPU 0\n"
     "  --lag-rank R       rank R sleeps --lag-ms before launching its all-reduce on every\n"
@@ -62,6 +67,8 @@ Options parse_options(int argc, char** argv) {
   o.hidden = static_cast<int>(flags.integer("--hidden", o.hidden, 1, 1 << 12));
   o.seed = static_cast<std::uint64_t>(flags.integer("--seed", 1, 0, INT64_MAX));
   o.step_delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 0, 0, 3'600'000));
+  o.delay_while = flags.text("--delay-while", "");
+  o.hold_while = flags.text("--hold-while", "");
   o.quiet = flags.boolean("--quiet");
   o.spread = flags.boolean("--spread");
   o.lag_rank = static_cast<int>(flags.integer("--lag-rank", -1, 0, kMicroBatches - 1));

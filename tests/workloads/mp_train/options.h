@@ -18,6 +18,8 @@ struct Options {
   int hidden = 64;
   std::uint64_t seed = 1;
   int step_delay_ms = 0;
+  std::string delay_while;  // the delay only while this file exists; empty: always
+  std::string hold_while;   // the last step waits while this file exists; empty: never
   bool quiet = false;
   bool spread = false;  // rank r on GPU r % (the number of GPUs)
   int lag_rank = -1;
