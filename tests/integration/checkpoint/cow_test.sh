@@ -15,7 +15,11 @@ source "$(dirname "$0")/lib.sh"
 # gcrd inherits this from the gcr that starts it: about 3 s to drain the ~50 MiB below.
 export GCR_DRAIN_MIB_PER_S=16
 STEPS=400
-MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 48M --streams 2)
+# A run steps slowly and holds before its last step while $T/slow exists (made before it starts,
+# removed once its checkpoint's checks are done): the rest, its restore and the references (with
+# no $T/slow) go at full speed.
+SLOW=(--delay-while "$T/slow" --hold-while "$T/slow")
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 48M --streams 2 "${SLOW[@]}")
 
 echo "== reference: mlp_train without gcr"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -24,6 +28,7 @@ REF=$(checksum_of "$T/ref.log")
 
 run_case() {  # NAME COPY(1|0)
   local name=$1 copy=$2 log=$T/$1.log
+  : > "$T/slow"
   GCR_COW_COPY=$copy setsid "$GCR" run -- "${MLP[@]}" >> "$log" 2>&1 < /dev/null &
   local p=$!
   pids+=("$p")
@@ -49,6 +54,7 @@ run_case() {  # NAME COPY(1|0)
     (( copies == 0 )) || fail "$name: $copies copies with GCR_COW_COPY=0"
     (( waits >= 1 )) || fail "$name: the process never waited for gcrd, though it wrote during the drain"
   fi
+  rm -f "$T/slow"
   wait_exit "$p" "$log"
   [[ $(checksum_of "$log") == "$REF" ]] || fail "$name: the run went on to $(checksum_of "$log"), expected $REF"
   "$GCR" restore "$name" || fail "restore $name"
@@ -63,9 +69,10 @@ echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
 run_case wait 0
 echo "== killed while its checkpoint is stored: the copies it made stay with gcrd"
 # More device memory, so that the drain (~8 s) outlasts a `gcr ps` slowed by other tests' processes.
-KILLED=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 128M --streams 2)
+KILLED=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 128M --streams 2 "${SLOW[@]}")
 LD_LIBRARY_PATH=$BUILD/simgpu "${KILLED[@]}" > "$T/ref_killed.log" 2>&1
 REF_KILLED=$(checksum_of "$T/ref_killed.log")
+: > "$T/slow"
 "$GCR" run -- "${KILLED[@]}" >> "$T/killed.log" 2>&1 < /dev/null &  # as a shell starts a job
 p=$!
 pids+=("$p")
@@ -89,11 +96,13 @@ copies=$(json_field cow_copies < "$T/killed.json")
 (( copies >= 1 )) || fail "killed: no region was copied before the kill ($copies)"
 echo "killed: process killed after $(( $(steps_in "$T/killed.log") - before )) steps into the drain; $copies copies handed over"
 [[ -z $(checksum_of "$T/killed.log") ]] || fail "killed: the killed run printed a checksum"
+rm -f "$T/slow"
 "$GCR" restore killed || fail "restore killed"
 wait_exit "$p" "$T/killed.log"
 [[ $(checksum_of "$T/killed.log") == "$REF_KILLED" ]] || fail "killed: the restore ended with $(checksum_of "$T/killed.log"), expected $REF_KILLED"
 echo "ok: killed: its checkpoint, restored, matches the reference"
 echo "== on a terminal the storing draws a progress bar"
+: > "$T/slow"
 "$GCR" run -- "${MLP[@]}" >> "$T/bar.log" 2>&1 < /dev/null &  # as a shell starts a job
 p=$!
 pids+=("$p")
@@ -101,6 +110,7 @@ wait_steps "$T/bar.log" 20
 script -qec "'$GCR' checkpoint $p --name bar -R" /dev/null > "$T/pty.out" 2>&1 || { cat "$T/pty.out"; fail "checkpoint under a pty"; }
 grep -q "pid $p: storing: [0-9.]*%" "$T/pty.out" || { cat -v "$T/pty.out"; fail "no progress bar while storing"; }
 grep -q "checkpoint" "$T/pty.out" || fail "no summary after the bar"
+rm -f "$T/slow"
 wait_exit "$p" "$T/bar.log"
 "$GCR" image verify > /dev/null || fail "gcr image verify"
 echo "PASS"

@@ -12,8 +12,12 @@
 set -euo pipefail
 TEST_NAME=host-memory
 source "$(dirname "$0")/lib.sh"
+# A run steps slowly and holds before its last step while $T/slow exists (round_trip makes it,
+# and removes it once both checkpoints are taken): the stopping checkpoint never finds the run
+# ended however slow the machine, and the restores and references (no $T/slow) go at full speed.
+SLOW=(--delay-while "$T/slow" --hold-while "$T/slow")
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 120 --step-delay-ms 15 --footprint 4M
-     --host-footprint 64M --streams 2)
+     --host-footprint 64M --streams 2 "${SLOW[@]}")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref.log")
@@ -23,6 +27,7 @@ host_after() { tail -c +$(($2 + 1)) "$1" | awk '/^host_checksum/ {c=$2} END {pri
 round_trip() {  # WHERE EXPECTED: a live checkpoint, a stopping one, restores of both
   local where=$1 expected=$2 log=$T/$1.log p len r
   : > "$log"
+  : > "$T/slow"
   "$GCR" run -- "${MLP[@]}" >> "$log" 2>&1 &
   p=$!
   pids+=("$p")
@@ -35,6 +40,7 @@ round_trip() {  # WHERE EXPECTED: a live checkpoint, a stopping one, restores of
   "$GCR" checkpoint "$p" --name "$where-stop" --json > "$T/$where-stop.json" ||
     fail "stopping checkpoint ($where)"
   [[ $(json_field images_in < "$T/$where-stop.json") == "$expected" ]] || fail "images of the stopping checkpoint: not $expected"
+  rm -f "$T/slow"
   for _ in $(seq 1 250); do kill -0 "$p" 2>/dev/null || break; sleep 0.02; done
   for name in "$where-stop" "$where-live"; do
     len=$(stat -c %s "$log")
@@ -104,7 +110,7 @@ echo "== host memory rewritten while CRIU writes the image"
 # the process runs again, and each step now rewrites 4096 pages (16 MiB) from their old bytes: a
 # page whose write reached the image instead of its bytes at the cut shows in host_checksum.
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 120 --step-delay-ms 15 --footprint 4M
-     --host-footprint 64M --host-writes 4096 --streams 2)
+     --host-footprint 64M --host-writes 4096 --streams 2 "${SLOW[@]}")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref-heavy.log" 2>&1
 REF=$(checksum_of "$T/ref-heavy.log")
 HREF=$(awk '/^host_checksum/ {c=$2} END {print c}' "$T/ref-heavy.log")

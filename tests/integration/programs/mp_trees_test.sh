@@ -23,7 +23,12 @@
 set -euo pipefail
 TEST_NAME=mp-trees
 source "$(dirname "$0")/lib.sh"
-MP=("$BUILD/tests/workloads/mp_train" --steps 150 --step-delay-ms 25)
+# A job steps slowly and holds before its last step while $T/slow exists (start_ranks makes it,
+# go_on removes it once the job's checkpoints are over): no checkpoint finds the job ended however
+# slow the machine, and the rest, the restores and the reference go at full speed.
+MP=("$BUILD/tests/workloads/mp_train" --steps 150 --step-delay-ms 25 --delay-while "$T/slow"
+    --hold-while "$T/slow")
+go_on() { rm -f "$T/slow"; }
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/ref.log" 2>&1 || fail "reference: $(tail -3 "$T/ref.log")"
 REF=$(checksum_of "$T/ref.log")
@@ -34,6 +39,7 @@ ended() { grep -cE "^(rank [0-9]+ )?checksum " "$1" || true; }
 # Starts rank 0 and rank 1 of job TAG apart, each `gcr run mp_train --rank R` from this shell into
 # $T/TAG.R.log; sets R0 and R1.
 start_ranks() {  # TAG
+  : > "$T/slow"
   launch "$T/$1.0.log" "${MP[@]}" --ranks 2 --rank 0 --job "$1-$$"
   R0=$P
   launch "$T/$1.1.log" "${MP[@]}" --ranks 2 --rank 1 --job "$1-$$"
@@ -50,6 +56,7 @@ both_match() {  # TAG BEFORE WHAT: each rank's log gained one checksum line, the
 # Restores ID (both trees), waits until both are gone, and checks their logs.
 restore_trees() {  # ID TAG BEFORE
   local rp others p
+  go_on
   "$GCR" restore "$1" --json > "$T/restore-$1.json" 2> "$T/restore-$1.err" ||
     fail "gcr restore $1: $(cat "$T/restore-$1.err" "$T/restore-$1.json" | head -n 20)"
   rp=$(json_field pid < "$T/restore-$1.json")
@@ -84,6 +91,7 @@ checkpoint_json "$T/a2.json" --job "$R0" "$R1" --name trees-a2 -R
 [[ $(json_field stat.dup_parent_bytes < "$T/a2.json") -gt 0 ]] ||
   fail "the second checkpoint took nothing from the first: $(cat "$T/a2.json")"
 echo "checkpoint 2: $(json_field stat.new_bytes < "$T/a2.json") new bytes, $(json_field stat.dup_parent_bytes < "$T/a2.json") from checkpoint 1"
+go_on
 wait "$R0" || fail "rank 0 failed after the checkpoints: $(tail -5 "$T/a.0.log")"
 wait "$R1" || fail "rank 1 failed after the checkpoints: $(tail -5 "$T/a.1.log")"
 both_match a 0 "the job checkpointed twice"
@@ -124,6 +132,7 @@ pids+=("$READS" $WRITES)
 refused 8 "two trees joined by a pipe" checkpoint --job "$WRITES" "$READS" -R
 grep -q "a pipe to or from the tree of process" "$T/c.err" || fail "the refusal does not name the pipe: $(cat "$T/c.err")"
 kill "$READS" $WRITES 2>/dev/null || true
+go_on
 wait "$R0" || fail "rank 0 failed after the refusals: $(tail -5 "$T/c.0.log")"
 wait "$R1" || fail "rank 1 failed after the refusals: $(tail -5 "$T/c.1.log")"
 both_match c 0 "the job after the refusals"
@@ -203,6 +212,7 @@ pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
 wait "$CK" || rc=$?
 [[ $rc != 0 ]] || fail "the checkpoint succeeded although gcrd was killed"
 echo "gcr said (exit $rc): $(head -c 200 "$T/e.err")"
+go_on
 wait "$R0" || fail "rank 0 failed after gcrd died: $(tail -5 "$T/e.0.log")"
 wait "$R1" || fail "rank 1 failed after gcrd died: $(tail -5 "$T/e.1.log")"
 both_match e 0 "the job whose gcrd died with both trees stopped"
