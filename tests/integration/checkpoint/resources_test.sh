@@ -9,7 +9,11 @@ TEST_NAME=resources
 source "$(dirname "$0")/lib.sh"
 HOLD=$(dirname "$0")/hold_resources.py
 STEPS=70
-MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 4M --streams 2)
+# A run steps slowly and holds before its last step while $T/slow exists (start makes it, and it
+# is removed once the run's checkpoint is over): no checkpoint finds the run ended however slow
+# the machine, and the rest, the restores and the reference (no $T/slow) go at full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 4M --streams 2
+     --delay-while "$T/slow" --hold-while "$T/slow")
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
@@ -18,6 +22,7 @@ REF=$(checksum_of "$T/ref.log")
 start() {  # LOG KINDS [hold options]: mlp_train under gcr, holding KINDS; prints its pid
   local log=$1 kinds=$2
   shift 2
+  : > "$T/slow"
   python3 "$HOLD" "$kinds" "$@" -- "$GCR" run -- "${MLP[@]}" > "$log" 2>&1 &
   local p=$!
   pids+=("$p")
@@ -30,6 +35,7 @@ round_trip() {  # PID LOG NAME WHAT [checkpoint options]: -R checkpoint, run to 
   shift 4
   wait_steps "$log" 5
   "$GCR" checkpoint "$p" -R --name "$name" "$@" > /dev/null || fail "checkpoint of a process holding $what"
+  rm -f "$T/slow"
   wait_exit "$p" "$log"
   local len r
   len=$(stat -c %s "$log")
@@ -65,6 +71,7 @@ refused() {  # KIND PATTERN [hold options]: the checkpoint is refused up front, 
   local n
   n=$(steps_in "$log")
   wait_steps "$log" $((n + 2))
+  rm -f "$T/slow"
   wait_exit "$P" "$log"
   [[ $(checksum_of "$log") == "$REF" ]] || fail "the process refused for $kind did not finish right"
   [[ $(images) == "$before" ]] || fail "a refused checkpoint left something in the store"

@@ -13,8 +13,12 @@ set -euo pipefail
 export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
 TEST_NAME=vmm-handles
 source "$(dirname "$0")/lib.sh"
+# A run steps slowly and holds before its last step while $T/slow exists (made before it starts,
+# removed once its checkpoints are over): no checkpoint finds the run ended however slow the
+# machine (under CI's load a 3 s run once was), and the rest, the restores and the reference (no
+# $T/slow) go at full speed.
 MLP=("$BUILD/tests/workloads/mlp_train" --steps 100 --step-delay-ms 15 --hidden 256 --layers 4
-     --footprint 8M --streams 2 --vmm)
+     --footprint 8M --streams 2 --vmm --delay-while "$T/slow" --hold-while "$T/slow")
 
 echo "== reference: mlp_train --vmm without gcr"
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -27,6 +31,7 @@ expect_ref() {  # LOG WHAT
 }
 
 echo "== checkpoint (the process stops), restore, finish"
+: > "$T/slow"
 "$GCR" run -- "${MLP[@]}" >> "$T/a.log" 2>&1 &
 P=$!
 pids+=("$P")
@@ -34,11 +39,13 @@ wait_steps "$T/a.log" $((RANDOM % 40 + 5))
 "$GCR" checkpoint "$P" --name a1 || fail "checkpoint of a program holding its own handles"
 for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
 kill -0 "$P" 2>/dev/null && fail "process $P still runs after a checkpoint without --leave-running"
+rm -f "$T/slow"
 "$GCR" restore a1 || fail "restore a1"
 wait_exit "$P" "$T/a.log"
 expect_ref "$T/a.log" "the restored run"
 
 echo "== two live checkpoints; restore each, the second on the other GPU"
+: > "$T/slow"
 "$GCR" run -- "${MLP[@]}" >> "$T/b.log" 2>&1 &
 P=$!
 pids+=("$P")
@@ -46,6 +53,7 @@ wait_steps "$T/b.log" $((RANDOM % 20 + 5))
 "$GCR" checkpoint "$P" -R --name b1 --json > "$T/b1.json" || fail "live checkpoint b1"
 wait_steps "$T/b.log" 60
 "$GCR" checkpoint "$P" -R --name b2 --json > "$T/b2.json" || fail "live checkpoint b2"
+rm -f "$T/slow"
 wait_exit "$P" "$T/b.log"
 expect_ref "$T/b.log" "the run with two live checkpoints"
 DEV=$(json_field region_bytes < "$T/b2.json")
@@ -66,14 +74,14 @@ done
 echo "== memory exported, its fd kept open, no process has imported it: checkpointed and restored"
 # Nothing shares it yet, so it is the process's own memory; the fd it keeps is made to name the
 # memory again after the unpark and after the restore (Note [Kept exports] in interpose/park.cpp).
-# Slower steps (the checksum does not depend on them): under CI's load a 3 s run was over before
-# the checkpoint reached it.
-"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" --step-delay-ms 45 >> "$T/c.log" 2>&1 &
+: > "$T/slow"
+"$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" >> "$T/c.log" 2>&1 &
 P=$!
 pids+=("$P")
 wait_steps "$T/c.log" $((RANDOM % 10 + 5))
 "$GCR" checkpoint "$P" -R --name c1 --json > "$T/c1.json" 2> "$T/c.err" ||
   fail "checkpoint of a process that exported a page: $(cat "$T/c.err")"
+rm -f "$T/slow"
 wait_exit "$P" "$T/c.log"
 expect_ref "$T/c.log" "the process that exported a page, checkpointed live"
 len=$(stat -c %s "$T/c.log")
@@ -86,6 +94,7 @@ echo "ok: restore c1 matches"
 
 echo "== the same while a process outside its tree, not under gcr, holds that memory: refused"
 # (here the holder opened the process's device memory files, as an importer that kept the fd would)
+: > "$T/slow"
 "$GCR" run -- "${MLP[@]/--vmm/--vmm-share}" --steps 100000 >> "$T/d.log" 2>&1 &
 P=$!
 pids+=("$P")
