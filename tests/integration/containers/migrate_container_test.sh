@@ -28,7 +28,11 @@ NET=10.79.0  # neither migrate.two_hosts's nor bench/migrate_bench.py's
 source "$(dirname "$0")/two_hosts.sh"
 
 FOOTPRINT_MIB=64
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 600 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
+# Each run steps slowly and holds before its last step while $T/slow exists (run_container makes
+# it, ends_once removes it): no migration finds the run ended however slow the machine, and the
+# rest goes at full speed (the reference, with no $T/slow, too).
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 600 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M
+     --delay-while "$T/slow" --hold-while "$T/slow")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
@@ -57,6 +61,7 @@ run_container() {
   local name=$1 log=$2
   shift 2
   (( $# )) || set -- "$GCR" run -- "${MLP[@]}"
+  : > "$T/slow"
   make_bundle "$T/$name" "$log" "$@"
   rm -rf "$T/bundles-b/$name"
   cp -a "$T/$name" "$T/bundles-b/$name"

@@ -23,7 +23,12 @@ NET=10.81.0  # neither migrate.container's nor migrate.two_hosts's
 source "$(dirname "$0")/two_hosts.sh"
 
 FOOTPRINT_MIB=64
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 500 --step-delay-ms 20 --footprint ${FOOTPRINT_MIB}M)
+# Each run steps slowly and holds before its last step while $SLOW exists (run_job makes it,
+# ends_once removes it): no migration finds the run ended however slow the machine, and the rest
+# goes at full speed (the reference, with no $SLOW, too). In $T/share: the container sees it.
+SLOW=$T/share/slow
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 500 --step-delay-ms 20 --footprint ${FOOTPRINT_MIB}M
+     --delay-while "$SLOW" --hold-while "$SLOW")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 start_gcrd "$GCR_GCRD_SOCKET"
@@ -87,6 +92,7 @@ allow_image localhost/gcr-test-base:latest
 
 # run_job LOG: container job on the source, running the workload under gcr, at step 20..59.
 run_job() {
+  : > "$SLOW"
   "$T/podman-a.sh" rm -f job > /dev/null 2>&1 || true
   "$T/podman-a.sh" run -d --name job --network none --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
     -e SIMGPU_DEVICES=1 -e SIMGPU_MEMORY=1G -e GCR_QUIET=1 \

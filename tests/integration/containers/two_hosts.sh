@@ -6,7 +6,7 @@
 # the end (cleanup_extra). shape_link PORT shapes it like a fast network (tc tbf 10 Gbit/s on both
 # ends) and relays $NET.1:PORT to $DEST 0.5 ms late each way (tests/link/delay_relay). ends_once
 # LOG: exactly one copy of a migrated workload ended the run, with the checksum $REF (a run held
-# by $T/slow goes on first).
+# by ${SLOW:-$T/slow} goes on first).
 command -v ip > /dev/null || skip "ip (iproute2) is missing"
 NET=${NET:-10.77.0}
 NS=gcr-mig-$$
@@ -96,7 +96,7 @@ shape_link() {  # PORT
 source_runs() { [[ $(readlink "/proc/$1/ns/net" 2> /dev/null) == "$(readlink /proc/self/ns/net)" ]]; }
 source_gone() { ! source_runs "$1"; }
 ends_once() {  # LOG
-  rm -f "$T/slow"  # a run that steps slowly and holds while it exists (migrate_test.sh's) goes on
+  rm -f "${SLOW:-$T/slow}"  # a run that steps slowly and holds while it exists goes on
   wait_checksum "$1"
   sleep 0.5
   [[ $(grep -c "^checksum" "$1") == 1 ]] || fail "$(grep -c "^checksum" "$1") copies ended the run in $1"
