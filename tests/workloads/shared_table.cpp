@@ -3,15 +3,21 @@
 // cuMemCreate allocation (--table-bytes), fills it once, and sends its fd to a forked child
 // (SCM_RIGHTS), which imports and maps it. Each step both read a part of the table and rewrite a
 // private buffer of their own (--private-bytes); the parent prints "step K". With --write-at K the
-// child, at its step K, writes the table's first MiB through its own mapping.
+// child, at its step K, writes the table's first MiB through its own mapping and then sends the
+// parent a byte, which the parent waits for before its last step: that step reads the first MiB,
+// so its result never depends on which process ran ahead.
 // At the end the child tells the parent it is done, and each prints "checksum <hex>" of the table
-// and its own buffer (FNV-1a); an uninterrupted run prints the same two lines every time.
+// and its own buffer (FNV-1a); an uninterrupted run prints the same two lines every time, at any
+// speed. --delay-while FILE: the step delay only while FILE exists; --hold-while FILE: each
+// process waits before its last step while FILE exists (a test that must still find the pair
+// running removes it when done).
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "workload_util.h"
@@ -68,6 +74,10 @@ void wait_byte(int sock) {
   }
 }
 
+bool exists(const std::string& path) {
+  return !path.empty() && access(path.c_str(), F_OK) == 0;
+}
+
 CUmemAllocationProp table_prop() {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -94,13 +104,16 @@ CUdeviceptr map_table(CUmemGenericAllocationHandle handle, std::size_t bytes) {
 int main(int argc, char** argv) {
   wl::Flags flags(argc, argv,
                   "usage: shared_table [--steps N] [--step-delay-ms MS] [--table-bytes B] "
-                  "[--private-bytes B] [--write-at K]");
+                  "[--private-bytes B] [--write-at K] [--delay-while FILE] [--hold-while FILE]");
   const int steps = static_cast<int>(flags.integer("--steps", 100, 1, 1 << 20));
   const int delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 10, 0, 60000));
   std::uint64_t table_bytes = flags.bytes("--table-bytes", 16ull << 20);
   const std::uint64_t private_bytes = flags.bytes("--private-bytes", 4ull << 20);
   const int write_at = static_cast<int>(flags.integer("--write-at", 0, 0, 1 << 20));
+  const std::string delay_while = flags.text("--delay-while", "");
+  const std::string hold_while = flags.text("--hold-while", "");
   flags.finish();
+  const bool writes = write_at > 0 && write_at <= steps;
 
   int socks[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, socks) != 0) {
@@ -144,6 +157,10 @@ int main(int argc, char** argv) {
   CU_CHECK(cuMemAlloc(&mine, private_bytes));
   std::vector<std::uint32_t> peek(1024);
   for (int step = 1; step <= steps; ++step) {
+    if (step == steps) {
+      while (exists(hold_while)) usleep(10'000);
+      if (parent && writes) wait_byte(sock);  // the child's write is in the table
+    }
     const std::size_t at = (static_cast<std::size_t>(step) * 4096) % (table_bytes - 4096);
     CU_CHECK(cuMemcpyDtoH(peek.data(), table + at, 4096));
     CU_CHECK(cuMemsetD32(mine, static_cast<unsigned>(step) ^ peek[0] ^ (parent ? 0u : 1u),
@@ -151,11 +168,16 @@ int main(int argc, char** argv) {
     if (!parent && step == write_at)
       CU_CHECK(cuMemsetD32(table, 0xC0FFEEu + static_cast<unsigned>(step), (1u << 20) / 4));
     CU_CHECK(cuCtxSynchronize());
+    if (!parent && step == write_at) {
+      const char wrote = 'w';
+      if (write(sock, &wrote, 1) != 1) return 2;
+    }
     if (parent) {
       std::printf("step %d\n", step);
       std::fflush(stdout);
     }
-    if (delay_ms) usleep(static_cast<useconds_t>(delay_ms) * 1000);
+    if (delay_ms && (delay_while.empty() || exists(delay_while)))
+      usleep(static_cast<useconds_t>(delay_ms) * 1000);
   }
   // The table is read once both are done writing it.
   if (parent) {

@@ -20,8 +20,12 @@ set -euo pipefail
 TEST_NAME=shared-incremental
 source "$(dirname "$0")/lib.sh"
 TABLE_MIB=32
+# The pair steps slowly and holds before its last step while $T/slow exists (made before it starts
+# under gcr, removed once its checkpoints are over): no checkpoint finds it ended however slow the
+# machine, and the rest, the restores and the references (no $T/slow) go at full speed (its
+# result does not depend on speed).
 ST=("$BUILD/tests/workloads/shared_table" --steps 250 --step-delay-ms 15 --table-bytes ${TABLE_MIB}M
-    --private-bytes 4M)
+    --private-bytes 4M --delay-while "$T/slow" --hold-while "$T/slow")
 checksums() { grep '^checksum' "$1" | sort | tr '\n' ' '; }  # LOG: both processes' lines
 checksums_after() { tail -c +$(($2 + 1)) "$1" | grep '^checksum' | sort | tr '\n' ' '; }
 
@@ -31,6 +35,7 @@ run() {
   LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$write_at" > "$T/$c-ref.log" 2>&1
   REF=$(checksums "$T/$c-ref.log")
   [[ $(grep -c '^checksum' "$T/$c-ref.log") == 2 ]] || fail "the reference printed no two checksums: $(tail -3 "$T/$c-ref.log")"
+  : > "$T/slow"
   "$GCR" run -- "${ST[@]}" --write-at "$write_at" >> "$T/$c.log" 2>&1 &
   P=$!
   pids+=("$P")
@@ -40,6 +45,7 @@ run() {
   (( $(json_field shared_regions < "$T/$c-1.json") >= 1 )) || fail "$c-1 found no shared memory"
   wait_steps "$T/$c.log" "$second"
   "$GCR" checkpoint "$P" -R --name "$c-2" --json > "$T/$c-2.json" || fail "live checkpoint $c-2"
+  rm -f "$T/slow"
   wait_exit "$P" "$T/$c.log"
   [[ $(checksums "$T/$c.log") == "$REF" ]] || fail "the run with two checkpoints ended with $(checksums "$T/$c.log"), expected $REF"
   DIRTY2=$(json_field dirty_bytes < "$T/$c-2.json")
@@ -79,6 +85,7 @@ paused_pair() {
   export GCR_GCRD_PAUSE_AT=draining:$2
   LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$w" > "$T/$c-ref.log" 2>&1
   REF=$(checksums "$T/$c-ref.log")
+  : > "$T/slow"
   "$GCR" run -- "${ST[@]}" --write-at "$w" >> "$T/$c.log" 2>&1 &
   P=$!
   pids+=("$P")
@@ -86,12 +93,12 @@ paused_pair() {
 }
 
 echo "== c. the child writes the table while gcrd, after the resume, has not read it"
-# The child waits for gcrd until 1 s after the resume: still long before the parent's last step
-# (whose read of the table's first MiB, done before the write, would change its result).
+# The child waits for gcrd until 1 s after the resume (the parent's last step waits for its write).
 paused_pair c 1 $((RANDOM % 20 + 10))
 "$GCR" checkpoint "$P" -R --name c-1 --json > "$T/c-1.json" || fail "live checkpoint c-1"
 unset GCR_GCRD_PAUSE_AT
 stop_gcrd
+rm -f "$T/slow"
 wait_exit "$P" "$T/c.log"
 [[ $(checksums "$T/c.log") == "$REF" ]] || fail "the run ended with $(checksums "$T/c.log"), expected $REF"
 WAITS=$(json_field cow_waits < "$T/c-1.json")
@@ -116,6 +123,7 @@ wait "$CK" || rc=$?
 unset GCR_GCRD_PAUSE_AT
 (( rc != 0 )) || fail "the checkpoint whose gcrd was killed succeeded"
 echo "the checkpoint failed (exit $rc): $(tail -c 200 "$T/d-1.err")"
+rm -f "$T/slow"
 wait_exit "$P" "$T/d.log"
 [[ $(checksums "$T/d.log") == "$REF" ]] || fail "after gcrd died the run ended with $(checksums "$T/d.log"), expected $REF"
 "$GCR" image ls --json | grep_quiet '"d-1' && fail "the checkpoint whose gcrd died was committed"
