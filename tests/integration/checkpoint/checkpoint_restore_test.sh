@@ -10,8 +10,13 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY=1G
 TEST_NAME=ckpt-test
 source "$(dirname "$0")/lib.sh"
 STEPS=120
-MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 32M --streams 2)
+# A run steps slowly and holds before its last step while $T/slow exists (start makes it, and it
+# is removed once the run's checkpoints are taken): no checkpoint finds the run ended however slow
+# the machine, and the rest, the restores and the reference (no $T/slow) go at full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 32M --streams 2
+     --delay-while "$T/slow" --hold-while "$T/slow")
 start() {  # LOG: start mlp_train under gcr, print its pid
+  : > "$T/slow"
   # Appending: CRIU checks the size of a file a process writes to, except of such log files,
   # which may grow between a --leave-running checkpoint and its restore.
   setsid "$GCR" run -- "${MLP[@]}" >> "$1" 2>&1 < /dev/null &
@@ -30,6 +35,7 @@ echo "== checkpoint (process stops), restore, finish"
 P=$(start "$T/a.log")
 wait_steps "$T/a.log" $((RANDOM % 40 + 10))
 "$GCR" checkpoint "$P" --name a1 || fail "checkpoint a1"
+rm -f "$T/slow"
 for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
 kill -0 "$P" 2>/dev/null && fail "process $P still runs after a checkpoint without --leave-running"
 "$GCR" restore a1 || fail "restore a1"
@@ -43,6 +49,7 @@ wait_steps "$T/b.log" $((RANDOM % 20 + 10))
 "$GCR" checkpoint "$P" --name b1 -R --json > "$T/b1.json" || fail "checkpoint b1"
 wait_steps "$T/b.log" 60
 "$GCR" checkpoint "$P" --name b2 -R --json > "$T/b2.json" || fail "checkpoint b2"
+rm -f "$T/slow"
 wait_exit "$P" "$T/b.log"
 [[ $(checksum_of "$T/b.log") == "$REF" ]] || fail "run with two live checkpoints ended with $(checksum_of "$T/b.log")"
 echo "ok: live checkpoints leave the result unchanged"
@@ -69,6 +76,7 @@ echo "== the --stop-copy baseline"
 P=$(start "$T/c.log")
 wait_steps "$T/c.log" $((RANDOM % 40 + 10))
 "$GCR" checkpoint "$P" --name c1 --stop-copy || fail "stop-copy checkpoint"
+rm -f "$T/slow"
 for _ in $(seq 1 200); do kill -0 "$P" 2>/dev/null || break; sleep 0.02; done
 "$GCR" restore c1 || fail "restore c1"
 wait_exit "$P" "$T/c.log"
