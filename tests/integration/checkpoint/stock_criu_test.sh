@@ -22,7 +22,11 @@ STOCK=${GCR_STOCK_CRIU_BIN:-$ROOT/.deps/criu-stock/criu}
 [[ -x $STOCK ]] || { echo "SKIP: no stock CRIU at $STOCK (scripts/setup.sh builds it: scripts/build-criu.sh --stock)"; exit 77; }
 [[ -x $PATCHED ]] || { echo "SKIP: no CRIU of gcr's set-up at $PATCHED to compare with"; exit 77; }
 STEPS=300
-MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 12 --footprint 16M)
+# A run steps slowly and holds before its last step while $T/slow exists (made before each start,
+# removed once the run's checkpoint is taken): none finds the run ended however slow the machine,
+# and the rest, the restore and the reference (no $T/slow) go at full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 12 --footprint 16M
+     --delay-while "$T/slow" --hold-while "$T/slow")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 [[ -n $REF ]] || fail "the reference run printed no checksum"
@@ -58,11 +62,13 @@ step "b. a live checkpoint on the stock CRIU: its fallback line; restored bit-id
 stop_gcrd
 export GCR_CRIU=$STOCK  # gcrd, started by the next command, runs the stock CRIU
 # In a session of its own, as from a user's shell: a runner that makes no session (CI) is step d's.
+: > "$T/slow"
 setsid "$GCR" run -- "${MLP[@]}" > "$T/live.log" 2>&1 < /dev/null &
 P=$!
 pids+=("$P")
 wait_steps "$T/live.log" $((RANDOM % 30 + 10))
 "$GCR" checkpoint "$P" -R --name live > "$T/live.out" 2>&1 || fail "live checkpoint on the stock CRIU: $(cat "$T/live.out")"
+rm -f "$T/slow"
 grep -q "host memory written inside the freeze: this CRIU lacks cow-dump" "$T/live.out" ||
   bad "the checkpoint did not say it wrote host memory in the freeze: $(cat "$T/live.out")"
 wait_exit "$P" "$T/live.log"
@@ -72,6 +78,7 @@ wait_gone "$(json_field pid < "$T/restore.json")"
 [[ $(checksum_of "$T/restored.log") == "$REF" ]] || fail "the restored run ended with '$(checksum_of "$T/restored.log")', expected $REF"
 
 step "c. a job of an interactive shell: refused before anything stops, naming terminal-onto-any-file"
+: > "$T/slow"  # runs on (held) until the end
 script -qfec "bash --norc -i -c '\"$GCR\" run -- ${MLP[*]} & echo \$! > $T/tty.pid; wait'" \
   "$T/tty.typescript" > /dev/null 2>&1 < /dev/null &
 pids+=("$!")

@@ -19,7 +19,12 @@ TEST_NAME=runc-test
 source "$(dirname "$0")/lib.sh"
 command -v runc > /dev/null || skip "runc is missing (scripts/setup.sh installs it)"
 FOOTPRINT_MIB=64
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M)
+# A run steps slowly and holds before its last step while $T/slow exists (made before it starts,
+# removed once its checkpoint is taken; the container sees $T): no checkpoint finds the run ended
+# however slow the machine, and the rest, the restores and the references (no $T/slow) go at
+# full speed.
+SLOW=(--delay-while "$T/slow" --hold-while "$T/slow")
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint ${FOOTPRINT_MIB}M "${SLOW[@]}")
 RUNC=(runc --criu "$CRIU")
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
@@ -28,6 +33,7 @@ start_gcrd "$GCR_GCRD_SOCKET"
 
 # run_container NAME LOG: a container running the workload under gcr, at step 20 or later.
 run_container() {
+  : > "$T/slow"
   make_bundle "$T/$1" "$2" "$GCR" run -- "${MLP[@]}"
   runc run -d --bundle "$T/$1" "$1" > "$T/$1.log" 2>&1 < /dev/null || fail "runc run $1: $(cat "$T/$1.log")"
   containers+=("$1")
@@ -49,6 +55,7 @@ check_restored() {
 step "a. checkpoint, then restore into a new container"
 run_container a1 "$T/a.log"
 "${RUNC[@]}" checkpoint --image-path "$T/a-img" --work-path "$T/a-work" a1 || fail "runc checkpoint a1"
+rm -f "$T/slow"
 grep -q "gcrd parked and stored the device memory" "$T/a-work/dump.log" || fail "the plugin did not hand the device memory to gcrd"
 [[ -f $T/a-img/gcr-checkpoint ]] || fail "the images directory has no gcr-checkpoint reference"
 pages=$(images_pages_mib "$T/a-img")
@@ -62,6 +69,7 @@ runc delete -f a2 > /dev/null 2>&1 || true
 step "b. --leave-running"
 run_container b1 "$T/b.log"
 "${RUNC[@]}" checkpoint --leave-running --image-path "$T/b-img" --work-path "$T/b-work" b1 || fail "runc checkpoint --leave-running"
+rm -f "$T/slow"
 wait_checksum "$T/b.log"
 [[ $(checksum_of "$T/b.log") == "$REF" ]] || fail "the original ran on to $(checksum_of "$T/b.log"), expected $REF"
 runc delete -f b1 > /dev/null 2>&1 || true
@@ -76,6 +84,7 @@ criu_images = self-contained
 CONF
 run_container c1 "$T/c.log"
 GCR_CONFIG=$T/gcr.conf "${RUNC[@]}" checkpoint --image-path "$T/c-img" --work-path "$T/c-work" c1 || fail "runc checkpoint (self-contained)"
+rm -f "$T/slow"
 grep -q "^store=images$" "$T/c-img/gcr-checkpoint" || fail "the reference does not say self-contained: $(cat "$T/c-img/gcr-checkpoint")"
 [[ -d $T/c-img/gcr-store ]] || fail "no gcr-store in the images directory"
 cp -a "$T/c-img" "$T/c-img-moved"
@@ -112,14 +121,16 @@ step "e. a two-rank job in a container"
 export GCR_GCRD_SOCKET=$T/host3/gcrd.sock GCR_STORE=$T/host3/store
 mkdir -p "$T/host3"
 start_gcrd "$GCR_GCRD_SOCKET"
-MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10)
+MP=("$BUILD/tests/workloads/mp_train" --steps 200 --step-delay-ms 10 "${SLOW[@]}")
 LD_LIBRARY_PATH=$BUILD/simgpu "${MP[@]}" --ranks 1 --quiet > "$T/mp-ref.log" 2>&1
 MP_REF=$(checksum_of "$T/mp-ref.log")
+: > "$T/slow"
 make_bundle "$T/e1" "$T/e.log" "$GCR" run -- "${MP[@]}" --ranks 2
 runc run -d --bundle "$T/e1" e1 > "$T/e1.log" 2>&1 < /dev/null || fail "runc run e1: $(cat "$T/e1.log")"
 containers+=(e1)
 wait_steps "$T/e.log" $((RANDOM % 40 + 10))
 "${RUNC[@]}" checkpoint --image-path "$T/e-img" --work-path "$T/e-work" e1 || fail "runc checkpoint of the job"
+rm -f "$T/slow"
 grep -q "gcrd: quiescing 2 processes of job" "$T/e-work/dump.log" || fail "gcrd did not checkpoint the ranks as one job"
 : > "$T/e.log"
 "${RUNC[@]}" restore -d --image-path "$T/e-img" --work-path "$T/e2-work" --bundle "$T/e1" e2 \
@@ -130,11 +141,13 @@ for _ in $(seq 1 1500); do [[ $(grep -c "checksum " "$T/e.log") -ge 2 ]] && brea
 echo "ok: both ranks of the restored job end with $MP_REF"
 
 step "f. a CUDA process not under gcr: the baseline"
+: > "$T/slow"
 make_bundle "$T/f1" "$T/f.log" env "LD_LIBRARY_PATH=$BUILD/simgpu" "${MLP[@]}"
 runc run -d --bundle "$T/f1" f1 > "$T/f1.log" 2>&1 < /dev/null || fail "runc run f1: $(cat "$T/f1.log")"
 containers+=(f1)
 wait_steps "$T/f.log" 20
 "${RUNC[@]}" checkpoint --leave-running --image-path "$T/f-img" --work-path "$T/f-work" f1 || fail "runc checkpoint -R of a process not under gcr"
+rm -f "$T/slow"
 [[ ! -e $T/f-img/gcr-checkpoint ]] || fail "gcrd took part in the checkpoint of a process not under gcr"
 pages=$(images_pages_mib "$T/f-img")
 (( pages >= FOOTPRINT_MIB )) || fail "the baseline image holds $pages MiB of pages for a $FOOTPRINT_MIB MiB footprint"

@@ -26,7 +26,12 @@ code=$(s3_curl PUT gcr-test -o /dev/null -w '%{http_code}')
 B=s3://gcr-test/ckpt
 
 STEPS=100
-MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 32M --streams 2)
+# A run steps slowly and holds before its last step while $T/slow exists (start makes it, and it
+# is removed once the run's checkpoint is taken): no checkpoint finds the run ended however slow
+# the machine or the bucket, and the rest, the restores and the reference (no $T/slow) go at full
+# speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 15 --footprint 32M --streams 2
+     --delay-while "$T/slow" --hold-while "$T/slow")
 # node A|B: the environment of one node (its gcrd, work directory and cache).
 node() {
   local n=$1
@@ -44,6 +49,7 @@ ours_running() {
   return 1
 }
 start() {  # NODE LOG
+  : > "$T/slow"
   setsid env GCR_GCRD_SOCKET="$T/$1/gcrd.sock" GCR_WORK_DIR="$T/$1/work" "$GCR" run -- "${MLP[@]}" >> "$2" 2>&1 < /dev/null &
   local p=$!
   pids+=("$p")
@@ -62,6 +68,7 @@ mkdir -p "$T/a" "$T/b"
 P=$(start a "$T/run.log")
 wait_steps "$T/run.log" $((RANDOM % 30 + 10))
 node a "$GCR" --store "$B" checkpoint "$P" --name s1 --json > "$T/s1.json" || fail "checkpoint to S3"
+rm -f "$T/slow"
 UP1=$(json_field upload.copied_bytes < "$T/s1.json")
 DEV=$(json_field region_bytes < "$T/s1.json")
 echo "uploaded $UP1 bytes (device memory $DEV)"
@@ -99,6 +106,7 @@ echo "== node b checkpoints the same workload: it uploads far less"
 P=$(start b "$T/run2.log")
 wait_steps "$T/run2.log" 20
 node b "$GCR" --store "$B" checkpoint "$P" --name s2 --leave-running --json > "$T/s2.json" || fail "second checkpoint to S3"
+rm -f "$T/slow"
 UP2=$(json_field upload.copied_bytes < "$T/s2.json")
 PRESENT2=$(json_field upload.present_bytes < "$T/s2.json")
 echo "second node uploaded $UP2 bytes, found $PRESENT2 already there"
@@ -148,6 +156,7 @@ node c "$GCR" --store "$B" checkpoint "$PC" --name both-c --leave-running --json
 node d "$GCR" --store "$B" checkpoint "$PD" --name both-d --leave-running --json > "$T/d.json" 2> "$T/d.err" & cd=$!
 wait $cc || { cat "$T/c.err"; fail "node c's checkpoint beside node d's"; }
 wait $cd || { cat "$T/d.err"; fail "node d's checkpoint beside node c's"; }
+rm -f "$T/slow"
 node a "$GCR" --store "$B" image ls --json > "$T/ls.json"
 python3 -c "import json; d=json.load(open('$T/ls.json')); t=[x for c in d['checkpoints'] for x in c['tags']]; assert 'both-c' in t and 'both-d' in t, t" || fail "not both listed"
 node a "$GCR" --store "$B" image verify > "$T/verify.out" 2>&1 || { cat "$T/verify.out"; fail "the bucket does not verify"; }
