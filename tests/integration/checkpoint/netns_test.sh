@@ -11,11 +11,16 @@ TEST_NAME=netns-test
 source "$(dirname "$0")/lib.sh"
 command -v unshare > /dev/null || { echo "SKIP: unshare(1) is missing"; exit 77; }
 command -v iptables-restore > /dev/null || { echo "SKIP: CRIU locks a network namespace with iptables-restore, which is missing (scripts/setup.sh installs it)"; exit 77; }
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M)
+# A run steps slowly and holds before its last step while $T/slow exists (made before it starts,
+# removed once its checkpoints are over): none finds the run ended however slow the machine, and
+# the rest, the restores and the reference (no $T/slow) go at full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M
+     --delay-while "$T/slow" --hold-while "$T/slow")
 
 LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(checksum_of "$T/ref.log")
 
+: > "$T/slow"
 unshare --net -- "$GCR" run -- "${MLP[@]}" >> "$T/a.log" 2>&1 < /dev/null &
 P=$!
 pids+=("$P")
@@ -25,6 +30,7 @@ wait_steps "$T/a.log" 30
 kill -0 "$P" || fail "the process is gone after a --leave-running checkpoint"
 wait_steps "$T/a.log" 60
 "$GCR" checkpoint "$P" --name second --json > "$T/c2.json" || fail "the second checkpoint"
+rm -f "$T/slow"
 [[ $(json_field kind < "$T/c2.json") == gcr ]] || fail "the second checkpoint was not gcr's own: $(cat "$T/c2.json")"
 wait "$P" 2> /dev/null || true
 steps=$(steps_in "$T/a.log")

@@ -11,7 +11,11 @@ TEST_NAME=pidns-test
 source "$(dirname "$0")/lib.sh"
 command -v unshare > /dev/null || { echo "SKIP: unshare(1) is missing"; exit 77; }
 export GCR_LOAD_MIB_PER_S=12  # loads of ~4 s, so that the two concurrent restores overlap
-MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M)
+# A run steps slowly and holds before its last step while $T/slow exists (made before it starts,
+# removed once its copy is restored): none finds the run ended however slow the machine, and
+# the rest, the restores and the reference (no $T/slow) go at full speed.
+MLP=("$BUILD/tests/workloads/mlp_train" --steps 150 --step-delay-ms 10 --footprint 48M
+     --delay-while "$T/slow" --hold-while "$T/slow")
 checksums() { grep -c '^checksum' "$1" 2>/dev/null || true; }
 wait_checksums() {  # LOG N
   for _ in $(seq 1 3000); do [[ $(checksums "$1") -ge $2 ]] && return 0; sleep 0.02; done
@@ -22,6 +26,7 @@ LD_LIBRARY_PATH=$BUILD/simgpu "${MLP[@]}" > "$T/ref.log" 2>&1
 REF=$(awk '/^checksum/ {print $2}' "$T/ref.log")
 
 echo "== restore while the original runs"
+: > "$T/slow"
 setsid "$GCR" run -- "${MLP[@]}" >> "$T/a.log" 2>&1 < /dev/null &
 P=$!
 pids+=("$P")
@@ -29,6 +34,7 @@ for _ in $(seq 1 500); do [[ $(grep -c '^step' "$T/a.log") -ge 30 ]] && break; s
 "$GCR" checkpoint "$P" --name live -R > /dev/null || fail "checkpoint -R"
 kill -0 "$P" || fail "the original is gone after a --leave-running checkpoint"
 "$GCR" restore live --json > "$T/r1.json" || fail "restore while the original runs"
+rm -f "$T/slow"
 [[ $(json_field new_pid_namespace < "$T/r1.json") == 1 ]] || fail "the restore did not use a new PID namespace"
 [[ $(json_field original_pid < "$T/r1.json") == "$P" ]] || fail "the restored process's pid inside is not $P"
 R1=$(json_field pid < "$T/r1.json")
