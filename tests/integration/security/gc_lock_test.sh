@@ -29,5 +29,6 @@ done
 wait "$C" || bad "the checkpoint failed: $(cat "$T/during.out")"
 echo "longest the process made no step while the checkpoint waited for gc.lock: $worst ms"
 (( worst < 2000 )) || bad "the process stood still for $worst ms while the checkpoint waited for gc.lock"
+go_on_long
 REF=$REF_LONG check_run "the checkpointed process" "$P" "$T/a.log" 0
 finish

@@ -41,12 +41,17 @@ long_reference() {
   REF_LONG=$(checksum_of "$T/ref-long.log")
   [[ -n $REF_LONG ]] || fail "the long reference run printed no checksum"
 }
+# It steps slowly and holds before its last step while $LONG_SLOW exists: a test removes it
+# (go_on_long) once its checkpoints are over, however long they took on a busy machine.
+LONG_SLOW=$T/long-slow
 start_long() { # LOG: the long mlp_train under `gcr run` as root; sets P
   : >"$1"
-  setsid "$GCR" run -- "${MLP_LONG[@]}" >>"$1" 2>&1 </dev/null &
+  : >"$LONG_SLOW"
+  setsid "$GCR" run -- "${MLP_LONG[@]}" --delay-while "$LONG_SLOW" --hold-while "$LONG_SLOW" >>"$1" 2>&1 </dev/null &
   P=$!
   pids+=("$P")
 }
+go_on_long() { rm -f "$LONG_SLOW"; }
 # nobody's process under gcr: a program of nobody's own, which root's gcrd checkpoints.
 start_nobody() { # LOG: mlp_train as nobody under `gcr run`; sets P
   : >"$1"

@@ -61,5 +61,6 @@ wait "$V" || bad "root's checkpoint failed while nobody attacked: $(cat "$T/vict
 grep -q "truncate.*table: done" "$T/hostile.log" && bad "the hostile process could truncate gcrd's copy-on-write table"
 grep -q "truncate a parked region: done" "$T/hostile.log" && bad "the hostile process could truncate a parked region"
 "$GCR" image verify victim >/dev/null || bad "root's checkpoint does not verify"
+go_on_long
 REF=$REF_LONG check_run "root's process" "$P" "$T/a.log" 0
 finish
