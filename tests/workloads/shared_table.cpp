@@ -74,10 +74,6 @@ void wait_byte(int sock) {
   }
 }
 
-bool exists(const std::string& path) {
-  return !path.empty() && access(path.c_str(), F_OK) == 0;
-}
-
 CUmemAllocationProp table_prop() {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -158,7 +154,7 @@ int main(int argc, char** argv) {
   std::vector<std::uint32_t> peek(1024);
   for (int step = 1; step <= steps; ++step) {
     if (step == steps) {
-      while (exists(hold_while)) usleep(10'000);
+      wl::hold_while(hold_while);
       if (parent && writes) wait_byte(sock);  // the child's write is in the table
     }
     const std::size_t at = (static_cast<std::size_t>(step) * 4096) % (table_bytes - 4096);
@@ -176,8 +172,7 @@ int main(int argc, char** argv) {
       std::printf("step %d\n", step);
       std::fflush(stdout);
     }
-    if (delay_ms && (delay_while.empty() || exists(delay_while)))
-      usleep(static_cast<useconds_t>(delay_ms) * 1000);
+    wl::step_delay(delay_ms, delay_while);
   }
   // The table is read once both are done writing it.
   if (parent) {

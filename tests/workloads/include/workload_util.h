@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #define CU_CHECK(call)                                              \
@@ -163,6 +165,21 @@ inline double ms_since_start() {
   static const auto start = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
+}
+
+// --delay-while FILE / --hold-while FILE (README.md): a test slows a run, or keeps it from ending,
+// only while its file exists; an empty path is no file.
+inline bool file_exists(const std::string& path) {
+  return !path.empty() && ::access(path.c_str(), F_OK) == 0;
+}
+// The step delay: always without --delay-while, else only while its file exists.
+inline void step_delay(int ms, const std::string& delay_while) {
+  if (ms > 0 && (delay_while.empty() || file_exists(delay_while)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+// Before the last step: waits (polling every 10 ms) while the --hold-while file exists.
+inline void hold_while(const std::string& path) {
+  while (file_exists(path)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 // Command-line flags: "--name value" or "--name=value"; booleans are "--name". Look every flag up,

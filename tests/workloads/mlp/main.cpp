@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
-#include <thread>
-
-#include <unistd.h>
 
 #include "data.h"
 #include "mlp_kernels_fatbin.h"
@@ -77,7 +74,9 @@ class Trainer {
                 model_.parameter_count());
     stage(0);
     for (int step = 0; step < o_.steps; ++step) {
-      if (step + 1 == o_.steps) hold();
+      // --hold-while: a test's checkpoint may take its time on a busy machine; the run must not
+      // end under it.
+      if (step + 1 == o_.steps) wl::hold_while(o_.hold_while);
       if (step + 1 < o_.steps) stage(step + 1);
       train(step);
       touch_host(step);
@@ -88,10 +87,7 @@ class Trainer {
                     wl::ms_since_start());
         std::fflush(stdout);
       }
-      if (o_.step_delay_ms > 0 &&
-          (o_.delay_while.empty() || ::access(o_.delay_while.c_str(), F_OK) == 0)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
-      }
+      wl::step_delay(o_.step_delay_ms, o_.delay_while);
     }
     CU_CHECK(cuCtxSynchronize());
     std::printf("final_loss %.9g\n", host_losses_[o_.steps - 1]);
@@ -101,14 +97,6 @@ class Trainer {
   }
 
  private:
-  // --hold-while: a test's checkpoint may take its time on a busy machine; the run must not end
-  // under it.
-  void hold() const {
-    while (!o_.hold_while.empty() && ::access(o_.hold_while.c_str(), F_OK) == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-
   // --host-footprint: words that differ in every page (CRIU must copy each), --host-writes pages
   // of which each step rewrites (one by default, so that a second checkpoint finds little of it
   // changed).

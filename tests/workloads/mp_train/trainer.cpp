@@ -241,7 +241,7 @@ void Trainer::run() {
   const float total_outputs = static_cast<float>(o_.batch * kOutputDim);
   float loss = 0.0f;
   for (int s = first_step_; s < o_.steps; ++s) {
-    if (s + 1 == o_.steps) hold();
+    if (s + 1 == o_.steps) wl::hold_while(o_.hold_while);  // no checksum out while a test holds
     const auto start = std::chrono::steady_clock::now();
     teacher.make_batch(static_cast<std::uint64_t>(s), o_.batch, x.data(), y.data());
     std::size_t nx = static_cast<std::size_t>(local_) * kInputDim;
@@ -260,10 +260,7 @@ void Trainer::run() {
       std::fflush(stdout);
     }
     double ms = ms_since(start);
-    if (o_.step_delay_ms > 0 &&
-        (o_.delay_while.empty() || ::access(o_.delay_while.c_str(), F_OK) == 0)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(o_.step_delay_ms));
-    }
+    wl::step_delay(o_.step_delay_ms, o_.delay_while);
     ms += store_barrier(s);
     if (step_log_) step_log_->add(s, ms);
   }
@@ -282,14 +279,6 @@ void Trainer::run() {
   }
   std::fflush(stdout);
   leave_store();
-}
-
-// --hold-while: a test's checkpoint may take its time on a busy machine; the run must not end
-// under it. Every rank waits before its last step, so no rank's checksum is out while it holds.
-void Trainer::hold() const {
-  while (!o_.hold_while.empty() && ::access(o_.hold_while.c_str(), F_OK) == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
 }
 
 // Every --store-every steps, after the step's delay: a rank that gets here first blocks in a

@@ -64,7 +64,6 @@ class Trainer {
 
   void connect_tcp();
   void step(int step);
-  void hold() const;                 // --hold-while
   double store_barrier(int step);    // the ms it took
   bool all_asked_to_save(int step);  // Note [A framework's checkpoint]
   [[noreturn]] void save_state_and_exit(int step);
