@@ -926,6 +926,15 @@ Result<UniqueFd> gcrd_connection() {
   GCR_TRY_ASSIGN(auto gcrd, gcrd_path());
   auto socket = gcrd::default_socket_path();
   GCR_TRY(check_socket_owner(socket));
+  if (!settings().start_gcrd) {  // the host's gcrd is a service: never one of our own beside it
+    auto running = gcrd::connect_running(socket);
+    if (!running)
+      return Error{running.error().code,
+                   running.error().message +
+                       "; GCR_START_GCRD=0: gcr starts no gcrd of its own, start this host's "
+                       "gcrd (its service, or 'gcr daemon')"};
+    return UniqueFd(*running);
+  }
   GCR_TRY_ASSIGN(int fd, gcrd::connect_or_start(socket, gcrd, gcrd_environment(driver)));
   return UniqueFd(fd);
 }

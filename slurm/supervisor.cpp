@@ -493,6 +493,9 @@ Result<int> run_supervisor(const SupervisorOptions& options) {
   if (options.script.empty())
     return Error{Errc::invalid_argument, "gcr slurm batch: no script after --"};
   GCR_TRY_ASSIGN(SlurmEnv env, read_slurm_env(false));
+  // The node's gcrd is a service (docs/slurm.md): the checkpoints' gcr and the script's never
+  // start a gcrd of their own, one without --listen that would keep the node's from its socket.
+  setenv("GCR_START_GCRD", "0", 0);
   Supervisor s(std::move(env), options);
   return s.run();
 }

@@ -93,6 +93,7 @@ Result<int> stand_in_for(pid_t pid) {
 Result<int> run_task(const std::vector<std::string>& command) {
   if (command.empty()) return Error{Errc::invalid_argument, "gcr slurm task: no command after --"};
   GCR_TRY_ASSIGN(SlurmEnv env, read_slurm_env(true));
+  setenv("GCR_START_GCRD", "0", 0);                     // as the supervisor's (run_supervisor)
   if (env.supervisor.empty()) exec_under_gcr(command);  // srun --gcr alone: no requeue to serve
   auto gcrd = node_gcrd();
   if (!gcrd) {

@@ -140,6 +140,7 @@ void parse_paths(const Reader& r, Settings& s) {
   s.criu = r.path("GCR_CRIU");
   s.criu_plugin_dir = r.path("GCR_CRIU_PLUGIN_DIR");
   s.quiet = r.is_set("GCR_QUIET");
+  s.start_gcrd = r.on_unless_zero("GCR_START_GCRD");
 }
 
 void parse_tuning(const Reader& r, Settings& s) {

@@ -36,6 +36,8 @@ struct Settings {
   std::optional<std::filesystem::path> criu;             // GCR_CRIU
   std::optional<std::filesystem::path> criu_plugin_dir;  // GCR_CRIU_PLUGIN_DIR
   bool quiet = false;                                    // GCR_QUIET set, to any value
+  // GCR_START_GCRD=0: gcr never starts a gcrd itself; the host's gcrd is a service (Slurm nodes).
+  bool start_gcrd = true;
 
   // Checkpoint and restore (gcrd). Each switch but pinned_frozen is on unless its variable is 0.
   bool criu_early = true;                             // GCR_CRIU_EARLY

@@ -62,6 +62,12 @@ expect 3 "$GCR_BIN" --store "$WORK/no-such-store" image ls
 contains "gcr: no image store at" "$ERR"
 contains "hint: " "$ERR"
 
+step "GCR_START_GCRD=0: no gcrd answers, none is started, and the error says what to do"
+expect 3 env GCR_GCRD_SOCKET="$WORK/no-gcrd/gcrd.sock" GCR_START_GCRD=0 "$GCR_BIN" checkpoint $$
+contains "GCR_START_GCRD=0" "$ERR"
+contains "start this host's gcrd" "$ERR"
+[[ ! -e $WORK/no-gcrd ]] || fail "gcr made $WORK/no-gcrd: $(ls -la "$WORK/no-gcrd")"
+
 step "build the store"
 "$MAKE_STORE" "$STORE" >"$WORK/ids"
 JOB1=$(awk '$1 == "job-1" {print $2}' "$WORK/ids")

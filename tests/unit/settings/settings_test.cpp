@@ -64,6 +64,7 @@ TEST_CASE("with no variable set every setting is its default") {
   CHECK(s.stage_hold == 600s);
   CHECK(s.cache_max_bytes == 20ull << 30);
   CHECK(s.stream_restore);
+  CHECK(s.start_gcrd);
   CHECK(s.arrival_idle == 60s);
   const TestHooks& h = s.test_hooks;
   CHECK(h.gcrd_pause_at.empty());
@@ -124,7 +125,7 @@ TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
   const char* switches[] = {"GCR_CRIU_EARLY",      "GCR_CRIU_COW_DUMP",
                             "GCR_CRIU_COW_TRACK",  "GCR_CRIU_TRACK_MEM",
                             "GCR_CRIU_LAZY_PAGES", "GCR_HOST_PAGES_FROM_STORE",
-                            "GCR_STREAM_RESTORE"};
+                            "GCR_STREAM_RESTORE",  "GCR_START_GCRD"};
   std::map<std::string, std::string> off, on;
   for (const char* v : switches) {
     off[v] = "0";
@@ -138,6 +139,7 @@ TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
   CHECK_FALSE(z.s.criu_lazy_pages);
   CHECK_FALSE(z.s.host_pages_from_store);
   CHECK_FALSE(z.s.stream_restore);
+  CHECK_FALSE(z.s.start_gcrd);
   Parsed o = parse(on);
   CHECK(o.warnings.empty());
   CHECK(o.s.criu_early);
@@ -147,6 +149,7 @@ TEST_CASE("a switch is off only at 0; GCR_QUIET counts when set at all") {
   CHECK(o.s.criu_lazy_pages);
   CHECK(o.s.host_pages_from_store);
   CHECK(o.s.stream_restore);
+  CHECK(o.s.start_gcrd);
   CHECK(parse({{"GCR_QUIET", ""}}).s.quiet);
 }
 
