@@ -10,7 +10,8 @@
 // and its own buffer (FNV-1a); an uninterrupted run prints the same two lines every time, at any
 // speed. --delay-while FILE: the step delay only while FILE exists; --hold-while FILE: each
 // process waits before its last step while FILE exists (a test that must still find the pair
-// running removes it when done).
+// running removes it when done); --write-hold FILE: the child waits before its --write-at write
+// while FILE exists (a test that needs the write after some point removes it there).
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,7 +101,8 @@ CUdeviceptr map_table(CUmemGenericAllocationHandle handle, std::size_t bytes) {
 int main(int argc, char** argv) {
   wl::Flags flags(argc, argv,
                   "usage: shared_table [--steps N] [--step-delay-ms MS] [--table-bytes B] "
-                  "[--private-bytes B] [--write-at K] [--delay-while FILE] [--hold-while FILE]");
+                  "[--private-bytes B] [--write-at K] [--write-hold FILE] [--delay-while FILE] "
+                  "[--hold-while FILE]");
   const int steps = static_cast<int>(flags.integer("--steps", 100, 1, 1 << 20));
   const int delay_ms = static_cast<int>(flags.integer("--step-delay-ms", 10, 0, 60000));
   std::uint64_t table_bytes = flags.bytes("--table-bytes", 16ull << 20);
@@ -108,6 +110,7 @@ int main(int argc, char** argv) {
   const int write_at = static_cast<int>(flags.integer("--write-at", 0, 0, 1 << 20));
   const std::string delay_while = flags.text("--delay-while", "");
   const std::string hold_while = flags.text("--hold-while", "");
+  const std::string write_hold = flags.text("--write-hold", "");
   flags.finish();
   const bool writes = write_at > 0 && write_at <= steps;
 
@@ -161,8 +164,10 @@ int main(int argc, char** argv) {
     CU_CHECK(cuMemcpyDtoH(peek.data(), table + at, 4096));
     CU_CHECK(cuMemsetD32(mine, static_cast<unsigned>(step) ^ peek[0] ^ (parent ? 0u : 1u),
                          private_bytes / 4));
-    if (!parent && step == write_at)
+    if (!parent && step == write_at) {
+      wl::hold_while(write_hold);
       CU_CHECK(cuMemsetD32(table, 0xC0FFEEu + static_cast<unsigned>(step), (1u << 20) / 4));
+    }
     CU_CHECK(cuCtxSynchronize());
     if (!parent && step == write_at) {
       const char wrote = 'w';

@@ -77,8 +77,9 @@ restored b-2 "$T/b.log"
 restored b-1 "$T/b.log"
 
 # paused_pair CASE SECONDS CUT: a new gcrd that pauses SECONDS at `draining`; the reference run,
-# then the pair under gcr, the child writing the table 20 steps (some 300 ms) after CUT, where it
-# is waited for: after the cut. Sets REF and P.
+# then the pair under gcr, the child writing the table 20 steps after CUT once $T/write-hold is
+# gone (the test removes it once gcrd paused, after the cut, however slow the machine). Sets REF
+# and P.
 paused_pair() {
   local c=$1 w=$(($3 + 20))
   stop_gcrd
@@ -86,16 +87,25 @@ paused_pair() {
   LD_LIBRARY_PATH=$BUILD/simgpu "${ST[@]}" --write-at "$w" > "$T/$c-ref.log" 2>&1
   REF=$(checksums "$T/$c-ref.log")
   : > "$T/slow"
-  "$GCR" run -- "${ST[@]}" --write-at "$w" >> "$T/$c.log" 2>&1 &
+  : > "$T/write-hold"
+  "$GCR" run -- "${ST[@]}" --write-at "$w" --write-hold "$T/write-hold" >> "$T/$c.log" 2>&1 &
   P=$!
   pids+=("$P")
   wait_steps "$T/$c.log" "$3"
+  PAUSED=$(grep -c "paused at draining" "$T/gcrd.log" || true)  # earlier gcrds' too
 }
+# gcrd_paused: the checkpoint's gcrd paused at `draining` (after the resume).
+gcrd_paused() { (( $(grep -c "paused at draining" "$T/gcrd.log" || true) > PAUSED )); }
 
 echo "== c. the child writes the table while gcrd, after the resume, has not read it"
-# The child waits for gcrd until 1 s after the resume (the parent's last step waits for its write).
-paused_pair c 1 $((RANDOM % 20 + 10))
-"$GCR" checkpoint "$P" -R --name c-1 --json > "$T/c-1.json" || fail "live checkpoint c-1"
+# gcrd pauses 3 s after the resume; the child's write comes once it paused, and waits for it (the
+# parent's last step waits for that write).
+paused_pair c 3 $((RANDOM % 20 + 10))
+"$GCR" checkpoint "$P" -R --name c-1 --json > "$T/c-1.json" &
+CK=$!
+wait_until 60 gcrd_paused || fail "gcrd never paused at draining"
+rm -f "$T/write-hold"
+wait "$CK" || fail "live checkpoint c-1"
 unset GCR_GCRD_PAUSE_AT
 stop_gcrd
 rm -f "$T/slow"
@@ -109,15 +119,11 @@ restored c-1 "$T/c.log"
 echo "== d. gcrd killed while the child waits for it to read the table"
 paused_pair d 5 $((RANDOM % 10 + 10))
 rc=0
-paused=$(grep -c "paused at draining" "$T/gcrd.log" || true)  # case c's gcrd paused there too
 "$GCR" checkpoint "$P" -R --name d-1 --json > "$T/d-1.json" 2> "$T/d-1.err" &
 CK=$!
-for _ in $(seq 1 500); do
-  (( $(grep -c "paused at draining" "$T/gcrd.log" || true) > paused )) && break
-  sleep 0.02
-done
-(( $(grep -c "paused at draining" "$T/gcrd.log" || true) > paused )) || fail "gcrd never paused at draining"
-sleep 0.8  # the child reaches its write and waits (gcrd pauses 5 s)
+wait_until 60 gcrd_paused || fail "gcrd never paused at draining"
+rm -f "$T/write-hold"
+sleep 0.8  # the child reaches its write (a 10 ms poll away) and waits (gcrd pauses 5 s)
 pkill -9 -f "gcrd --socket $GCR_GCRD_SOCKET"
 wait "$CK" || rc=$?
 unset GCR_GCRD_PAUSE_AT
