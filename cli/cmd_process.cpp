@@ -249,12 +249,14 @@ struct ProcessRow {
 // (`work`). Returns how many were asked.
 std::size_t ask_processes(std::vector<ProcessRow>& rows, const std::map<pid_t, GcrdWork>& work) {
   // Each process is asked on a thread of its own: one that cannot answer (busy with another gcr,
-  // stopped) holds up its own row for 2 s, not the others'.
+  // stopped, frozen by a checkpoint that began after it let us in) holds up its own row for 2 s
+  // to connect and 2 s to answer, not the others' (and not the 60 s a checkpoint's replies get).
   std::vector<std::thread> asking;
   for (ProcessRow& r : rows) {
     if (work.contains(r.pid)) continue;  // gcrd holds its session: gcrd says (below)
     asking.emplace_back([&r] {
       auto client = control::Client::connect(r.pid, std::chrono::seconds(2));
+      if (client) client->set_reply_timeout(std::chrono::seconds(2));
       if (!client) {
         r.error = client.error().message;
       } else if (auto st = client->status()) {

@@ -80,13 +80,13 @@ wait_steps "$T/killed.log" $((RANDOM % 30 + 20))
 "$GCR" checkpoint "$p" --name killed -R --json > "$T/killed.json" 2> "$T/killed.err" &
 cp=$!
 draining() {  # gcr ps says process $p runs while its checkpoint is stored
-  "$GCR" ps --json | python3 -c "
+  "$GCR" ps --json > "$T/ps.json" 2>&1 && python3 -c "
 import json, sys
-rows = [r for r in json.load(sys.stdin) if r['pid'] == $p]
+rows = [r for r in json.load(open('$T/ps.json')) if r['pid'] == $p]
 sys.exit(0 if rows and rows[0].get('state') == 'draining' else 1)"
 }
 for _ in $(seq 1 1500); do draining && break; kill -0 "$cp" 2>/dev/null || break; sleep 0.02; done
-draining || fail "gcr ps never showed process $p draining during its checkpoint"
+draining || fail "gcr ps never showed process $p draining during its checkpoint; it said: $(cat "$T/ps.json")"
 before=$(steps_in "$T/killed.log")
 wait_steps "$T/killed.log" $((before + 3))  # it writes its weights every step: copies
 kill -0 "$cp" 2>/dev/null || fail "the checkpoint ended before the process could be killed in its drain: $(cat "$T/killed.err")"
