@@ -2,8 +2,9 @@
 # bench/s3_bench.sh: the store on S3 (a single-node Ceph RGW on this machine, started and stopped
 # here, tests/integration/s3/ceph_lib.sh) against plain curl moving the same bytes to the same
 # endpoint: `gcr image push` of a checkpoint into an empty bucket prefix against one `curl PUT` of
-# its pack bytes, and `gcr image pull` into an empty store against one `curl GET`. Prints MB/s
-# and the ratio (goal >= 0.8). Then (root: CRIU) restores: an mlp_train of RESTORE_MIB of device
+# its pack bytes, and `gcr image pull` into an empty store against one `curl GET`; and both
+# against `rclone copy` of the same store directory (issue 38's goal: >= 1.0x). Prints MB/s and
+# the ratios. Then (root: CRIU) restores: an mlp_train of RESTORE_MIB of device
 # memory, checkpointed and pushed, restored from the local store, from the bucket with a cold
 # chunk cache (streamed: the process runs while its memory arrives), again with the cache warm,
 # and with a cold cache pulled whole first (GCR_STREAM_RESTORE=0): time to resume and to all
@@ -44,10 +45,41 @@ now() { date +%s.%N; }
 rate() { python3 -c "print(f'{$1 / ($3 - $2) / 1e6:.0f}')"; }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# rclone (Debian's; scripts/setup.sh --bench installs it) with its default parallelism, copying
+# the same store directory to and from the same endpoint: the best general client, issue 38's
+# baseline. Configured from the environment alone, no file of the user's read.
+HAVE_RCLONE=0
+if command -v rclone > /dev/null; then
+  HAVE_RCLONE=1
+  : > "$T/rclone.conf"
+  export RCLONE_CONFIG=$T/rclone.conf RCLONE_CONFIG_BENCH_TYPE=s3 RCLONE_CONFIG_BENCH_PROVIDER=Ceph \
+    RCLONE_CONFIG_BENCH_ENDPOINT=$AWS_ENDPOINT_URL RCLONE_CONFIG_BENCH_REGION=$AWS_REGION \
+    RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID \
+    RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
+fi
+# The AWS SDK in rclone fails on AWS_CA_BUNDLE with rclone's own HTTP transport; the endpoint is
+# plain HTTP here.
+rclone_copy() { env -u AWS_CA_BUNDLE rclone copy "$@" 2> "$T/rclone.err" || { cat "$T/rclone.err"; exit 1; }; }
+if ((!HAVE_RCLONE)); then
+  echo "rclone is not installed (scripts/setup.sh --bench, or apt-get install rclone): no rclone rows"
+fi
+
 # Alternating runs, the median of each: the machine's other load and the OSD's memory growth
 # (memstore) then weigh on both sides alike. Each run writes fresh keys and a fresh local store.
-PUTS=() GETS=() GETS_SYNC=() PUSHES=() PULLS=()
+PUTS=() GETS=() GETS_SYNC=() PUSHES=() PULLS=() RC_PUTS=() RC_GETS=() RC_GETS_SYNC=()
 for rep in $(seq 1 "$REPS"); do
+  if ((HAVE_RCLONE)); then
+    t0=$(now); rclone_copy "$T/local" "bench:bench/rclone$rep"; t1=$(now)
+    RC_PUTS+=("$(rate "$BYTES" "$t0" "$t1")")
+    t0=$(now); rclone_copy "bench:bench/rclone$rep" "$T/rclone-back"; t1=$(now)
+    RC_GETS+=("$(rate "$BYTES" "$t0" "$t1")")
+    rm -rf "$T/rclone-back"
+    t0=$(now); rclone_copy "bench:bench/rclone$rep" "$T/rclone-back" && sync -f "$T/rclone-back"; t1=$(now)
+    RC_GETS_SYNC+=("$(rate "$BYTES" "$t0" "$t1")")
+    # rclone keeps no empty directory (the store's tmp/): the packs must be the same
+    diff -r -q "$T/local/packs" "$T/rclone-back/packs" > /dev/null || { echo "rclone returned other packs"; exit 1; }
+    rm -rf "$T/rclone-back"
+  fi
   t0=$(now); s3_curl PUT "bench/plain/o$rep" -T "$T/plain" -o /dev/null; t1=$(now)
   PUTS+=("$(rate "$BYTES" "$t0" "$t1")")
   t0=$(now); "$GCR" --store "$T/local" image push big "s3://bench/gcr$rep" >/dev/null; t1=$(now)
@@ -66,8 +98,13 @@ for rep in $(seq 1 "$REPS"); do
   rm -rf "$T/node$rep" "$T/cache"
 done
 echo "runs (MB/s): curl PUT ${PUTS[*]}; push ${PUSHES[*]}; curl GET ${GETS[*]}; curl GET+fsync ${GETS_SYNC[*]}; pull ${PULLS[*]}"
+((HAVE_RCLONE)) && echo "runs (MB/s): rclone up ${RC_PUTS[*]}; rclone down ${RC_GETS[*]}; rclone down+sync ${RC_GETS_SYNC[*]}"
 put=$(median "${PUTS[@]}"); push=$(median "${PUSHES[@]}")
 get=$(median "${GETS[@]}"); get_sync=$(median "${GETS_SYNC[@]}"); pull=$(median "${PULLS[@]}")
+rc_put=0 rc_get=0 rc_get_sync=0
+if ((HAVE_RCLONE)); then
+  rc_put=$(median "${RC_PUTS[@]}"); rc_get=$(median "${RC_GETS[@]}"); rc_get_sync=$(median "${RC_GETS_SYNC[@]}")
+fi
 printf 'S3 (Ceph RGW on 127.0.0.1), %s MiB checkpoint, %d bytes of packs\n' "$SIZE_MIB" "$BYTES"
 printf '  upload:   gcr image push %5s MB/s   curl PUT %5s MB/s   ratio %s\n' "$push" "$put" \
   "$(python3 -c "print(f'{$push / $put:.2f}')")"
@@ -75,6 +112,15 @@ printf '  download: gcr image pull %5s MB/s   curl GET %5s MB/s   ratio %s\n' "$
   "$(python3 -c "print(f'{$pull / $get:.2f}')")"
 printf '            gcr image pull %5s MB/s   curl GET + fsync %5s MB/s   ratio %s\n' "$pull" \
   "$get_sync" "$(python3 -c "print(f'{$pull / $get_sync:.2f}')")"
+if ((HAVE_RCLONE)); then  # issue 38's goal: >= 1.0x of rclone both ways
+  printf '  against rclone copy (goal >= 1.00):\n'
+  printf '    upload:   gcr image push %5s MB/s   rclone %5s MB/s   ratio %s\n' "$push" "$rc_put" \
+    "$(python3 -c "print(f'{$push / $rc_put:.2f}')")"
+  printf '    download: gcr image pull %5s MB/s   rclone %5s MB/s   ratio %s\n' "$pull" "$rc_get" \
+    "$(python3 -c "print(f'{$pull / $rc_get:.2f}')")"
+  printf '              gcr image pull %5s MB/s   rclone + sync %5s MB/s   ratio %s\n' "$pull" \
+    "$rc_get_sync" "$(python3 -c "print(f'{$pull / $rc_get_sync:.2f}')")"
+fi
 # Restores: the local store against the bucket.
 RESTORES="[]"
 if (( RESTORE_MIB > 0 )) && [[ $EUID == 0 ]]; then
@@ -153,19 +199,27 @@ mkdir -p "$ROOT/bench/results"
 OUT_JSON="$ROOT/bench/results/s3-$(date -u +%Y-%m-%dT%H%M%S).json"
 python3 - "$OUT_JSON" "$SIZE_MIB" "$BYTES" "$push" "$put" "$pull" "$get" "$get_sync" \
   "${PUTS[*]}" "${PUSHES[*]}" "${GETS[*]}" "${GETS_SYNC[*]}" "${PULLS[*]}" "$RESTORES" \
-  "$RESTORE_MIB" <<'PY'
+  "$RESTORE_MIB" "$rc_put" "$rc_get" "$rc_get_sync" "${RC_PUTS[*]}" "${RC_GETS[*]}" \
+  "${RC_GETS_SYNC[*]}" <<'PY'
 import json, sys
 out, size_mib, nbytes, push, put, pull, get, get_sync = sys.argv[1:9]
 restores, restore_mib = json.loads(sys.argv[14]), int(sys.argv[15])
-runs = dict(zip(["curl_put", "push", "curl_get", "curl_get_fsync", "pull"],
-                [[float(x) for x in s.split()] for s in sys.argv[9:14]]))
+rc_put, rc_get, rc_get_sync = (float(x) for x in sys.argv[16:19])
+runs = dict(zip(["curl_put", "push", "curl_get", "curl_get_fsync", "pull", "rclone_up",
+                 "rclone_down", "rclone_down_sync"],
+                [[float(x) for x in s.split()] for s in sys.argv[9:14] + sys.argv[19:22]]))
 f = float
-json.dump({"bench": "s3", "endpoint": "Ceph RGW on 127.0.0.1", "checkpoint_mib": int(size_mib),
-           "pack_bytes": int(nbytes), "unit": "MB/s (medians)",
-           "push": f(push), "curl_put": f(put), "push_ratio": round(f(push) / f(put), 3),
-           "pull": f(pull), "curl_get": f(get), "pull_ratio": round(f(pull) / f(get), 3),
-           "curl_get_fsync": f(get_sync), "pull_ratio_vs_fsync": round(f(pull) / f(get_sync), 3),
-           "runs": runs, "restore_mib": restore_mib, "restores": restores},
-          open(out, "w"), indent=2)
+ratio = lambda a, b: round(f(a) / f(b), 3) if f(b) > 0 else None
+doc = {"bench": "s3", "endpoint": "Ceph RGW on 127.0.0.1", "checkpoint_mib": int(size_mib),
+       "pack_bytes": int(nbytes), "unit": "MB/s (medians)",
+       "push": f(push), "curl_put": f(put), "push_ratio": ratio(push, put),
+       "pull": f(pull), "curl_get": f(get), "pull_ratio": ratio(pull, get),
+       "curl_get_fsync": f(get_sync), "pull_ratio_vs_fsync": ratio(pull, get_sync)}
+if rc_put > 0:
+    doc.update({"rclone_up": rc_put, "push_vs_rclone": ratio(push, rc_put),
+                "rclone_down": rc_get, "pull_vs_rclone": ratio(pull, rc_get),
+                "rclone_down_sync": rc_get_sync, "pull_vs_rclone_sync": ratio(pull, rc_get_sync)})
+doc.update({"runs": runs, "restore_mib": restore_mib, "restores": restores})
+json.dump(doc, open(out, "w"), indent=2)
 print("wrote", out)
 PY

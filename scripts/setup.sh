@@ -6,6 +6,7 @@
 #   scripts/setup.sh --demo       ... and build only what scripts/demo.sh runs (target gcr_demo)
 #   ... --aarch64                 also the arm64 cross toolchain, qemu-user and arm64 libraries
 #                                 (docs/arm64.md; or GCR_AARCH64=1)
+#   ... --bench                   also what only the benchmarks compare against (rclone: bench/s3_bench.sh)
 #
 # Environment: GCR_REBUILD_CRIU=1 (force the CRIU build), GCR_CRIU_SERIES (default 4.2),
 # GCR_ALLOW_CRIU_CHECK_FAIL=1 (do not fail when `criu check` fails), GCR_BUILD_DIR (default build).
@@ -15,13 +16,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 DEPS_ONLY=0
+BENCH=0
 TARGET=()
 for arg in "$@"; do
     case "$arg" in
         --deps-only) DEPS_ONLY=1 ;;
         --demo) TARGET=(--target gcr_demo) ;;
         --aarch64) GCR_AARCH64=1 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --bench) BENCH=1 ;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +71,9 @@ CRIU_PKGS=(libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compil
 # setcap for a user's --unprivileged CRIU)
            xz-utils iproute2 iptables patch libcap2-bin)
 PKGS=("${GCR_PKGS[@]}" "${CRIU_PKGS[@]}")
+# ... and with --bench, the baselines the benchmarks measure gcr against (not needed by the tests)
+BENCH_PKGS=(rclone)
+if ((BENCH)); then PKGS+=("${BENCH_PKGS[@]}"); fi
 
 mapfile -t MISSING < <(
     dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PKGS[@]}" 2>/dev/null |

@@ -16,6 +16,7 @@
 #include "gcr/chunk_id.h"
 #include "gcr/file.h"
 #include "gcr/store_backend.h"
+#include "store/bytes.h"
 #include "store/gc_lock.h"
 #include "store/layout.h"
 
@@ -120,32 +121,47 @@ class DirBackend final : public Backend {
   }
 
   Status put(const std::string& key, std::span<const std::byte> bytes, PutMode mode) override {
+    const std::span<const std::byte> whole[] = {bytes};
+    return put_parts(key, whole, mode);
+  }
+
+  // Each part written in turn where it is: a pulled pack goes from the buffers it arrived in to
+  // the file, never joined in memory first.
+  Status put_parts(const std::string& key, std::span<const std::span<const std::byte>> parts,
+                   PutMode mode) override {
     auto final_path = layout_.root / key;
     auto dir = final_path.parent_path();
     GCR_TRY(io::make_dir(dir));
     auto tmp = layout_.tmp_file("put");
-    if (mode == PutMode::replace) {
-      GCR_TRY(io::write_file_durably(tmp, final_path, bytes));
+    if (mode == PutMode::replace && parts.size() == 1) {
+      GCR_TRY(io::write_file_durably(tmp, final_path, parts[0]));
       return io::sync_dir(dir);
     }
+    std::uint64_t size = 0;
     {
       GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600));
-      Status s = io::write_all(fd.get(), bytes, 0, tmp);
+      Status s = ok();
+      for (std::span<const std::byte> p : parts) {
+        if (s) s = io::write_all(fd.get(), p, size, tmp);
+        size += p.size();
+      }
       if (s) s = io::sync_fd(fd.get(), tmp);
       if (!s) {
         (void)io::remove_file(tmp);
         return s;
       }
     }
+    if (mode == PutMode::replace) {
+      GCR_TRY(io::rename_file(tmp, final_path));
+      return io::sync_dir(dir);
+    }
     int rc = ::link(tmp.c_str(), final_path.c_str());
     int err = errno;
     (void)io::remove_file(tmp);
     if (rc != 0 && err == EEXIST) {
       // The same object from a concurrent writer (two pulls of one checkpoint): written.
-      auto there = io::read_file(final_path, bytes.size());
-      if (there && std::equal(there->begin(), there->end(), bytes.begin(), bytes.end())) {
-        return ok();
-      }
+      auto there = io::read_file(final_path, size);
+      if (there && is_concatenation(*there, parts)) return ok();
       return make_error(Errc::already_exists, "'" + final_path.string() + "' exists");
     }
     if (rc != 0) return io::file_error("cannot create", final_path, err);

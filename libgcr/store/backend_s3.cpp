@@ -15,6 +15,7 @@
 #include "gcr/remote_cache.h"
 #include "gcr/settings.h"
 #include "gcr/store_backend.h"
+#include "store/bytes.h"
 #include "store/layout.h"
 #include "store/s3_client.h"
 
@@ -94,16 +95,22 @@ class S3Backend final : public Backend {
   }
 
   Status put(const std::string& key, std::span<const std::byte> bytes, PutMode mode) override {
-    Status s = client_.put_object(prefix_ + key, bytes, mode == PutMode::create_only);
+    const std::span<const std::byte> whole[] = {bytes};
+    return put_parts(key, whole, mode);
+  }
+
+  // The body sent from the parts where they are: a pushed pack is never joined in memory.
+  Status put_parts(const std::string& key, std::span<const std::span<const std::byte>> parts,
+                   PutMode mode) override {
+    Status s = client_.put_object_parts(prefix_ + key, parts, mode == PutMode::create_only);
     if (s || s.error().code != Errc::already_exists) return s;
     // Refused because it exists: ours, when an earlier attempt of this PUT went through but its
     // answer was lost (a retry), or a concurrent writer's copy of the same object; either way
     // done if the bytes are these.
-    auto there = client_.get_object(prefix_ + key, bytes.size());
-    if (there && there->size() == bytes.size() &&
-        std::equal(there->begin(), there->end(), bytes.begin())) {
-      return ok();
-    }
+    std::uint64_t size = 0;
+    for (std::span<const std::byte> p : parts) size += p.size();
+    auto there = client_.get_object(prefix_ + key, size);
+    if (there && is_concatenation(*there, parts)) return ok();
     return make_error(Errc::already_exists, name_ + "/" + key + " exists");
   }
 

@@ -131,4 +131,15 @@ inline Error newer_version_error(const std::string& origin, std::uint16_t major,
                                            std::to_string(our_minor) + "; upgrade gcr to read it");
 }
 
+// Whether `bytes` is the concatenation of `parts` (an object a concurrent writer made, compared
+// with the parts this one would have written).
+inline bool is_concatenation(std::span<const std::byte> bytes,
+                             std::span<const std::span<const std::byte>> parts) {
+  for (std::span<const std::byte> p : parts) {
+    if (bytes.size() < p.size() || std::memcmp(bytes.data(), p.data(), p.size()) != 0) return false;
+    bytes = bytes.subspan(p.size());
+  }
+  return bytes.empty();
+}
+
 }  // namespace gcr::store

@@ -126,14 +126,15 @@ struct S3Client::Request {
   std::string key;    // "" for the bucket itself
   std::string query;  // canonical, without '?'
   bool if_none_match = false;
-  std::string if_match;                             // an ETag, unquoted
-  std::uint64_t range_offset = 0, range_bytes = 0;  // range_bytes > 0: a ranged GET
-  std::span<const std::byte> body;                  // PUT
-  std::span<std::byte> into;                        // ranged GET: exactly this many bytes
-  std::uint64_t max_bytes = 1ull << 30;             // GET into a vector
+  std::string if_match;                              // an ETag, unquoted
+  std::uint64_t range_offset = 0, range_bytes = 0;   // range_bytes > 0: a ranged GET
+  std::span<const std::span<const std::byte>> body;  // PUT: its parts, in order
+  std::uint64_t body_bytes = 0;
+  std::span<std::byte> into;             // ranged GET: exactly this many bytes
+  std::uint64_t max_bytes = 1ull << 30;  // GET into a vector
 
   // Per attempt.
-  std::size_t body_sent = 0;
+  std::size_t body_part = 0, body_part_sent = 0;
   std::vector<std::byte> received;
   std::size_t into_filled = 0;
   bool overflow = false;
@@ -174,7 +175,8 @@ Result<S3Client::Response> S3Client::perform(Request& request) {
   Error last{Errc::internal, what + ": not attempted"};
   for (unsigned attempt = 0; attempt < config_.attempts; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(backoff(attempt - 1));
-    request.body_sent = 0;
+    request.body_part = 0;
+    request.body_part_sent = 0;
     request.received.clear();
     request.into_filled = 0;
     request.overflow = false;
@@ -282,15 +284,24 @@ Result<S3Client::Response> S3Client::perform_once(Request& request, CurlEasy& ea
   if (std::strcmp(request.method, "PUT") == 0) {
     auto read_cb = +[](char* out, size_t size, size_t n, void* user) -> size_t {
       auto* r = static_cast<Request*>(user);
-      size_t bytes = std::min(size * n, r->body.size() - r->body_sent);
-      std::memcpy(out, r->body.data() + r->body_sent, bytes);
-      r->body_sent += bytes;
+      size_t bytes = 0;
+      while (bytes < size * n && r->body_part < r->body.size()) {
+        std::span<const std::byte> part = r->body[r->body_part];
+        size_t take = std::min(size * n - bytes, part.size() - r->body_part_sent);
+        std::memcpy(out + bytes, part.data() + r->body_part_sent, take);
+        bytes += take;
+        r->body_part_sent += take;
+        if (r->body_part_sent == part.size()) {
+          ++r->body_part;
+          r->body_part_sent = 0;
+        }
+      }
       return bytes;
     };
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, read_cb);
     curl_easy_setopt(c, CURLOPT_READDATA, &request);
-    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body_bytes));
   } else if (std::strcmp(request.method, "DELETE") == 0) {
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
@@ -473,22 +484,33 @@ Status S3Client::get_object_range(const std::string& key, std::uint64_t offset,
 
 Status S3Client::put_object(const std::string& key, std::span<const std::byte> body,
                             bool if_none_match) {
+  const std::span<const std::byte> whole[] = {body};
+  return put_object_parts(key, whole, if_none_match);
+}
+
+Status S3Client::put_object_parts(const std::string& key,
+                                  std::span<const std::span<const std::byte>> parts,
+                                  bool if_none_match) {
   Request r;
   r.if_none_match = if_none_match;
-  return put(r, key, body);
+  return put(r, key, parts);
 }
 
 Status S3Client::put_object_if_match(const std::string& key, std::span<const std::byte> body,
                                      const std::string& if_match) {
   Request r;
   r.if_match = if_match;
-  return put(r, key, body);
+  const std::span<const std::byte> whole[] = {body};
+  return put(r, key, whole);
 }
 
-Status S3Client::put(Request& r, const std::string& key, std::span<const std::byte> body) {
+Status S3Client::put(Request& r, const std::string& key,
+                     std::span<const std::span<const std::byte>> body) {
   r.method = "PUT";
   r.key = key;
   r.body = body;
+  r.body_bytes = 0;
+  for (std::span<const std::byte> p : body) r.body_bytes += p.size();
   r.max_bytes = 1 << 20;
   GCR_TRY_ASSIGN(Response resp, perform(r));
   if (resp.status != 200 && resp.status != 201 && resp.status != 204) {

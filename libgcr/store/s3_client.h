@@ -63,6 +63,9 @@ class S3Client {
   Status get_object_range(const std::string& key, std::uint64_t offset, std::span<std::byte> out);
   // if_none_match: the write happens only if the key does not exist, else already_exists.
   Status put_object(const std::string& key, std::span<const std::byte> body, bool if_none_match);
+  // As put_object, the body the concatenation of `parts`, sent from where each is.
+  Status put_object_parts(const std::string& key, std::span<const std::span<const std::byte>> parts,
+                          bool if_none_match);
   // The write happens only if the object's ETag is if_match (If-Match; RGW wants it unquoted),
   // else already_exists (412).
   Status put_object_if_match(const std::string& key, std::span<const std::byte> body,
@@ -77,7 +80,8 @@ class S3Client {
   struct Request;
   struct Response;
   Result<Response> perform(Request& request);
-  Status put(Request& request, const std::string& key, std::span<const std::byte> body);
+  Status put(Request& request, const std::string& key,
+             std::span<const std::span<const std::byte>> body);
   Result<Response> perform_once(Request& request, CurlEasy& easy);
   std::unique_ptr<CurlEasy> take_handle();
   void return_handle(std::unique_ptr<CurlEasy> easy);

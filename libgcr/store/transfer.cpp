@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -47,37 +48,95 @@ std::vector<Batch> plan_batches(std::vector<Located> wanted, const TransferOptio
   return batches;
 }
 
+// Appends `bytes` to `parts`, extending the last part when `bytes` follows it in memory.
+void append_part(std::vector<std::span<const std::byte>>& parts, std::span<const std::byte> bytes) {
+  if (!parts.empty() && parts.back().data() + parts.back().size() == bytes.data())
+    parts.back() = {parts.back().data(), parts.back().size() + bytes.size()};
+  else
+    parts.push_back(bytes);
+}
+
+// The buffers batches are read into, reused by the batches of one copy: fresh memory for every
+// batch cost a pull as much in page faults as in copying. Not zeroed: every byte of a batch's
+// buffer is read into before it is used.
+class BatchBuffers {
+ public:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t capacity = 0;
+  };
+  Buffer take(std::size_t bytes) {
+    Buffer b;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        b = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (b.capacity < bytes) b = {std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes};
+    return b;
+  }
+  void give_back(Buffer b) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Buffer> free_;
+};
+
 // Reads a batch's records from `from`, checks them, and writes them to `to` as one new pack
-// (pack first, then its index: the pack is complete before anything can name it). Returns the
-// pack's size.
-Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch, PackId pack_id) {
+// (pack first, then its index: the pack is complete before anything can name it). The pack is
+// written from the buffer the ranges arrived in, record by record where they are (their padding,
+// when not zero, replaced by zeros). Returns the pack's size.
+Result<std::uint64_t> copy_batch(Backend& from, Backend& to, const Batch& batch, PackId pack_id,
+                                 BatchBuffers& buffers) {
+  static constexpr std::byte kZeros[8] = {};
   PackIndex index;
   index.pack = pack_id;
-  std::vector<std::byte> pack;
-  auto header = encode_pack_header(index.pack);
-  pack.insert(pack.end(), header.begin(), header.end());
-  std::vector<std::byte> buffer;
+  const auto header = encode_pack_header(index.pack);
+  std::size_t total = 0;
+  for (const RecordRange& r : batch.ranges) total += r.bytes;
+  BatchBuffers::Buffer held = buffers.take(total);
+  struct GiveBack {
+    BatchBuffers& to;
+    BatchBuffers::Buffer& b;
+    ~GiveBack() { to.give_back(std::move(b)); }
+  } give_back{buffers, held};
+  std::span<std::byte> buffer(held.bytes.get(), total);
+  std::vector<std::span<const std::byte>> parts{header};
+  std::uint64_t pack_bytes = header.size();
   for (const RecordRange& r : batch.ranges) {
-    buffer.resize(r.bytes);
-    GCR_TRY(from.get_range(pack_key(r.pack), r.offset, buffer));
+    std::span<std::byte> range = buffer.first(r.bytes);
+    buffer = buffer.subspan(r.bytes);
+    GCR_TRY(from.get_range(pack_key(r.pack), r.offset, range));
     std::string origin = "pack " + r.pack.hex() + " (" + from.name() + ")";
     for (const Located& l : r.records) {
-      auto record = std::span<const std::byte>(buffer).subspan(l.entry.offset - r.offset,
-                                                               l.entry.record_bytes());
+      std::span<const std::byte> record = std::span<const std::byte>(range).subspan(
+          l.entry.offset - r.offset, l.entry.record_bytes());
       GCR_TRY(check_record(record, l, origin));
       IndexEntry e = l.entry;
-      e.offset = pack.size();
-      std::size_t used = kRecordHeaderBytes + e.stored_bytes;
-      pack.insert(pack.end(), record.begin(), record.begin() + static_cast<std::ptrdiff_t>(used));
-      pack.resize(pack.size() + (e.record_bytes() - used));  // zero padding
+      e.offset = pack_bytes;
+      const std::size_t used = kRecordHeaderBytes + e.stored_bytes;
+      std::span<const std::byte> padding = record.subspan(used);
+      if (std::all_of(padding.begin(), padding.end(),
+                      [](std::byte b) { return b == std::byte{0}; })) {
+        append_part(parts, record);
+      } else {
+        append_part(parts, record.first(used));
+        parts.emplace_back(kZeros, padding.size());
+      }
+      pack_bytes += record.size();
       index.entries.push_back(e);
     }
   }
-  index.pack_bytes = pack.size();
-  GCR_TRY(to.put(pack_key(index.pack), pack, PutMode::create_only));
+  index.pack_bytes = pack_bytes;
+  GCR_TRY(to.put_parts(pack_key(index.pack), parts, PutMode::create_only));
   GCR_TRY(to.put(index_key(index.pack), encode_pack_index(index), PutMode::create_only));
   fault_point(Fault::transfer_after_pack);
-  return pack.size();
+  return pack_bytes;
 }
 
 // Copies chunks from the source into new destination packs, many packs at once, and records in
@@ -116,6 +175,7 @@ struct ChunkCopier {
     std::atomic<std::uint64_t> done_raw{0};
     if (options.progress) options.progress(0, total_raw);
     unsigned parallel = std::min(from.parallelism(), to.parallelism());
+    BatchBuffers buffers;
     WorkerPool pool(std::min<unsigned>(parallel, std::max<std::size_t>(batches.size(), 1)));
     pool.parallel_for(batches.size(), [&](std::size_t i) {
       if (failed) return;  // one failure fails the transfer: do not start more
@@ -124,7 +184,7 @@ struct ChunkCopier {
         failed = true;
         return;
       }
-      results[i] = copy_batch(from, to, batches[i], pack_ids[i]);
+      results[i] = copy_batch(from, to, batches[i], pack_ids[i], buffers);
       if (!results[i]) {
         failed = true;
         return;

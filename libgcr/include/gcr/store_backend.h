@@ -66,6 +66,14 @@ class Backend {
                            std::span<std::byte> out) = 0;
   // Writes a whole object; durable when it returns. create_only: already_exists when present.
   virtual Status put(const std::string& key, std::span<const std::byte> bytes, PutMode mode) = 0;
+  // put of the concatenation of `parts`. This one joins them first; a backend that can write
+  // them where they are (a directory: each part written in turn) spares that copy.
+  virtual Status put_parts(const std::string& key,
+                           std::span<const std::span<const std::byte>> parts, PutMode mode) {
+    std::vector<std::byte> joined;
+    for (std::span<const std::byte> p : parts) joined.insert(joined.end(), p.begin(), p.end());
+    return put(key, joined, mode);
+  }
   // The object and its version; not_found when absent.
   virtual Result<Versioned> get_versioned(const std::string& key, std::uint64_t max_bytes) = 0;
   // Writes an object only if it is still at `version` (empty: still absent): a compare-and-swap

@@ -6,9 +6,11 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "gcr/file.h"
 #include "gcr/remote_cache.h"
 #include "gcr/store_backend.h"
 #include "gcr/store_transfer.h"
+#include "store/pack_format.h"
 #include "test_util.h"
 
 using namespace gcr;
@@ -123,6 +125,57 @@ TEST_CASE("a damaged record in the source is refused, and nothing is committed",
   REQUIRE_FALSE(r);
   CHECK(r.error().code == Errc::corrupt_image);
   CHECK_FALSE(std::filesystem::exists(dir.path() / "b" / "manifests" / (one.hex() + ".manifest")));
+}
+
+// Every record of a store's packs with padding after its payload: its pack file and the offset of
+// its first padding byte.
+std::vector<std::pair<std::filesystem::path, std::uint64_t>> padded_records(
+    const std::filesystem::path& store) {
+  std::vector<std::pair<std::filesystem::path, std::uint64_t>> out;
+  for (const auto& e : std::filesystem::directory_iterator(store / "packs")) {
+    if (e.path().extension() != ".idx") continue;
+    auto bytes = io::read_file(e.path(), 1 << 30);
+    REQUIRE(bytes);
+    auto index = decode_pack_index(*bytes, e.path().string());
+    REQUIRE(index);
+    auto pack = e.path();
+    pack.replace_extension(".pack");
+    for (const IndexEntry& r : index->entries)
+      if (r.record_bytes() > kRecordHeaderBytes + r.stored_bytes)
+        out.emplace_back(pack, r.offset + kRecordHeaderBytes + r.stored_bytes);
+  }
+  return out;
+}
+
+char byte_at(const std::filesystem::path& file, std::uint64_t offset) {
+  std::ifstream f(file, std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  return static_cast<char>(f.get());
+}
+
+TEST_CASE("a record's padding arrives as zeros, whatever the source held there", "[transfer]") {
+  ScratchDir dir;
+  auto src = test::open_store(dir.path() / "a");
+  CheckpointId one = commit_regions(*src, {3, 5});  // text: compressed, payloads of any length
+  auto padded = padded_records(dir.path() / "a");
+  REQUIRE(padded.size() >= 2);
+  {
+    std::fstream f(padded[0].first, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(padded[0].second));
+    f.put('\x5a');
+  }
+  auto from = test::dir_backend(dir.path() / "a");
+  auto to = test::dir_backend(dir.path() / "b");
+  TransferOptions o;
+  o.pack_target_bytes = 1 << 20;
+  REQUIRE(copy_checkpoint(*from, *to, one, o));
+  to.reset();
+  auto copied = padded_records(dir.path() / "b");
+  CHECK(copied.size() == padded.size());
+  for (const auto& [pack, offset] : copied) CHECK(byte_at(pack, offset) == 0);
+  auto report = test::open_store(dir.path() / "b")->verify(one);
+  REQUIRE(report);
+  CHECK(report->problems.empty());
 }
 
 TEST_CASE("the cache store is trimmed to its limit, least recently used first",
