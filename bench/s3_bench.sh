@@ -34,6 +34,10 @@ cleanup() {
 trap cleanup EXIT
 export GCR_CACHE_DIR=$T/cache GCR_QUIET=1
 
+# The OSD keeps every object in memory (memstore) and stops answering once full: room for every
+# run's three copies (curl, gcr, rclone) and the restores' image, at least ceph_lib's 2 GiB.
+need=$(( (3 * SIZE_MIB * REPS + 2 * RESTORE_MIB + 1024) << 20 ))
+(( need > ${CEPH_MEMSTORE_BYTES:-0} && need > 2 << 30 )) && export CEPH_MEMSTORE_BYTES=$need
 ceph_start "$T/ceph" || { echo "Ceph did not start (scripts/setup.sh installs it)"; exit 1; }
 s3_curl PUT bench -o /dev/null
 mkdir -p "$T/scratch"
