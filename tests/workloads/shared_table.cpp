@@ -5,7 +5,8 @@
 // private buffer of their own (--private-bytes); the parent prints "step K". With --write-at K the
 // child, at its step K, writes the table's first MiB through its own mapping and then sends the
 // parent a byte, which the parent waits for before its last step: that step reads the first MiB,
-// so its result never depends on which process ran ahead.
+// so its result never depends on which process ran ahead. The child then prints "wrote the table
+// at step K" (the parent's steps run ahead of the child's).
 // At the end the child tells the parent it is done, and each prints "checksum <hex>" of the table
 // and its own buffer (FNV-1a); an uninterrupted run prints the same two lines every time, at any
 // speed. --delay-while FILE: the step delay only while FILE exists; --hold-while FILE: each
@@ -172,6 +173,8 @@ int main(int argc, char** argv) {
     if (!parent && step == write_at) {
       const char wrote = 'w';
       if (write(sock, &wrote, 1) != 1) return 2;
+      std::printf("wrote the table at step %d\n", step);
+      std::fflush(stdout);
     }
     if (parent) {
       std::printf("step %d\n", step);

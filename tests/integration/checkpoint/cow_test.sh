@@ -68,8 +68,10 @@ run_case copy 1
 echo "== with GCR_COW_COPY=0 they wait for gcrd instead"
 run_case wait 0
 echo "== killed while its checkpoint is stored: the copies it made stay with gcrd"
-# More device memory, so that the drain (~8 s) outlasts a `gcr ps` slowed by other tests' processes.
-KILLED=("$BUILD/tests/workloads/mlp_train" --steps $STEPS --step-delay-ms 10 --footprint 128M --streams 2 "${SLOW[@]}")
+# More device memory, so that the drain (~8 s) outlasts a `gcr ps` slowed by other tests' processes;
+# and more steps, so that the run still steps (writes, copies) when the test kills it, rather than
+# holding before its last step.
+KILLED=("$BUILD/tests/workloads/mlp_train" --steps 1200 --step-delay-ms 10 --footprint 128M --streams 2 "${SLOW[@]}")
 LD_LIBRARY_PATH=$BUILD/simgpu "${KILLED[@]}" > "$T/ref_killed.log" 2>&1
 REF_KILLED=$(checksum_of "$T/ref_killed.log")
 : > "$T/slow"
