@@ -133,10 +133,6 @@ class DirBackend final : public Backend {
     auto dir = final_path.parent_path();
     GCR_TRY(io::make_dir(dir));
     auto tmp = layout_.tmp_file("put");
-    if (mode == PutMode::replace && parts.size() == 1) {
-      GCR_TRY(io::write_file_durably(tmp, final_path, parts[0]));
-      return io::sync_dir(dir);
-    }
     std::uint64_t size = 0;
     {
       GCR_TRY_ASSIGN(UniqueFd fd, io::open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600));
@@ -152,7 +148,10 @@ class DirBackend final : public Backend {
       }
     }
     if (mode == PutMode::replace) {
-      GCR_TRY(io::rename_file(tmp, final_path));
+      if (Status s = io::rename_file(tmp, final_path); !s) {
+        (void)io::remove_file(tmp);
+        return s;
+      }
       return io::sync_dir(dir);
     }
     int rc = ::link(tmp.c_str(), final_path.c_str());
